@@ -1,0 +1,81 @@
+#pragma once
+// Input graphs. A sample is one DAG of typed vertices; each vertex lists its
+// children in slot order (gather(k) reads what child k scattered), and carries
+// its own external inputs: a token id (for pull_embedding), a label (for
+// per-vertex losses; negative means "no label here") and a feature row (pull).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vjit/shape.h"
+
+namespace vjit {
+
+struct Vertex {
+  int type = 0;
+  std::vector<int> children;  // indices into the same sample, in slot order
+  int token = -1;
+  int label = -1;
+  std::vector<float> features;
+};
+
+struct Sample {
+  std::string name;  // used in error messages; empty means "sample <index>"
+  std::vector<Vertex> vertices;
+
+  int add_vertex(int type, std::vector<int> children = {}, int token = -1, int label = -1) {
+    vertices.push_back(Vertex{type, std::move(children), token, label, {}});
+    return int(vertices.size()) - 1;
+  }
+};
+
+struct GraphBatch {
+  std::vector<Sample> samples;
+
+  int64_t num_vertices() const {
+    int64_t n = 0;
+    for (const Sample& s : samples) n += int64_t(s.vertices.size());
+    return n;
+  }
+};
+
+// What a vertex type requires of the graph, exported by a Program so that
+// graphs are checked without the graph code knowing the IR.
+struct TypeSignature {
+  std::string name;
+  int fixed_arity = 0;        // number of gather(k) slots: children 0..fixed_arity-1
+  bool variadic = false;      // gather_sum / gather_all take any number of children after the fixed ones
+  int max_children = -1;      // upper bound on the variadic children, for gather_all (-1: none)
+  std::vector<Shape> slot_shapes;  // expected scatter shape of child k (k < fixed_arity)
+  Shape variadic_shape;       // expected scatter shape of each variadic child (k >= fixed_arity)
+  bool scatters = false;
+  Shape scatter_shape;
+  int feature_width = -1;     // pull() width; -1 when the type does not pull
+  int vocab_size = -1;        // rows of the pull_embedding table; -1 when unused
+  bool needs_label = false;   // has a per-vertex loss that reads the label
+  int num_classes = -1;       // label range for softmax_cross_entropy
+};
+
+// Checks every sample against the program's vertex types and returns, for each
+// sample, its vertices in a topological order (children before parents).
+// Throws UserError naming the sample, vertex and slot for: an unknown type, a
+// child index out of range, an arity the type cannot gather, a child scattering
+// the wrong shape (or nothing), a cycle, a missing token/label/feature row.
+std::vector<std::vector<int>> validate_and_order(const std::vector<TypeSignature>& types,
+                                                 const GraphBatch& batch);
+
+// Reads trees in PTB bracket form as in the Stanford Sentiment Treebank, one per
+// line: `(3 (2 It) (4 (2 's) (3 good)))`. Every node has a label; leaves hold a
+// word. Malformed text throws UserError with the line and column.
+struct BracketTree {
+  struct Node {
+    int label = -1;
+    std::string word;           // non-empty only at leaves
+    std::vector<int> children;  // node indices
+  };
+  std::vector<Node> nodes;  // children come before their parents; the root is last
+};
+std::vector<BracketTree> parse_bracket_trees(const std::string& text, const std::string& source_name);
+std::vector<BracketTree> read_bracket_file(const std::string& path);
+
+}  // namespace vjit

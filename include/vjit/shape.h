@@ -1,0 +1,43 @@
+#pragma once
+// The shape of one vertex's value: a scalar, a vector [n] or a matrix [m, n],
+// stored row-major. The batch dimension is implicit: a batched buffer holds one
+// row of numel() floats per vertex.
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace vjit {
+
+struct Shape {
+  int rank = 0;
+  std::array<int, 2> dims{1, 1};
+
+  static Shape scalar() { return Shape{}; }
+  static Shape vec(int n) { return Shape{1, {n, 1}}; }
+  static Shape mat(int m, int n) { return Shape{2, {m, n}}; }
+
+  int64_t numel() const {
+    if (rank == 0) return 1;
+    if (rank == 1) return dims[0];
+    return int64_t(dims[0]) * dims[1];
+  }
+  // Rows and columns when the value is read as a matrix (a vector is one row).
+  int rows() const { return rank == 2 ? dims[0] : 1; }
+  int cols() const { return rank == 0 ? 1 : (rank == 1 ? dims[0] : dims[1]); }
+
+  bool operator==(const Shape& other) const {
+    if (rank != other.rank) return false;
+    for (int i = 0; i < rank; ++i)
+      if (dims[i] != other.dims[i]) return false;
+    return true;
+  }
+  bool operator!=(const Shape& other) const { return !(*this == other); }
+
+  std::string str() const {
+    if (rank == 0) return "[]";
+    if (rank == 1) return "[" + std::to_string(dims[0]) + "]";
+    return "[" + std::to_string(dims[0]) + "," + std::to_string(dims[1]) + "]";
+  }
+};
+
+}  // namespace vjit
