@@ -34,9 +34,13 @@ struct Shape {
   bool operator!=(const Shape& other) const { return !(*this == other); }
 
   std::string str() const {
-    if (rank == 0) return "[]";
-    if (rank == 1) return "[" + std::to_string(dims[0]) + "]";
-    return "[" + std::to_string(dims[0]) + "," + std::to_string(dims[1]) + "]";
+    std::string out = "[";
+    for (int i = 0; i < rank; ++i) {
+      if (i) out += ",";
+      out += std::to_string(dims[size_t(i)]);
+    }
+    out += "]";
+    return out;
   }
 };
 

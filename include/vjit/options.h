@@ -1,0 +1,112 @@
+#pragma once
+// Options are data: every optimisation vjit can switch has one field here and one
+// environment variable. Defaults are the fast configuration; the environment
+// overrides them (Options::from_env) and command-line flags reuse the same
+// parsing and validation (apply_flag / apply_flags). An unknown or malformed value
+// is a UserError naming the variable, the bad value and the valid values; nothing
+// is ever silently ignored.
+//
+// | variable         | field       | values                                     | default      |
+// |------------------|-------------|--------------------------------------------|--------------|
+// | VJIT_FUSION      | fusion      | bool: fuse elementwise ops (union-find)     | on           |
+// | VJIT_LAZY        | lazy        | bool: lazy batching of parameter-gradient   | on           |
+// |                  |             | ops (one GEMM per parameter per batch)      |              |
+// | VJIT_STREAMING   | streaming   | bool: overlap scheduling/copies with compute| on           |
+// | VJIT_POLICY      | policy      | depth | agenda | frontier | ratio | fsm     | agenda       |
+// |                  |             | (batching policy of the scheduler)          |              |
+// | VJIT_MEMPLAN     | memplan     | copy | pqtree (buffer layout: gather by     | copy         |
+// |                  |             | copying, or PQ-tree contiguous layout)      |              |
+// | VJIT_DEVICE      | device      | cpu | cuda                                   | cpu          |
+// | VJIT_THREADS     | threads     | positive integer (CPU worker threads)       | hardware     |
+// |                  |             |                                             | concurrency  |
+// | VJIT_ISA         | isa         | auto | avx512 | avx2 | scalar (x86 JIT      | auto         |
+// |                  |             | target; auto = best the CPU supports)       |              |
+// | VJIT_GEMM        | gemm        | auto | onednn | openblas | blis | libxsmm  | auto         |
+// |                  |             | | reference (matrix-product back end;       |              |
+// |                  |             | auto = chosen by measurement)               |              |
+// | VJIT_CACHE_DIR   | cache_dir   | directory for the on-disk kernel cache;     | "" (memory   |
+// |                  |             | empty = kernels are cached in memory only   | only)        |
+// | VJIT_PROFILE     | profile     | bool: time every pipeline stage and kernel  | off          |
+// | VJIT_LOG         | log         | off | passes | schedule | kernels | all    | off          |
+// |                  |             | passes: IR before/after each pass;          |              |
+// |                  |             | schedule: tasks chosen per batch;           |              |
+// |                  |             | kernels: generated code and cache hits;     |              |
+// |                  |             | all: everything                             |              |
+//
+// Bools accept 0/1/true/false/on/off (any case). Enumerated values match case-
+// insensitively and are stored in lower case. A variable that is set but empty
+// counts as unset (the default stays).
+//
+// `policy` is kept as a validated string here, not as the scheduler's enum, so
+// that options depend on nothing else of vjit; the engine converts it.
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace vjit {
+
+// The valid values of each enumerated option, in the order error messages list them.
+namespace option_values {
+inline constexpr std::array<std::string_view, 5> policy{"depth", "agenda", "frontier", "ratio", "fsm"};
+inline constexpr std::array<std::string_view, 2> memplan{"copy", "pqtree"};
+inline constexpr std::array<std::string_view, 2> device{"cpu", "cuda"};
+inline constexpr std::array<std::string_view, 4> isa{"auto", "avx512", "avx2", "scalar"};
+inline constexpr std::array<std::string_view, 6> gemm{"auto", "onednn", "openblas", "blis", "libxsmm",
+                                                      "reference"};
+inline constexpr std::array<std::string_view, 5> log{"off", "passes", "schedule", "kernels", "all"};
+}  // namespace option_values
+
+struct Options {
+  bool fusion = true;               // VJIT_FUSION
+  bool lazy = true;                 // VJIT_LAZY
+  bool streaming = true;            // VJIT_STREAMING
+  std::string policy = "agenda";    // VJIT_POLICY
+  std::string memplan = "copy";     // VJIT_MEMPLAN
+  std::string device = "cpu";       // VJIT_DEVICE
+  int threads = default_threads();  // VJIT_THREADS
+  std::string isa = "auto";         // VJIT_ISA
+  std::string gemm = "auto";        // VJIT_GEMM
+  std::string cache_dir;            // VJIT_CACHE_DIR
+  bool profile = false;             // VJIT_PROFILE
+  std::string log = "off";          // VJIT_LOG
+
+  // The built-in defaults, ignoring the environment.
+  static Options defaults();
+  // The defaults overridden by every VJIT_* variable that is set (and non-empty).
+  // Throws UserError on an unknown or malformed value.
+  static Options from_env();
+  // std::thread::hardware_concurrency(), at least 1.
+  static int default_threads();
+
+  // Throws UserError when a field holds a value outside its list (or threads < 1);
+  // for Options filled in by code rather than parsed.
+  void validate() const;
+
+  // One line for logs: "fusion=on lazy=on streaming=on policy=agenda ...".
+  std::string describe() const;
+
+  // True when VJIT_LOG asks for `topic` ("passes", "schedule", "kernels"):
+  // log == topic or log == "all".
+  bool logs(std::string_view topic) const;
+
+  bool operator==(const Options& other) const = default;
+};
+
+// The option names accepted by apply_flag, in table order: "fusion", "lazy", ...
+std::vector<std::string> option_names();
+
+// Sets one option from a flag, with the same validation as the environment.
+// `name` is the field name, optionally with leading dashes, '-' or '_' between
+// words, or the variable itself: "policy", "--policy", "--cache-dir",
+// "VJIT_CACHE_DIR". Throws UserError naming the flag, the value and the valid
+// values; an unknown name lists the valid names.
+void apply_flag(Options& options, std::string_view name, std::string_view value);
+
+// Consumes the option flags in argv[1..argc) — "--policy agenda", "--policy=agenda",
+// and "--no-fusion" for bools — and returns the other arguments, in order, for
+// the program's own parsing. "--" stops option parsing (it and what follows are
+// returned as they are).
+std::vector<std::string> apply_flags(Options& options, int argc, const char* const* argv);
+
+}  // namespace vjit

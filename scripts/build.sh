@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Configures and builds vjit with Ninja on all cores.
+#   scripts/build.sh [Release|Debug|Sanitize] [ninja targets...]
+#   Release  -> build/        (default)
+#   Debug    -> build-debug/
+#   Sanitize -> build-asan/   (Debug with -DVJIT_SANITIZE=ON: ASan + UBSan)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="${1:-Release}"
+if [[ $# -gt 0 ]]; then shift; fi
+
+case "$mode" in
+  Release)  dir=build;       flags=(-DCMAKE_BUILD_TYPE=Release -DVJIT_SANITIZE=OFF) ;;
+  Debug)    dir=build-debug; flags=(-DCMAKE_BUILD_TYPE=Debug -DVJIT_SANITIZE=OFF) ;;
+  Sanitize) dir=build-asan;  flags=(-DCMAKE_BUILD_TYPE=Debug -DVJIT_SANITIZE=ON) ;;
+  *)
+    echo "build.sh: unknown mode '$mode'; valid modes: Release, Debug, Sanitize" >&2
+    exit 2
+    ;;
+esac
+
+jobs="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
+
+cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
+ninja -C "$dir" -j "$jobs" "$@"

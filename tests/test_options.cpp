@@ -1,0 +1,280 @@
+#include "vjit/options.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vjit/error.h"
+
+namespace {
+
+const std::vector<std::string> kVariables = {
+    "VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_POLICY",    "VJIT_MEMPLAN", "VJIT_DEVICE",
+    "VJIT_THREADS", "VJIT_ISA", "VJIT_GEMM",      "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_LOG",
+};
+
+// Clears every VJIT_* variable for the test and restores them afterwards.
+class OptionsEnv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const std::string& name : kVariables) {
+      const char* value = std::getenv(name.c_str());
+      saved_[name] = value ? std::optional<std::string>(value) : std::nullopt;
+      unsetenv(name.c_str());
+    }
+  }
+  void TearDown() override {
+    for (const auto& [name, value] : saved_) {
+      if (value)
+        setenv(name.c_str(), value->c_str(), 1);
+      else
+        unsetenv(name.c_str());
+    }
+  }
+  static void set(const std::string& name, const std::string& value) { setenv(name.c_str(), value.c_str(), 1); }
+
+  // The message of the UserError from_env throws.
+  static std::string env_error() {
+    try {
+      vjit::Options::from_env();
+    } catch (const vjit::UserError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "from_env did not throw";
+    return "";
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
+  vjit::Options o = vjit::Options::from_env();
+  EXPECT_EQ(o, vjit::Options::defaults());
+  EXPECT_TRUE(o.fusion);
+  EXPECT_TRUE(o.lazy);
+  EXPECT_TRUE(o.streaming);
+  EXPECT_EQ(o.policy, "agenda");
+  EXPECT_EQ(o.memplan, "copy");
+  EXPECT_EQ(o.device, "cpu");
+  EXPECT_EQ(o.threads, vjit::Options::default_threads());
+  EXPECT_GE(o.threads, 1);
+  EXPECT_EQ(o.isa, "auto");
+  EXPECT_EQ(o.gemm, "auto");
+  EXPECT_EQ(o.cache_dir, "");
+  EXPECT_FALSE(o.profile);
+  EXPECT_EQ(o.log, "off");
+  EXPECT_NO_THROW(o.validate());
+}
+
+TEST_F(OptionsEnv, EveryVariableIsParsed) {
+  set("VJIT_FUSION", "0");
+  set("VJIT_LAZY", "off");
+  set("VJIT_STREAMING", "false");
+  set("VJIT_POLICY", "fsm");
+  set("VJIT_MEMPLAN", "pqtree");
+  set("VJIT_DEVICE", "cuda");
+  set("VJIT_THREADS", "7");
+  set("VJIT_ISA", "avx2");
+  set("VJIT_GEMM", "openblas");
+  set("VJIT_CACHE_DIR", "/tmp/vjit cache");
+  set("VJIT_PROFILE", "on");
+  set("VJIT_LOG", "schedule");
+  vjit::Options o = vjit::Options::from_env();
+  EXPECT_FALSE(o.fusion);
+  EXPECT_FALSE(o.lazy);
+  EXPECT_FALSE(o.streaming);
+  EXPECT_EQ(o.policy, "fsm");
+  EXPECT_EQ(o.memplan, "pqtree");
+  EXPECT_EQ(o.device, "cuda");
+  EXPECT_EQ(o.threads, 7);
+  EXPECT_EQ(o.isa, "avx2");
+  EXPECT_EQ(o.gemm, "openblas");
+  EXPECT_EQ(o.cache_dir, "/tmp/vjit cache");
+  EXPECT_TRUE(o.profile);
+  EXPECT_EQ(o.log, "schedule");
+  EXPECT_NO_THROW(o.validate());
+}
+
+TEST_F(OptionsEnv, BoolSpellings) {
+  for (const char* yes : {"1", "true", "on", "TRUE", "On"}) {
+    set("VJIT_PROFILE", yes);
+    EXPECT_TRUE(vjit::Options::from_env().profile) << yes;
+  }
+  for (const char* no : {"0", "false", "off", "FALSE", "Off"}) {
+    set("VJIT_FUSION", no);
+    EXPECT_FALSE(vjit::Options::from_env().fusion) << no;
+  }
+}
+
+TEST_F(OptionsEnv, EveryChoiceOfEveryEnumIsAccepted) {
+  auto check = [&](const char* variable, auto choices, std::string vjit::Options::*field) {
+    for (std::string_view choice : choices) {
+      set(variable, std::string(choice));
+      EXPECT_EQ(vjit::Options::from_env().*field, choice) << variable;
+    }
+    unsetenv(variable);
+  };
+  check("VJIT_POLICY", vjit::option_values::policy, &vjit::Options::policy);
+  check("VJIT_MEMPLAN", vjit::option_values::memplan, &vjit::Options::memplan);
+  check("VJIT_DEVICE", vjit::option_values::device, &vjit::Options::device);
+  check("VJIT_ISA", vjit::option_values::isa, &vjit::Options::isa);
+  check("VJIT_GEMM", vjit::option_values::gemm, &vjit::Options::gemm);
+  check("VJIT_LOG", vjit::option_values::log, &vjit::Options::log);
+}
+
+TEST_F(OptionsEnv, EnumsAreCaseInsensitiveAndStoredLowerCase) {
+  set("VJIT_POLICY", "Frontier");
+  EXPECT_EQ(vjit::Options::from_env().policy, "frontier");
+}
+
+TEST_F(OptionsEnv, EmptyValueCountsAsUnset) {
+  set("VJIT_POLICY", "");
+  set("VJIT_FUSION", "");
+  set("VJIT_THREADS", "");
+  EXPECT_EQ(vjit::Options::from_env(), vjit::Options::defaults());
+}
+
+TEST_F(OptionsEnv, UnknownEnumValueListsValidOnes) {
+  set("VJIT_POLICY", "greedy");
+  const std::string message = env_error();
+  EXPECT_NE(message.find("VJIT_POLICY"), std::string::npos) << message;
+  EXPECT_NE(message.find("greedy"), std::string::npos) << message;
+  EXPECT_NE(message.find("depth, agenda, frontier, ratio, fsm"), std::string::npos) << message;
+}
+
+TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"VJIT_MEMPLAN", "copy, pqtree"},
+      {"VJIT_DEVICE", "cpu, cuda"},
+      {"VJIT_ISA", "auto, avx512, avx2, scalar"},
+      {"VJIT_GEMM", "auto, onednn, openblas, blis, libxsmm, reference"},
+      {"VJIT_LOG", "off, passes, schedule, kernels, all"},
+  };
+  for (const auto& [variable, valid] : cases) {
+    set(variable, "bogus");
+    const std::string message = env_error();
+    EXPECT_NE(message.find(variable + "='bogus'"), std::string::npos) << message;
+    EXPECT_NE(message.find(valid), std::string::npos) << message;
+    unsetenv(variable.c_str());
+  }
+}
+
+TEST_F(OptionsEnv, MalformedBoolIsRejected) {
+  for (const char* variable : {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_PROFILE"}) {
+    set(variable, "yes please");
+    const std::string message = env_error();
+    EXPECT_NE(message.find(variable), std::string::npos) << message;
+    EXPECT_NE(message.find("yes please"), std::string::npos) << message;
+    EXPECT_NE(message.find("0, 1, true, false, on, off"), std::string::npos) << message;
+    unsetenv(variable);
+  }
+}
+
+TEST_F(OptionsEnv, MalformedThreadsIsRejected) {
+  for (const char* bad : {"0", "-3", "four", "4x", " 4", "99999999999999999999", "2.5"}) {
+    set("VJIT_THREADS", bad);
+    const std::string message = env_error();
+    EXPECT_NE(message.find("VJIT_THREADS"), std::string::npos) << bad << ": " << message;
+    EXPECT_NE(message.find(std::string("'") + bad + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find("positive integer"), std::string::npos) << message;
+  }
+}
+
+TEST(Options, DescribeIsOneLineNamingEveryField) {
+  vjit::Options o;
+  o.threads = 3;
+  o.policy = "ratio";
+  const std::string line = o.describe();
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  for (const std::string& name : vjit::option_names()) EXPECT_NE(line.find(name + "="), std::string::npos) << name;
+  EXPECT_NE(line.find("policy=ratio"), std::string::npos);
+  EXPECT_NE(line.find("threads=3"), std::string::npos);
+  EXPECT_NE(line.find("fusion=on"), std::string::npos);
+}
+
+TEST(Options, ApplyFlagUsesTheSameValidation) {
+  vjit::Options o;
+  vjit::apply_flag(o, "--policy", "depth");
+  vjit::apply_flag(o, "fusion", "off");
+  vjit::apply_flag(o, "--cache-dir", "/tmp/k");
+  vjit::apply_flag(o, "VJIT_THREADS", "5");
+  vjit::apply_flag(o, "--cache_dir", "/tmp/k2");
+  EXPECT_EQ(o.policy, "depth");
+  EXPECT_FALSE(o.fusion);
+  EXPECT_EQ(o.cache_dir, "/tmp/k2");
+  EXPECT_EQ(o.threads, 5);
+
+  try {
+    vjit::apply_flag(o, "--policy", "random");
+    FAIL() << "no throw";
+  } catch (const vjit::UserError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("--policy='random'"), std::string::npos) << message;
+    EXPECT_NE(message.find("depth, agenda, frontier, ratio, fsm"), std::string::npos) << message;
+  }
+  EXPECT_EQ(o.policy, "depth");  // unchanged by the failed flag
+
+  try {
+    vjit::apply_flag(o, "--polcy", "depth");
+    FAIL() << "no throw";
+  } catch (const vjit::UserError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("--polcy"), std::string::npos) << message;
+    EXPECT_NE(message.find("--policy"), std::string::npos) << message;
+    EXPECT_NE(message.find("--cache-dir"), std::string::npos) << message;
+  }
+}
+
+TEST(Options, ApplyFlagsConsumesOptionsAndReturnsTheRest) {
+  const char* argv[] = {"prog",        "--policy", "fsm",       "--epochs", "3",          "--no-fusion",
+                        "--threads=2", "input.txt", "--lazy",   "0",        "--", "--policy", "x"};
+  vjit::Options o;
+  std::vector<std::string> rest = vjit::apply_flags(o, int(std::size(argv)), argv);
+  EXPECT_EQ(o.policy, "fsm");
+  EXPECT_FALSE(o.fusion);
+  EXPECT_FALSE(o.lazy);
+  EXPECT_EQ(o.threads, 2);
+  EXPECT_EQ(rest, (std::vector<std::string>{"--epochs", "3", "input.txt", "--", "--policy", "x"}));
+
+  const char* missing[] = {"prog", "--policy"};
+  EXPECT_THROW(vjit::apply_flags(o, 2, missing), vjit::UserError);
+  const char* not_bool[] = {"prog", "--no-policy"};
+  EXPECT_THROW(vjit::apply_flags(o, 2, not_bool), vjit::UserError);
+  const char* bad[] = {"prog", "--memplan=tree"};
+  EXPECT_THROW(vjit::apply_flags(o, 2, bad), vjit::UserError);
+}
+
+TEST(Options, ValidateCatchesValuesSetByCode) {
+  vjit::Options o;
+  o.policy = "Agenda";  // must be the canonical lower-case spelling
+  EXPECT_THROW(o.validate(), vjit::UserError);
+  o = vjit::Options{};
+  o.gemm = "mkl";
+  try {
+    o.validate();
+    FAIL() << "no throw";
+  } catch (const vjit::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("onednn"), std::string::npos) << e.what();
+  }
+  o = vjit::Options{};
+  o.threads = 0;
+  EXPECT_THROW(o.validate(), vjit::UserError);
+}
+
+TEST(Options, LogTopics) {
+  vjit::Options o;
+  EXPECT_FALSE(o.logs("passes"));
+  o.log = "passes";
+  EXPECT_TRUE(o.logs("passes"));
+  EXPECT_FALSE(o.logs("schedule"));
+  o.log = "all";
+  EXPECT_TRUE(o.logs("schedule"));
+  EXPECT_TRUE(o.logs("kernels"));
+}
+
+}  // namespace
