@@ -2,7 +2,7 @@
 // Input graphs. A sample is one DAG of typed vertices; each vertex lists its
 // children in slot order (gather(k) reads what child k scattered), and carries
 // its own external inputs: a token id (for pull_embedding), a label (for
-// per-vertex losses; negative means "no label here") and a feature row (pull).
+// per-vertex losses; -1 means "no label here") and a feature row (pull).
 #include <cstdint>
 #include <string>
 #include <vector>
