@@ -1,0 +1,72 @@
+#include "codegen/x86_isa.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include <xbyak/xbyak_util.h>
+
+#include "vjit/error.h"
+
+namespace vjit::codegen {
+
+namespace {
+
+using Cpu = Xbyak::util::Cpu;
+
+const Cpu& host_cpu() {
+  static const Cpu cpu;  // CPUID + XGETBV once
+  return cpu;
+}
+
+bool has_avx2() { return host_cpu().has(Cpu::tAVX2) && host_cpu().has(Cpu::tFMA); }
+
+bool has_avx512() {
+  const Cpu& cpu = host_cpu();
+  return has_avx2() && cpu.has(Cpu::tAVX512F) && cpu.has(Cpu::tAVX512BW) &&
+         cpu.has(Cpu::tAVX512DQ) && cpu.has(Cpu::tAVX512VL);
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+bool cpu_has(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return true;
+    case Isa::Avx2: return has_avx2();
+    case Isa::Avx512: return has_avx512();
+  }
+  return false;
+}
+
+Isa best_isa() {
+  if (cpu_has(Isa::Avx512)) return Isa::Avx512;
+  if (cpu_has(Isa::Avx2)) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+Isa parse_isa(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "auto") return best_isa();
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (lower == isa_name(isa)) return isa;
+  }
+  throw UserError("unknown ISA '" + name + "'; valid values are: auto, scalar, avx2, avx512");
+}
+
+void require_isa(Isa isa) {
+  VJIT_USER_CHECK(cpu_has(isa), "ISA '" << isa_name(isa) << "' was requested but this CPU lacks it"
+                                        << " (the best it has is '" << isa_name(best_isa())
+                                        << "')");
+}
+
+}  // namespace vjit::codegen

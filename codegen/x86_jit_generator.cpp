@@ -1,0 +1,85 @@
+#include "codegen/x86_jit_generator.h"
+
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "vjit/error.h"
+
+namespace vjit::codegen {
+
+namespace {
+
+bool is_callee_saved(const Xbyak::Reg64& reg) {
+  using Xbyak::Operand;
+  switch (reg.getIdx()) {
+    case Operand::RBX:
+    case Operand::RBP:
+    case Operand::R12:
+    case Operand::R13:
+    case Operand::R14:
+    case Operand::R15: return true;
+    default: return false;
+  }
+}
+
+bool perf_map_enabled() {
+  const char* value = std::getenv("VJIT_PERF_MAP");
+  if (value == nullptr) return false;
+  const std::string v = value;
+  VJIT_USER_CHECK(v.empty() || v == "0" || v == "1",
+                  "VJIT_PERF_MAP='" << v << "' is not valid; valid values are: 0, 1");
+  return v == "1";
+}
+
+}  // namespace
+
+JitGenerator::JitGenerator(std::string name, std::size_t max_code_size)
+    // DontSetProtectRWE: the buffer stays read+write while generating;
+    // create_kernel() turns it read+execute.
+    : Xbyak::CodeGenerator(max_code_size, Xbyak::DontSetProtectRWE), name_(std::move(name)) {}
+
+const std::uint8_t* JitGenerator::create_kernel() {
+  VJIT_INTERNAL_CHECK(entry_ == nullptr, "kernel '" << name_ << "' generated twice");
+  try {
+    generate();
+  } catch (const Xbyak::Error& e) {
+    VJIT_INTERNAL_CHECK(false, "xbyak failed generating '" << name_ << "': " << e.what());
+  }
+  setProtectModeRE();
+  entry_ = getCode();
+  register_perf_map(entry_, getSize(), name_);
+  return entry_;
+}
+
+void JitGenerator::preamble(std::initializer_list<Xbyak::Reg64> used) {
+  saved_.assign(used.begin(), used.end());
+  for (const Xbyak::Reg64& reg : saved_) {
+    VJIT_INTERNAL_CHECK(is_callee_saved(reg),
+                        "kernel '" << name_ << "' asks to save caller-saved " << reg.toString());
+    push(reg);
+  }
+}
+
+void JitGenerator::postamble() {
+  for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) pop(*it);
+  vzeroupper();  // avoid AVX-SSE transition penalties in the caller
+  ret();
+}
+
+void register_perf_map(const void* code, std::size_t size, const std::string& name) {
+  if (!perf_map_enabled()) return;  // read each time: kernels are rare, tests toggle it
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::string path = "/tmp/perf-" + std::to_string(::getpid()) + ".map";
+  std::FILE* file = std::fopen(path.c_str(), "a");
+  if (file == nullptr) return;  // profiling aid only: never fail a kernel for it
+  std::fprintf(file, "%" PRIxPTR " %zx %s\n", reinterpret_cast<std::uintptr_t>(code), size,
+               name.c_str());
+  std::fclose(file);
+}
+
+}  // namespace vjit::codegen

@@ -1,0 +1,52 @@
+#pragma once
+// A compiled elementwise kernel: dst[i] = fn(src[i]) for 0 <= i < n, with the
+// math of x86_vmath.h. The JIT code runs a vector loop over full registers,
+// then one masked step for the n % lanes tail (Avx512: opmask k1; Avx2:
+// vmaskmovps), which never touches memory past src[n - 1] or dst[n - 1].
+// Isa::Scalar runs a plain C++ loop over the std:: float functions.
+// n <= 0 does nothing. src and dst may be the same array (in place).
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "codegen/x86_isa.h"
+#include "codegen/x86_vmath.h"
+
+namespace vjit::codegen {
+
+class JitGenerator;
+
+// The scalar reference in float: std::exp, std::log, std::tanh, and sigmoid
+// as 1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) below.
+float unary_reference(UnaryFn fn, float x);
+
+class UnaryKernel {
+ public:
+  using Entry = void (*)(const float* src, float* dst, std::int64_t n);
+
+  // Compiles the kernel; throws vjit::UserError (require_isa) when this CPU
+  // lacks `isa`.
+  UnaryKernel(Isa isa, UnaryFn fn);
+  ~UnaryKernel();
+  UnaryKernel(UnaryKernel&&) noexcept;
+  UnaryKernel& operator=(UnaryKernel&&) noexcept;
+
+  void operator()(const float* src, float* dst, std::int64_t n) const { entry_(src, dst, n); }
+
+  Entry entry() const { return entry_; }
+  Isa isa() const { return isa_; }
+  UnaryFn fn() const { return fn_; }
+  // "vjit_unary_<fn>_<isa>", the name in the perf map.
+  const std::string& name() const { return name_; }
+  // Bytes of machine code (0 for Isa::Scalar).
+  std::size_t code_size() const;
+
+ private:
+  Isa isa_;
+  UnaryFn fn_;
+  std::string name_;
+  std::unique_ptr<JitGenerator> jit_;  // null for Isa::Scalar
+  Entry entry_ = nullptr;
+};
+
+}  // namespace vjit::codegen
