@@ -1,0 +1,503 @@
+#include "scheduler/schedule.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+
+#include "scheduler/fsm.h"
+#include "vjit/error.h"
+
+namespace vjit {
+
+namespace {
+constexpr std::array<std::pair<Policy, const char*>, 5> kPolicyNames{{
+    {Policy::Depth, "depth"},
+    {Policy::Agenda, "agenda"},
+    {Policy::Frontier, "frontier"},
+    {Policy::Ratio, "ratio"},
+    {Policy::Fsm, "fsm"},
+}};
+}  // namespace
+
+const char* policy_name(Policy policy) {
+  for (const auto& [value, name] : kPolicyNames)
+    if (value == policy) return name;
+  VJIT_INTERNAL_CHECK(false, "unknown Policy value " << int(policy));
+}
+
+Policy parse_policy(const std::string& name) {
+  for (const auto& [value, known] : kPolicyNames)
+    if (name == known) return value;
+  detail::Message valid;
+  for (size_t i = 0; i < kPolicyNames.size(); ++i) valid << (i ? ", " : "") << kPolicyNames[i].second;
+  throw UserError("unknown batching policy '" + name + "'; valid policies: " + valid.str());
+}
+
+const std::vector<Policy>& all_policies() {
+  static const std::vector<Policy> policies = [] {
+    std::vector<Policy> all;
+    for (const auto& entry : kPolicyNames) all.push_back(entry.first);
+    return all;
+  }();
+  return policies;
+}
+
+namespace sched {
+
+// ---------------------------------------------------------------- FlatBatch
+
+FlatBatch::FlatBatch(const GraphBatch& batch, int num_types) : batch_(&batch), num_types_(num_types) {
+  VJIT_USER_CHECK(num_types >= 1, "a program needs at least one vertex type (got " << num_types << ")");
+  const int64_t total = batch.num_vertices();
+  VJIT_USER_CHECK(total < int64_t(1) << 31, "batch has " << total << " vertices; at most 2^31-1 are supported");
+
+  std::vector<int> sample_offset(batch.samples.size(), 0);
+  int offset = 0;
+  for (size_t s = 0; s < batch.samples.size(); ++s) {
+    sample_offset[s] = offset;
+    offset += int(batch.samples[s].vertices.size());
+  }
+
+  types_.reserve(offset);
+  refs_.reserve(offset);
+  child_ids_.reserve(offset);  // grows further for vertices with several children
+  child_begin_.reserve(offset + 1);
+  child_begin_.push_back(0);
+  std::vector<int> parent_count(offset, 0);
+  for (size_t s = 0; s < batch.samples.size(); ++s) {
+    const auto& vertices = batch.samples[s].vertices;
+    for (size_t i = 0; i < vertices.size(); ++i) {
+      const Vertex& vertex = vertices[i];
+      const int id = int(types_.size());
+      types_.push_back(vertex.type);
+      refs_.push_back(VertexRef{int(s), int(i)});
+      VJIT_USER_CHECK(vertex.type >= 0 && vertex.type < num_types,
+                      describe(id) << " has vertex type " << vertex.type << ", but the program has "
+                                   << num_types << " vertex types");
+      for (size_t k = 0; k < vertex.children.size(); ++k) {
+        const int child = vertex.children[k];
+        VJIT_USER_CHECK(child >= 0 && size_t(child) < vertices.size(),
+                        describe(id) << " child " << k << " is vertex " << child << ", out of range (the sample has "
+                                     << vertices.size() << " vertices)");
+        child_ids_.push_back(sample_offset[s] + child);
+        ++parent_count[sample_offset[s] + child];
+      }
+      child_begin_.push_back(int(child_ids_.size()));
+    }
+  }
+
+  // Parents in CSR form: a counting pass, then a fill pass.
+  parent_begin_.assign(offset + 1, 0);
+  for (int v = 0; v < offset; ++v) parent_begin_[v + 1] = parent_begin_[v] + parent_count[v];
+  parent_ids_.resize(child_ids_.size());
+  std::vector<int> fill(parent_begin_.begin(), parent_begin_.end() - 1);
+  for (int v = 0; v < offset; ++v)
+    for (int child : children(v)) parent_ids_[fill[child]++] = v;
+}
+
+std::string FlatBatch::describe(int v) const {
+  const VertexRef r = refs_[v];
+  const std::string& name = batch_->samples[r.sample].name;
+  detail::Message m;
+  if (name.empty())
+    m << "sample " << r.sample;
+  else
+    m << "sample '" << name << "'";
+  m << " vertex " << r.vertex;
+  return m.str();
+}
+
+// ------------------------------------------------------- depths, lower bound
+
+std::vector<int> topological_order(const FlatBatch& graph) {
+  // Kahn's algorithm upwards from the leaves.
+  const int n = graph.num_vertices();
+  std::vector<int> pending(n), order;
+  order.reserve(n);
+  for (int v = 0; v < n; ++v) {
+    pending[v] = int(graph.children(v).size());
+    if (pending[v] == 0) order.push_back(v);
+  }
+  for (size_t head = 0; head < order.size(); ++head)
+    for (int parent : graph.parents(order[head]))
+      if (--pending[parent] == 0) order.push_back(parent);
+  if (int(order.size()) != n) {
+    for (int v = 0; v < n; ++v)
+      VJIT_USER_CHECK(pending[v] == 0, "the input graph has a cycle: " << graph.describe(v)
+                                                                     << " is on or above a cycle");
+  }
+  return order;
+}
+
+std::vector<int> vertex_depths(const FlatBatch& graph) {
+  std::vector<int> depth(graph.num_vertices(), 0);
+  for (int v : topological_order(graph))
+    for (int child : graph.children(v)) depth[v] = std::max(depth[v], depth[child] + 1);
+  return depth;
+}
+
+int lower_bound(const FlatBatch& graph, std::span<const int> topological_order) {
+  // chain[v][a] = the most type-a vertices on one downward path from v (v
+  // included); Depth(G^a) is its maximum over v. Only the types present get a
+  // column, so the pass costs O((vertices + edges) * types present).
+  const int n = graph.num_vertices();
+  std::vector<int> column(graph.num_types(), -1);
+  int width = 0;
+  for (int v = 0; v < n; ++v)
+    if (column[graph.type(v)] < 0) column[graph.type(v)] = width++;
+  std::vector<int> chain(size_t(n) * width, 0);
+  std::vector<int> depth(width, 0);
+  for (int v : topological_order) {
+    int* mine = chain.data() + size_t(v) * width;
+    for (int child : graph.children(v)) {
+      const int* theirs = chain.data() + size_t(child) * width;
+      for (int a = 0; a < width; ++a) mine[a] = std::max(mine[a], theirs[a]);
+    }
+    const int a = column[graph.type(v)];
+    depth[a] = std::max(depth[a], ++mine[a]);
+  }
+  int bound = 0;
+  for (int d : depth) bound += d;
+  return bound;
+}
+
+// ------------------------------------------------------------ FrontierState
+
+FrontierState::FrontierState(const FlatBatch& graph)
+    : graph_(&graph), ready_(graph.num_types()) {
+  reset();
+}
+
+void FrontierState::reset() {
+  const int n = graph_->num_vertices();
+  num_executed_ = 0;
+  executed_.assign(n, 0);
+  pending_children_.resize(n);
+  for (auto& list : ready_) list.clear();
+  for (int v = 0; v < n; ++v) {
+    pending_children_[v] = int(graph_->children(v).size());
+    if (pending_children_[v] == 0) ready_[graph_->type(v)].push_back(v);
+  }
+  if (depth_) recount_depths();
+  if (tracking_type_frontiers_) {
+    if (!type_edges_complete_) build_type_edges();  // built after some vertices ran
+    recount_type_frontiers();
+  }
+}
+
+bool FrontierState::has_ready() const {
+  for (const auto& list : ready_)
+    if (!list.empty()) return true;
+  return false;
+}
+
+void FrontierState::take_ready(int type, std::vector<int>& out) {
+  out.clear();
+  out.swap(ready_[type]);
+  // Release order is often already sorted (chains, trees built bottom-up).
+  if (!std::is_sorted(out.begin(), out.end())) std::sort(out.begin(), out.end());
+}
+
+void FrontierState::execute(std::span<const int> vertices) {
+  for (int v : vertices) {
+    executed_[v] = 1;
+    const int type = graph_->type(v);
+    for (int parent : graph_->parents(v))
+      if (--pending_children_[parent] == 0) ready_[graph_->type(parent)].push_back(parent);
+    if (depth_) {
+      remaining_depth_sum_[type] -= (*depth_)[v];
+      --remaining_count_[type];
+    }
+    if (tracking_type_frontiers_) {
+      // v was ready, so it had no type-a descendant left: it leaves Frontier(G^a).
+      --type_frontier_[type];
+      for (int i = type_parent_begin_[v]; i < type_parent_begin_[v + 1]; ++i) {
+        const int parent = type_parent_ids_[i];
+        if (--pending_type_children_[parent] == 0) ++type_frontier_[type];
+      }
+    }
+  }
+  num_executed_ += int(vertices.size());
+}
+
+void FrontierState::throw_cycle() const {
+  for (int v = 0; v < graph_->num_vertices(); ++v)
+    if (!executed_[v])
+      throw UserError("the input graph has a cycle: " + graph_->describe(v) + " is on or above a cycle");
+  VJIT_INTERNAL_CHECK(false, "throw_cycle called on a finished batch");
+}
+
+void FrontierState::track_depths(const std::vector<int>& depth) {
+  VJIT_INTERNAL_CHECK(int(depth.size()) == graph_->num_vertices(), "depth vector of the wrong size");
+  depth_ = &depth;
+  recount_depths();
+}
+
+void FrontierState::recount_depths() {
+  remaining_depth_sum_.assign(num_types(), 0);
+  remaining_count_.assign(num_types(), 0);
+  for (int v = 0; v < graph_->num_vertices(); ++v) {
+    if (executed_[v]) continue;
+    remaining_depth_sum_[graph_->type(v)] += (*depth_)[v];
+    ++remaining_count_[graph_->type(v)];
+  }
+}
+
+bool FrontierState::lower_average_depth(int a, int b) const {
+  // sum_a / count_a < sum_b / count_b, without rounding.
+  return remaining_depth_sum_[a] * remaining_count_[b] < remaining_depth_sum_[b] * remaining_count_[a];
+}
+
+void FrontierState::track_type_frontiers() {
+  if (tracking_type_frontiers_) return;
+  build_type_edges();
+  tracking_type_frontiers_ = true;
+  recount_type_frontiers();
+}
+
+std::vector<int> FrontierState::pending_topological_order() const {
+  // Kahn's algorithm over the vertices not yet run, upwards from the ready ones;
+  // pending_children_ already counts each vertex's children not yet run.
+  std::vector<int> order, pending = pending_children_;
+  order.reserve(graph_->num_vertices() - num_executed_);
+  for (const auto& list : ready_) order.insert(order.end(), list.begin(), list.end());
+  for (size_t head = 0; head < order.size(); ++head)
+    for (int parent : graph_->parents(order[head]))
+      if (--pending[parent] == 0) order.push_back(parent);
+  if (int(order.size()) != graph_->num_vertices() - num_executed_) {
+    for (int v = 0; v < graph_->num_vertices(); ++v)
+      VJIT_USER_CHECK(executed_[v] || pending[v] == 0, "the input graph has a cycle: " << graph_->describe(v)
+                                                                                   << " is on or above a cycle");
+  }
+  return order;
+}
+
+void FrontierState::build_type_edges() {
+  // For each vertex v not yet run, a depth-first search down through vertices
+  // of other types finds its nearest descendants of v's own type: the G^a
+  // edges. Only the part of the graph not yet run matters (a run vertex has no
+  // pending descendant), so a late fallback of the fsm policy pays only for
+  // what is left. `below` (the types at or under each vertex, one bit per type;
+  // types from 63 on share the last bit, which then only prunes less) lets the
+  // search skip subgraphs without v's type: e.g. a loss vertex over a tree of
+  // other types costs O(its degree).
+  const FlatBatch& g = *graph_;
+  const int n = g.num_vertices();
+  const std::vector<int> order = pending_topological_order();
+  std::vector<uint64_t> below(n, 0);  // stays 0 for run vertices: never searched
+  auto bit = [](int type) { return uint64_t(1) << std::min(type, 63); };
+  for (int v : order) {
+    below[v] = bit(g.type(v));
+    for (int child : g.children(v)) below[v] |= below[child];
+  }
+
+  std::vector<std::pair<int, int>> edges;  // (type child, type parent)
+  std::vector<int> seen(n, -1), stack;
+  type_child_count_.assign(n, 0);
+  for (int v : order) {
+    const int type = g.type(v);
+    auto push_children = [&](int x) {
+      for (int child : g.children(x))
+        if (below[child] & bit(type)) stack.push_back(child);
+    };
+    push_children(v);
+    while (!stack.empty()) {
+      const int x = stack.back();
+      stack.pop_back();
+      if (seen[x] == v) continue;
+      seen[x] = v;
+      if (g.type(x) == type) {
+        edges.emplace_back(x, v);
+        ++type_child_count_[v];
+      } else {
+        push_children(x);
+      }
+    }
+  }
+  type_edges_complete_ = num_executed_ == 0;
+
+  // CSR, child -> parent: running the child is what unblocks the parent.
+  type_parent_begin_.assign(n + 1, 0);
+  for (const auto& edge : edges) ++type_parent_begin_[edge.first + 1];
+  for (int v = 0; v < n; ++v) type_parent_begin_[v + 1] += type_parent_begin_[v];
+  type_parent_ids_.resize(edges.size());
+  std::vector<int> fill(type_parent_begin_.begin(), type_parent_begin_.end() - 1);
+  for (const auto& edge : edges) type_parent_ids_[fill[edge.first]++] = edge.second;
+}
+
+void FrontierState::recount_type_frontiers() {
+  // The edges only lead to vertices not yet run, so the counts start from them.
+  const FlatBatch& g = *graph_;
+  pending_type_children_ = type_child_count_;
+  type_frontier_.assign(num_types(), 0);
+  for (int v = 0; v < g.num_vertices(); ++v)
+    if (!executed_[v] && pending_type_children_[v] == 0) ++type_frontier_[g.type(v)];
+}
+
+int choose_agenda(const FrontierState& state) {
+  int best = -1;
+  for (int type = 0; type < state.num_types(); ++type) {
+    if (state.num_ready(type) == 0) continue;
+    if (best < 0 || state.lower_average_depth(type, best)) best = type;
+  }
+  return best;
+}
+
+int choose_ratio(const FrontierState& state) {
+  int best = -1;
+  for (int type = 0; type < state.num_types(); ++type) {
+    if (state.num_ready(type) == 0) continue;
+    // ready_t / frontier_t > ready_best / frontier_best, without rounding.
+    if (best < 0 || int64_t(state.num_ready(type)) * state.type_frontier(best) >
+                        int64_t(state.num_ready(best)) * state.type_frontier(type))
+      best = type;
+  }
+  return best;
+}
+
+}  // namespace sched
+
+// ------------------------------------------------------------------ policies
+
+namespace {
+
+using sched::FlatBatch;
+using sched::FrontierState;
+
+// Appends tasks to a schedule and remembers the order vertices ran in (a
+// topological order, used for the lower bound).
+class TaskSink {
+ public:
+  TaskSink(const FlatBatch& graph, Schedule& schedule) : graph_(graph), schedule_(schedule) {
+    order_.reserve(graph.num_vertices());
+  }
+  // `ids` sorted ascending, all of type `type`.
+  void emit(int type, std::span<const int> ids) {
+    Task task{type, {}};
+    task.vertices.reserve(ids.size());
+    for (int v : ids) task.vertices.push_back(graph_.ref(v));
+    schedule_.tasks.push_back(std::move(task));
+    order_.insert(order_.end(), ids.begin(), ids.end());
+  }
+  const std::vector<int>& order() const { return order_; }
+
+ private:
+  const FlatBatch& graph_;
+  Schedule& schedule_;
+  std::vector<int> order_;
+};
+
+void schedule_by_depth(const FlatBatch& graph, TaskSink& sink) {
+  // Counting sort of the vertices by (depth, type); scanning ids in ascending
+  // order keeps each bucket sorted.
+  const std::vector<int> depth = sched::vertex_depths(graph);
+  const int num_types = graph.num_types();
+  const int max_depth = depth.empty() ? -1 : *std::max_element(depth.begin(), depth.end());
+  const size_t num_buckets = size_t(max_depth + 1) * size_t(num_types);
+  std::vector<int> bucket_begin(num_buckets + 1, 0);
+  auto bucket = [&](int v) { return size_t(depth[v]) * num_types + graph.type(v); };
+  for (int v = 0; v < graph.num_vertices(); ++v) ++bucket_begin[bucket(v) + 1];
+  for (size_t b = 0; b < num_buckets; ++b) bucket_begin[b + 1] += bucket_begin[b];
+  std::vector<int> sorted(graph.num_vertices());
+  std::vector<int> fill(bucket_begin.begin(), bucket_begin.end() - 1);
+  for (int v = 0; v < graph.num_vertices(); ++v) sorted[fill[bucket(v)]++] = v;
+  for (size_t b = 0; b < num_buckets; ++b) {
+    if (bucket_begin[b] == bucket_begin[b + 1]) continue;
+    sink.emit(int(b % num_types),
+              std::span<const int>(sorted.data() + bucket_begin[b], sorted.data() + bucket_begin[b + 1]));
+  }
+}
+
+// Algorithm 1 of ED-Batch: `choose` names the next type among the ready ones.
+template <typename Choose>
+void schedule_by_type_choice(FrontierState& state, TaskSink& sink, Choose choose) {
+  std::vector<int> batch;
+  while (!state.done()) {
+    if (!state.has_ready()) state.throw_cycle();
+    const int type = choose(state);
+    state.take_ready(type, batch);
+    sink.emit(type, batch);
+    state.execute(batch);
+  }
+}
+
+void schedule_by_frontier(FrontierState& state, TaskSink& sink) {
+  // Take every type's ready vertices before running any, so that vertices made
+  // ready by this step wait for the next one.
+  std::vector<std::vector<int>> step(state.num_types());
+  while (!state.done()) {
+    if (!state.has_ready()) state.throw_cycle();
+    for (int type = 0; type < state.num_types(); ++type) state.take_ready(type, step[type]);
+    for (int type = 0; type < state.num_types(); ++type) {
+      if (step[type].empty()) continue;
+      sink.emit(type, step[type]);
+      state.execute(step[type]);
+    }
+  }
+}
+
+int schedule_by_fsm(const FsmPolicy& fsm, FrontierState& state, TaskSink& sink) {
+  StateEncoder encoder(fsm.encoding());
+  std::string key;
+  int fallbacks = 0;
+  schedule_by_type_choice(state, sink, [&](FrontierState& s) {
+    encoder.encode(s, key);
+    const int type = fsm.action(key);
+    if (type >= 0 && type < s.num_types() && s.num_ready(type) > 0) return type;
+    // Unseen state: the ratio heuristic, which the FSM's reward distils. Its
+    // statistics are built only now, so a fully covered batch never pays for them.
+    ++fallbacks;
+    s.track_type_frontiers();
+    return sched::choose_ratio(s);
+  });
+  return fallbacks;
+}
+
+}  // namespace
+
+Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy, const FsmPolicy* fsm) {
+  if (policy == Policy::Fsm) {
+    VJIT_USER_CHECK(fsm != nullptr, "batching policy 'fsm' needs a learned FSM policy (none was given)");
+    VJIT_USER_CHECK(fsm->num_types() == num_types, "the FSM policy was learned for " << fsm->num_types()
+                                                       << " vertex types, but the program has " << num_types);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Schedule schedule;
+  const FlatBatch graph(batch, num_types);
+  TaskSink sink(graph, schedule);
+  if (policy == Policy::Depth) {
+    schedule_by_depth(graph, sink);
+  } else {
+    FrontierState state(graph);
+    switch (policy) {
+      case Policy::Agenda: {
+        const std::vector<int> depth = sched::vertex_depths(graph);
+        state.track_depths(depth);
+        schedule_by_type_choice(state, sink, sched::choose_agenda);
+        break;
+      }
+      case Policy::Frontier:
+        schedule_by_frontier(state, sink);
+        break;
+      case Policy::Ratio:
+        state.track_type_frontiers();
+        schedule_by_type_choice(state, sink, sched::choose_ratio);
+        break;
+      case Policy::Fsm:
+        schedule.fsm_fallbacks = schedule_by_fsm(*fsm, state, sink);
+        break;
+      case Policy::Depth:
+        break;
+    }
+  }
+  schedule.schedule_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  schedule.lower_bound = sched::lower_bound(graph, sink.order());
+  return schedule;
+}
+
+int batching_lower_bound(const GraphBatch& batch, int num_types) {
+  const FlatBatch graph(batch, num_types);
+  return sched::lower_bound(graph, sched::topological_order(graph));
+}
+
+}  // namespace vjit

@@ -1,0 +1,198 @@
+#pragma once
+// Batching policies: which vertices of a GraphBatch are evaluated together, and
+// in which order. A schedule is a list of tasks; a task is one vertex type plus
+// vertices of that type whose children all ran in earlier tasks, so the vertex
+// function of that type runs once, batched, over all of them. Fewer tasks mean
+// fewer kernel launches; the backward pass replays the tasks in reverse.
+//
+// Every policy below is an instance of ED-Batch's Algorithm 1 except `depth`,
+// which batches by static level: repeatedly choose a type a and run every ready
+// vertex of type a (a vertex is ready once all its children ran).
+//
+//   depth     TensorFlow Fold: one task per (depth, type), depth = longest path
+//             down to a leaf (leaves are at depth 0); ordered by depth, then type.
+//   agenda    DyNet: the ready type whose not-yet-run vertices (all of them in
+//             the batch, ready or not) have the lowest average depth.
+//   frontier  Cavs: every ready vertex runs at each step, one task per type.
+//   ratio     ED-Batch's sufficient-condition heuristic: the ready type a that
+//             maximises |Frontier_a(G_t)| / |Frontier(G_t^a)| (see below).
+//   fsm       ED-Batch: a learned finite-state machine (scheduler/fsm.h).
+//
+// Definitions (ED-Batch, ICML'23, section 2.3 and appendix A):
+//   G_t             the batch's graph with the vertices run before step t removed.
+//   Frontier(G_t)   the ready vertices; Frontier_a(G_t) those of type a.
+//   G^a             the subgraph "composed solely of type a operations": its
+//                   vertices are the type-a vertices, with an edge u -> v when v
+//                   is reachable from u through vertices of other types only
+//                   (the reference implementation's `typewise_args`: the nearest
+//                   type-a descendants). Its transitive closure is exactly the
+//                   dependency order among type-a vertices.
+//   Frontier(G_t^a) the not-yet-run type-a vertices with no not-yet-run type-a
+//                   descendant. Every ready type-a vertex is in it, so the
+//                   ratio is in (0, 1]; when it is 1, running a now is part of
+//                   some shortest schedule (Lemma 2.1).
+//   lower bound     sum over types a of Depth(G^a), the number of vertices on the
+//                   longest chain of G^a (appendix A.3): type a needs at least
+//                   that many tasks of its own.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vjit/graph.h"
+
+namespace vjit {
+
+class FsmPolicy;
+
+enum class Policy { Depth, Agenda, Frontier, Ratio, Fsm };
+
+const char* policy_name(Policy policy);
+// Throws UserError listing the valid names.
+Policy parse_policy(const std::string& name);
+const std::vector<Policy>& all_policies();
+
+struct VertexRef {
+  int sample = 0;
+  int vertex = 0;
+  friend bool operator==(const VertexRef&, const VertexRef&) = default;
+  friend auto operator<=>(const VertexRef&, const VertexRef&) = default;
+};
+
+struct Task {
+  int type = 0;
+  std::vector<VertexRef> vertices;  // sorted by (sample, vertex)
+};
+
+struct Schedule {
+  std::vector<Task> tasks;
+  int lower_bound = 0;            // ED-Batch A.3; no schedule has fewer tasks
+  double schedule_seconds = 0.0;  // time to choose the tasks (the lower bound, a
+                                  // diagnostic, is computed outside it)
+  int fsm_fallbacks = 0;          // fsm steps decided by the ratio heuristic
+};
+
+// Schedules every vertex of `batch`. Vertex types must lie in [0, num_types).
+// Policy::Fsm needs `fsm`, learned for the same number of types. Throws
+// UserError for an out-of-range type or child, or a cycle.
+Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy,
+                       const FsmPolicy* fsm = nullptr);
+
+// The ED-Batch lower bound on the number of tasks of any schedule of `batch`.
+int batching_lower_bound(const GraphBatch& batch, int num_types);
+
+// ---------------------------------------------------------------------------
+// Building blocks shared by the policies and the FSM learner (scheduler/fsm.cpp).
+namespace sched {
+
+// The batch with vertices numbered globally: id = offset of the sample + vertex
+// index, so sorting ids sorts by (sample, vertex). Children and parents are kept
+// in compressed (CSR) lists.
+class FlatBatch {
+ public:
+  FlatBatch(const GraphBatch& batch, int num_types);
+
+  int num_vertices() const { return int(types_.size()); }
+  int num_types() const { return num_types_; }
+  int type(int v) const { return types_[v]; }
+  VertexRef ref(int v) const { return refs_[v]; }
+  std::span<const int> children(int v) const {
+    return {child_ids_.data() + child_begin_[v], child_ids_.data() + child_begin_[v + 1]};
+  }
+  std::span<const int> parents(int v) const {
+    return {parent_ids_.data() + parent_begin_[v], parent_ids_.data() + parent_begin_[v + 1]};
+  }
+  // "sample <name or index> vertex <i>", for error messages.
+  std::string describe(int v) const;
+
+ private:
+  const GraphBatch* batch_;
+  int num_types_;
+  std::vector<int> types_;
+  std::vector<VertexRef> refs_;
+  std::vector<int> child_begin_, child_ids_;
+  std::vector<int> parent_begin_, parent_ids_;
+};
+
+// Children before parents (Kahn's algorithm). Throws UserError on a cycle.
+std::vector<int> topological_order(const FlatBatch& graph);
+
+// Longest path from each vertex down to a leaf (leaves: 0). Throws on a cycle.
+std::vector<int> vertex_depths(const FlatBatch& graph);
+
+// Sum over types of Depth(G^a), given the vertices in any topological order.
+int lower_bound(const FlatBatch& graph, std::span<const int> topological_order);
+
+// The state of a batch being run task by task: which vertices are ready, and,
+// when asked for, the statistics the agenda and ratio policies choose by.
+// Each step costs O(vertices run + their parent edges + types).
+class FrontierState {
+ public:
+  explicit FrontierState(const FlatBatch& graph);
+
+  // Back to "nothing has run"; keeps the statistics that are tracked.
+  void reset();
+  bool done() const { return num_executed_ == graph_->num_vertices(); }
+  const FlatBatch& graph() const { return *graph_; }
+  int num_types() const { return graph_->num_types(); }
+  int num_ready(int type) const { return int(ready_[type].size()); }
+  bool has_ready() const;
+
+  // Moves the ready vertices of `type`, sorted by id, into `out`. They are not
+  // run yet: call execute(out) after taking every type of this step.
+  void take_ready(int type, std::vector<int>& out);
+  // Marks `vertices` (all previously taken) as run; parents whose children
+  // have all run become ready.
+  void execute(std::span<const int> vertices);
+  // Throws UserError naming a vertex on or above a cycle; call when nothing is
+  // ready but the batch is not done.
+  [[noreturn]] void throw_cycle() const;
+
+  // Agenda statistic: average depth of the not-yet-run vertices of a type.
+  // `depth` must outlive this object.
+  void track_depths(const std::vector<int>& depth);
+  // Whether type a's not-yet-run vertices have a strictly lower average depth
+  // than type b's (both must have some).
+  bool lower_average_depth(int a, int b) const;
+
+  // Ratio statistic |Frontier(G_t^a)|. The first call builds G^a's edges among
+  // the vertices not yet run, by a search from each down through vertices of
+  // other types that skips subgraphs without its type (cost: the regions
+  // searched; linear for chains, trees and loss vertices over them; quadratic
+  // at worst, e.g. type-a vertices on each of a long run of other-type
+  // vertices with a type-a vertex at its bottom).
+  void track_type_frontiers();
+  bool tracks_type_frontiers() const { return tracking_type_frontiers_; }
+  int type_frontier(int type) const { return type_frontier_[type]; }
+
+ private:
+  std::vector<int> pending_topological_order() const;
+  void build_type_edges();
+  void recount_depths();
+  void recount_type_frontiers();
+
+  const FlatBatch* graph_;
+  int num_executed_ = 0;
+  std::vector<int> pending_children_;        // children not yet run, per vertex
+  std::vector<std::vector<int>> ready_;      // per type
+  std::vector<char> executed_;
+
+  const std::vector<int>* depth_ = nullptr;  // agenda
+  std::vector<int64_t> remaining_depth_sum_, remaining_count_;
+
+  bool tracking_type_frontiers_ = false;     // ratio
+  bool type_edges_complete_ = false;         // built before anything ran
+  std::vector<int> type_parent_begin_, type_parent_ids_;  // G^a edges, child -> parent
+  std::vector<int> type_child_count_, pending_type_children_;
+  std::vector<int> type_frontier_;
+};
+
+// Ready type with the lowest average depth of its not-yet-run vertices (ties:
+// lowest type index). Needs track_depths.
+int choose_agenda(const FrontierState& state);
+// Ready type maximising |Frontier_a(G_t)| / |Frontier(G_t^a)| (ties: lowest
+// type index). Needs track_type_frontiers.
+int choose_ratio(const FrontierState& state);
+
+}  // namespace sched
+}  // namespace vjit

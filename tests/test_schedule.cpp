@@ -1,0 +1,373 @@
+// Batching policies (scheduler/schedule.h): the ED-Batch Fig. 1 graph, schedule
+// validity on random DAG batches, the lower bound against brute force, errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <random>
+#include <set>
+
+#include "scheduler/fsm.h"
+#include "scheduler/schedule.h"
+#include "vjit/error.h"
+
+namespace vjit {
+namespace {
+
+constexpr int kI = 0, kO = 1, kR = 2;
+
+// ED-Batch Fig. 1: a parse tree of I vertices (four leaves; I1 = I(leaf, leaf),
+// I2 = I(I1, leaf), I3 = I(I2, leaf)), an O vertex on each I vertex, one R
+// vertex gathering every O.
+GraphBatch figure_one() {
+  Sample s;
+  s.name = "fig1";
+  std::vector<int> leaves;
+  for (int i = 0; i < 4; ++i) leaves.push_back(s.add_vertex(kI));
+  const int i1 = s.add_vertex(kI, {leaves[0], leaves[1]});
+  const int i2 = s.add_vertex(kI, {i1, leaves[2]});
+  const int i3 = s.add_vertex(kI, {i2, leaves[3]});
+  std::vector<int> outputs;
+  for (int v : {leaves[0], leaves[1], leaves[2], leaves[3], i1, i2, i3}) outputs.push_back(s.add_vertex(kO, {v}));
+  s.add_vertex(kR, outputs);
+  GraphBatch batch;
+  batch.samples.push_back(std::move(s));
+  return batch;
+}
+
+std::vector<int> task_types(const Schedule& schedule) {
+  std::vector<int> types;
+  for (const Task& task : schedule.tasks) types.push_back(task.type);
+  return types;
+}
+
+// Every vertex exactly once, each task one type and sorted, children in
+// strictly earlier tasks, never fewer tasks than the lower bound.
+void expect_valid(const GraphBatch& batch, const Schedule& schedule, const std::string& what) {
+  std::map<std::pair<int, int>, int> task_of;
+  for (size_t t = 0; t < schedule.tasks.size(); ++t) {
+    const Task& task = schedule.tasks[t];
+    ASSERT_FALSE(task.vertices.empty()) << what << ": task " << t << " is empty";
+    ASSERT_TRUE(std::is_sorted(task.vertices.begin(), task.vertices.end())) << what << ": task " << t;
+    for (const VertexRef& r : task.vertices) {
+      ASSERT_GE(r.sample, 0);
+      ASSERT_LT(r.sample, int(batch.samples.size()));
+      ASSERT_LT(r.vertex, int(batch.samples[r.sample].vertices.size()));
+      ASSERT_EQ(batch.samples[r.sample].vertices[r.vertex].type, task.type) << what << ": task " << t;
+      ASSERT_TRUE(task_of.emplace(std::make_pair(r.sample, r.vertex), int(t)).second)
+          << what << ": sample " << r.sample << " vertex " << r.vertex << " scheduled twice";
+    }
+  }
+  ASSERT_EQ(int64_t(task_of.size()), batch.num_vertices()) << what << ": not every vertex scheduled";
+  for (size_t s = 0; s < batch.samples.size(); ++s)
+    for (size_t v = 0; v < batch.samples[s].vertices.size(); ++v)
+      for (int child : batch.samples[s].vertices[v].children)
+        ASSERT_LT(task_of.at({int(s), child}), task_of.at({int(s), int(v)}))
+            << what << ": sample " << s << " vertex " << v << " runs before its child " << child;
+  ASSERT_GE(int(schedule.tasks.size()), schedule.lower_bound) << what;
+}
+
+// A random DAG per sample: vertex i takes up to three children among the
+// earlier ones (repeats allowed), then the indices are shuffled so that index
+// order is not a topological order.
+GraphBatch random_dag_batch(std::mt19937& rng, int num_types, int max_samples, int max_vertices) {
+  GraphBatch batch;
+  const int samples = std::uniform_int_distribution<int>(1, max_samples)(rng);
+  for (int s = 0; s < samples; ++s) {
+    const int n = std::uniform_int_distribution<int>(0, max_vertices)(rng);
+    std::vector<int> perm(n);
+    for (int i = 0; i < n; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    Sample sample;
+    sample.vertices.resize(n);
+    for (int i = 0; i < n; ++i) {
+      Vertex& vertex = sample.vertices[perm[i]];
+      vertex.type = std::uniform_int_distribution<int>(0, num_types - 1)(rng);
+      const int k = i == 0 ? 0 : std::uniform_int_distribution<int>(0, std::min(3, i))(rng);
+      for (int c = 0; c < k; ++c) vertex.children.push_back(perm[std::uniform_int_distribution<int>(0, i - 1)(rng)]);
+    }
+    batch.samples.push_back(std::move(sample));
+  }
+  return batch;
+}
+
+// The fewest tasks of any Algorithm-1 schedule (each step runs every ready
+// vertex of one type), by breadth-first search over the sets of run vertices.
+int brute_force_optimum(const GraphBatch& batch, int num_types) {
+  std::vector<int> type;
+  std::vector<uint32_t> children_mask;
+  for (const Sample& s : batch.samples) {
+    const int offset = int(type.size());
+    for (const Vertex& v : s.vertices) {
+      type.push_back(v.type);
+      uint32_t mask = 0;
+      for (int c : v.children) mask |= 1u << (offset + c);
+      children_mask.push_back(mask);
+    }
+  }
+  const int n = int(type.size());
+  const uint32_t all = n == 32 ? ~0u : (1u << n) - 1;
+  std::map<uint32_t, int> distance{{0u, 0}};
+  std::queue<uint32_t> queue;
+  queue.push(0);
+  while (!queue.empty()) {
+    const uint32_t done = queue.front();
+    queue.pop();
+    if (done == all) return distance[done];
+    for (int t = 0; t < num_types; ++t) {
+      uint32_t next = done;
+      for (int v = 0; v < n; ++v)
+        if (!(done >> v & 1) && type[v] == t && (children_mask[v] & ~done) == 0) next |= 1u << v;
+      if (next != done && distance.emplace(next, distance[done] + 1).second) queue.push(next);
+    }
+  }
+  return -1;
+}
+
+TEST(Schedule, PolicyNames) {
+  for (Policy p : all_policies()) EXPECT_EQ(parse_policy(policy_name(p)), p);
+  EXPECT_EQ(all_policies().size(), 5u);
+  try {
+    parse_policy("greedy");
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("'greedy'"), std::string::npos) << message;
+    EXPECT_NE(message.find("depth, agenda, frontier, ratio, fsm"), std::string::npos) << message;
+  }
+}
+
+TEST(Schedule, FigureOneDepth) {
+  const GraphBatch batch = figure_one();
+  const Schedule s = make_schedule(batch, 3, Policy::Depth);
+  expect_valid(batch, s, "depth");
+  EXPECT_EQ(s.tasks.size(), 9u);
+  // (depth, type): (0,I) (1,I) (1,O) (2,I) (2,O) (3,I) (3,O) (4,O) (5,R)
+  EXPECT_EQ(task_types(s), (std::vector<int>{kI, kI, kO, kI, kO, kI, kO, kO, kR}));
+  EXPECT_EQ(s.tasks[0].vertices.size(), 4u);
+  EXPECT_EQ(s.tasks[2].vertices.size(), 4u);  // the O vertices of the four leaves
+}
+
+TEST(Schedule, FigureOneAgenda) {
+  // The paper's walk-through: after the I leaves, O has average depth 13/7 <
+  // I's 2, so O runs in the 2nd and again in the 6th task.
+  const GraphBatch batch = figure_one();
+  const Schedule s = make_schedule(batch, 3, Policy::Agenda);
+  expect_valid(batch, s, "agenda");
+  EXPECT_EQ(s.tasks.size(), 7u);
+  EXPECT_EQ(task_types(s), (std::vector<int>{kI, kO, kI, kI, kI, kO, kR}));
+}
+
+TEST(Schedule, FigureOneFrontier) {
+  const GraphBatch batch = figure_one();
+  const Schedule s = make_schedule(batch, 3, Policy::Frontier);
+  expect_valid(batch, s, "frontier");
+  EXPECT_EQ(s.tasks.size(), 9u);
+  EXPECT_EQ(task_types(s), (std::vector<int>{kI, kI, kO, kI, kO, kI, kO, kO, kR}));
+}
+
+TEST(Schedule, FigureOneRatioAndLowerBound) {
+  // At the 3rd step the ratio is 1/1 for I and 5/7 for O (the paper's numbers).
+  const GraphBatch batch = figure_one();
+  const Schedule s = make_schedule(batch, 3, Policy::Ratio);
+  expect_valid(batch, s, "ratio");
+  EXPECT_EQ(s.tasks.size(), 6u);
+  EXPECT_EQ(task_types(s), (std::vector<int>{kI, kI, kI, kI, kO, kR}));
+  EXPECT_EQ(s.tasks[4].vertices.size(), 7u);
+  EXPECT_EQ(s.lower_bound, 6);  // Depth(G^I) 4 + Depth(G^O) 1 + Depth(G^R) 1
+  EXPECT_EQ(batching_lower_bound(batch, 3), 6);
+  for (Policy p : {Policy::Depth, Policy::Agenda, Policy::Frontier})
+    EXPECT_EQ(make_schedule(batch, 3, p).lower_bound, 6) << policy_name(p);
+}
+
+TEST(Schedule, FigureOneRatioValues) {
+  const GraphBatch batch = figure_one();
+  const sched::FlatBatch graph(batch, 3);
+  sched::FrontierState state(graph);
+  state.track_type_frontiers();
+  std::vector<int> run;
+  for (int step = 0; step < 2; ++step) {  // the I leaves, then I1
+    state.take_ready(kI, run);
+    state.execute(run);
+  }
+  EXPECT_EQ(state.num_ready(kO), 5);
+  EXPECT_EQ(state.type_frontier(kO), 7);
+  EXPECT_EQ(state.num_ready(kI), 1);
+  EXPECT_EQ(state.type_frontier(kI), 1);
+  EXPECT_EQ(sched::choose_ratio(state), kI);
+}
+
+TEST(Schedule, ManySamplesBatchTogether) {
+  GraphBatch batch;
+  for (int i = 0; i < 5; ++i) batch.samples.push_back(figure_one().samples[0]);
+  const Schedule ratio = make_schedule(batch, 3, Policy::Ratio);
+  expect_valid(batch, ratio, "ratio x5");
+  EXPECT_EQ(ratio.tasks.size(), 6u);
+  EXPECT_EQ(ratio.tasks[0].vertices.size(), 20u);
+  EXPECT_EQ(ratio.tasks[0].vertices[4], (VertexRef{1, 0}));
+  EXPECT_EQ(make_schedule(batch, 3, Policy::Agenda).tasks.size(), 7u);
+  EXPECT_EQ(make_schedule(batch, 3, Policy::Depth).tasks.size(), 9u);
+}
+
+TEST(Schedule, EmptyBatch) {
+  GraphBatch batch;
+  batch.samples.emplace_back();
+  for (Policy p : {Policy::Depth, Policy::Agenda, Policy::Frontier, Policy::Ratio}) {
+    const Schedule s = make_schedule(batch, 2, p);
+    EXPECT_TRUE(s.tasks.empty()) << policy_name(p);
+    EXPECT_EQ(s.lower_bound, 0);
+  }
+}
+
+TEST(Schedule, RandomDagsGiveValidSchedules) {
+  std::mt19937 rng(12345);
+  for (int c = 0; c < 300; ++c) {
+    const int num_types = 1 + c % 4;
+    const GraphBatch batch = random_dag_batch(rng, num_types, 4, 25);
+    const FsmPolicy empty(StateEncoding::Sort, num_types, {});  // every step falls back
+    FsmOptions options;
+    options.episodes = 20;
+    options.check_every = 10;
+    options.seed = uint64_t(c);
+    const FsmPolicy learned = FsmPolicy::learn(batch, num_types, options);
+    const int bound = batching_lower_bound(batch, num_types);
+    for (Policy p : all_policies()) {
+      for (const FsmPolicy* fsm : {&empty, &learned}) {
+        if (p != Policy::Fsm && fsm == &learned) continue;
+        const std::string what = std::string(policy_name(p)) + " case " + std::to_string(c);
+        const Schedule s = make_schedule(batch, num_types, p, fsm);
+        expect_valid(batch, s, what);
+        EXPECT_EQ(s.lower_bound, bound) << what;
+        if (HasFatalFailure()) return;
+      }
+    }
+    // With no learned states the fsm is exactly the ratio heuristic.
+    const Schedule fallback = make_schedule(batch, num_types, Policy::Fsm, &empty);
+    const Schedule ratio = make_schedule(batch, num_types, Policy::Ratio);
+    EXPECT_EQ(task_types(fallback), task_types(ratio)) << "case " << c;
+    EXPECT_EQ(fallback.fsm_fallbacks, int(ratio.tasks.size())) << "case " << c;
+  }
+}
+
+TEST(Schedule, LowerBoundAgainstBruteForce) {
+  std::mt19937 rng(777);
+  for (int c = 0; c < 200; ++c) {
+    const int num_types = 2 + c % 3;
+    GraphBatch batch = random_dag_batch(rng, num_types, 3, 6);
+    if (batch.num_vertices() > 16) continue;
+    const int optimum = brute_force_optimum(batch, num_types);
+    const int bound = batching_lower_bound(batch, num_types);
+    EXPECT_LE(bound, optimum) << "case " << c;
+    for (Policy p : {Policy::Depth, Policy::Agenda, Policy::Frontier, Policy::Ratio})
+      EXPECT_GE(int(make_schedule(batch, num_types, p).tasks.size()), optimum) << policy_name(p) << " case " << c;
+  }
+}
+
+TEST(Schedule, LowerBoundCountsChainsThroughOtherTypes) {
+  // A(B(A)): the two A vertices depend on each other through B, so G^A has an
+  // edge and Depth(G^A) = 2; the bound is 3, which is also the optimum.
+  Sample s;
+  const int a0 = s.add_vertex(0);
+  const int b = s.add_vertex(1, {a0});
+  s.add_vertex(0, {b});
+  GraphBatch batch;
+  batch.samples.push_back(s);
+  EXPECT_EQ(batching_lower_bound(batch, 2), 3);
+  EXPECT_EQ(make_schedule(batch, 2, Policy::Ratio).tasks.size(), 3u);
+}
+
+TEST(Schedule, RatioStatisticsStartedLateAgree) {
+  // The fsm policy starts the ratio statistics at its first fallback, over the
+  // vertices not yet run; they must match statistics kept from the start.
+  std::mt19937 rng(2024);
+  for (int c = 0; c < 100; ++c) {
+    const int num_types = 2 + c % 3;
+    const GraphBatch batch = random_dag_batch(rng, num_types, 4, 30);
+    const sched::FlatBatch graph(batch, num_types);
+    sched::FrontierState early(graph), late(graph);
+    early.track_type_frontiers();
+    const int start = c % 5;
+    auto expect_same = [&](const char* when, int step) {
+      for (int t = 0; t < num_types; ++t)
+        ASSERT_EQ(early.type_frontier(t), late.type_frontier(t)) << when << " case " << c << " step " << step;
+    };
+    std::vector<int> run;
+    for (int step = 0; !early.done(); ++step) {
+      if (step == start) late.track_type_frontiers();
+      if (step >= start) expect_same("late", step);
+      const int type = sched::choose_ratio(early);
+      early.take_ready(type, run);
+      late.take_ready(type, run);
+      early.execute(run);
+      late.execute(run);
+    }
+    if (!late.tracks_type_frontiers()) continue;
+    early.reset();
+    late.reset();  // the late edges were partial: rebuilt for the whole batch
+    for (int step = 0; !early.done(); ++step) {
+      expect_same("after reset", step);
+      const int type = sched::choose_ratio(early);
+      early.take_ready(type, run);
+      late.take_ready(type, run);
+      early.execute(run);
+      late.execute(run);
+    }
+  }
+}
+
+TEST(Schedule, Deterministic) {
+  std::mt19937 rng(99);
+  const GraphBatch batch = random_dag_batch(rng, 3, 6, 40);
+  for (Policy p : {Policy::Depth, Policy::Agenda, Policy::Frontier, Policy::Ratio}) {
+    const Schedule a = make_schedule(batch, 3, p), b = make_schedule(batch, 3, p);
+    ASSERT_EQ(a.tasks.size(), b.tasks.size());
+    for (size_t t = 0; t < a.tasks.size(); ++t) {
+      EXPECT_EQ(a.tasks[t].type, b.tasks[t].type);
+      EXPECT_EQ(a.tasks[t].vertices, b.tasks[t].vertices);
+    }
+  }
+}
+
+template <typename F>
+std::string user_error_of(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no UserError)";
+}
+
+TEST(Schedule, Errors) {
+  Sample cyclic;
+  cyclic.name = "loop";
+  cyclic.add_vertex(0);
+  cyclic.add_vertex(0, {2});
+  cyclic.add_vertex(0, {1});
+  GraphBatch batch;
+  batch.samples.push_back(cyclic);
+  for (Policy p : {Policy::Depth, Policy::Agenda, Policy::Frontier, Policy::Ratio}) {
+    const std::string message = user_error_of([&] { make_schedule(batch, 1, p); });
+    EXPECT_NE(message.find("cycle"), std::string::npos) << policy_name(p) << ": " << message;
+    EXPECT_NE(message.find("sample 'loop' vertex 1"), std::string::npos) << message;
+  }
+  const FsmPolicy empty(StateEncoding::Sort, 1, {});
+  EXPECT_NE(user_error_of([&] { make_schedule(batch, 1, Policy::Fsm, &empty); }).find("cycle"), std::string::npos);
+
+  GraphBatch bad_type = figure_one();
+  EXPECT_NE(user_error_of([&] { make_schedule(bad_type, 2, Policy::Depth); }).find("has vertex type 2"),
+            std::string::npos);
+  bad_type.samples[0].vertices[4].children[1] = 99;
+  const std::string child = user_error_of([&] { make_schedule(bad_type, 3, Policy::Agenda); });
+  EXPECT_NE(child.find("sample 'fig1' vertex 4 child 1 is vertex 99"), std::string::npos) << child;
+
+  const GraphBatch fig = figure_one();
+  EXPECT_NE(user_error_of([&] { make_schedule(fig, 3, Policy::Fsm); }).find("needs a learned FSM"), std::string::npos);
+  const FsmPolicy two_types(StateEncoding::Sort, 2, {});
+  EXPECT_NE(user_error_of([&] { make_schedule(fig, 3, Policy::Fsm, &two_types); }).find("learned for 2 vertex types"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace vjit
