@@ -1,0 +1,124 @@
+#pragma once
+// A small persistent thread pool for the CPU executor, and the parallel GEMM
+// built on it.
+//
+// ThreadPool(n) runs parallel_for on n threads: the calling thread plus n - 1
+// workers started once. Tasks are claimed dynamically, so uneven tasks balance
+// and a worker that is late (descheduled) leaves its share to the others; the
+// caller always takes part. Idle workers spin for a short while (a GEMM step is
+// usually followed by another within microseconds), then sleep on a futex
+// (std::atomic::wait).
+//
+// parallel_sgemm splits one product into per-thread blocks, each computed by a
+// single-threaded library call (runtime/gemm.h): columns of C when C is wider
+// than tall (the forward Y = X W^T with few batched rows), rows otherwise (the
+// weight gradient). This beat the libraries' own threading on vjit's shapes by
+// 3-23% on a quiet machine, and by far more on a loaded one (perf/GEMM.md).
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "runtime/gemm.h"
+
+namespace vjit {
+
+class ThreadPool {
+ public:
+  // `threads` >= 1 counts the caller; 0 means std::thread::hardware_concurrency().
+  // `spin_us`: how long an idle worker polls for new work before sleeping.
+  explicit ThreadPool(int threads = 0, int spin_us = 50);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Number of threads that run tasks, the caller included.
+  int size() const { return int(workers_.size()) + 1; }
+
+  // Runs fn(task) — or fn(task, thread) with thread in [0, size()), 0 = the
+  // caller — for every task in [0, n_tasks), and returns when all are done. The
+  // first exception a task throws is rethrown here (the other tasks still run).
+  // Called from inside a task (of any pool), it runs the tasks inline, so
+  // nesting never deadlocks or oversubscribes. Calls from several outside
+  // threads are serialised.
+  template <typename Fn>
+  void parallel_for(int64_t n_tasks, Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    run(n_tasks, &call<F>, const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+ private:
+  using Trampoline = void (*)(void* fn, int64_t task, int thread);
+
+  template <typename F>
+  static void call(void* fn, int64_t task, int thread) {
+    F& f = *static_cast<F*>(fn);
+    if constexpr (std::is_invocable_v<F&, int64_t, int>) {
+      f(task, thread);
+    } else {
+      f(task);
+    }
+  }
+
+  void run(int64_t n_tasks, Trampoline trampoline, void* fn);
+  void work(uint32_t job, int thread);  // claims and runs tasks of `job` until none are left
+  void worker_main(int thread);
+
+  std::vector<std::thread> workers_;
+  const int spin_us_;
+  std::mutex run_mutex_;  // one parallel_for at a time
+
+  // The current job. The caller fills in the fields, then publishes the job by
+  // storing claim_ = job << 32 and bumping generation_ (the word idle workers
+  // sleep on). A task is claimed by a compare-exchange of claim_ from
+  // (job, t) to (job, t + 1): a worker that wakes up after its job is over
+  // fails the claim instead of running a stale task, so the caller never waits
+  // for a worker that did not take part — only for the tasks (done_ == n_tasks).
+  // On a loaded machine, where a worker may not be scheduled for milliseconds,
+  // the caller then simply runs every task itself.
+  std::atomic<uint32_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<Trampoline> trampoline_{nullptr};
+  std::atomic<void*> fn_{nullptr};
+  std::atomic<uint32_t> n_tasks_{0};
+  std::atomic<uint32_t> done_{0};  // tasks of the current job finished
+
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+// How parallel_sgemm divides C among threads.
+enum class GemmSplit {
+  Auto,  // choose_gemm_split()
+  None,  // one single-threaded call on the caller
+  Rows,  // blocks of rows of C (rows of op(A))
+  Cols,  // blocks of columns of C (columns of op(B))
+};
+
+const char* gemm_split_name(GemmSplit split);  // "auto", "none", "rows", "cols"
+
+// The split Auto uses for `threads` threads (measured with perf/gemm_bench.cpp,
+// perf/GEMM.md): None when the product (2mnk flops) is too small to pay for
+// waking a thread; otherwise the split that duplicates the smaller operand —
+// Cols when m < n (each thread reads all of op(A), m x k), Rows otherwise (each
+// thread reads all of op(B), k x n).
+GemmSplit choose_gemm_split(int threads, int64_t m, int64_t n, int64_t k);
+
+// sgemm() (runtime/gemm.h) on the pool's threads: one block of C per thread,
+// each computed by a single-threaded call of `backend`. Same arguments,
+// semantics and errors as sgemm() (validated once, before splitting); the
+// result equals one sgemm() call up to the library's rounding (each block is a
+// full-K product, so no partial sums are combined). When a worker is late
+// (another process holds its core) the caller computes that block too: on a
+// loaded machine this measured 0.84x the one-thread speed (geomean), instead of
+// stalling for milliseconds.
+void parallel_sgemm(ThreadPool& pool, GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                    int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                    float* c, int64_t ldc, GemmSplit split = GemmSplit::Auto);
+
+}  // namespace vjit
