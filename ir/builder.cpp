@@ -311,7 +311,7 @@ void Builder::push(Value v) {
 
 // --- Program ---
 
-Program::Program(const Model& model) : model_(&model) {}
+Program::Program(Model& model) : model_(&model) {}
 
 int Program::add_type(const std::string& name, const std::function<void(Builder&)>& body) {
   for (const VertexType& t : types_)
@@ -340,6 +340,18 @@ int Program::type_index(const std::string& name) const {
   for (size_t i = 0; i < types_.size(); ++i)
     if (types_[i].signature.name == name) return int(i);
   throw UserError("Program: no vertex type named '" + name + "'");
+}
+
+std::string Program::signature_string() const {
+  std::string out;
+  for (const VertexType& t : types_) {
+    const TypeSignature& s = t.signature;
+    out += s.name + ": slots";
+    for (const Shape& shape : s.slot_shapes) out += " " + shape.str();
+    if (s.variadic) out += " variadic " + s.variadic_shape.str();
+    out += " scatters " + (s.scatters ? s.scatter_shape.str() : std::string("nothing")) + "\n";
+  }
+  return out;
 }
 
 std::vector<TypeSignature> Program::signatures() const {

@@ -37,7 +37,7 @@ struct Bundle {
 };
 
 // Names: tree_lstm, tree_fc, var_lstm, fixed_lstm, bilstm_tagger, tree_gru,
-// mv_rnn, tree_lstm_2type, lattice_lstm. Throws UserError listing them for an
+// mv_rnn, tree_lstm_2type, tree_lstm_outputs, lattice_lstm. Throws UserError listing them for an
 // unknown name.
 Bundle make_model(const std::string& name, const Config& config);
 std::vector<std::string> model_names();
@@ -51,6 +51,7 @@ Bundle make_tree_fc(const Config& config);
 Bundle make_tree_gru(const Config& config);
 Bundle make_mv_rnn(const Config& config);
 Bundle make_tree_lstm_2type(const Config& config);
+Bundle make_tree_lstm_outputs(const Config& config);
 Bundle make_var_lstm(const Config& config);
 Bundle make_fixed_lstm(const Config& config);
 Bundle make_bilstm_tagger(const Config& config);

@@ -45,6 +45,9 @@ struct TreeLstm {
             m.add("U_f2" + suffix, mat(hidden, hidden))};
   }
 
+  // Classify at the cell itself, or leave it to a separate output vertex.
+  bool output_vertices = false;
+
   // i, o, u from one product and finish the cell: c = i⊙u + extra, h = o⊙tanh(c).
   void finish(Builder& b, Value iou_product, std::optional<Value> extra_c) const {
     Value iou = b.add(iou_product, b_iou);
@@ -54,9 +57,12 @@ struct TreeLstm {
     Value c = b.mul(i, u);
     if (extra_c) c = b.add(c, *extra_c);
     Value h = b.mul(o, b.tanh(c));
-    classify(b, w_out, h, kSentimentClasses);
+    if (!output_vertices) classify(b, w_out, h, kSentimentClasses);
     b.scatter(b.concat({h, c}));
   }
+
+  // The output vertex of ED-Batch's Fig. 1: classifies the state of its one child.
+  void output(Builder& b) const { classify(b, w_out, b.slice(b.gather(0, vec(2 * hidden)), 0, hidden), kSentimentClasses); }
 
   void leaf(Builder& b) const {
     Value x = b.pull_embedding(embedding);
@@ -87,6 +93,33 @@ Bundle make_tree_lstm(const Config& config) {
   types.internal = bundle.program->add_type("internal", [&](Builder& b) { cell.internal(b, internal); });
   add_tree_samples(bundle, data, types);
   bundle.classifier_types = {types.leaf, types.internal};
+  return bundle;
+}
+
+// The Tree-LSTM with an output vertex per tree node (ED-Batch's Fig. 1 shape):
+// the cells only scatter; an "output" vertex over each node computes its loss.
+Bundle make_tree_lstm_outputs(const Config& config) {
+  Bundle bundle;
+  Model& m = start_bundle(bundle, config);
+  TreeData data = load_trees(config);
+  TreeLstm cell(m, config, data.vocab.size());
+  cell.output_vertices = true;
+  TreeLstmInternal internal = cell.add_internal_params(m, "");
+  TreeTypes types;
+  types.leaf = bundle.program->add_type("leaf", [&](Builder& b) { cell.leaf(b); });
+  types.internal = bundle.program->add_type("internal", [&](Builder& b) { cell.internal(b, internal); });
+  int output = bundle.program->add_type("output", [&](Builder& b) { cell.output(b); });
+  add_tree_samples(bundle, data, types);
+  for (std::vector<Sample>* split : {&bundle.train, &bundle.test})
+    for (Sample& sample : *split) {
+      int nodes = int(sample.vertices.size());
+      for (int v = 0; v < nodes; ++v) {
+        int label = sample.vertices[size_t(v)].label;
+        sample.vertices[size_t(v)].label = -1;
+        sample.add_vertex(output, {v}, -1, label);
+      }
+    }
+  bundle.classifier_types = {output};
   return bundle;
 }
 

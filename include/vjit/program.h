@@ -111,7 +111,8 @@ class Builder {
 
 class Program {
  public:
-  explicit Program(const Model& model);
+  // The program reads the model's parameters; an Engine training it updates them.
+  explicit Program(Model& model);
 
   // Builds, verifies and differentiates the vertex function of a new type.
   // Returns the type index used in Vertex::type.
@@ -124,7 +125,10 @@ class Program {
   const ir::Function& backward(int type) const { return types_.at(size_t(type)).backward; }
   const TypeSignature& signature(int type) const { return types_.at(size_t(type)).signature; }
   std::vector<TypeSignature> signatures() const;
-  const Model& model() const { return *model_; }
+  // The vertex types with their arity and shapes, one line each: what a saved
+  // batching policy must match to be used with this program.
+  std::string signature_string() const;
+  Model& model() const { return *model_; }
 
  private:
   struct VertexType {
@@ -132,7 +136,7 @@ class Program {
     ir::Function forward;
     ir::Function backward;
   };
-  const Model* model_;
+  Model* model_;
   std::vector<VertexType> types_;
 };
 

@@ -1,0 +1,46 @@
+#pragma once
+// A fused elementwise kernel, described without the IR around it: what the
+// fusion pass (ir/fusion.h) hands to a code generator. The kernel computes, for
+// every row r < rows and every element i < width,
+//
+//   v_k = op_k(operands)    for the instructions k in order,
+//
+// where an operand < inputs.size() is input j (element i of row r, or element 0
+// of row r for a Scalar input) and an operand o >= inputs.size() is the value
+// of instruction o − inputs.size(); then writes each listed output. Rows are
+// at data + r·ld; an input with ld 0 is the same for every row (a parameter).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vjit/ir.h"
+#include "vjit/kernel_abi.h"
+
+namespace vjit::codegen {
+
+struct KernelInput {
+  bool scalar = false;  // one float per row, broadcast across the row
+};
+
+struct KernelInstr {
+  ir::Op op = ir::Op::Neg;  // a unary or binary elementwise op (not Dropout)
+  int a = -1, b = -1;       // operands (see above); b = -1 for unary ops
+  float scalar = 0.0f;      // Scale's factor, AddScalar's constant
+};
+
+struct KernelSpec {
+  int64_t width = 0;
+  std::vector<KernelInput> inputs;
+  std::vector<KernelInstr> instrs;
+  std::vector<int> outputs;  // instruction indices whose values are written, in order
+
+  // A canonical text form; equal specs have equal keys (the kernel cache's key
+  // together with the ISA).
+  std::string key() const;
+};
+
+// The reference kernel: a loop interpreting the spec in float with std::
+// functions. The last entry of every dispatch list, and the JIT's oracle.
+void run_reference_kernel(const KernelSpec& spec, const KernelArgs& args);
+
+}  // namespace vjit::codegen

@@ -1,0 +1,96 @@
+#pragma once
+// The engine: compiles F and ∂F of every vertex type into execution plans once,
+// then runs batches of input graphs through them, batching the vertices of all
+// samples into tasks (a batching policy decides which), with every result equal
+// to the reference interpreter's.
+//
+//   vjit::Engine engine(program);                 // options from VJIT_* variables
+//   double loss = engine.train_step(batch, adam); // forward, backward, update
+//   auto out = engine.infer(batch);               // pushed values, no dropout
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vjit/graph.h"
+#include "vjit/optimizer.h"
+#include "vjit/options.h"
+#include "vjit/program.h"
+#include "vjit/reference.h"
+
+namespace vjit {
+
+class FsmPolicy;
+
+// Counters and times, summed over the calls since the last reset_stats().
+struct EngineStats {
+  int64_t batches = 0;
+  int64_t vertices = 0;
+  int64_t tasks = 0;             // forward tasks (the backward replays them)
+  int64_t lower_bound = 0;       // Σ of each batch's ED-Batch lower bound on tasks
+  int64_t fsm_fallbacks = 0;
+  int64_t kernels = 0;           // node executions that did work, forward and backward
+  int64_t gemm_calls = 0;
+  double gemm_flops = 0;         // 2·m·n·k summed over every GEMM
+  int64_t param_grad_gemms = 0;  // GEMMs accumulating weight gradients
+  int64_t copy_calls = 0;
+  int64_t copy_bytes = 0;
+  // Seconds: validating and scheduling a batch (the cost of taking a new one),
+  // gather/pull/push/scatter-gradient copies, GEMMs, elementwise and other
+  // kernels, the optimizer's update.
+  double schedule_s = 0, copy_s = 0, gemm_s = 0, elementwise_s = 0, optimizer_s = 0;
+};
+
+// What building the engine's plans cost and made.
+struct CompileInfo {
+  int fused_groups = 0;      // fused elementwise kernels in the plans (F and ∂F)
+  int64_t jit_compiles = 0;  // kernels compiled for this engine (the rest were cache hits)
+  int64_t jit_cache_hits = 0;
+  double jit_compile_s = 0;
+  double lower_s = 0;        // the whole lowering, compiles included
+};
+
+class Engine {
+ public:
+  explicit Engine(const Program& program, Options options = Options::from_env());
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Runs F over the batch. The batch must stay alive until backward() returns.
+  // Returns the objective; last_result() holds it with the pushed values.
+  double forward(const GraphBatch& batch, const RunOptions& options = {});
+  // ∂F for the last forward; the gradients are then in gradients().
+  void backward();
+  // forward (training, a fresh dropout seed per step), backward, optimizer step.
+  double train_step(const GraphBatch& batch, Optimizer& optimizer);
+  // Forward without dropout or gradients; returns objective and pushed values.
+  Evaluation<float> infer(const GraphBatch& batch);
+
+  const Evaluation<float>& last_result() const;
+  // One vector per parameter, in the model's order.
+  const std::vector<std::vector<float>>& gradients() const;
+
+  const EngineStats& stats() const;
+  const CompileInfo& compile_info() const;
+  void reset_stats();
+  const Options& options() const;
+
+  // The learned policy used when options().policy is "fsm" (ED-Batch learns
+  // one per program). Without one, the engine loads it at start from
+  // options().cache_dir when a policy for this program was saved there, and
+  // otherwise learns it on the first batch it sees (and saves it there).
+  void set_fsm_policy(std::shared_ptr<const FsmPolicy> policy);
+  std::shared_ptr<const FsmPolicy> fsm_policy() const;
+  // Learns the policy on `batch` (ED-Batch samples 32 instances of it).
+  std::shared_ptr<const FsmPolicy> learn_fsm_policy(const GraphBatch& batch);
+  // Saves with the program's signature; load rejects a file of another program.
+  void save_fsm_policy(const std::string& path) const;
+  void load_fsm_policy(const std::string& path);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vjit

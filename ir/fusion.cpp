@@ -1,0 +1,157 @@
+#include "ir/fusion.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+namespace vjit::ir {
+
+bool is_fusable(const Function& function, ValueId id) {
+  const Node& n = function[id];
+  if (!is_elementwise(n.op) || n.op == Op::Dropout) return false;
+  // Operands are read element by element or as one scalar per vertex; the
+  // vector-over-matrix-rows broadcast stays with the generic kernels.
+  for (ValueId arg : n.args) {
+    const Shape& s = function[arg].shape;
+    if (s != n.shape && s.rank != 0) return false;
+  }
+  return true;
+}
+
+namespace {
+
+class UnionFind {
+ public:
+  explicit UnionFind(size_t n) : parent_(n) { std::iota(parent_.begin(), parent_.end(), 0); }
+  int find(int x) {
+    while (parent_[size_t(x)] != x) x = parent_[size_t(x)] = parent_[size_t(parent_[size_t(x)])];
+    return x;
+  }
+  void unite(int a, int b) { parent_[size_t(find(a))] = find(b); }
+
+ private:
+  std::vector<int> parent_;
+};
+
+class Fuser {
+ public:
+  Fuser(const Function& f, const std::vector<Phase>& phases) : f_(f), phases_(phases), sets_(f.nodes.size()) {
+    users_.resize(f.nodes.size());
+    for (ValueId id = 0; id < f.size(); ++id)
+      for (ValueId arg : f[id].args) users_[size_t(arg)].push_back(id);
+  }
+
+  // Greedily, in function order, joins each fusable node with the groups of its
+  // fusable operands of the same shape and phase when that keeps groups acyclic.
+  UnionFind& run() {
+    for (ValueId v = 0; v < f_.size(); ++v) {
+      if (!is_fusable(f_, v)) continue;
+      for (ValueId arg : f_[v].args) {
+        if (!is_fusable(f_, arg) || f_[arg].shape != f_[v].shape || phases_[size_t(arg)] != phases_[size_t(v)]) continue;
+        if (sets_.find(arg) == sets_.find(v)) continue;
+        if (merge_keeps_acyclic(sets_.find(arg), sets_.find(v), v)) sets_.unite(arg, v);
+      }
+    }
+    return sets_;
+  }
+
+ private:
+  // The merged set S = set(a) ∪ set(b) is acyclic when no node outside S is both
+  // reachable from S and an operand of S.
+  bool merge_keeps_acyclic(int a, int b, ValueId limit) {
+    std::vector<char> in_set(f_.nodes.size(), 0), reached(f_.nodes.size(), 0);
+    std::vector<ValueId> stack;
+    for (ValueId id = 0; id <= limit; ++id) {
+      int root = sets_.find(id);
+      if (root == a || root == b) {
+        in_set[size_t(id)] = 1;
+        stack.push_back(id);
+      }
+    }
+    std::vector<ValueId> members = stack;
+    while (!stack.empty()) {
+      ValueId x = stack.back();
+      stack.pop_back();
+      for (ValueId user : users_[size_t(x)]) {
+        if (user > limit || reached[size_t(user)]) continue;
+        reached[size_t(user)] = 1;
+        stack.push_back(user);
+      }
+    }
+    for (ValueId m : members)
+      for (ValueId arg : f_[m].args)
+        if (!in_set[size_t(arg)] && reached[size_t(arg)]) return false;
+    return true;
+  }
+
+  const Function& f_;
+  const std::vector<Phase>& phases_;
+  UnionFind sets_;
+  std::vector<std::vector<ValueId>> users_;
+};
+
+}  // namespace
+
+std::vector<FusionGroup> find_fusion_groups(const Function& function, const std::vector<Phase>& phases,
+                                            const std::vector<bool>& keep) {
+  Fuser fuser(function, phases);
+  UnionFind& sets = fuser.run();
+  std::vector<int> group_of_root(function.nodes.size(), -1);
+  std::vector<FusionGroup> groups;
+  std::vector<int> group_of(function.nodes.size(), -1);
+  for (ValueId id = 0; id < function.size(); ++id) {
+    if (!is_fusable(function, id)) continue;
+    int root = sets.find(id);
+    if (group_of_root[size_t(root)] < 0) {
+      group_of_root[size_t(root)] = int(groups.size());
+      groups.emplace_back();
+    }
+    group_of[size_t(id)] = group_of_root[size_t(root)];
+    groups[size_t(group_of[size_t(id)])].nodes.push_back(id);
+  }
+  // Inputs and outputs of each group.
+  for (ValueId id = 0; id < function.size(); ++id) {
+    for (ValueId arg : function[id].args) {
+      int g = group_of[size_t(arg)];
+      if (g >= 0 && g != group_of[size_t(id)]) {
+        std::vector<ValueId>& outs = groups[size_t(g)].outputs;
+        if (std::find(outs.begin(), outs.end(), arg) == outs.end()) outs.push_back(arg);
+      }
+      int mine = group_of[size_t(id)];
+      if (mine >= 0 && group_of[size_t(arg)] != mine) {
+        std::vector<ValueId>& ins = groups[size_t(mine)].inputs;
+        if (std::find(ins.begin(), ins.end(), arg) == ins.end()) ins.push_back(arg);
+      }
+    }
+  }
+  for (ValueId id = 0; id < function.size(); ++id) {
+    int g = group_of[size_t(id)];
+    if (g < 0 || !keep[size_t(id)]) continue;
+    std::vector<ValueId>& outs = groups[size_t(g)].outputs;
+    if (std::find(outs.begin(), outs.end(), id) == outs.end()) outs.push_back(id);
+  }
+  std::vector<FusionGroup> fused;
+  for (FusionGroup& g : groups) {
+    if (g.nodes.size() < 2) continue;
+    std::sort(g.outputs.begin(), g.outputs.end());
+    fused.push_back(std::move(g));
+  }
+  return fused;
+}
+
+std::string to_string(const Function& function, const std::vector<FusionGroup>& groups) {
+  std::ostringstream out;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    out << "group " << i << ":";
+    for (ValueId id : groups[i].nodes) out << " %" << id;
+    out << " <-";
+    for (ValueId id : groups[i].inputs) out << " %" << id;
+    out << " ->";
+    for (ValueId id : groups[i].outputs) out << " %" << id;
+    out << "\n";
+    for (ValueId id : groups[i].nodes) out << "    " << to_string(function, id) << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace vjit::ir

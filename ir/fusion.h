@@ -1,0 +1,32 @@
+#pragma once
+// Fusion of elementwise operators (Cavs §3.4): union-find over directly linked
+// elementwise nodes of one phase and one shape. A group may have several
+// inputs and several outputs; it never contains a gather, scatter, GEMM,
+// dropout or a node of another phase, and never two nodes linked through a
+// node outside the group (which would make the group depend on itself).
+#include <string>
+#include <vector>
+
+#include "ir/classify.h"
+#include "vjit/ir.h"
+
+namespace vjit::ir {
+
+struct FusionGroup {
+  std::vector<ValueId> nodes;    // in function order
+  std::vector<ValueId> inputs;   // values read by the group and made outside it
+  std::vector<ValueId> outputs;  // group values read outside it (or kept for ∂F)
+};
+
+// Whether a node may join a fusion group.
+bool is_fusable(const Function& function, ValueId id);
+
+// Groups of two or more nodes. `keep[id]` marks values that must be written to
+// memory even when nothing in `function` reads them (forward values ∂F reads).
+std::vector<FusionGroup> find_fusion_groups(const Function& function, const std::vector<Phase>& phases,
+                                            const std::vector<bool>& keep);
+
+// The groups in the IR text form: `group 0 (core): %4 %5 %7 <- %2 %3 -> %7`.
+std::string to_string(const Function& function, const std::vector<FusionGroup>& groups);
+
+}  // namespace vjit::ir

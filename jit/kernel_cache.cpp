@@ -1,0 +1,67 @@
+#include "jit/kernel_cache.h"
+
+#include <chrono>
+
+#include "codegen/x86_fused_kernel.h"
+
+namespace vjit {
+
+KernelCache& KernelCache::global() {
+  static KernelCache cache;
+  return cache;
+}
+
+std::shared_ptr<const CompiledKernel> KernelCache::build(const codegen::KernelSpec& spec, codegen::Isa isa) {
+  auto kernel = std::make_shared<CompiledKernel>();
+  kernel->isa = isa;
+  if (isa == codegen::Isa::Scalar) {
+    kernel->name = "vjit_fused_reference";
+    kernel->run = [spec](const KernelArgs& args) { codegen::run_reference_kernel(spec, args); };
+    return kernel;
+  }
+  std::shared_ptr<const codegen::X86FusedKernel> code = codegen::compile_fused_kernel(spec, isa);
+  kernel->name = code->name();
+  kernel->code_bytes = code->code_bytes();
+  KernelFn fn = code->function();
+  kernel->run = [fn](const KernelArgs& args) { fn(&args); };
+  kernel->owner = code;
+  return kernel;
+}
+
+std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec& spec, codegen::Isa isa) {
+  std::string key = std::string(codegen::isa_name(isa)) + " " + spec.key();
+  std::promise<std::shared_ptr<const CompiledKernel>> promise;
+  std::shared_future<std::shared_ptr<const CompiledKernel>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = kernels_.find(key);
+    if (it != kernels_.end()) {
+      ++counters_.hits;
+      pending = it->second;
+    } else {
+      kernels_.emplace(key, promise.get_future().share());
+    }
+  }
+  if (pending.valid()) return pending.get();  // built, or being built by another thread
+  auto start = std::chrono::steady_clock::now();
+  try {
+    std::shared_ptr<const CompiledKernel> kernel = build(spec, isa);
+    promise.set_value(kernel);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counters_.compiles;
+    counters_.compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return kernel;
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    std::lock_guard<std::mutex> lock(mutex_);
+    kernels_.erase(key);  // a failed build is not cached
+    throw;
+  }
+}
+
+KernelCacheCounters KernelCache::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return counters_;
+}
+
+}  // namespace vjit

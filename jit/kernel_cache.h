@@ -1,0 +1,49 @@
+#pragma once
+// The kernel cache: one compiled kernel per (canonical kernel spec, ISA), so a
+// group that appears in two vertex types or two engines compiles once.
+// Thread-safe; concurrent misses of one key wait on a single build (a shared
+// future); a failed build is never cached.
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "codegen/kernel_spec.h"
+#include "codegen/x86_isa.h"
+
+namespace vjit {
+
+struct CompiledKernel {
+  std::string name;
+  codegen::Isa isa = codegen::Isa::Scalar;
+  size_t code_bytes = 0;
+  // Runs the kernel: generated code, or the reference kernel for Isa::Scalar.
+  std::function<void(const KernelArgs&)> run;
+  std::shared_ptr<const void> owner;  // keeps generated code alive
+};
+
+struct KernelCacheCounters {
+  int64_t compiles = 0;
+  int64_t hits = 0;
+  double compile_seconds = 0;
+};
+
+class KernelCache {
+ public:
+  static KernelCache& global();
+
+  std::shared_ptr<const CompiledKernel> get(const codegen::KernelSpec& spec, codegen::Isa isa);
+  KernelCacheCounters counters() const;
+
+ private:
+  std::shared_ptr<const CompiledKernel> build(const codegen::KernelSpec& spec, codegen::Isa isa);
+
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> kernels_;
+  KernelCacheCounters counters_;
+};
+
+}  // namespace vjit

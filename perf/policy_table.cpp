@@ -1,0 +1,137 @@
+// policy-table: batches (tasks) per training step of every batching policy
+// against ED-Batch's lower bound, for the models whose schedules differ, on the
+// built-in data and, when given, the public benchmark files.
+//
+//   policy-table [--batch 64] [--batches 10] [--data-dir ../shared/data] [--markdown]
+//
+// For each model the fsm policy is learned once (ED-Batch: 32 sampled
+// instances of the training data) and then applied to `--batches` batches of
+// `--batch` samples not used for learning. Prints one JSON line per model and
+// data set; --markdown adds the README table.
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include "examples/models/models.h"
+#include "scheduler/fsm.h"
+#include "scheduler/schedule.h"
+#include "vjit/vjit.h"
+
+namespace vjit {
+namespace {
+
+struct Case {
+  std::string model, data;  // data: "built-in" or a file under the data directory
+};
+
+struct Args {
+  int batch = 64;
+  int batches = 10;
+  std::string data_dir = VJIT_SHARED_DATA_DIR;
+  bool markdown = false;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--markdown") { a.markdown = true; continue; }
+    if (i + 1 >= argc) throw UserError("missing value for " + flag);
+    std::string value = argv[++i];
+    if (flag == "--batch") a.batch = std::stoi(value);
+    else if (flag == "--batches") a.batches = std::stoi(value);
+    else if (flag == "--data-dir") a.data_dir = value;
+    else throw UserError("unknown flag " + flag);
+  }
+  return a;
+}
+
+nlohmann::json measure(const Case& c, const Args& args) {
+  models::Config config;
+  config.hidden = 4;  // schedules do not depend on sizes
+  config.train_samples = 32 + args.batch * args.batches;
+  config.test_samples = 0;
+  if (c.data != "built-in") config.data_path = c.data;
+  models::Bundle bundle = models::make_model(c.model, config);
+  int types = bundle.program->num_types();
+  std::vector<int> learn_indices;
+  for (int i = 0; i < 32 && i < int(bundle.train.size()); ++i) learn_indices.push_back(i);
+  FsmPolicy fsm = FsmPolicy::learn(models::make_batch(bundle.train, learn_indices), types);
+  std::map<std::string, double> tasks, seconds;
+  double lower = 0, fallbacks = 0;
+  int measured = 0;
+  for (int b = 0; b < args.batches; ++b) {
+    std::vector<int> indices;
+    for (int i = 0; i < args.batch; ++i) indices.push_back(int((32 + b * args.batch + i) % bundle.train.size()));
+    GraphBatch batch = models::make_batch(bundle.train, indices);
+    for (Policy policy : all_policies()) {
+      Schedule s = make_schedule(batch, types, policy, &fsm);
+      tasks[policy_name(policy)] += double(s.tasks.size());
+      seconds[policy_name(policy)] += s.schedule_seconds;
+      if (policy == Policy::Fsm) {
+        lower += s.lower_bound;
+        fallbacks += s.fsm_fallbacks;
+      }
+    }
+    ++measured;
+  }
+  nlohmann::json line{{"model", c.model},
+                      {"data", c.data == "built-in" ? "built-in" : std::filesystem::path(c.data).parent_path().filename().string() + "/" + std::filesystem::path(c.data).filename().string()},
+                      {"batch", args.batch},
+                      {"batches", measured},
+                      {"lower_bound", lower / measured},
+                      {"fsm_learning_s", fsm.learning_seconds()},
+                      {"fsm_fallbacks", fallbacks / measured}};
+  for (auto& [name, total] : tasks) {
+    line["tasks"][name] = total / measured;
+    line["schedule_ms"][name] = seconds[name] / measured * 1e3;
+  }
+  return line;
+}
+
+int run(int argc, char** argv) {
+  Args args = parse(argc, argv);
+  std::vector<Case> cases = {{"tree_lstm_outputs", "built-in"}, {"tree_lstm_2type", "built-in"},
+                             {"bilstm_tagger", "built-in"},     {"lattice_lstm", "built-in"},
+                             {"var_lstm", "built-in"}};
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"tree_lstm_outputs", "sst/train.txt"}, {"tree_lstm_2type", "sst/train.txt"},
+      {"bilstm_tagger", "wikiner/dev.txt"},   {"lattice_lstm", "lattice/train.txt"},
+      {"var_lstm", "ptb/dev.txt"}};
+  for (const auto& [model, file] : files) {
+    std::string path = args.data_dir + "/" + file;
+    if (std::filesystem::exists(path)) cases.push_back({model, path});
+    else std::cerr << "policy-table: " << path << " not found, real-data row for " << model << " skipped\n";
+  }
+  std::vector<nlohmann::json> lines;
+  for (const Case& c : cases) {
+    lines.push_back(measure(c, args));
+    std::cout << lines.back().dump() << std::endl;
+  }
+  if (args.markdown) {
+    std::cout << "\n| model | data | depth | agenda | frontier | ratio | fsm | lower bound | fsm learning s |\n"
+                 "|---|---|---|---|---|---|---|---|---|\n";
+    for (const nlohmann::json& l : lines) {
+      std::cout << "| " << l["model"].get<std::string>() << " | " << l["data"].get<std::string>();
+      for (const char* p : {"depth", "agenda", "frontier", "ratio", "fsm"})
+        std::cout << " | " << nlohmann::json(std::round(l["tasks"][p].get<double>() * 10) / 10).dump();
+      std::cout << " | " << nlohmann::json(std::round(l["lower_bound"].get<double>() * 10) / 10).dump() << " | "
+                << nlohmann::json(std::round(l["fsm_learning_s"].get<double>() * 1000) / 1000).dump() << " |\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace vjit
+
+int main(int argc, char** argv) {
+  try {
+    return vjit::run(argc, argv);
+  } catch (const vjit::Error& e) {
+    std::cerr << "policy-table: " << e.what() << "\n";
+    return 2;
+  }
+}

@@ -1,0 +1,95 @@
+#include "runtime/kernels.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "vjit/error.h"
+
+namespace vjit::runtime {
+
+namespace {
+
+inline int64_t element_index(const Operand& x, int64_t i) {
+  switch (x.mode) {
+    case Broadcast::Same: return i;
+    case Broadcast::Scalar: return 0;
+    case Broadcast::RowVector: return i % x.n;
+  }
+  return i;
+}
+
+template <typename F>
+void map_unary(int64_t rows, int64_t width, Operand x, float* out, int64_t ld_out, F f) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = x.data + r * x.ld;
+    float* dst = out + r * ld_out;
+    for (int64_t i = 0; i < width; ++i) dst[i] = f(src[i]);
+  }
+}
+
+template <typename F>
+void map_binary(int64_t rows, int64_t width, Operand a, Operand b, float* out, int64_t ld_out, F f) {
+  bool contiguous = a.mode == Broadcast::Same && b.mode == Broadcast::Same;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* pa = a.data + r * a.ld;
+    const float* pb = b.data + r * b.ld;
+    float* dst = out + r * ld_out;
+    if (contiguous) {
+      for (int64_t i = 0; i < width; ++i) dst[i] = f(pa[i], pb[i]);
+    } else {
+      for (int64_t i = 0; i < width; ++i) dst[i] = f(pa[element_index(a, i)], pb[element_index(b, i)]);
+    }
+  }
+}
+
+}  // namespace
+
+void unary_rows(const ir::Node& node, int64_t rows, int64_t width, Operand x, float* out, int64_t ld_out) {
+  using ir::Op;
+  const float c = float(node.scalar);
+  switch (node.op) {
+    case Op::Neg: return map_unary(rows, width, x, out, ld_out, [](float v) { return -v; });
+    case Op::Sigmoid: return map_unary(rows, width, x, out, ld_out, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+    case Op::Tanh: return map_unary(rows, width, x, out, ld_out, [](float v) { return std::tanh(v); });
+    case Op::Relu: return map_unary(rows, width, x, out, ld_out, [](float v) { return v > 0.0f ? v : 0.0f; });
+    case Op::Exp: return map_unary(rows, width, x, out, ld_out, [](float v) { return std::exp(v); });
+    case Op::Log: return map_unary(rows, width, x, out, ld_out, [](float v) { return std::log(v); });
+    case Op::Sqrt: return map_unary(rows, width, x, out, ld_out, [](float v) { return std::sqrt(v); });
+    case Op::Step: return map_unary(rows, width, x, out, ld_out, [](float v) { return v > 0.0f ? 1.0f : 0.0f; });
+    case Op::Scale: return map_unary(rows, width, x, out, ld_out, [c](float v) { return v * c; });
+    case Op::AddScalar: return map_unary(rows, width, x, out, ld_out, [c](float v) { return v + c; });
+    default: break;
+  }
+  VJIT_INTERNAL_CHECK(false, "unary_rows: " << ir::op_name(node.op));
+}
+
+void binary_rows(ir::Op op, int64_t rows, int64_t width, Operand a, Operand b, float* out, int64_t ld_out) {
+  using ir::Op;
+  switch (op) {
+    case Op::Add: return map_binary(rows, width, a, b, out, ld_out, [](float x, float y) { return x + y; });
+    case Op::Sub: return map_binary(rows, width, a, b, out, ld_out, [](float x, float y) { return x - y; });
+    case Op::Mul: return map_binary(rows, width, a, b, out, ld_out, [](float x, float y) { return x * y; });
+    case Op::Div: return map_binary(rows, width, a, b, out, ld_out, [](float x, float y) { return x / y; });
+    default: break;
+  }
+  VJIT_INTERNAL_CHECK(false, "binary_rows: " << ir::op_name(op));
+}
+
+void copy_rows(int64_t width, std::span<const float* const> src, float* out, int64_t ld_out) {
+  for (size_t r = 0; r < src.size(); ++r) std::memcpy(out + int64_t(r) * ld_out, src[r], size_t(width) * sizeof(float));
+}
+
+void add_rows_into(int64_t width, const float* src, int64_t ld_src, std::span<float* const> dst) {
+  for (size_t r = 0; r < dst.size(); ++r) {
+    const float* s = src + int64_t(r) * ld_src;
+    float* d = dst[r];
+    for (int64_t i = 0; i < width; ++i) d[i] += s[i];
+  }
+}
+
+void fill_rows(int64_t rows, int64_t width, float value, float* out, int64_t ld_out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < width; ++i) out[r * ld_out + i] = value;
+}
+
+}  // namespace vjit::runtime

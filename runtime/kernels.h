@@ -1,0 +1,35 @@
+#pragma once
+// Batched elementwise and data-movement kernels of the CPU executor. A batched
+// value is `rows` rows of `width` floats, row r at data + r·ld. Fused JIT
+// kernels replace the elementwise ones where fusion is on.
+#include <cstdint>
+#include <span>
+
+#include "vjit/ir.h"
+
+namespace vjit::runtime {
+
+// How an operand's element i of row r is found (Op::Add's broadcasting rules).
+enum class Broadcast : uint8_t {
+  Same,       // element i
+  Scalar,     // element 0
+  RowVector,  // element i mod n: a vector [n] over the rows of a matrix [m, n]
+};
+
+struct Operand {
+  const float* data = nullptr;
+  int64_t ld = 0;  // 0 for a uniform operand (a parameter): every row reads the same elements
+  Broadcast mode = Broadcast::Same;
+  int64_t n = 1;   // the vector length for RowVector
+};
+
+void unary_rows(const ir::Node& node, int64_t rows, int64_t width, Operand x, float* out, int64_t ld_out);
+void binary_rows(ir::Op op, int64_t rows, int64_t width, Operand a, Operand b, float* out, int64_t ld_out);
+
+// out[r] = src[r][0, width) for every r: one copy call moving many rows.
+void copy_rows(int64_t width, std::span<const float* const> src, float* out, int64_t ld_out);
+// dst[r][0, width) += src row r.
+void add_rows_into(int64_t width, const float* src, int64_t ld_src, std::span<float* const> dst);
+void fill_rows(int64_t rows, int64_t width, float value, float* out, int64_t ld_out);
+
+}  // namespace vjit::runtime

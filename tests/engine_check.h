@@ -1,0 +1,49 @@
+#pragma once
+// Compares an Engine run with the double-precision reference interpreter.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "vjit/vjit.h"
+
+namespace vjit::testing {
+
+// ‖a − b‖∞ / max(‖b‖∞, 1e-6): a tensor's relative error.
+template <typename A, typename B>
+double tensor_error(const std::vector<A>& a, const std::vector<B>& b) {
+  double diff = 0, scale = 1e-6;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  return diff / scale;
+}
+
+// Objective, every pushed value and every parameter gradient of one batched
+// training step equal the reference within `tolerance` (relative).
+inline void expect_matches_reference(Engine& engine, const Program& program, const GraphBatch& batch,
+                                     double tolerance, const std::string& what) {
+  RunOptions run;
+  run.seed = 5;
+  double objective = engine.forward(batch, run);
+  engine.backward();
+  Evaluation<double> ref = reference_evaluate(program, parameter_values<double>(program.model()), batch, run);
+  EXPECT_LE(std::abs(objective - ref.objective), tolerance * std::max(1.0, std::abs(ref.objective))) << what;
+  const Evaluation<float>& out = engine.last_result();
+  ASSERT_EQ(out.pushes.size(), ref.pushes.size()) << what;
+  double worst_push = 0;
+  for (size_t s = 0; s < ref.pushes.size(); ++s)
+    for (size_t v = 0; v < ref.pushes[s].size(); ++v) {
+      ASSERT_EQ(out.pushes[s][v].size(), ref.pushes[s][v].size()) << what << " sample " << s << " vertex " << v;
+      for (size_t k = 0; k < ref.pushes[s][v].size(); ++k)
+        worst_push = std::max(worst_push, tensor_error(out.pushes[s][v][k], ref.pushes[s][v][k]));
+    }
+  EXPECT_LE(worst_push, tolerance) << what << ": pushed values";
+  ASSERT_EQ(engine.gradients().size(), ref.param_grads.size()) << what;
+  for (size_t p = 0; p < ref.param_grads.size(); ++p)
+    EXPECT_LE(tensor_error(engine.gradients()[p], ref.param_grads[p]), tolerance)
+        << what << ": gradient of " << program.model().param(int(p)).name;
+}
+
+}  // namespace vjit::testing

@@ -1,0 +1,170 @@
+// The batched engine against the reference interpreter: every example model ×
+// every policy × batch sizes 1, 7 and 64, lazy batching on and off.
+#include <gtest/gtest.h>
+
+#include "codegen/x86_isa.h"
+#include "examples/models/models.h"
+#include "tests/engine_check.h"
+
+namespace vjit {
+namespace {
+
+constexpr double kTolerance = 1e-4;
+
+models::Config small_config() {
+  models::Config config;
+  config.hidden = 8;
+  config.embed = 6;
+  config.train_samples = 64;
+  config.test_samples = 0;
+  config.tree_fc_leaves = 16;
+  config.dropout = 0.25;
+  return config;
+}
+
+std::vector<int> first_indices(int n) {
+  std::vector<int> indices(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) indices[size_t(i)] = i;
+  return indices;
+}
+
+struct EngineCase {
+  std::string model;
+  std::string policy = "agenda";
+  bool lazy = true;
+  bool fusion = true;
+  std::string isa = "auto";
+  bool streaming = true;
+
+  std::string name() const {
+    std::string n = model + "_" + policy;
+    if (!lazy) n += "_nolazy";
+    if (!fusion) n += "_nofusion";
+    if (isa != "auto") n += "_" + isa;
+    if (!streaming) n += "_nostreaming";
+    return n;
+  }
+};
+
+class EngineMatchesReference : public ::testing::TestWithParam<EngineCase> {};
+
+TEST_P(EngineMatchesReference, ForEveryBatchSize) {
+  const EngineCase& c = GetParam();
+  models::Bundle bundle = models::make_model(c.model, small_config());
+  Options options = Options::defaults();
+  options.policy = c.policy;
+  options.lazy = c.lazy;
+  options.fusion = c.fusion;
+  options.isa = c.isa;
+  options.streaming = c.streaming;
+  Engine engine(*bundle.program, options);
+  for (int batch_size : {1, 7, 64}) {
+    GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
+    testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance,
+                                      c.model + " " + c.policy + " batch " + std::to_string(batch_size));
+  }
+}
+
+// Every policy with the default options; then, with agenda, each optimisation
+// off in turn and every ISA path this CPU has.
+std::vector<EngineCase> engine_cases() {
+  std::vector<EngineCase> cases;
+  for (const std::string& model : models::model_names()) {
+    EngineCase base;
+    base.model = model;
+    auto add = [&](auto change) {
+      EngineCase c = base;
+      change(c);
+      cases.push_back(c);
+    };
+    for (const char* policy : {"depth", "agenda", "frontier", "ratio", "fsm"}) add([&](EngineCase& c) { c.policy = policy; });
+    add([](EngineCase& c) { c.lazy = false; });
+    add([](EngineCase& c) { c.fusion = false; });
+    add([](EngineCase& c) { c.streaming = false; });
+    for (const char* isa : {"scalar", "avx2", "avx512"})
+      if (codegen::cpu_has(codegen::parse_isa(isa)))
+        add([&](EngineCase& c) {
+          c.isa = isa;
+          c.streaming = false;
+        });
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModelsAllPolicies, EngineMatchesReference, ::testing::ValuesIn(engine_cases()),
+                         [](const ::testing::TestParamInfo<EngineCase>& info) { return info.param.name(); });
+
+// Lazy batching: each weight gradient is one GEMM per vertex type that uses it,
+// however many samples or vertices the batch has.
+TEST(LazyBatching, WeightGradientGemmsDoNotGrowWithTheBatch) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  Engine engine(*bundle.program, Options::defaults());
+  std::vector<int64_t> gemms;
+  for (int batch_size : {2, 16, 64}) {
+    engine.reset_stats();
+    GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
+    engine.forward(batch);
+    engine.backward();
+    gemms.push_back(engine.stats().param_grad_gemms);
+    EXPECT_GT(engine.stats().tasks, 2);
+  }
+  EXPECT_GT(gemms[0], 0);
+  EXPECT_EQ(gemms[0], gemms[1]);
+  EXPECT_EQ(gemms[1], gemms[2]);
+}
+
+TEST(LazyBatching, PerTaskGradientsGrowWithTheTasksWhenOff) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  Options options = Options::defaults();
+  options.lazy = false;
+  Engine engine(*bundle.program, options);
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(16));
+  engine.forward(batch);
+  engine.backward();
+  EXPECT_GE(engine.stats().param_grad_gemms, engine.stats().tasks);
+}
+
+// Gather copies are one call per (task, slot), never one per vertex.
+TEST(Copies, OneCallPerTaskAndSlot) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  Engine engine(*bundle.program, Options::defaults());
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(32));
+  engine.forward(batch);
+  const EngineStats& s = engine.stats();
+  // Per task at most two gathers (internal) or one pull (leaf), plus the lazy pushes.
+  EXPECT_LE(s.copy_calls, 2 * s.tasks + int64_t(bundle.program->num_types()));
+  EXPECT_LT(s.copy_calls, batch.num_vertices());
+  EXPECT_GT(s.copy_bytes, 0);
+}
+
+TEST(Engine, RejectsAnInvalidGraphWithTheSampleNamed) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  Engine engine(*bundle.program, Options::defaults());
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(3));
+  batch.samples[1].vertices.back().children.push_back(int(batch.samples[1].vertices.size()) + 5);
+  try {
+    engine.forward(batch);
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(batch.samples[1].name), std::string::npos) << e.what();
+  }
+  // The engine still works after the error.
+  GraphBatch good = models::make_batch(bundle.train, first_indices(3));
+  EXPECT_GT(engine.forward(good), 0.0);
+}
+
+TEST(Engine, TrainingLowersTheLoss) {
+  models::Config config = small_config();
+  config.dropout = 0;
+  models::Bundle bundle = models::make_model("tree_lstm", config);
+  Engine engine(*bundle.program, Options::defaults());
+  Adam adam(0.05f);
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(16));
+  double first = engine.train_step(batch, adam);
+  double last = first;
+  for (int i = 0; i < 30; ++i) last = engine.train_step(batch, adam);
+  EXPECT_LT(last, 0.7 * first);
+}
+
+}  // namespace
+}  // namespace vjit
