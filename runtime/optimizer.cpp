@@ -14,6 +14,22 @@ void check_hyper(bool ok, const char* optimizer, const char* name, float value, 
 
 bool finite(float x) { return std::isfinite(x); }
 
+// Calls update(begin, end) for the element ranges a step changes: the whole
+// parameter, or for an embedding table only its rows with a non-zero gradient.
+template <typename Update>
+void for_each_updated_range(const ParamData& param, const std::vector<float>& g, Update update) {
+  if (!param.sparse_rows || param.shape.rank != 2) {
+    update(size_t(0), g.size());
+    return;
+  }
+  size_t cols = size_t(param.shape.cols());
+  for (size_t row = 0; row < g.size(); row += cols) {
+    bool touched = false;
+    for (size_t k = row; k < row + cols && !touched; ++k) touched = g[k] != 0.0f;
+    if (touched) update(row, row + cols);
+  }
+}
+
 }  // namespace
 
 // --- Optimizer ---
@@ -118,16 +134,18 @@ void SGD::init_state(const Model& model) {
 void SGD::update(int index, ParamData& param, const std::vector<float>& g, float grad_scale) {
   std::vector<float>& w = param.value;
   const float lr = this->lr();
-  if (momentum_ > 0.0f) {
-    std::vector<float>& v = velocity_[size_t(index)];
-    for (size_t k = 0; k < w.size(); ++k) {
-      const float d = g[k] * grad_scale + weight_decay_ * w[k];
-      v[k] = momentum_ * v[k] + d;
-      w[k] -= lr * v[k];
+  for_each_updated_range(param, g, [&](size_t begin, size_t end) {
+    if (momentum_ > 0.0f) {
+      std::vector<float>& v = velocity_[size_t(index)];
+      for (size_t k = begin; k < end; ++k) {
+        const float d = g[k] * grad_scale + weight_decay_ * w[k];
+        v[k] = momentum_ * v[k] + d;
+        w[k] -= lr * v[k];
+      }
+    } else {
+      for (size_t k = begin; k < end; ++k) w[k] -= lr * (g[k] * grad_scale + weight_decay_ * w[k]);
     }
-  } else {
-    for (size_t k = 0; k < w.size(); ++k) w[k] -= lr * (g[k] * grad_scale + weight_decay_ * w[k]);
-  }
+  });
 }
 
 // --- Adam ---
@@ -165,14 +183,16 @@ void Adam::update(int index, ParamData& param, const std::vector<float>& g, floa
   const float correction2 = float(1.0 - std::pow(double(beta2_), t));
   const float lr = this->lr();
   const float decay = 1.0f - lr * weight_decay_;
-  for (size_t k = 0; k < w.size(); ++k) {
-    const float gk = g[k] * grad_scale;
-    m[k] = beta1_ * m[k] + (1.0f - beta1_) * gk;
-    v[k] = beta2_ * v[k] + (1.0f - beta2_) * gk * gk;
-    const float m_hat = m[k] / correction1;
-    const float v_hat = v[k] / correction2;
-    w[k] = w[k] * decay - lr * m_hat / (std::sqrt(v_hat) + eps_);
-  }
+  for_each_updated_range(param, g, [&](size_t begin, size_t end) {
+    for (size_t k = begin; k < end; ++k) {
+      const float gk = g[k] * grad_scale;
+      m[k] = beta1_ * m[k] + (1.0f - beta1_) * gk;
+      v[k] = beta2_ * v[k] + (1.0f - beta2_) * gk * gk;
+      const float m_hat = m[k] / correction1;
+      const float v_hat = v[k] / correction2;
+      w[k] = w[k] * decay - lr * m_hat / (std::sqrt(v_hat) + eps_);
+    }
+  });
 }
 
 }  // namespace vjit

@@ -12,6 +12,7 @@
 
 #include "vjit/error.h"
 #include "vjit/model.h"
+#include "vjit/program.h"
 #include "vjit/train.h"
 
 namespace {
@@ -336,6 +337,38 @@ TEST(Train, ProgressBarRedrawsInPlaceOnATerminal) {
   EXPECT_EQ(text.front(), '\r');
   EXPECT_EQ(text.back(), '\n');
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1);
+}
+
+TEST(SparseRows, AnEmbeddingTableUpdatesOnlyTheRowsWithAGradient) {
+  using namespace vjit;
+  for (int use_adam = 0; use_adam < 2; ++use_adam) {
+    Model model(3);
+    Param table = model.add("table", Shape::mat(4, 3), Init::Uniform, 0.5f);
+    model.param(table).sparse_rows = true;
+    std::vector<float> before = model.param(table).value;
+    std::vector<std::vector<float>> grads{std::vector<float>(12, 0.0f)};
+    grads[0][4] = 0.5f;  // row 1 only
+    std::unique_ptr<Optimizer> opt;
+    if (use_adam) opt = std::make_unique<Adam>(0.1f, 0.9f, 0.999f, 1e-8f, 0.01f);
+    else opt = std::make_unique<SGD>(0.1f, 0.9f, 0.01f);
+    opt->step(model, grads);
+    const std::vector<float>& after = model.param(table).value;
+    for (int k = 0; k < 12; ++k) {
+      if (k / 3 == 1) EXPECT_NE(after[size_t(k)], before[size_t(k)]) << "row 1 changes, element " << k;
+      else EXPECT_EQ(after[size_t(k)], before[size_t(k)]) << "untouched rows stay, element " << k;
+    }
+  }
+}
+
+TEST(SparseRows, ProgramMarksTablesReadByPullEmbedding) {
+  using namespace vjit;
+  Model model(1);
+  Param table = model.add("table", Shape::mat(5, 2));
+  Param w = model.add("w", Shape::mat(2, 2));
+  Program program(model);
+  program.add_type("leaf", [&](Builder& b) { b.scatter(b.matmul(w, b.pull_embedding(table))); });
+  EXPECT_TRUE(model.param(table).sparse_rows);
+  EXPECT_FALSE(model.param(w).sparse_rows);
 }
 
 }  // namespace
