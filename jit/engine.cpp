@@ -1,6 +1,7 @@
 #include "vjit/engine.h"
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 
 #include "jit/kernel_cache.h"
@@ -125,7 +126,20 @@ struct Engine::Impl {
 };
 
 Engine::Engine(const Program& program, Options options) : impl_(std::make_unique<Impl>(program, std::move(options))) {}
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (!impl_->options.profile) return;
+  const EngineStats& s = impl_->stats;
+  std::fprintf(stderr,
+               "[vjit profile] %lld batches, %lld vertices, %lld tasks (lower bound %lld), %lld kernels, %lld GEMMs "
+               "(%.2f GFLOP), %lld copies (%.1f MB)\n[vjit profile] seconds: schedule %.4f copy %.4f gemm %.4f "
+               "elementwise %.4f optimizer %.4f; %d fused groups, %lld JIT compiles in %.3f s\n",
+               static_cast<long long>(s.batches), static_cast<long long>(s.vertices), static_cast<long long>(s.tasks),
+               static_cast<long long>(s.lower_bound), static_cast<long long>(s.kernels),
+               static_cast<long long>(s.gemm_calls), s.gemm_flops * 1e-9, static_cast<long long>(s.copy_calls),
+               double(s.copy_bytes) * 1e-6, s.schedule_s, s.copy_s, s.gemm_s, s.elementwise_s, s.optimizer_s,
+               impl_->compile_info.fused_groups, static_cast<long long>(impl_->compile_info.jit_compiles),
+               impl_->compile_info.jit_compile_s);
+}
 
 double Engine::forward(const GraphBatch& batch, const RunOptions& options) {
   impl_->forward(batch, options);
