@@ -1,0 +1,226 @@
+// The Builder's shape checks and their messages, the verifier, the printer,
+// DCE and CSE, and the eager/core/lazy classification and fusion grouping.
+#include <gtest/gtest.h>
+
+#include "ir/classify.h"
+#include "ir/fusion.h"
+#include "ir/passes.h"
+#include "vjit/vjit.h"
+
+namespace vjit {
+namespace {
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "message: " << (text)
+
+// The message of the UserError that building `body` as vertex type "cell" throws.
+std::string build_error(Model& model, const std::function<void(Builder&)>& body) {
+  Program program(model);
+  try {
+    program.add_type("cell", body);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(BuilderErrors, MatmulShapeMismatchNamesTypeOpAndShapes) {
+  Model model;
+  Param w = model.add("W", Shape::mat(4, 3));
+  std::string msg = build_error(model, [&](Builder& b) { b.scatter(b.matmul(w, b.pull(5))); });
+  EXPECT_CONTAINS(msg, "vertex type 'cell'");
+  EXPECT_CONTAINS(msg, "matmul");
+  EXPECT_CONTAINS(msg, "[4,3] · [5]");
+}
+
+TEST(BuilderErrors, ElementwiseShapesThatDoNotBroadcast) {
+  Model model;
+  std::string msg = build_error(model, [&](Builder& b) { b.scatter(b.add(b.pull(3), b.constant(Shape::vec(4), 1.0))); });
+  EXPECT_CONTAINS(msg, "vertex type 'cell', op Add: shapes [3] and [4] do not broadcast");
+}
+
+TEST(BuilderErrors, OpsOnParametersOnlyAreRejected) {
+  Model model;
+  Param p = model.add("p", Shape::vec(3));
+  EXPECT_CONTAINS(build_error(model, [&](Builder& b) { b.scatter(b.add(p, p)); }), "both operands are parameters");
+  EXPECT_CONTAINS(build_error(model, [&](Builder& b) { b.scatter(b.tanh(b.param(p))); }), "operand is a parameter");
+}
+
+TEST(BuilderErrors, GatherSlotsMustAgreeAndBeContiguous) {
+  Model model;
+  EXPECT_CONTAINS(build_error(model,
+                              [&](Builder& b) {
+                                b.gather(0, Shape::vec(3));
+                                b.scatter(b.gather(0, Shape::vec(4)));
+                              }),
+                  "slot 0 gathered as [4] and as [3]");
+  EXPECT_CONTAINS(build_error(model, [&](Builder& b) { b.scatter(b.gather(1, Shape::vec(3))); }),
+                  "gathers slot 1 but never slot 0");
+}
+
+TEST(BuilderErrors, SliceConcatLossAndScatterChecks) {
+  Model model;
+  EXPECT_CONTAINS(build_error(model, [&](Builder& b) { b.scatter(b.slice(b.pull(4), 2, 3)); }),
+                  "op slice: [2, 5) is out of range for [4]");
+  EXPECT_CONTAINS(build_error(model, [&](Builder& b) { b.add_loss(b.pull(2)); }), "loss must be a scalar, got [2]");
+  EXPECT_CONTAINS(build_error(model,
+                              [&](Builder& b) {
+                                b.scatter(b.pull(2));
+                                b.scatter(b.pull(2));
+                              }),
+                  "a vertex function scatters once");
+  EXPECT_CONTAINS(build_error(model, [&](Builder& b) { b.softmax_cross_entropy(b.pull(3), b.label(4)); }),
+                  "logits [3] do not match 4 classes");
+  EXPECT_CONTAINS(build_error(model, [&](Builder& b) { b.pull(3); }), "computes nothing");
+  EXPECT_CONTAINS(build_error(model, [&](Builder& b) { b.scatter(b.dropout(b.pull(3), 1.5)); }),
+                  "rate must be in [0, 1)");
+}
+
+TEST(Program, DuplicateTypeNamesAndUnknownNames) {
+  Model model;
+  Program program(model);
+  program.add_type("a", [](Builder& b) { b.scatter(b.pull(1)); });
+  EXPECT_THROW(program.add_type("a", [](Builder& b) { b.scatter(b.pull(1)); }), UserError);
+  EXPECT_THROW(program.type_index("nope"), UserError);
+  model.add("W", Shape::vec(2));
+  EXPECT_THROW(model.add("W", Shape::vec(2)), UserError);
+}
+
+TEST(Printer, ShowsOpsOperandsAttributesAndShapes) {
+  Model model;
+  Param w = model.add("W", Shape::mat(2, 3));
+  Program program(model);
+  int t = program.add_type("cell", [&](Builder& b) { b.scatter(b.tanh(b.matmul(w, b.pull(3)))); });
+  std::string text = ir::to_string(program.forward(t));
+  EXPECT_CONTAINS(text, "function cell {");
+  EXPECT_CONTAINS(text, "param() param=0 : [2,3] uniform");
+  EXPECT_CONTAINS(text, "matmul(%");
+  EXPECT_CONTAINS(text, "tanh(%");
+  EXPECT_CONTAINS(text, "scatter(%");
+}
+
+TEST(Passes, DeadCodeIsRemovedAndCommonSubexpressionsMerged) {
+  ir::Function f;
+  f.name = "f";
+  ir::ValueId x = f.add(ir::Node::make(ir::Op::Pull, Shape::vec(2)));
+  ir::ValueId a = f.add(ir::Node::make(ir::Op::Tanh, Shape::vec(2), {x}));
+  ir::ValueId b = f.add(ir::Node::make(ir::Op::Tanh, Shape::vec(2), {x}));  // same as a
+  f.add(ir::Node::make(ir::Op::Exp, Shape::vec(2), {x}));                  // dead
+  ir::ValueId sum = f.add(ir::Node::make(ir::Op::Add, Shape::vec(2), {a, b}));
+  f.add(ir::Node::make(ir::Op::Scatter, Shape::scalar(), {sum}));
+  ir::verify(f);
+  ir::Function g = ir::simplify(f);
+  ir::verify(g);
+  ASSERT_EQ(g.size(), 4) << ir::to_string(g);
+  EXPECT_EQ(g[1].op, ir::Op::Tanh);
+  EXPECT_EQ(g[2].args[0], 1);
+  EXPECT_EQ(g[2].args[1], 1);
+}
+
+TEST(Verifier, RejectsOperandsThatDoNotPrecedeTheirUse) {
+  ir::Function f;
+  f.name = "bad";
+  f.add(ir::Node::make(ir::Op::Tanh, Shape::vec(2), {1}));
+  f.add(ir::Node::make(ir::Op::Pull, Shape::vec(2)));
+  EXPECT_THROW(ir::verify(f), InternalError);
+}
+
+TEST(Autodiff, GatherGradientIsAScatterAddIntoTheChildSlot) {
+  Model model;
+  Param w = model.add("W", Shape::mat(3, 6));
+  Program program(model);
+  program.add_type("leaf", [&](Builder& b) { b.scatter(b.pull(3)); });
+  int node = program.add_type("node", [&](Builder& b) {
+    Value h = b.tanh(b.matmul(w, b.concat({b.gather(0, Shape::vec(3)), b.gather(1, Shape::vec(3))})));
+    b.add_loss(b.sum(h));
+    b.scatter(h);
+  });
+  std::string text = ir::to_string(program.backward(node));
+  EXPECT_CONTAINS(text, "gathergrad(%");
+  EXPECT_CONTAINS(text, "slot=0");
+  EXPECT_CONTAINS(text, "slot=1");
+  EXPECT_CONTAINS(text, "scattergrad()");
+  EXPECT_CONTAINS(text, "paramgrad(%");
+  EXPECT_CONTAINS(text, "outer(%");
+}
+
+TEST(Classify, InputProjectionIsEagerRecurrenceIsCoreGradientsAreLazy) {
+  Model model;
+  Param w = model.add("W", Shape::mat(2, 3));
+  Param u = model.add("U", Shape::mat(2, 2));
+  Program program(model);
+  int cell = program.add_type("cell", [&](Builder& b) {
+    Value h = b.tanh(b.add(b.matmul(w, b.pull(3)), b.matmul(u, b.gather_sum(Shape::vec(2)))));
+    b.add_loss(b.sum(h));
+    b.scatter(h);
+  });
+  const ir::Function& f = program.forward(cell);
+  std::vector<ir::Phase> phases = ir::classify_phases(f);
+  for (ir::ValueId id = 0; id < f.size(); ++id) {
+    const ir::Node& n = f[id];
+    if (n.op == ir::Op::MatMul && f[n.args[1]].op == ir::Op::Pull) {
+      EXPECT_EQ(phases[size_t(id)], ir::Phase::Eager);
+    }
+    if (n.op == ir::Op::Tanh) {
+      EXPECT_EQ(phases[size_t(id)], ir::Phase::Core);
+    }
+    if (n.op == ir::Op::Loss) {
+      EXPECT_EQ(phases[size_t(id)], ir::Phase::Lazy);
+    }
+  }
+  const ir::Function& df = program.backward(cell);
+  std::vector<ir::Phase> back = ir::classify_phases(df);
+  for (ir::ValueId id = 0; id < df.size(); ++id) {
+    if (df[id].op == ir::Op::ParamGrad) {
+      EXPECT_EQ(back[size_t(id)], ir::Phase::Lazy);
+    }
+  }
+  for (ir::Phase p : ir::classify_phases(f, false)) EXPECT_EQ(p, ir::Phase::Core);
+}
+
+TEST(Fusion, LstmGatesFormOneGroupWithSeveralOutputs) {
+  Model model;
+  Param u = model.add("U", Shape::mat(8, 2));
+  Param bias = model.add("b", Shape::vec(8), Init::Zeros);
+  Program program(model);
+  int cell = program.add_type("cell", [&](Builder& b) {
+    Value state = b.gather_sum(Shape::vec(4));
+    Value h = b.slice(state, 0, 2), c = b.slice(state, 2, 2);
+    Value gates = b.add(b.matmul(u, h), bias);
+    Value i = b.sigmoid(b.slice(gates, 0, 2)), f = b.sigmoid(b.slice(gates, 2, 2));
+    Value o = b.sigmoid(b.slice(gates, 4, 2)), g = b.tanh(b.slice(gates, 6, 2));
+    Value c2 = b.add(b.mul(f, c), b.mul(i, g));
+    Value h2 = b.mul(o, b.tanh(c2));
+    b.scatter(b.concat({h2, c2}));
+  });
+  const ir::Function& f = program.forward(cell);
+  std::vector<ir::FusionGroup> groups =
+      ir::find_fusion_groups(f, ir::classify_phases(f), std::vector<bool>(f.nodes.size(), false));
+  ASSERT_EQ(groups.size(), 1u) << ir::to_string(f, groups);
+  EXPECT_GE(groups[0].nodes.size(), 9u);
+  EXPECT_EQ(groups[0].outputs.size(), 2u) << "h and c leave the group";
+  EXPECT_CONTAINS(ir::to_string(f, groups), "group 0:");
+}
+
+TEST(Fusion, NeverJoinsTwoNodesLinkedThroughAnOutsideNode) {
+  // a = tanh(x); s = sum(a) (not fusable); b = a * s: a and b must not fuse,
+  // or the group would need s, which needs the group.
+  ir::Function f;
+  f.name = "f";
+  ir::ValueId x = f.add(ir::Node::make(ir::Op::Pull, Shape::vec(4)));
+  ir::ValueId a = f.add(ir::Node::make(ir::Op::Tanh, Shape::vec(4), {x}));
+  ir::ValueId s = f.add(ir::Node::make(ir::Op::Sum, Shape::scalar(), {a}));
+  ir::ValueId b = f.add(ir::Node::make(ir::Op::Mul, Shape::vec(4), {a, s}));
+  ir::ValueId c = f.add(ir::Node::make(ir::Op::Exp, Shape::vec(4), {b}));
+  f.add(ir::Node::make(ir::Op::Scatter, Shape::scalar(), {c}));
+  std::vector<ir::FusionGroup> groups =
+      ir::find_fusion_groups(f, std::vector<ir::Phase>(f.nodes.size(), ir::Phase::Core), std::vector<bool>(f.nodes.size(), false));
+  for (const ir::FusionGroup& g : groups) {
+    bool has_a = std::find(g.nodes.begin(), g.nodes.end(), a) != g.nodes.end();
+    bool has_b = std::find(g.nodes.begin(), g.nodes.end(), b) != g.nodes.end();
+    EXPECT_FALSE(has_a && has_b) << ir::to_string(f, groups);
+  }
+  ASSERT_EQ(groups.size(), 1u) << "b and exp(b) still fuse";
+}
+
+}  // namespace
+}  // namespace vjit
