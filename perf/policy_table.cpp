@@ -2,12 +2,13 @@
 // against ED-Batch's lower bound, for the models whose schedules differ, on the
 // built-in data and, when given, the public benchmark files.
 //
-//   policy-table [--batch 64] [--batches 10] [--data-dir ../shared/data] [--markdown]
+//   policy-table [--batch 64] [--batches 10] [--data-dir ../shared/data] [--markdown] [--save DIR]
 //
 // For each model the fsm policy is learned once (ED-Batch: 32 sampled
 // instances of the training data) and then applied to `--batches` batches of
 // `--batch` samples not used for learning. Prints one JSON line per model and
-// data set; --markdown adds the README table.
+// data set; --markdown adds the README table; --save DIR writes each learned
+// policy there (Engine::load_fsm_policy reads it back).
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -31,6 +32,7 @@ struct Args {
   int batches = 10;
   std::string data_dir = VJIT_SHARED_DATA_DIR;
   bool markdown = false;
+  std::string save_dir;  // where each learned policy is saved (with the program's signature)
 };
 
 Args parse(int argc, char** argv) {
@@ -43,6 +45,7 @@ Args parse(int argc, char** argv) {
     if (flag == "--batch") a.batch = std::stoi(value);
     else if (flag == "--batches") a.batches = std::stoi(value);
     else if (flag == "--data-dir") a.data_dir = value;
+    else if (flag == "--save") a.save_dir = value;
     else throw UserError("unknown flag " + flag);
   }
   return a;
@@ -59,6 +62,11 @@ nlohmann::json measure(const Case& c, const Args& args) {
   std::vector<int> learn_indices;
   for (int i = 0; i < 32 && i < int(bundle.train.size()); ++i) learn_indices.push_back(i);
   FsmPolicy fsm = FsmPolicy::learn(models::make_batch(bundle.train, learn_indices), types);
+  if (!args.save_dir.empty()) {
+    std::filesystem::create_directories(args.save_dir);
+    std::string name = c.model + (c.data == "built-in" ? "" : "-" + std::filesystem::path(c.data).parent_path().filename().string());
+    fsm.save(args.save_dir + "/" + name + ".fsm.json", bundle.program->signature_string());
+  }
   std::map<std::string, double> tasks, seconds;
   double lower = 0, fallbacks = 0;
   int measured = 0;

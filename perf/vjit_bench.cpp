@@ -2,6 +2,7 @@
 // and prints one JSON object per configuration on stdout.
 //
 //   vjit-bench --model tree_lstm --mode train --hidden 256 --batch 64 --compare-unbatched
+//   vjit-bench --model lattice_lstm --policy fsm --compare-policy agenda
 //
 // Every VJIT_* variable applies, and the same options are accepted as flags
 // (--policy agenda, --no-lazy, ...). --ablation runs the Cavs Fig. 10 study
@@ -30,6 +31,7 @@ struct BenchArgs {
   bool compare_unbatched = false;
   bool check = true;
   bool ablation = false;
+  std::string compare_policy;  // also time this policy; report the speedup over it
   models::Config config;
 };
 
@@ -62,6 +64,7 @@ BenchArgs parse(const std::vector<std::string>& args) {
     else if (flag == "--warmup") b.warmup = int_flag(flag, value);
     else if (flag == "--data") b.config.data_path = value;
     else if (flag == "--seed") b.config.seed = uint64_t(int_flag(flag, value));
+    else if (flag == "--compare-policy") b.compare_policy = value;
     else throw UserError("unknown flag " + flag);
   }
   if (b.mode != "train" && b.mode != "infer") throw UserError("--mode must be train or infer, got '" + b.mode + "'");
@@ -174,6 +177,15 @@ json bench_one(const BenchArgs& args, const Options& options) {
     double unbatched = double(single.samples) / single.seconds;
     line["unbatched_samples_per_s"] = unbatched;
     line["batching_speedup"] = line["samples_per_s"].get<double>() / unbatched;
+  }
+  if (!args.compare_policy.empty()) {
+    Options other = options;
+    apply_flag(other, "policy", args.compare_policy);
+    Timing t = run(args, bundle, other, args.batch, args.steps);
+    line["compare_policy"] = other.policy;
+    line["compare_samples_per_s"] = double(t.samples) / t.seconds;
+    line["compare_tasks"] = double(t.stats.tasks) / double(t.stats.batches);
+    line["speedup_vs_compare_policy"] = line["samples_per_s"].get<double>() / (double(t.samples) / t.seconds);
   }
   return line;
 }

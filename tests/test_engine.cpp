@@ -1,6 +1,9 @@
 // The batched engine against the reference interpreter: every example model ×
 // every policy × batch sizes 1, 7 and 64, lazy batching on and off.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "codegen/x86_isa.h"
 #include "examples/models/models.h"
@@ -164,6 +167,55 @@ TEST(Engine, TrainingLowersTheLoss) {
   double last = first;
   for (int i = 0; i < 30; ++i) last = engine.train_step(batch, adam);
   EXPECT_LT(last, 0.7 * first);
+}
+
+}  // namespace
+}  // namespace vjit
+
+namespace vjit {
+namespace {
+
+// A learned policy is saved with the program's signature; an engine of another
+// program refuses it, naming what differs.
+TEST(FsmPolicyFiles, SavedWithTheProgramAndRejectedByAnother) {
+  models::Config config = small_config();
+  models::Bundle trees = models::make_model("tree_lstm_outputs", config);
+  models::Bundle lattices = models::make_model("lattice_lstm", config);
+  Options options = Options::defaults();
+  options.policy = "fsm";
+  std::string path = ::testing::TempDir() + "/vjit_fsm_policy.json";
+  {
+    Engine engine(*trees.program, options);
+    engine.learn_fsm_policy(models::make_batch(trees.train, first_indices(32)));
+    engine.save_fsm_policy(path);
+  }
+  Engine same(*trees.program, options);
+  same.load_fsm_policy(path);
+  GraphBatch batch = models::make_batch(trees.train, first_indices(16));
+  same.forward(batch);
+  EXPECT_EQ(same.stats().tasks, same.stats().lower_bound) << "ED-Batch's trees with outputs reach the bound";
+  Engine other(*lattices.program, options);
+  try {
+    other.load_fsm_policy(path);
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(FsmPolicyFiles, CacheDirKeepsThePolicyAcrossEngines) {
+  models::Bundle bundle = models::make_model("tree_lstm_2type", small_config());
+  Options options = Options::defaults();
+  options.policy = "fsm";
+  options.cache_dir = ::testing::TempDir() + "/vjit_cache_" + std::to_string(::getpid());
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(32));
+  {
+    Engine first(*bundle.program, options);
+    first.forward(batch);  // learns and saves
+  }
+  Engine second(*bundle.program, options);
+  ASSERT_TRUE(second.fsm_policy()) << "loaded at engine start";
+  std::filesystem::remove_all(options.cache_dir);
 }
 
 }  // namespace
