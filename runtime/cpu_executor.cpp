@@ -187,15 +187,34 @@ Evaluation<float> CpuExecutor::forward(const GraphBatch& batch, const Schedule& 
 
 void CpuExecutor::backward(std::vector<std::vector<float>>& grads) {
   VJIT_USER_CHECK(batch_ != nullptr, "backward() needs a forward() first");
-  grads.resize(size_t(program_.model().size()));
-  for (int p = 0; p < program_.model().size(); ++p)
-    grads[size_t(p)].assign(size_t(program_.model().param(p).shape.numel()), 0.0f);
+  zero_gradients(grads);
   grads_ = &grads;
   allocate(Pass::Backward);
   run_phase(Pass::Backward, ir::Phase::Eager);
   for (size_t i = schedule_->tasks.size(); i-- > 0;) run_task(Pass::Backward, schedule_->tasks[i], task_begin_[i]);
   run_phase(Pass::Backward, ir::Phase::Lazy);
   grads_ = nullptr;
+}
+
+// Sets every gradient to zero. An embedding table's gradient keeps its storage
+// between steps, and only the rows the last backward wrote are cleared.
+void CpuExecutor::zero_gradients(std::vector<std::vector<float>>& grads) {
+  const Model& model = program_.model();
+  bool reuse = grads.size() == size_t(model.size()) && touched_rows_.size() == grads.size();
+  grads.resize(size_t(model.size()));
+  touched_rows_.resize(grads.size());
+  for (int p = 0; p < model.size(); ++p) {
+    std::vector<float>& g = grads[size_t(p)];
+    const ParamData& param = model.param(p);
+    size_t numel = size_t(param.shape.numel());
+    if (reuse && param.sparse_rows && g.size() == numel) {
+      size_t cols = size_t(param.shape.cols());
+      for (int row : touched_rows_[size_t(p)]) std::fill_n(g.begin() + int64_t(size_t(row) * cols), cols, 0.0f);
+    } else {
+      g.assign(numel, 0.0f);
+    }
+    touched_rows_[size_t(p)].clear();
+  }
 }
 
 void CpuExecutor::run_phase(Pass pass, ir::Phase phase) {
@@ -586,8 +605,11 @@ void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node) {
       return;
     case Op::EmbeddingGrad: {
       std::vector<float>& grad = (*grads_)[size_t(node.param)];
+      std::vector<int>& touched = touched_rows_[size_t(node.param)];
       for (int64_t r = 0; r < rows.count; ++r) {
-        float* dst = grad.data() + int64_t(vertex(rows.vertices[r]).token) * width;
+        int token = vertex(rows.vertices[r]).token;
+        touched.push_back(token);
+        float* dst = grad.data() + int64_t(token) * width;
         const float* src = at(x, rows.begin + r);
         for (int64_t i = 0; i < width; ++i) dst[i] += src[i];
       }

@@ -63,6 +63,7 @@ class CpuExecutor {
   void assign_rows();
   void allocate(Pass pass);
   Slot view_slot(Pass pass, int type, const ir::Node& node) const;
+  void zero_gradients(std::vector<std::vector<float>>& grads);
   void run_phase(Pass pass, ir::Phase phase);
   void run_type_phase(Pass pass, ir::Phase phase, int type);
   void run_forward_streaming();
@@ -119,6 +120,7 @@ class CpuExecutor {
   std::vector<std::vector<Slot>> slots_[2];      // [pass][type][value id]
   std::vector<Slot> scatter_grad_;               // per type: the gradient of what it scattered
   std::vector<float> arena_[2];
+  std::vector<std::vector<int>> touched_rows_;   // per parameter: embedding rows the last backward wrote
 };
 
 }  // namespace vjit::runtime

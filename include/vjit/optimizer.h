@@ -48,7 +48,8 @@ class Optimizer {
   virtual void update(int index, ParamData& param, const std::vector<float>& g, float grad_scale) = 0;
 
  private:
-  void check(const Model& model, const std::vector<std::vector<float>>& grads);
+  // Throws UserError on a wrong count, size or a non-finite value; returns Σ g².
+  double check(const Model& model, const std::vector<std::vector<float>>& grads);
 
   float lr_;
   float clip_norm_;
