@@ -2,9 +2,10 @@
 //
 // Compiling a spec has two steps:
 //   1. plan (pure C++, no code): check the spec, drop instructions nothing
-//      reads, choose the registers every value lives in over one vector step of
-//      the body (plan_body: Belady's furthest-next-use eviction over the DAG in
-//      instruction order), and lay out the stack frame;
+//      reads, choose the registers every value lives in over one step of each
+//      loop body (BodyPlanner: Belady's furthest-next-use eviction over the
+//      DAG in instruction order, unrolled copies interleaved), and lay out the
+//      stack frame;
 //   2. emit (FusedJit::generate): walk the plan and write the machine code.
 //
 // A generated kernel, void kernel(const KernelArgs* args):
@@ -14,7 +15,8 @@
 //                 streams (used inputs, then outputs) into their GPRs, or into
 //                 8-byte stack slots once the GPRs run out
 //   row loop      for r < args->rows:
-//     vector loop   the body on each full vector of the row (width / lanes)
+//     unrolled loop the body on U full vectors at a time (U = 4, 2 or none)
+//     single loop   the body on each full vector left (fewer than U)
 //     tail          the body once more, masked, on the width % lanes last lanes
 //     advance       every stream pointer += ld[stream] * 4
 //   epilogue      rsp = rbp, restore, vzeroupper, ret
@@ -153,23 +155,26 @@ std::string kernel_name(const KernelSpec& spec, Isa isa) {
 // Register allocation over one vector step of the body
 
 // One step of the body plan. Values are numbered as spec operands: input j is
-// value j, instruction k is value num_inputs + k.
+// value j, instruction k is value num_inputs + k. A body unrolled U times
+// computes U consecutive vectors of the row at once; `copy` says which.
 struct Action {
   enum class Kind {
-    Load,     // reg = the input row's current vector (or its broadcast scalar)
+    Load,     // reg = the input row's vector `copy` (or its broadcast scalar)
     Reload,   // reg = spill slot `slot`
     Spill,    // spill slot `slot` = reg
     Compute,  // reg = op(a_reg, b_reg) of instruction value - num_inputs
-    Store,    // output `slot`'s current vector = reg
+    Store,    // output `slot`'s vector `copy` = reg
   };
   Kind kind;
   int value;
-  int reg;
+  int copy = 0;
+  int reg = -1;
   int slot = -1;
   int a_reg = -1, b_reg = -1;
 };
 
 struct BodyPlan {
+  int copies = 0;  // vectors per step (0: no such body)
   std::vector<Action> actions;
   int spill_slots = 0;
   int spills = 0, reloads = 0, input_loads = 0;
@@ -189,81 +194,102 @@ std::vector<bool> needed_instructions(const KernelSpec& spec) {
   return needed;
 }
 
-// Walks the needed instructions in order, keeping every value in a vector
-// register from its definition to its last use. When `pool` is exhausted it
-// evicts the resident value whose next use is furthest away (Belady), among
-// equals preferring one that costs no store: an input (reloaded from its row)
-// or a value already in its spill slot. Outputs are stored right after they
-// are computed, so storing never extends a value's life. A spill slot is
-// reused once its value is dead.
+// Walks the needed instructions in order — each one `copies` times in a row,
+// once per vector of the step, so that independent work sits side by side for
+// the out-of-order core — keeping every value in a vector register from its
+// definition to its last use. When `pool` is exhausted it evicts the resident
+// value whose next use is furthest away (Belady), among equals preferring one
+// that costs no store: an input (reloaded from its row) or a value already in
+// its spill slot. Outputs are stored right after they are computed, so storing
+// never extends a value's life. A spill slot is reused once its value is dead.
+// A Scalar input is one value shared by all copies.
+//
+// Inside the planner a value of copy u is the id u * num_values + v.
 class BodyPlanner {
  public:
-  BodyPlanner(const KernelSpec& spec, std::vector<int> pool)
+  BodyPlanner(const KernelSpec& spec, std::vector<int> pool, int copies)
       : spec_(spec),
         num_inputs_(int(spec.inputs.size())),
+        num_values_(int(spec.inputs.size() + spec.instrs.size())),
+        copies_(copies),
         pool_(std::move(pool)),
         needed_(needed_instructions(spec)) {
     VJIT_INTERNAL_CHECK(pool_.size() >= 3, "fused kernel: " << pool_.size()
                                                             << " vector registers for values, at least 3 needed");
-    const size_t num_values = size_t(num_inputs_) + spec.instrs.size();
-    uses_.resize(num_values);
-    next_.assign(num_values, 0);
-    reg_of_.assign(num_values, -1);
-    slot_of_.assign(num_values, -1);
+    const size_t ids = size_t(num_values_) * size_t(copies_);
+    uses_.resize(ids);
+    next_.assign(ids, 0);
+    reg_of_.assign(ids, -1);
+    slot_of_.assign(ids, -1);
     owner_.assign(32, -1);
     outputs_of_.resize(spec.instrs.size());
     for (size_t o = 0; o < spec.outputs.size(); ++o) outputs_of_[size_t(spec.outputs[o])].push_back(int(o));
+    int position = 0;
     for (size_t k = 0; k < spec.instrs.size(); ++k) {
       if (!needed_[k]) continue;
       const KernelInstr& in = spec.instrs[k];
-      uses_[size_t(in.a)].push_back(int(k));
-      if (in.b >= 0 && in.b != in.a) uses_[size_t(in.b)].push_back(int(k));
+      for (int u = 0; u < copies_; ++u, ++position) {
+        uses_[size_t(id(in.a, u))].push_back(position);
+        if (in.b >= 0 && in.b != in.a) uses_[size_t(id(in.b, u))].push_back(position);
+      }
     }
   }
 
   BodyPlan run() {
+    plan_.copies = copies_;
     for (size_t k = 0; k < spec_.instrs.size(); ++k)
-      if (needed_[k]) plan_instruction(int(k));
+      if (needed_[k])
+        for (int u = 0; u < copies_; ++u) plan_instruction(int(k), u);
     return std::move(plan_);
   }
 
  private:
   static constexpr int kNever = std::numeric_limits<int>::max();
 
-  int next_use(int v) const {
-    const std::vector<int>& u = uses_[size_t(v)];
-    return next_[size_t(v)] < u.size() ? u[next_[size_t(v)]] : kNever;
+  int id(int value, int copy) const {
+    const bool shared = value < num_inputs_ && spec_.inputs[size_t(value)].scalar;
+    return (shared ? 0 : copy) * num_values_ + value;
   }
-  bool is_input(int v) const { return v < num_inputs_; }
-  void add(Action a) { plan_.actions.push_back(a); }
+  int value_of(int id) const { return id % num_values_; }
+  int copy_of(int id) const { return id / num_values_; }
+  bool is_input(int id) const { return value_of(id) < num_inputs_; }
 
-  void plan_instruction(int k) {
+  int next_use(int id) const {
+    const std::vector<int>& u = uses_[size_t(id)];
+    return next_[size_t(id)] < u.size() ? u[next_[size_t(id)]] : kNever;
+  }
+  void add(Action::Kind kind, int id, int reg, int slot = -1, int a_reg = -1, int b_reg = -1) {
+    plan_.actions.push_back({kind, value_of(id), copy_of(id), reg, slot, a_reg, b_reg});
+  }
+
+  void plan_instruction(int k, int copy) {
     const KernelInstr& in = spec_.instrs[size_t(k)];
-    const int value = num_inputs_ + k;
-    std::vector<int> operands{in.a};
-    if (in.b >= 0 && in.b != in.a) operands.push_back(in.b);
+    const int value = id(num_inputs_ + k, copy);
+    const int a = id(in.a, copy), b = in.b >= 0 ? id(in.b, copy) : -1;
+    std::vector<int> operands{a};
+    if (b >= 0 && b != a) operands.push_back(b);
     for (int v : operands) ensure_in_register(v, operands);
     for (int v : operands) ++next_[size_t(v)];  // this use is done
 
-    const int a_reg = reg_of_[size_t(in.a)];
-    const int b_reg = in.b >= 0 ? reg_of_[size_t(in.b)] : -1;
+    const int a_reg = reg_of_[size_t(a)];
+    const int b_reg = b >= 0 ? reg_of_[size_t(b)] : -1;
     UnaryFn fn;
     const bool in_place = vmath_fn(in.op, &fn);  // the emitters compute x = f(x)
     int dst = -1;
-    if (next_use(in.a) == kNever) {
+    if (next_use(a) == kNever) {
       dst = a_reg;
-    } else if (!in_place && in.b >= 0 && next_use(in.b) == kNever) {
+    } else if (!in_place && b >= 0 && next_use(b) == kNever) {
       dst = b_reg;
     } else {
       dst = allocate(operands);
     }
-    add({Action::Kind::Compute, value, dst, -1, a_reg, b_reg});
+    add(Action::Kind::Compute, value, dst, -1, a_reg, b_reg);
     for (int v : operands)
       if (next_use(v) == kNever) release(v);
     owner_[size_t(dst)] = value;
     reg_of_[size_t(value)] = dst;
     plan_.peak_live = std::max(plan_.peak_live, ++live_);
-    for (int o : outputs_of_[size_t(k)]) add({Action::Kind::Store, value, dst, o});
+    for (int o : outputs_of_[size_t(k)]) add(Action::Kind::Store, value, dst, o);
     if (next_use(value) == kNever) release(value);
   }
 
@@ -271,11 +297,12 @@ class BodyPlanner {
     if (reg_of_[size_t(v)] >= 0) return;
     const int reg = allocate(pinned);
     if (is_input(v)) {
-      add({Action::Kind::Load, v, reg});
+      add(Action::Kind::Load, v, reg);
       ++plan_.input_loads;
     } else {
-      VJIT_INTERNAL_CHECK(slot_of_[size_t(v)] >= 0, "fused kernel: value " << v << " is neither in a register nor spilled");
-      add({Action::Kind::Reload, v, reg, slot_of_[size_t(v)]});
+      VJIT_INTERNAL_CHECK(slot_of_[size_t(v)] >= 0,
+                          "fused kernel: value " << value_of(v) << " is neither in a register nor spilled");
+      add(Action::Kind::Reload, v, reg, slot_of_[size_t(v)]);
       ++plan_.reloads;
     }
     reg_of_[size_t(v)] = reg;
@@ -303,7 +330,7 @@ class BodyPlanner {
     const int v = owner_[size_t(victim_reg)];
     if (!victim_free) {
       slot_of_[size_t(v)] = take_slot();
-      add({Action::Kind::Spill, v, victim_reg, slot_of_[size_t(v)]});
+      add(Action::Kind::Spill, v, victim_reg, slot_of_[size_t(v)]);
       ++plan_.spills;
     }
     reg_of_[size_t(v)] = -1;
@@ -332,13 +359,15 @@ class BodyPlanner {
 
   const KernelSpec& spec_;
   const int num_inputs_;
+  const int num_values_;
+  const int copies_;
   const std::vector<int> pool_;
   const std::vector<bool> needed_;
-  std::vector<std::vector<int>> uses_;     // per value: instructions reading it, ascending
-  std::vector<size_t> next_;               // per value: index of its next use in uses_
-  std::vector<int> reg_of_;                // per value: its register, or -1
-  std::vector<int> slot_of_;               // per value: its spill slot, or -1
-  std::vector<int> owner_;                 // per register index: its value, or -1
+  std::vector<std::vector<int>> uses_;        // per id: positions (instruction, copy) reading it, ascending
+  std::vector<size_t> next_;                  // per id: index of its next use in uses_
+  std::vector<int> reg_of_;                   // per id: its register, or -1
+  std::vector<int> slot_of_;                  // per id: its spill slot, or -1
+  std::vector<int> owner_;                    // per register index: its id, or -1
   std::vector<std::vector<int>> outputs_of_;  // per instruction: the outputs it writes
   std::vector<int> free_slots_;
   int live_ = 0;  // computed values live now
@@ -359,19 +388,37 @@ struct KernelPlan {
   Isa isa = Isa::Avx2;
   int lanes = 0;
   int vector_bytes = 0;
-  int64_t full_vectors = 0;  // width / lanes
-  int tail_lanes = 0;        // width % lanes
-  std::vector<UnaryFn> vmath_fns;           // the transcendental functions used
-  std::vector<int> vmath_scratch_vmms;      // clobbered by the VMathEmitter
+  int64_t full_vectors = 0;    // width / lanes
+  int64_t unrolled_steps = 0;  // steps of `unrolled` (unrolled.copies vectors each)
+  int64_t single_steps = 0;    // the full vectors left: steps of `single`
+  int tail_lanes = 0;          // width % lanes, done by `tail`
+  std::vector<UnaryFn> vmath_fns;       // the transcendental functions used
+  std::vector<int> vmath_scratch_vmms;  // clobbered by the VMathEmitter
   std::vector<int> vmath_scratch_opmasks;
-  int avx2_tail_mask_vmm = -1;              // Avx2 tail only: vmaskmovps lane mask
-  BodyPlan full, tail;
+  int avx2_tail_mask_vmm = -1;  // Avx2 tail only: vmaskmovps lane mask
+  BodyPlan unrolled, single, tail;
   std::vector<Stream> streams;
-  std::vector<int> stream_of_input;         // -1 when the input is unused
+  std::vector<int> stream_of_input;  // -1 when the input is unused
   std::vector<int> stream_of_output;
   size_t max_code_bytes = 0;
   FusedKernelStats stats;
 };
+
+int spill_traffic(const BodyPlan& body) { return body.spills + body.reloads; }
+
+// The most vectors per loop step that still fit: unrolling gives the
+// out-of-order core independent chains to overlap (a fused body is one long
+// dependency chain per vector), but only while it adds no spill traffic per
+// vector. Widest first: 4 (Avx512's 32 registers) or 2.
+BodyPlan plan_unrolled(const KernelSpec& spec, const std::vector<int>& pool, Isa isa, int64_t full_vectors,
+                       const BodyPlan& single) {
+  for (int copies : isa == Isa::Avx512 ? std::vector<int>{4, 2} : std::vector<int>{2}) {
+    if (full_vectors < copies) continue;
+    BodyPlan body = BodyPlanner(spec, pool, copies).run();
+    if (spill_traffic(body) <= copies * spill_traffic(single)) return body;
+  }
+  return {};
+}
 
 KernelPlan make_plan(const KernelSpec& spec, Isa isa) {
   KernelPlan plan;
@@ -388,7 +435,8 @@ KernelPlan make_plan(const KernelSpec& spec, Isa isa) {
   for (size_t k = 0; k < spec.instrs.size(); ++k) {
     UnaryFn fn;
     if (!needed[k] || !vmath_fn(spec.instrs[k].op, &fn)) continue;
-    if (std::find(plan.vmath_fns.begin(), plan.vmath_fns.end(), fn) == plan.vmath_fns.end()) plan.vmath_fns.push_back(fn);
+    if (std::find(plan.vmath_fns.begin(), plan.vmath_fns.end(), fn) == plan.vmath_fns.end())
+      plan.vmath_fns.push_back(fn);
     const ScratchNeeds n = VMathEmitter::scratch_needs(fn, isa);
     scratch.vmms = std::max(scratch.vmms, n.vmms);
     scratch.opmasks = std::max(scratch.opmasks, n.opmasks);
@@ -397,16 +445,23 @@ KernelPlan make_plan(const KernelSpec& spec, Isa isa) {
   for (int i = 0; i < scratch.vmms; ++i) plan.vmath_scratch_vmms.push_back(num_vmms - scratch.vmms + i);
   if (scratch.opmasks > 0) plan.vmath_scratch_opmasks = {2};  // k1: tail mask, k3: Step
 
+  // The bodies: full vectors (unrolled, then one at a time), the masked tail.
   std::vector<int> pool;
   for (int i = 0; i < num_vmms - scratch.vmms; ++i) pool.push_back(i);
-  plan.full = BodyPlanner(spec, pool).run();
+  if (plan.full_vectors > 0) {
+    const BodyPlan single = BodyPlanner(spec, pool, 1).run();
+    plan.unrolled = plan_unrolled(spec, pool, isa, plan.full_vectors, single);
+    if (plan.unrolled.copies > 0) plan.unrolled_steps = plan.full_vectors / plan.unrolled.copies;
+    plan.single_steps = plan.full_vectors - plan.unrolled_steps * plan.unrolled.copies;
+    if (plan.single_steps > 0) plan.single = single;
+  }
   if (plan.tail_lanes > 0) {
     std::vector<int> tail_pool = pool;
     if (isa == Isa::Avx2) {
       plan.avx2_tail_mask_vmm = tail_pool.back();
       tail_pool.pop_back();
     }
-    plan.tail = BodyPlanner(spec, tail_pool).run();
+    plan.tail = BodyPlanner(spec, tail_pool, 1).run();
   }
 
   plan.stream_of_input.assign(spec.inputs.size(), -1);
@@ -425,13 +480,15 @@ KernelPlan make_plan(const KernelSpec& spec, Isa isa) {
 
   // An upper bound on the code: a transcendental is at most ~45 instructions,
   // any other op at most two; a load, reload, spill or store at most two (a
-  // stream pointer from the stack, then the access); each of at most 11 bytes.
-  constexpr size_t kInsnBytes = 11;
+  // stream pointer from the stack, then the access); each of at most 12 bytes.
+  constexpr size_t kInsnBytes = 12;
   size_t body_insns = 0;
-  for (const BodyPlan* body : {&plan.full, &plan.tail}) {
+  const BodyPlan* bodies[] = {&plan.unrolled, &plan.single, &plan.tail};
+  for (const BodyPlan* body : bodies) {
     for (const Action& a : body->actions) {
       UnaryFn fn;
-      const bool vmath = a.kind == Action::Kind::Compute && vmath_fn(spec.instrs[size_t(a.value) - spec.inputs.size()].op, &fn);
+      const bool vmath = a.kind == Action::Kind::Compute &&
+                         vmath_fn(spec.instrs[size_t(a.value) - spec.inputs.size()].op, &fn);
       body_insns += vmath ? 48 : 2;
     }
   }
@@ -439,11 +496,14 @@ KernelPlan make_plan(const KernelSpec& spec, Isa isa) {
   plan.max_code_bytes = 4096 + (body_insns + 8 * plan.streams.size()) * kInsnBytes + tables + 256;
 
   plan.stats.value_registers = int(pool.size());
-  plan.stats.peak_live = std::max(plan.full.peak_live, plan.tail.peak_live);
-  plan.stats.spill_slots = std::max(plan.full.spill_slots, plan.tail.spill_slots);
-  plan.stats.spills = plan.full.spills + plan.tail.spills;
-  plan.stats.reloads = plan.full.reloads + plan.tail.reloads;
-  plan.stats.input_loads = plan.full.input_loads + plan.tail.input_loads;
+  plan.stats.unroll = std::max(1, plan.unrolled.copies);
+  for (const BodyPlan* body : bodies) {
+    plan.stats.peak_live = std::max(plan.stats.peak_live, body->peak_live);
+    plan.stats.spill_slots = std::max(plan.stats.spill_slots, body->spill_slots);
+    plan.stats.spills += body->spills;
+    plan.stats.reloads += body->reloads;
+    plan.stats.input_loads += body->input_loads;
+  }
   return plan;
 }
 
@@ -501,7 +561,7 @@ class FusedJit final : public JitGenerator {
   Vmm vmm(int idx) const { return make_vmm(isa_, idx); }
 
   void generate() override {
-    Xbyak::Label row_loop, vector_loop, done;
+    Xbyak::Label row_loop, unrolled_loop, single_loop, done;
     std::vector<Xbyak::Reg64> saved{rbp};
     for (size_t s = 0; s < stream_reg_.size(); ++s) {
       const Xbyak::Reg64& reg = stream_reg_[s];
@@ -530,14 +590,24 @@ class FusedJit final : public JitGenerator {
     L(row_loop);
     {
       xor_(reg_off_, reg_off_);
-      // Full vectors: width / lanes steps of the body.
-      if (plan_.full_vectors > 0) {
-        L(vector_loop);
-        emit_body(plan_.full, false);
+      // Full vectors: unrolled steps, then the rest one vector at a time.
+      if (plan_.unrolled_steps > 0) {
+        const int step_bytes = plan_.unrolled.copies * plan_.vector_bytes;
+        L(unrolled_loop);
+        emit_body(plan_.unrolled, false);
+        add(reg_off_, step_bytes);
+        if (plan_.unrolled_steps > 1) {
+          cmp(reg_off_, int(plan_.unrolled_steps * step_bytes));
+          jb(unrolled_loop, T_NEAR);
+        }
+      }
+      if (plan_.single_steps > 0) {
+        L(single_loop);
+        emit_body(plan_.single, false);
         add(reg_off_, plan_.vector_bytes);
-        if (plan_.full_vectors > 1) {
+        if (plan_.single_steps > 1) {
           cmp(reg_off_, int(plan_.full_vectors * plan_.vector_bytes));
-          jb(vector_loop, T_NEAR);
+          jb(single_loop, T_NEAR);
         }
       }
       // Tail: the last width % lanes elements, masked.
@@ -606,16 +676,17 @@ class FusedJit final : public JitGenerator {
       if (plan_.streams[s].output == outputs) fn(s, plan_.streams[s].index);
   }
 
-  // The current element of stream s: [pointer + reg_off], or [pointer] for a
-  // Scalar input. A stack-resident pointer is first loaded into reg_tmp.
-  Xbyak::Address stream_address(size_t s) {
+  // Vector `copy` of the current step of stream s: [pointer + reg_off + copy
+  // vectors], or [pointer] for a Scalar input. A stack-resident pointer is
+  // first loaded into reg_tmp.
+  Xbyak::Address stream_address(size_t s, int copy) {
     Xbyak::Reg64 base = stream_reg_[s];
     if (stream_slot_[s] >= 0) {
       mov(reg_tmp_, ptr[rsp + stream_slot_[s]]);
       base = reg_tmp_;
     }
     if (plan_.streams[s].scalar) return ptr[base];
-    return ptr[base + reg_off_];
+    return ptr[base + reg_off_ + copy * plan_.vector_bytes];
   }
 
   Xbyak::Address spill_address(int slot) { return ptr[rsp + spill_base_ + slot * plan_.vector_bytes]; }
@@ -638,7 +709,7 @@ class FusedJit final : public JitGenerator {
   void emit_load(const Action& a, bool tail) {
     const size_t s = size_t(plan_.stream_of_input[size_t(a.value)]);
     const Vmm dst = vmm(a.reg);
-    const Xbyak::Address src = stream_address(s);
+    const Xbyak::Address src = stream_address(s, a.copy);
     if (plan_.streams[s].scalar) {
       vbroadcastss(dst, src);
     } else if (!tail) {
@@ -653,7 +724,7 @@ class FusedJit final : public JitGenerator {
   void emit_store(const Action& a, bool tail) {
     const size_t s = size_t(plan_.stream_of_output[size_t(a.slot)]);
     const Vmm src = vmm(a.reg);
-    const Xbyak::Address dst = stream_address(s);
+    const Xbyak::Address dst = stream_address(s, a.copy);
     if (!tail) {
       vmovups(dst, src);
     } else if (isa_ == Isa::Avx512) {

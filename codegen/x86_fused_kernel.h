@@ -22,9 +22,10 @@
 namespace vjit::codegen {
 
 // What register allocation did to one kernel, counted in the generated code:
-// the full-vector loop body plus the masked tail body (each is allocated on its
-// own; a width below one vector has only the tail).
+// over its loop bodies (full vectors `unroll` at a time, full vectors one at a
+// time, the masked tail; each allocated on its own).
 struct FusedKernelStats {
+  int unroll = 1;           // vectors per step of the main loop
   int value_registers = 0;  // vector registers available to values
   int peak_live = 0;        // most computed values live at once (inputs not counted)
   int spill_slots = 0;      // stack slots of one vector each
