@@ -274,17 +274,8 @@ void CpuExecutor::run_forward_streaming() {
     task_error = std::current_exception();
   }
   streamer.join();
-  ExecStats& s = stream_stats_;
-  stats_.kernels += s.kernels;
-  stats_.gemm_calls += s.gemm_calls;
-  stats_.gemm_flops += s.gemm_flops;
-  stats_.param_grad_gemms += s.param_grad_gemms;
-  stats_.copy_calls += s.copy_calls;
-  stats_.copy_bytes += s.copy_bytes;
-  stats_.copy_s += s.copy_s;
-  stats_.gemm_s += s.gemm_s;
-  stats_.elementwise_s += s.elementwise_s;
-  s = {};
+  stats_ += stream_stats_;
+  stream_stats_ = {};
   if (task_error) std::rethrow_exception(task_error);
   if (error) std::rethrow_exception(error);
 }

@@ -30,6 +30,20 @@ struct ExecStats {
   int64_t copy_calls = 0;
   int64_t copy_bytes = 0;
   double copy_s = 0, gemm_s = 0, elementwise_s = 0;
+
+  ExecStats& operator+=(const ExecStats& o) {
+    tasks += o.tasks;
+    kernels += o.kernels;
+    gemm_calls += o.gemm_calls;
+    gemm_flops += o.gemm_flops;
+    param_grad_gemms += o.param_grad_gemms;
+    copy_calls += o.copy_calls;
+    copy_bytes += o.copy_bytes;
+    copy_s += o.copy_s;
+    gemm_s += o.gemm_s;
+    elementwise_s += o.elementwise_s;
+    return *this;
+  }
 };
 
 class CpuExecutor {

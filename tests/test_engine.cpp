@@ -37,17 +37,19 @@ struct EngineCase {
   bool lazy = true;
   bool fusion = true;
   std::string isa = "auto";
-  bool streaming = true;
+  bool streaming = false;
 
   std::string name() const {
     std::string n = model + "_" + policy;
     if (!lazy) n += "_nolazy";
     if (!fusion) n += "_nofusion";
     if (isa != "auto") n += "_" + isa;
-    if (!streaming) n += "_nostreaming";
+    if (streaming) n += "_streaming";
     return n;
   }
 };
+
+void PrintTo(const EngineCase& c, std::ostream* out) { *out << c.name(); }
 
 class EngineMatchesReference : public ::testing::TestWithParam<EngineCase> {};
 
@@ -83,13 +85,10 @@ std::vector<EngineCase> engine_cases() {
     for (const char* policy : {"depth", "agenda", "frontier", "ratio", "fsm"}) add([&](EngineCase& c) { c.policy = policy; });
     add([](EngineCase& c) { c.lazy = false; });
     add([](EngineCase& c) { c.fusion = false; });
-    add([](EngineCase& c) { c.streaming = false; });
+    add([](EngineCase& c) { c.streaming = true; });
     for (const char* isa : {"scalar", "avx2", "avx512"})
       if (codegen::cpu_has(codegen::parse_isa(isa)))
-        add([&](EngineCase& c) {
-          c.isa = isa;
-          c.streaming = false;
-        });
+        add([&](EngineCase& c) { c.isa = isa; });
   }
   return cases;
 }

@@ -57,7 +57,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(o, vjit::Options::defaults());
   EXPECT_TRUE(o.fusion);
   EXPECT_TRUE(o.lazy);
-  EXPECT_TRUE(o.streaming);
+  EXPECT_FALSE(o.streaming);
   EXPECT_EQ(o.policy, "agenda");
   EXPECT_EQ(o.memplan, "copy");
   EXPECT_EQ(o.device, "cpu");
@@ -74,7 +74,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
 TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_FUSION", "0");
   set("VJIT_LAZY", "off");
-  set("VJIT_STREAMING", "false");
+  set("VJIT_STREAMING", "true");
   set("VJIT_POLICY", "fsm");
   set("VJIT_MEMPLAN", "pqtree");
   set("VJIT_DEVICE", "cuda");
@@ -87,7 +87,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   vjit::Options o = vjit::Options::from_env();
   EXPECT_FALSE(o.fusion);
   EXPECT_FALSE(o.lazy);
-  EXPECT_FALSE(o.streaming);
+  EXPECT_TRUE(o.streaming);
   EXPECT_EQ(o.policy, "fsm");
   EXPECT_EQ(o.memplan, "pqtree");
   EXPECT_EQ(o.device, "cuda");

@@ -82,34 +82,24 @@ struct TreeLstm {
 
 }  // namespace
 
-Bundle make_tree_lstm(const Config& config) {
+namespace {
+
+// The Tree-LSTM, classifying at each cell or, with `output_vertices`, through
+// an "output" vertex over each tree node (ED-Batch's Fig. 1 shape).
+Bundle tree_lstm(const Config& config, bool output_vertices) {
   Bundle bundle;
   Model& m = start_bundle(bundle, config);
   TreeData data = load_trees(config);
   TreeLstm cell(m, config, data.vocab.size());
+  cell.output_vertices = output_vertices;
   TreeLstmInternal internal = cell.add_internal_params(m, "");
   TreeTypes types;
   types.leaf = bundle.program->add_type("leaf", [&](Builder& b) { cell.leaf(b); });
   types.internal = bundle.program->add_type("internal", [&](Builder& b) { cell.internal(b, internal); });
   add_tree_samples(bundle, data, types);
   bundle.classifier_types = {types.leaf, types.internal};
-  return bundle;
-}
-
-// The Tree-LSTM with an output vertex per tree node (ED-Batch's Fig. 1 shape):
-// the cells only scatter; an "output" vertex over each node computes its loss.
-Bundle make_tree_lstm_outputs(const Config& config) {
-  Bundle bundle;
-  Model& m = start_bundle(bundle, config);
-  TreeData data = load_trees(config);
-  TreeLstm cell(m, config, data.vocab.size());
-  cell.output_vertices = true;
-  TreeLstmInternal internal = cell.add_internal_params(m, "");
-  TreeTypes types;
-  types.leaf = bundle.program->add_type("leaf", [&](Builder& b) { cell.leaf(b); });
-  types.internal = bundle.program->add_type("internal", [&](Builder& b) { cell.internal(b, internal); });
+  if (!output_vertices) return bundle;
   int output = bundle.program->add_type("output", [&](Builder& b) { cell.output(b); });
-  add_tree_samples(bundle, data, types);
   for (std::vector<Sample>* split : {&bundle.train, &bundle.test})
     for (Sample& sample : *split) {
       int nodes = int(sample.vertices.size());
@@ -122,6 +112,11 @@ Bundle make_tree_lstm_outputs(const Config& config) {
   bundle.classifier_types = {output};
   return bundle;
 }
+
+}  // namespace
+
+Bundle make_tree_lstm(const Config& config) { return tree_lstm(config, false); }
+Bundle make_tree_lstm_outputs(const Config& config) { return tree_lstm(config, true); }
 
 Bundle make_tree_lstm_2type(const Config& config) {
   Bundle bundle;

@@ -11,7 +11,9 @@
 // | VJIT_FUSION      | fusion      | bool: fuse elementwise ops (union-find)     | on           |
 // | VJIT_LAZY        | lazy        | bool: lazy batching of parameter-gradient   | on           |
 // |                  |             | ops (one GEMM per parameter per batch)      |              |
-// | VJIT_STREAMING   | streaming   | bool: overlap scheduling/copies with compute| on           |
+// | VJIT_STREAMING   | streaming   | bool: eager forward steps on a second thread| off          |
+// |                  |             | while the tasks run (off by default: on two |              |
+// |                  |             | cores the GEMMs already use both, measured) |              |
 // | VJIT_POLICY      | policy      | depth | agenda | frontier | ratio | fsm     | agenda       |
 // |                  |             | (batching policy of the scheduler)          |              |
 // | VJIT_MEMPLAN     | memplan     | copy | pqtree (buffer layout: gather by     | copy         |
@@ -60,7 +62,7 @@ inline constexpr std::array<std::string_view, 5> log{"off", "passes", "schedule"
 struct Options {
   bool fusion = true;               // VJIT_FUSION
   bool lazy = true;                 // VJIT_LAZY
-  bool streaming = true;            // VJIT_STREAMING
+  bool streaming = false;           // VJIT_STREAMING (measured: no gain on 2 cores; README)
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE

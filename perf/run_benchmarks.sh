@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every benchmark whose figures the README reports and writes JSON lines
+# to perf/results/. Build first: scripts/build.sh Release.
+#   perf/run_benchmarks.sh [build-dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+data=../shared/data
+out=perf/results
+mkdir -p "$out"
+bench="$build/perf/vjit-bench"
+
+# Every model, training, hidden 256, batch 64, with the per-sample comparison.
+: > "$out/models.jsonl"
+for model in tree_lstm tree_fc var_lstm fixed_lstm bilstm_tagger tree_gru mv_rnn tree_lstm_2type tree_lstm_outputs lattice_lstm; do
+  hidden=256
+  [ "$model" = mv_rnn ] && hidden=64   # MV-RNN's per-word matrices are hidden² values
+  "$bench" --model "$model" --mode train --hidden "$hidden" --batch 64 --steps 5 --compare-unbatched >> "$out/models.jsonl"
+done
+# The Tree-LSTM on the real SST trees, when the data is there.
+if [ -f "$data/sst/train.txt" ]; then
+  "$bench" --model tree_lstm --mode train --hidden 256 --batch 64 --data "$data/sst/train.txt" --compare-unbatched > "$out/tree_lstm_sst.jsonl"
+  "$bench" --model tree_lstm --mode infer --hidden 256 --batch 64 --data "$data/sst/train.txt" >> "$out/tree_lstm_sst.jsonl"
+fi
+# Cavs Fig. 10 ablation.
+"$bench" --ablation --steps 5 > "$out/ablation.jsonl"
+# Batches per step of every policy (ED-Batch), and fsm against agenda end to end on lattices.
+"$build/perf/policy-table" --markdown --data-dir "$data" > "$out/policy_table.txt"
+"$bench" --model lattice_lstm --policy fsm --compare-policy agenda --hidden 256 --batch 64 --steps 5 > "$out/lattice_fsm.jsonl"
+if [ -f "$data/lattice/train.txt" ]; then
+  "$bench" --model lattice_lstm --policy fsm --compare-policy agenda --hidden 256 --batch 64 --steps 5 \
+    --data "$data/lattice/train.txt" >> "$out/lattice_fsm.jsonl"
+fi
+echo "results in $out/"
