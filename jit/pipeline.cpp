@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <queue>
 
+#include "codegen/x86_unary_kernel.h"
 #include "ir/fusion.h"
 #include "jit/kernel_cache.h"
 #include "vjit/error.h"
@@ -165,6 +166,11 @@ std::vector<bool> values_read_by_backward(const ir::Function& forward, const ir:
 
 runtime::ExecPlan lower_program(const Program& program, const Options& options) {
   runtime::ExecPlan plan;
+  codegen::Isa isa = isa_of(options);
+  if (isa != codegen::Isa::Scalar) {
+    auto exp = std::make_shared<codegen::UnaryKernel>(isa, codegen::UnaryFn::Exp);
+    plan.exp = [exp](const float* src, float* dst, int64_t n) { (*exp)(src, dst, n); };
+  }
   for (int t = 0; t < program.num_types(); ++t) {
     const ir::Function& forward = program.forward(t);
     const ir::Function& backward = program.backward(t);

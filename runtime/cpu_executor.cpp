@@ -1,5 +1,6 @@
 #include "runtime/cpu_executor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -562,21 +563,28 @@ void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const Slo
 void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, const Slot& out) {
   const Slot& logits = slot(pass, rows.type, node.args[0]);
   int64_t classes = function(pass, rows.type)[node.args[0]].shape.numel();
-  for (int64_t r = 0; r < rows.count; ++r) {
-    int label = vertex(rows.vertices[r]).label;
-    const float* x = at(logits, rows.begin + r);
-    float* dst = at_mut(out, rows.begin + r);
-    float max = x[0];
-    for (int64_t i = 1; i < classes; ++i) max = std::max(max, x[i]);
-    float total = 0.0f;
-    for (int64_t i = 0; i < classes; ++i) total += std::exp(x[i] - max);
-    if (node.op == Op::SoftmaxCE) {
-      dst[0] = label < 0 ? 0.0f : std::log(total) + max - x[label];
-      continue;
+  bool gradient = node.op == Op::SoftmaxCEGrad;
+  const Slot* upstream = gradient ? &slot(pass, rows.type, node.args[1]) : nullptr;
+  for_row_blocks(rows.count, classes, [&](int64_t begin, int64_t count) {
+    std::vector<float> p(static_cast<size_t>(classes));  // exp(x − max), then the softmax
+    for (int64_t r = begin; r < begin + count; ++r) {
+      int label = vertex(rows.vertices[r]).label;
+      const float* x = at(logits, rows.begin + r);
+      float* dst = at_mut(out, rows.begin + r);
+      float max = *std::max_element(x, x + classes);
+      for (int64_t i = 0; i < classes; ++i) p[size_t(i)] = x[i] - max;
+      if (plan_.exp) plan_.exp(p.data(), p.data(), classes);
+      else for (float& v : p) v = std::exp(v);
+      float total = 0.0f;
+      for (float v : p) total += v;
+      if (!gradient) {
+        dst[0] = label < 0 ? 0.0f : std::log(total) + max - x[label];
+        continue;
+      }
+      float g = label < 0 ? 0.0f : *at(*upstream, rows.begin + r);
+      for (int64_t i = 0; i < classes; ++i) dst[i] = (p[size_t(i)] / total - (i == label ? 1.0f : 0.0f)) * g;
     }
-    float g = label < 0 ? 0.0f : *at(slot(pass, rows.type, node.args[1]), rows.begin + r);
-    for (int64_t i = 0; i < classes; ++i) dst[i] = (std::exp(x[i] - max) / total - (i == label ? 1.0f : 0.0f)) * g;
-  }
+  });
 }
 
 void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node) {

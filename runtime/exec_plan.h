@@ -47,6 +47,9 @@ struct TypePlan {
 
 struct ExecPlan {
   std::vector<TypePlan> types;
+  // dst[i] = exp(src[i]) for i < n, vectorised: the softmax of the loss ops
+  // runs through it (a std::exp loop where none is given).
+  std::function<void(const float* src, float* dst, int64_t n)> exp;
 };
 
 }  // namespace vjit::runtime
