@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Prints the README's benchmark tables from perf/results/*.jsonl (run perf/run_benchmarks.sh first)."""
+import json
+import pathlib
+
+results = pathlib.Path(__file__).parent / "results"
+PEAK = 192.4  # two-core GEMM peak, perf/GEMM.md
+
+
+def lines(name):
+    path = results / name
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+
+
+def ms(d, key):
+    return f"{d['time_s'][key] * 1e3:.1f}"
+
+
+print("| model | data | mode | hidden | samples/s | per-sample samples/s | batching speedup | tasks | lower bound | GEMM GFLOP/s (% of 2-core peak) | ms per step: total / GEMM / elementwise / copy / optimizer / schedule |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for d in lines("models.jsonl") + lines("tree_lstm_sst.jsonl"):
+    data = "built-in" if d["data"] == "built-in" else pathlib.Path(d["data"]).parent.name
+    speed = f"{d['batching_speedup']:.1f}x" if "batching_speedup" in d else "-"
+    unbatched = f"{d['unbatched_samples_per_s']:.0f}" if "unbatched_samples_per_s" in d else "-"
+    print(f"| {d['model']} | {data} | {d['mode']} | {d['hidden']} | {d['samples_per_s']:.0f} | {unbatched} | {speed} | "
+          f"{d['tasks']:.1f} | {d['lower_bound']:.1f} | {d['gemm_gflops_per_s']:.1f} ({100 * d['gemm_gflops_per_s'] / PEAK:.0f}%) | "
+          f"{ms(d, 'total')} / {ms(d, 'gemm')} / {ms(d, 'elementwise')} / {ms(d, 'copy')} / {ms(d, 'optimizer')} / {ms(d, 'schedule')} |")
+
+print()
+print("| model | hidden | config | samples/s | kernels/step | fused groups | weight-gradient GEMMs/step | ms per step: total / GEMM / elementwise |")
+print("|---|---|---|---|---|---|---|---|")
+for d in lines("ablation.jsonl"):
+    print(f"| {d['model']} | {d['hidden']} | {d['config']} | {d['samples_per_s']:.0f} | {d['kernels']:.0f} | {d['fused_groups']} | "
+          f"{d['param_grad_gemms']:.0f} | {ms(d, 'total')} / {ms(d, 'gemm')} / {ms(d, 'elementwise')} |")
+
+print()
+for d in lines("lattice_fsm.jsonl"):
+    data = "built-in" if d["data"] == "built-in" else pathlib.Path(d["data"]).parent.name
+    print(f"lattice_lstm fsm vs agenda ({data}): "
+          f"{d['samples_per_s']:.0f} vs {d['compare_samples_per_s']:.0f} samples/s = {d['speedup_vs_compare_policy']:.2f}x, "
+          f"tasks {d['tasks']:.1f} vs {d['compare_tasks']:.1f}")
