@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -18,14 +19,19 @@
 namespace vjit {
 
 namespace {
-constexpr std::array<std::pair<StateEncoding, const char*>, 3> kEncodingNames{{
+constexpr std::array<std::pair<StateEncoding, const char*>, 4> kEncodingNames{{
     {StateEncoding::Base, "base"},
     {StateEncoding::Max, "max"},
     {StateEncoding::Sort, "sort"},
+    {StateEncoding::Critical, "critical"},
 }};
 constexpr const char* kFormatName = "vjit-fsm-policy";
 
 void append_int(std::string& out, int value) {
+  if (value >= 0 && value < 10) {
+    out.push_back(char('0' + value));
+    return;
+  }
   char buffer[16];
   const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
   out.append(buffer, result.ptr);
@@ -41,29 +47,113 @@ const char* encoding_name(StateEncoding encoding) {
 StateEncoding parse_encoding(const std::string& name) {
   for (const auto& [value, known] : kEncodingNames)
     if (name == known) return value;
-  throw UserError("unknown FSM state encoding '" + name + "'; valid encodings: base, max, sort");
+  throw UserError("unknown FSM state encoding '" + name + "'; valid encodings: base, max, sort, critical");
 }
 
 // ---------------------------------------------------------------- encoding
 
-void StateEncoder::encode(const sched::FrontierState& state, std::string& key) {
+void StateEncoder::collect(const sched::FrontierState& state) {
   present_.clear();
   for (int type = 0; type < state.num_types(); ++type)
     if (state.num_ready(type) > 0) present_.emplace_back(state.num_ready(type), type);
+  most_ = -1;
+  if (encoding_ == StateEncoding::Max && !present_.empty())  // max_element keeps the first (lowest type) on ties
+    most_ = std::max_element(present_.begin(), present_.end(), [](const auto& a, const auto& b) {
+              return a.first < b.first;
+            })->second;
+  if (encoding_ == StateEncoding::Sort || encoding_ == StateEncoding::Critical) {
+    // Most common first, ties by type: an insertion sort (a few types; present_
+    // is already in type order).
+    for (size_t i = 1; i < present_.size(); ++i) {
+      const auto entry = present_[i];
+      size_t j = i;
+      for (; j > 0 && present_[j - 1].first < entry.first; --j) present_[j] = present_[j - 1];
+      present_[j] = entry;
+    }
+  }
+  critical_type_ = -1;
+  marked_.assign(present_.size(), 0);
+  if (encoding_ == StateEncoding::Critical) {
+    VJIT_INTERNAL_CHECK(state.tracks_heights(), "the critical encoding needs FrontierState::track_heights");
+    int top = -1;  // the greatest height among the ready vertices
+    for (const auto& entry : present_) top = std::max(top, state.max_ready_height(entry.second));
+    for (size_t i = 0; i < present_.size(); ++i) {
+      marked_[i] = state.max_ready_height(present_[i].second) == top;
+      if (marked_[i] && critical_type_ < 0) critical_type_ = present_[i].second;
+    }
+  }
+}
+
+void StateEncoder::encode(const sched::FrontierState& state, std::string& key) {
+  collect(state);
   key.clear();
-  if (encoding_ == StateEncoding::Sort)  // most common first, ties by type
-    std::sort(present_.begin(), present_.end(),
-              [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
   for (size_t i = 0; i < present_.size(); ++i) {
     if (i) key.push_back(',');
     append_int(key, present_[i].second);
+    if (marked_[i]) key.push_back('*');
   }
-  if (encoding_ == StateEncoding::Max && !present_.empty()) {
-    const auto most = std::max_element(present_.begin(), present_.end(),
-                                       [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (most_ >= 0) {
     key.push_back('|');
-    append_int(key, most->second);  // max_element keeps the first (lowest type) on ties
+    append_int(key, most_);
   }
+}
+
+bool StateEncoder::encode_packed(const sched::FrontierState& state, uint64_t& code) {
+  collect(state);
+  const size_t bytes = present_.size() + (most_ >= 0);
+  if (bytes > 8) return false;
+  code = 0;
+  for (size_t i = 0; i < present_.size(); ++i) {
+    if (present_[i].second > 126) return false;
+    code |= uint64_t((present_[i].second + 1) * 2 + marked_[i]) << (8 * i);
+  }
+  if (most_ >= 0) {
+    if (most_ > 126) return false;
+    code |= uint64_t((most_ + 1) * 2) << (8 * present_.size());
+  }
+  return true;
+}
+
+std::optional<uint64_t> pack_state_key(std::string_view key) {
+  uint64_t code = 0;
+  size_t bytes = 0;
+  int value = -1;
+  bool mark = false;
+  auto flush = [&]() {
+    if (value < 0 || value > 126 || bytes == 8) return false;
+    code |= uint64_t((value + 1) * 2 + mark) << (8 * bytes++);
+    value = -1;
+    mark = false;
+    return true;
+  };
+  for (char c : key) {
+    if (c >= '0' && c <= '9') {
+      value = (value < 0 ? 0 : value * 10) + (c - '0');
+      if (value > 126) return std::nullopt;
+    } else if (c == '*') {
+      mark = true;
+    } else if (c == ',' || c == '|') {
+      if (!flush()) return std::nullopt;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!flush()) return std::nullopt;
+  return code;
+}
+
+int critical_type_of_key(std::string_view key) {
+  int value = 0;
+  for (char c : key) {
+    if (c >= '0' && c <= '9') {
+      value = value * 10 + (c - '0');
+    } else if (c == '*') {
+      return value;
+    } else {
+      value = 0;
+    }
+  }
+  return -1;
 }
 
 // ------------------------------------------------------------------ policy
@@ -72,11 +162,69 @@ FsmPolicy::FsmPolicy(StateEncoding encoding, int num_types, QTable q, FsmOptions
     : encoding_(encoding), num_types_(num_types), q_(std::move(q)), options_(options), training_(training) {
   best_.reserve(q_.size());
   for (const auto& [state, actions] : q_) {
+    const int preferred = encoding == StateEncoding::Critical ? critical_type_of_key(state) : -1;
     const ActionValue* best = nullptr;
-    for (const ActionValue& action : actions)
-      if (!best || action.q > best->q || (action.q == best->q && action.type < best->type)) best = &action;
+    for (const ActionValue& action : actions) {
+      if (!best || action.q > best->q) {
+        best = &action;
+      } else if (action.q == best->q && best->type != preferred &&
+                 (action.type == preferred || action.type < best->type)) {
+        best = &action;
+      }
+    }
     if (best) best_.emplace(state, best->type);
   }
+  pack_transitions();
+}
+
+void FsmPolicy::pack_transitions() {
+  packed_best_.reserve(best_.size());
+  for (const auto& [state, type] : best_)
+    if (const auto code = pack_state_key(state)) packed_best_.emplace(*code, type);
+}
+
+FsmPolicy::FsmPolicy(StateEncoding encoding, int num_types, QTable q, std::unordered_map<std::string, int> actions,
+                     FsmOptions options, FsmTraining training)
+    : encoding_(encoding),
+      num_types_(num_types),
+      q_(std::move(q)),
+      best_(std::move(actions)),
+      options_(options),
+      training_(training) {
+  for (const auto& [state, type] : best_)
+    VJIT_INTERNAL_CHECK(q_.contains(state), "FSM action for state '" << state << "', which has no Q values");
+  pack_transitions();
+}
+
+int fsm_step(const FsmPolicy& fsm, StateEncoder& encoder, sched::FrontierState& state, std::string& key,
+             bool& fell_back) {
+  // One type on the frontier: the choice is forced, whatever the table says.
+  int only = -1;
+  for (int type = 0; type < state.num_types(); ++type) {
+    if (state.num_ready(type) == 0) continue;
+    if (only >= 0) {
+      only = -1;
+      break;
+    }
+    only = type;
+  }
+  fell_back = false;
+  if (only >= 0) return only;
+  uint64_t code = 0;
+  int type = -1;
+  if (encoder.encode_packed(state, code)) {
+    type = fsm.action(code);
+  } else {
+    encoder.encode(state, key);
+    type = fsm.action(key);
+  }
+  fell_back = !(type >= 0 && type < state.num_types() && state.num_ready(type) > 0);
+  if (!fell_back) return type;
+  if (fsm.encoding() == StateEncoding::Critical) return encoder.critical_type();
+  // The ratio heuristic, which the FSM's reward distils. Its statistics are
+  // built only now, so a fully covered batch never pays for them.
+  state.track_type_frontiers();
+  return sched::choose_ratio(state);
 }
 
 // ----------------------------------------------------------------- learning
@@ -112,6 +260,11 @@ void check_options(const FsmOptions& o, int num_types) {
   VJIT_USER_CHECK(o.episodes >= 1, "FsmOptions::episodes must be at least 1 (got " << o.episodes << ")");
   VJIT_USER_CHECK(o.check_every >= 1, "FsmOptions::check_every must be at least 1 (got " << o.check_every << ")");
   VJIT_USER_CHECK(o.sample_size >= 1, "FsmOptions::sample_size must be at least 1 (got " << o.sample_size << ")");
+  VJIT_USER_CHECK(o.resamples >= 0, "FsmOptions::resamples must not be negative (got " << o.resamples << ")");
+  VJIT_USER_CHECK(o.validation_resamples >= 0,
+                  "FsmOptions::validation_resamples must not be negative (got " << o.validation_resamples << ")");
+  VJIT_USER_CHECK(o.confidence >= 0 && std::isfinite(o.confidence),
+                  "FsmOptions::confidence must not be negative (got " << o.confidence << ")");
 }
 
 // `size` distinct instances of `data`, in their original order.
@@ -128,25 +281,127 @@ GraphBatch sample_instances(const GraphBatch& data, int size, Rng& rng) {
   return batch;
 }
 
-// Tabular Q-learning with N-step bootstrapping on one batch, the environment
-// being Algorithm 1: a state is the encoded frontier, an action a type on it.
+// As many instances as `batch` has, drawn with replacement from those of
+// `pool` (indices into the batch): a bootstrap resample, in index order.
+GraphBatch resample_instances(const GraphBatch& batch, const std::vector<int>& pool, Rng& rng) {
+  const int n = int(batch.samples.size());
+  std::vector<int> index(n);
+  for (int& i : index) i = pool[rng.below(int(pool.size()))];
+  std::sort(index.begin(), index.end());
+  GraphBatch resample;
+  resample.samples.reserve(n);
+  for (int i : index) resample.samples.push_back(batch.samples[i]);
+  return resample;
+}
+
+// A batch the learner runs: its graph and the state of a run of it.
+struct Environment {
+  Environment(const GraphBatch* batch_, std::unique_ptr<GraphBatch> owned_, int num_types, StateEncoding encoding)
+      : owned(std::move(owned_)),
+        batch(owned ? owned.get() : batch_),
+        graph(*batch, num_types, encoding_uses_heights(encoding)),
+        state(graph),
+        lower_bound(sched::lower_bound(graph, sched::topological_order(graph))) {
+    if (encoding_uses_heights(encoding)) state.track_heights(graph.heights());
+  }
+  std::unique_ptr<GraphBatch> owned;  // resamples
+  const GraphBatch* batch;
+  sched::FlatBatch graph;
+  sched::FrontierState state;
+  int lower_bound;
+};
+
+// The policy run on one batch, as make_schedule runs it.
+struct GreedyRun {
+  int tasks = 0;
+  int fallbacks = 0;
+  std::unordered_set<std::string> states;  // states decided by the table
+};
+
+GreedyRun run_greedy(const FsmPolicy& policy, Environment& env) {
+  GreedyRun run;
+  StateEncoder encoder(policy.encoding());
+  std::string key;
+  std::vector<int> batch;
+  sched::FrontierState& state = env.state;
+  state.reset();
+  while (!state.done()) {
+    if (!state.has_ready()) state.throw_cycle();
+    bool fell_back = false;
+    const int type = fsm_step(policy, encoder, state, key, fell_back);
+    if (fell_back) {
+      ++run.fallbacks;
+    } else {
+      encoder.encode(state, key);
+      run.states.insert(key);
+    }
+    state.take_ready(type, batch);
+    state.execute(batch);
+    ++run.tasks;
+  }
+  return run;
+}
+
+// Tasks of `policy` on each environment.
+std::vector<int> tasks_on(const FsmPolicy& policy, const std::vector<std::unique_ptr<Environment>>& envs) {
+  std::vector<int> tasks;
+  for (const auto& env : envs) tasks.push_back(run_greedy(policy, *env).tasks);
+  return tasks;
+}
+
+int sum(const std::vector<int>& values) {
+  int total = 0;
+  for (int v : values) total += v;
+  return total;
+}
+
+// Tabular Q-learning with N-step bootstrapping, the environment being
+// Algorithm 1: a state is the encoded frontier, an action a type on it. The
+// episodes cycle over the training batch and its resamples.
 class QLearner {
  public:
   QLearner(const GraphBatch& batch, int num_types, const FsmOptions& options)
-      : options_(options), graph_(batch, num_types), state_(graph_), encoder_(options.encoding), rng_(options.seed) {
-    state_.track_type_frontiers();  // the reward needs |Frontier(G_t^a)|
+      : options_(options), num_types_(num_types), encoder_(options.encoding), rng_(options.seed) {
+    Rng resampler(options.seed ^ 0x9E3779B97F4A7C15ull);  // separate stream from the behaviour's
+    const int n = int(batch.samples.size());
+    std::vector<int> all(n);
+    for (int i = 0; i < n; ++i) all[i] = i;
+    episodes_.push_back(std::make_unique<Environment>(&batch, nullptr, num_types, options.encoding));
+    for (int i = 0; i < options.resamples; ++i)
+      episodes_.push_back(std::make_unique<Environment>(
+          nullptr, std::make_unique<GraphBatch>(resample_instances(batch, all, resampler)), num_types,
+          options.encoding));
+    // The validation resamples alternate between the two halves of the
+    // instances (a random split; one group when there is one instance).
+    std::vector<int> shuffled = all;
+    for (int i = n - 1; i > 0; --i) std::swap(shuffled[i], shuffled[resampler.below(i + 1)]);
+    std::vector<std::vector<int>> halves;
+    if (n >= 2) {
+      halves.emplace_back(shuffled.begin(), shuffled.begin() + n / 2);
+      halves.emplace_back(shuffled.begin() + n / 2, shuffled.end());
+    } else {
+      halves.push_back(all);
+    }
+    for (int i = 0; i < options.validation_resamples; ++i) {
+      const int half = i % int(halves.size());
+      validation_.push_back(std::make_unique<Environment>(
+          nullptr, std::make_unique<GraphBatch>(resample_instances(batch, halves[half], resampler)), num_types,
+          options.encoding));
+      validation_half_.push_back(half);
+    }
+    for (auto& env : episodes_) env->state.track_type_frontiers();  // the reward needs |Frontier(G_t^a)|
   }
 
-  void run_episode();
+  void run_episode(int episode);
+  // The greedy policy: each state's action is argmax_a Q over the actions
+  // tried (ties: the fallback's choice where the state names it, else the
+  // lowest type).
   FsmPolicy greedy_policy() const;
 
-  // The greedy policy run on the training batch, as make_schedule runs it.
-  struct GreedyRun {
-    int tasks = 0;
-    int fallbacks = 0;
-    std::unordered_set<std::string> states;  // states decided by the table
-  };
-  GreedyRun run_greedy(const FsmPolicy& policy);
+  Environment& training_batch() { return *episodes_.front(); }
+  const std::vector<std::unique_ptr<Environment>>& validation() const { return validation_; }
+  // Which half of the instances each validation resample was drawn from.
+  const std::vector<int>& validation_half() const { return validation_half_; }
 
  private:
   struct StateValues {
@@ -160,15 +415,14 @@ class QLearner {
     double reward;
   };
 
-  StateValues& current_values();
-  int behaviour_action(const StateValues& values);
-  double reward(int action) const;
-  double max_q(const StateValues& values) const;
+  StateValues& current_values(const sched::FrontierState& state);
+  int behaviour_action(const StateValues& values, const sched::FrontierState& state);
   void update(const Step& step, double target);
 
   FsmOptions options_;
-  sched::FlatBatch graph_;
-  sched::FrontierState state_;
+  int num_types_;
+  std::vector<std::unique_ptr<Environment>> episodes_, validation_;
+  std::vector<int> validation_half_;
   StateEncoder encoder_;
   Rng rng_;
   std::unordered_map<std::string, StateValues> table_;
@@ -177,45 +431,39 @@ class QLearner {
   std::vector<Step> steps_;
 };
 
-QLearner::StateValues& QLearner::current_values() {
-  encoder_.encode(state_, key_);
+QLearner::StateValues& QLearner::current_values(const sched::FrontierState& state) {
+  encoder_.encode(state, key_);
   auto [it, inserted] = table_.try_emplace(key_);
   StateValues& values = it->second;
   if (inserted) {
-    for (int type = 0; type < state_.num_types(); ++type)
-      if (state_.num_ready(type) > 0) values.legal.push_back(type);
-    values.q.assign(state_.num_types(), 0.0);
-    values.visits.assign(state_.num_types(), 0);
+    for (int type = 0; type < state.num_types(); ++type)
+      if (state.num_ready(type) > 0) values.legal.push_back(type);
+    values.q.assign(state.num_types(), 0.0);
+    values.visits.assign(state.num_types(), 0);
   }
   return values;
 }
 
-int QLearner::behaviour_action(const StateValues& values) {
+int QLearner::behaviour_action(const StateValues& values, const sched::FrontierState& state) {
   if (rng_.uniform() < options_.epsilon) return values.legal[rng_.below(int(values.legal.size()))];
-  // Greedy; equal Q values (e.g. untried actions) are broken by the ratio
-  // heuristic, so exploration starts from the heuristic's choices.
+  // Greedy; equal Q values (e.g. untried actions) are broken by the fallback's
+  // choice, so exploration starts from the policy the FSM falls back to.
+  if (options_.encoding == StateEncoding::Critical) {
+    int best = encoder_.critical_type();  // of the state just encoded
+    for (int type : values.legal)
+      if (values.q[type] > values.q[best]) best = type;
+    return best;
+  }
   int best = -1;
   for (int type : values.legal) {
-    if (state_.num_ready(type) == 0) continue;  // cannot happen: the key names the frontier's types
     if (best < 0 || values.q[type] > values.q[best]) {
       best = type;
     } else if (values.q[type] == values.q[best] &&
-               int64_t(state_.num_ready(type)) * state_.type_frontier(best) >
-                   int64_t(state_.num_ready(best)) * state_.type_frontier(type)) {
+               int64_t(state.num_ready(type)) * state.type_frontier(best) >
+                   int64_t(state.num_ready(best)) * state.type_frontier(type)) {
       best = type;
     }
   }
-  return best;
-}
-
-double QLearner::reward(int action) const {
-  // ED-Batch eq. 1.
-  return -1.0 + options_.alpha * double(state_.num_ready(action)) / double(state_.type_frontier(action));
-}
-
-double QLearner::max_q(const StateValues& values) const {
-  double best = -INFINITY;
-  for (int type : values.legal) best = std::max(best, values.q[type]);
   return best;
 }
 
@@ -225,28 +473,31 @@ void QLearner::update(const Step& step, double target) {
   ++step.values->visits[step.action];
 }
 
-void QLearner::run_episode() {
+void QLearner::run_episode(int episode) {
   const int n = options_.n_step;
   const double gamma = options_.gamma;
-  state_.reset();
+  sched::FrontierState& state = episodes_[size_t(episode) % episodes_.size()]->state;
+  state.reset();
   steps_.clear();
-  StateValues* current = state_.done() ? nullptr : &current_values();
+  StateValues* current = state.done() ? nullptr : &current_values(state);
   while (current) {
     // Now that S_t is known, the step N back gets its bootstrapped target:
     // r_{t-N} + gamma r_{t-N+1} + ... + gamma^{N-1} r_{t-1} + gamma^N max_a Q(S_t, a).
     const int t = int(steps_.size());
     if (t >= n) {
-      double target = max_q(*current);
+      double target = -INFINITY;
+      for (int type : current->legal) target = std::max(target, current->q[type]);
       for (int i = t - 1; i >= t - n; --i) target = steps_[i].reward + gamma * target;
       update(steps_[t - n], target);
     }
-    if (!state_.has_ready()) state_.throw_cycle();
-    const int action = behaviour_action(*current);
-    const double r = reward(action);
-    state_.take_ready(action, batch_);
-    state_.execute(batch_);
+    if (!state.has_ready()) state.throw_cycle();
+    const int action = behaviour_action(*current, state);
+    // ED-Batch eq. 1.
+    const double r = -1.0 + options_.alpha * double(state.num_ready(action)) / double(state.type_frontier(action));
+    state.take_ready(action, batch_);
+    state.execute(batch_);
     steps_.push_back(Step{current, action, r});
-    current = state_.done() ? nullptr : &current_values();
+    current = state.done() ? nullptr : &current_values(state);
   }
   // The end state has value 0: the last N steps get their plain returns.
   const int end = int(steps_.size());
@@ -266,27 +517,7 @@ FsmPolicy QLearner::greedy_policy() const {
       if (values.visits[type] > 0) actions.push_back({type, values.q[type], values.visits[type]});
     if (!actions.empty()) q.emplace(key, std::move(actions));
   }
-  return FsmPolicy(options_.encoding, graph_.num_types(), std::move(q), options_);
-}
-
-QLearner::GreedyRun QLearner::run_greedy(const FsmPolicy& policy) {
-  GreedyRun run;
-  state_.reset();
-  while (!state_.done()) {
-    if (!state_.has_ready()) state_.throw_cycle();
-    encoder_.encode(state_, key_);
-    int type = policy.action(key_);
-    if (type >= 0 && state_.num_ready(type) > 0) {
-      run.states.insert(key_);
-    } else {
-      ++run.fallbacks;
-      type = sched::choose_ratio(state_);
-    }
-    state_.take_ready(type, batch_);
-    state_.execute(batch_);
-    ++run.tasks;
-  }
-  return run;
+  return FsmPolicy(options_.encoding, num_types_, std::move(q), options_);
 }
 
 }  // namespace
@@ -301,34 +532,119 @@ FsmPolicy FsmPolicy::learn(const GraphBatch& data, int num_types, const FsmOptio
   const GraphBatch& batch = sampled ? *sampled : data;
 
   QLearner learner(batch, num_types, options);
+  const auto& validation = learner.validation();
+  const bool validating = !validation.empty();
   FsmTraining training;
   training.instances = int(batch.samples.size());
-  training.lower_bound = batching_lower_bound(batch, num_types);
+  training.lower_bound = learner.training_batch().lower_bound;
+  for (const auto& env : validation) training.validation_lower_bound += env->lower_bound;
+  // A policy's score: its tasks over the validation resamples, or on the
+  // training batch when there are none.
+  auto score = [&](const FsmPolicy& policy, std::vector<int>& per_batch) {
+    if (validating) {
+      per_batch = tasks_on(policy, validation);
+    } else {
+      per_batch = {run_greedy(policy, learner.training_batch()).tasks};
+    }
+    return sum(per_batch);
+  };
+  const int bound = validating ? training.validation_lower_bound : training.lower_bound;
+  const FsmPolicy fallback_only(options.encoding, num_types, {}, options);
+  std::vector<int> fallback_tasks;
+  const int fallback_score = score(fallback_only, fallback_tasks);
+  if (validating) training.validation_fallback_tasks = fallback_score;
+
+  // Keep the best greedy policy seen (on equal scores, the later one: it has
+  // seen more states); stop once no schedule can be shorter.
   std::optional<FsmPolicy> kept;
-  training.tasks = INT_MAX;
+  std::vector<int> kept_tasks;
+  int kept_score = INT_MAX;
   for (int episode = 1; episode <= options.episodes; ++episode) {
-    learner.run_episode();
+    learner.run_episode(episode - 1);
     training.episodes = episode;
     if (episode % options.check_every != 0 && episode != options.episodes) continue;
-    // Keep the best greedy policy seen (on equal tasks, the later one: it has
-    // seen more states); stop once no schedule can be shorter.
     FsmPolicy candidate = learner.greedy_policy();
-    QLearner::GreedyRun run = learner.run_greedy(candidate);
-    if (run.tasks <= training.tasks) {
-      training.tasks = run.tasks;
-      training.fallbacks = run.fallbacks;
-      if (options.prune_to_greedy_path) {
-        QTable visited = std::move(candidate.q_);
-        std::erase_if(visited, [&](const auto& entry) { return !run.states.contains(entry.first); });
-        candidate = FsmPolicy(options.encoding, num_types, std::move(visited), options);
-      }
+    std::vector<int> tasks;
+    const int candidate_score = score(candidate, tasks);
+    if (candidate_score <= kept_score) {
+      kept_score = candidate_score;
+      kept_tasks = std::move(tasks);
       kept = std::move(candidate);
     }
-    if (training.tasks <= training.lower_bound) break;
+    if (kept_score <= bound) break;
   }
+
+  std::unordered_map<std::string, int> actions = kept->best_;
+  if (options.encoding == StateEncoding::Critical && validating) {
+    // The departures from the fallback (states whose action is not their
+    // critical type), in key order so the result does not depend on hashing.
+    std::vector<std::string> departures;
+    for (const auto& [key, type] : actions)
+      if (type != critical_type_of_key(key)) departures.push_back(key);
+    std::sort(departures.begin(), departures.end());
+    auto with = [&](const std::unordered_map<std::string, int>& a) {
+      return FsmPolicy(options.encoding, num_types, kept->q_, a, options, {});
+    };
+    // Drop each departure whose removal costs no validation task (repeat, as
+    // dropping one can make another useless).
+    for (bool dropped = true; dropped;) {
+      dropped = false;
+      for (auto it = departures.begin(); it != departures.end(); ++it) {
+        auto trial = actions;
+        trial[*it] = critical_type_of_key(*it);
+        std::vector<int> tasks;
+        const int trial_score = score(with(trial), tasks);
+        if (trial_score <= kept_score) {
+          actions = std::move(trial);
+          kept_score = trial_score;
+          kept_tasks = std::move(tasks);
+          departures.erase(it);
+          dropped = true;
+          break;
+        }
+      }
+    }
+    // Keep the rest only if, on the resamples of each half of the instances
+    // alike, they beat the fallback by `confidence` standard errors of the
+    // paired per-resample differences: a departure that only some instances
+    // favour is a trait of the sample, not of the program.
+    const std::vector<int>& half_of = learner.validation_half();
+    bool confident = true;
+    for (int half = 0; !departures.empty() && half <= *std::max_element(half_of.begin(), half_of.end()); ++half) {
+      std::vector<double> gain;
+      for (size_t i = 0; i < kept_tasks.size(); ++i)
+        if (half_of[i] == half) gain.push_back(fallback_tasks[i] - kept_tasks[i]);
+      const int n = int(gain.size());
+      double mean = 0, variance = 0;
+      for (double g : gain) mean += g;
+      mean /= n;
+      for (double g : gain) variance += (g - mean) * (g - mean);
+      const double standard_error = n > 1 ? std::sqrt(variance / (n - 1) / n) : 0.0;
+      confident = confident && mean > 0 && mean > options.confidence * standard_error;
+    }
+    if (!confident) {
+      for (const std::string& key : departures) actions[key] = critical_type_of_key(key);
+      departures.clear();
+      kept_score = fallback_score;
+    }
+    training.departures = int(departures.size());
+  }
+  if (validating) training.validation_tasks = kept_score;
+
+  QTable q = std::move(kept->q_);
+  if (options.prune_to_greedy_path) {
+    const GreedyRun run = run_greedy(FsmPolicy(options.encoding, num_types, q, actions, options, {}),
+                                     learner.training_batch());
+    std::erase_if(q, [&](const auto& entry) { return !run.states.contains(entry.first); });
+    std::erase_if(actions, [&](const auto& entry) { return !run.states.contains(entry.first); });
+  }
+  FsmPolicy result(options.encoding, num_types, std::move(q), std::move(actions), options, {});
+  const GreedyRun run = run_greedy(result, learner.training_batch());
+  training.tasks = run.tasks;
+  training.fallbacks = run.fallbacks;
   training.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  kept->training_ = training;
-  return std::move(*kept);
+  result.training_ = training;
+  return result;
 }
 
 // ------------------------------------------------------------- save / load
@@ -346,6 +662,9 @@ json options_to_json(const FsmOptions& o) {
               {"episodes", o.episodes},
               {"check_every", o.check_every},
               {"sample_size", o.sample_size},
+              {"resamples", o.resamples},
+              {"validation_resamples", o.validation_resamples},
+              {"confidence", o.confidence},
               {"seed", o.seed},
               {"prune_to_greedy_path", o.prune_to_greedy_path}};
 }
@@ -361,14 +680,25 @@ FsmOptions options_from_json(const json& j, StateEncoding encoding) {
   o.episodes = j.at("episodes").get<int>();
   o.check_every = j.at("check_every").get<int>();
   o.sample_size = j.at("sample_size").get<int>();
+  o.resamples = j.at("resamples").get<int>();
+  o.validation_resamples = j.at("validation_resamples").get<int>();
+  o.confidence = j.at("confidence").get<double>();
   o.seed = j.at("seed").get<uint64_t>();
   o.prune_to_greedy_path = j.at("prune_to_greedy_path").get<bool>();
   return o;
 }
 
 json training_to_json(const FsmTraining& t) {
-  return json{{"seconds", t.seconds},         {"episodes", t.episodes}, {"instances", t.instances},
-              {"tasks", t.tasks},             {"lower_bound", t.lower_bound}, {"fallbacks", t.fallbacks}};
+  return json{{"seconds", t.seconds},
+              {"episodes", t.episodes},
+              {"instances", t.instances},
+              {"tasks", t.tasks},
+              {"lower_bound", t.lower_bound},
+              {"fallbacks", t.fallbacks},
+              {"validation_tasks", t.validation_tasks},
+              {"validation_fallback_tasks", t.validation_fallback_tasks},
+              {"validation_lower_bound", t.validation_lower_bound},
+              {"departures", t.departures}};
 }
 
 FsmTraining training_from_json(const json& j) {
@@ -379,6 +709,10 @@ FsmTraining training_from_json(const json& j) {
   t.tasks = j.at("tasks").get<int>();
   t.lower_bound = j.at("lower_bound").get<int>();
   t.fallbacks = j.at("fallbacks").get<int>();
+  t.validation_tasks = j.at("validation_tasks").get<int>();
+  t.validation_fallback_tasks = j.at("validation_fallback_tasks").get<int>();
+  t.validation_lower_bound = j.at("validation_lower_bound").get<int>();
+  t.departures = j.at("departures").get<int>();
   return t;
 }
 
@@ -399,9 +733,14 @@ std::optional<std::vector<int>> parse_state_key(const std::string& key, StateEnc
   }
   std::vector<int> types;
   std::vector<char> seen(num_types, 0);
+  int marked = 0;
   for (size_t pos = 0;;) {
     const size_t comma = types_part.find(',', pos);
-    const std::string_view token = types_part.substr(pos, comma == std::string_view::npos ? comma : comma - pos);
+    std::string_view token = types_part.substr(pos, comma == std::string_view::npos ? comma : comma - pos);
+    if (encoding == StateEncoding::Critical && token.ends_with('*')) {
+      token.remove_suffix(1);
+      ++marked;
+    }
     int type = -1;
     const auto r = std::from_chars(token.data(), token.data() + token.size(), type);
     if (r.ec != std::errc() || r.ptr != token.data() + token.size()) return std::nullopt;
@@ -412,7 +751,9 @@ std::optional<std::vector<int>> parse_state_key(const std::string& key, StateEnc
     pos = comma + 1;
   }
   if (types.empty()) return std::nullopt;
-  if (encoding != StateEncoding::Sort && !std::is_sorted(types.begin(), types.end())) return std::nullopt;
+  if (encoding == StateEncoding::Critical && marked == 0) return std::nullopt;
+  const bool by_count = encoding == StateEncoding::Sort || encoding == StateEncoding::Critical;
+  if (!by_count && !std::is_sorted(types.begin(), types.end())) return std::nullopt;
   if (encoding == StateEncoding::Max && (most < 0 || most >= num_types || !seen[most])) return std::nullopt;
   return types;
 }
@@ -433,7 +774,9 @@ void FsmPolicy::save(const std::string& path, const std::string& signature) cons
   for (const auto* entry : entries) {
     json actions = json::array();
     for (const ActionValue& a : entry->second) actions.push_back({{"type", a.type}, {"q", a.q}, {"visits", a.visits}});
-    states.push_back({{"state", entry->first}, {"actions", std::move(actions)}});
+    json state{{"state", entry->first}, {"actions", std::move(actions)}};
+    if (const int type = action(entry->first); type >= 0) state["action"] = type;  // none: the state falls back
+    states.push_back(std::move(state));
   }
   const json file{{"format", kFormatName},
                   {"version", kFormatVersion},
@@ -491,6 +834,7 @@ FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_s
     const int num_types = file.at("num_types").get<int>();
     if (num_types < 1) malformed(path, "\"num_types\" must be positive");
     QTable q;
+    std::unordered_map<std::string, int> transitions;
     for (const json& state : file.at("states")) {
       const std::string key = state.at("state").get<std::string>();
       const auto types = parse_state_key(key, encoding, num_types);
@@ -502,10 +846,16 @@ FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_s
           malformed(path, "state '" + key + "' has action " + std::to_string(value.type) + ", not on its frontier");
         actions.push_back(value);
       }
+      if (state.contains("action")) {
+        const int type = state.at("action").get<int>();
+        if (std::find(types->begin(), types->end(), type) == types->end())
+          malformed(path, "state '" + key + "' goes to type " + std::to_string(type) + ", not on its frontier");
+        transitions.emplace(key, type);
+      }
       if (!q.emplace(key, std::move(actions)).second) malformed(path, "state '" + key + "' appears twice");
     }
-    return FsmPolicy(encoding, num_types, std::move(q), options_from_json(file.at("options"), encoding),
-                     training_from_json(file.at("training")));
+    return FsmPolicy(encoding, num_types, std::move(q), std::move(transitions),
+                     options_from_json(file.at("options"), encoding), training_from_json(file.at("training")));
   } catch (const json::exception& e) {
     malformed(path, e.what());
   } catch (const UserError& e) {

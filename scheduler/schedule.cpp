@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <chrono>
 
 #include "scheduler/fsm.h"
@@ -46,7 +47,8 @@ namespace sched {
 
 // ---------------------------------------------------------------- FlatBatch
 
-FlatBatch::FlatBatch(const GraphBatch& batch, int num_types) : batch_(&batch), num_types_(num_types) {
+FlatBatch::FlatBatch(const GraphBatch& batch, int num_types, bool with_heights)
+    : batch_(&batch), num_types_(num_types) {
   VJIT_USER_CHECK(num_types >= 1, "a program needs at least one vertex type (got " << num_types << ")");
   const int64_t total = batch.num_vertices();
   VJIT_USER_CHECK(total < int64_t(1) << 31, "batch has " << total << " vertices; at most 2^31-1 are supported");
@@ -81,18 +83,31 @@ FlatBatch::FlatBatch(const GraphBatch& batch, int num_types) : batch_(&batch), n
                                      << vertices.size() << " vertices)");
         child_ids_.push_back(sample_offset[s] + child);
         ++parent_count[sample_offset[s] + child];
+        children_first_ = children_first_ && child < int(i);
       }
       child_begin_.push_back(int(child_ids_.size()));
     }
   }
 
-  // Parents in CSR form: a counting pass, then a fill pass.
+  // Parents in CSR form: a counting pass, then a fill pass, from the last
+  // vertex down so that, when the ids are a topological order, the same pass
+  // computes the heights (every parent of a vertex comes before it).
   parent_begin_.assign(offset + 1, 0);
   for (int v = 0; v < offset; ++v) parent_begin_[v + 1] = parent_begin_[v] + parent_count[v];
   parent_ids_.resize(child_ids_.size());
-  std::vector<int> fill(parent_begin_.begin(), parent_begin_.end() - 1);
-  for (int v = 0; v < offset; ++v)
-    for (int child : children(v)) parent_ids_[fill[child]++] = v;
+  std::vector<int> fill(parent_begin_.begin() + 1, parent_begin_.end());  // filled backwards
+  if (with_heights && children_first_) {
+    heights_.assign(offset, 0);
+    for (int v = offset - 1; v >= 0; --v)
+      for (int child : children(v)) {
+        parent_ids_[--fill[child]] = v;
+        heights_[child] = std::max(heights_[child], heights_[v] + 1);
+      }
+  } else {
+    for (int v = offset - 1; v >= 0; --v)
+      for (int child : children(v)) parent_ids_[--fill[child]] = v;
+    if (with_heights) heights_ = vertex_heights(*this);
+  }
 }
 
 std::string FlatBatch::describe(int v) const {
@@ -110,8 +125,13 @@ std::string FlatBatch::describe(int v) const {
 // ------------------------------------------------------- depths, lower bound
 
 std::vector<int> topological_order(const FlatBatch& graph) {
-  // Kahn's algorithm upwards from the leaves.
   const int n = graph.num_vertices();
+  if (graph.children_first()) {  // the ids themselves (samples built bottom-up)
+    std::vector<int> order(n);
+    for (int v = 0; v < n; ++v) order[v] = v;
+    return order;
+  }
+  // Kahn's algorithm upwards from the leaves.
   std::vector<int> pending(n), order;
   order.reserve(n);
   for (int v = 0; v < n; ++v) {
@@ -134,6 +154,19 @@ std::vector<int> vertex_depths(const FlatBatch& graph) {
   for (int v : topological_order(graph))
     for (int child : graph.children(v)) depth[v] = std::max(depth[v], depth[child] + 1);
   return depth;
+}
+
+std::vector<int> vertex_heights(const FlatBatch& graph) {
+  std::vector<int> height(graph.num_vertices(), 0);
+  if (graph.children_first()) {  // parents before children: descending ids
+    for (int v = graph.num_vertices() - 1; v >= 0; --v)
+      for (int child : graph.children(v)) height[child] = std::max(height[child], height[v] + 1);
+    return height;
+  }
+  const std::vector<int> order = topological_order(graph);
+  for (auto it = order.rbegin(); it != order.rend(); ++it)
+    for (int child : graph.children(*it)) height[child] = std::max(height[child], height[*it] + 1);
+  return height;
 }
 
 int lower_bound(const FlatBatch& graph, std::span<const int> topological_order) {
@@ -164,7 +197,7 @@ int lower_bound(const FlatBatch& graph, std::span<const int> topological_order) 
 // ------------------------------------------------------------ FrontierState
 
 FrontierState::FrontierState(const FlatBatch& graph)
-    : graph_(&graph), ready_(graph.num_types()) {
+    : graph_(&graph), ready_(graph.num_types()), released_(new int[size_t(graph.num_vertices()) + 1]) {
   reset();
 }
 
@@ -174,11 +207,14 @@ void FrontierState::reset() {
   executed_.assign(n, 0);
   pending_children_.resize(n);
   for (auto& list : ready_) list.clear();
+  first_descent_.assign(num_types(), -1);  // the lists below are built in id order
+  more_descents_.assign(num_types(), 0);
   for (int v = 0; v < n; ++v) {
     pending_children_[v] = int(graph_->children(v).size());
     if (pending_children_[v] == 0) ready_[graph_->type(v)].push_back(v);
   }
   if (depth_) recount_depths();
+  if (height_) recount_ready_heights();
   if (tracking_type_frontiers_) {
     if (!type_edges_complete_) build_type_edges();  // built after some vertices ran
     recount_type_frontiers();
@@ -194,16 +230,60 @@ bool FrontierState::has_ready() const {
 void FrontierState::take_ready(int type, std::vector<int>& out) {
   out.clear();
   out.swap(ready_[type]);
-  // Release order is often already sorted (chains, trees built bottom-up).
-  if (!std::is_sorted(out.begin(), out.end())) std::sort(out.begin(), out.end());
+  if (height_) max_ready_height_[type] = -1;
+  // Release order is often sorted (chains, trees built bottom-up); else it is
+  // one sorted run per step the type waited, which a policy that lets a type
+  // wait long (fsm) makes many of. execute() noted the descents.
+  const int first_descent = first_descent_[type];
+  const bool more_descents = more_descents_[type];
+  first_descent_[type] = -1;
+  more_descents_[type] = 0;
+  if (first_descent < 0) return;
+  if (!more_descents) {  // two runs: merge them, without branching on which is next
+    merge_buffer_.resize(out.size());
+    const int *a = out.data(), *a_end = a + first_descent, *b = a_end, *b_end = out.data() + out.size();
+    int* to = merge_buffer_.data();
+    while (a != a_end && b != b_end) {
+      const bool from_b = *b < *a;
+      *to++ = from_b ? *b : *a;
+      b += from_b;
+      a += !from_b;
+    }
+    to = std::copy(a, a_end, to);
+    std::copy(b, b_end, to);
+    out.swap(merge_buffer_);
+    return;
+  }
+  const auto [low_it, high_it] = std::minmax_element(out.begin(), out.end());
+  const int low = *low_it, high = *high_it;
+  const size_t words = size_t(high - low) / 64 + 1;
+  if (words <= 4 * out.size()) {
+    // Dense: the ids are distinct, so a bitmap over [low, high] sorts them in
+    // O(ids + range / 64).
+    id_bits_.assign(words, 0);
+    for (int v : out) id_bits_[size_t(v - low) / 64] |= uint64_t(1) << ((v - low) % 64);
+    size_t next = 0;
+    for (size_t w = 0; w < words; ++w)
+      for (uint64_t bits = id_bits_[w]; bits; bits &= bits - 1)
+        out[next++] = low + int(w * 64) + std::countr_zero(bits);
+  } else {
+    std::sort(out.begin(), out.end());
+  }
 }
 
 void FrontierState::execute(std::span<const int> vertices) {
+  // The parents that become ready are first collected without a branch (which
+  // of them do depends on the schedule and is poorly predicted), then filed.
+  int* pending = pending_children_.data();
+  int* released = released_.get();
+  size_t num_released = 0;
   for (int v : vertices) {
     executed_[v] = 1;
     const int type = graph_->type(v);
-    for (int parent : graph_->parents(v))
-      if (--pending_children_[parent] == 0) ready_[graph_->type(parent)].push_back(parent);
+    for (int parent : graph_->parents(v)) {
+      released[num_released] = parent;
+      num_released += --pending[parent] == 0;
+    }
     if (depth_) {
       remaining_depth_sum_[type] -= (*depth_)[v];
       --remaining_count_[type];
@@ -216,6 +296,20 @@ void FrontierState::execute(std::span<const int> vertices) {
         if (--pending_type_children_[parent] == 0) ++type_frontier_[type];
       }
     }
+  }
+  const int* height = height_ ? height_->data() : nullptr;
+  for (size_t i = 0; i < num_released; ++i) {
+    const int parent = released[i];
+    const int parent_type = graph_->type(parent);
+    std::vector<int>& list = ready_[parent_type];
+    if (!list.empty() && parent < list.back()) {  // a new sorted run: note where, for take_ready
+      if (first_descent_[parent_type] < 0)
+        first_descent_[parent_type] = int(list.size());
+      else
+        more_descents_[parent_type] = 1;
+    }
+    list.push_back(parent);
+    if (height) max_ready_height_[parent_type] = std::max(max_ready_height_[parent_type], height[parent]);
   }
   num_executed_ += int(vertices.size());
 }
@@ -241,6 +335,18 @@ void FrontierState::recount_depths() {
     remaining_depth_sum_[graph_->type(v)] += (*depth_)[v];
     ++remaining_count_[graph_->type(v)];
   }
+}
+
+void FrontierState::track_heights(const std::vector<int>& height) {
+  VJIT_INTERNAL_CHECK(int(height.size()) == graph_->num_vertices(), "height vector of the wrong size");
+  height_ = &height;
+  recount_ready_heights();
+}
+
+void FrontierState::recount_ready_heights() {
+  max_ready_height_.assign(num_types(), -1);
+  for (int type = 0; type < num_types(); ++type)
+    for (int v : ready_[type]) max_ready_height_[type] = std::max(max_ready_height_[type], (*height_)[v]);
 }
 
 bool FrontierState::lower_average_depth(int a, int b) const {
@@ -436,19 +542,16 @@ void schedule_by_frontier(FrontierState& state, TaskSink& sink) {
   }
 }
 
-int schedule_by_fsm(const FsmPolicy& fsm, FrontierState& state, TaskSink& sink) {
+int schedule_by_fsm(const FsmPolicy& fsm, const FlatBatch& graph, FrontierState& state, TaskSink& sink) {
   StateEncoder encoder(fsm.encoding());
+  if (encoding_uses_heights(fsm.encoding())) state.track_heights(graph.heights());
   std::string key;
   int fallbacks = 0;
   schedule_by_type_choice(state, sink, [&](FrontierState& s) {
-    encoder.encode(s, key);
-    const int type = fsm.action(key);
-    if (type >= 0 && type < s.num_types() && s.num_ready(type) > 0) return type;
-    // Unseen state: the ratio heuristic, which the FSM's reward distils. Its
-    // statistics are built only now, so a fully covered batch never pays for them.
-    ++fallbacks;
-    s.track_type_frontiers();
-    return sched::choose_ratio(s);
+    bool fell_back = false;
+    const int type = fsm_step(fsm, encoder, s, key, fell_back);
+    fallbacks += fell_back;
+    return type;
   });
   return fallbacks;
 }
@@ -463,7 +566,7 @@ Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy, co
   }
   const auto start = std::chrono::steady_clock::now();
   Schedule schedule;
-  const FlatBatch graph(batch, num_types);
+  const FlatBatch graph(batch, num_types, policy == Policy::Fsm && encoding_uses_heights(fsm->encoding()));
   TaskSink sink(graph, schedule);
   if (policy == Policy::Depth) {
     schedule_by_depth(graph, sink);
@@ -484,7 +587,7 @@ Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy, co
         schedule_by_type_choice(state, sink, sched::choose_ratio);
         break;
       case Policy::Fsm:
-        schedule.fsm_fallbacks = schedule_by_fsm(*fsm, state, sink);
+        schedule.fsm_fallbacks = schedule_by_fsm(*fsm, graph, state, sink);
         break;
       case Policy::Depth:
         break;

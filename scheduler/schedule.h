@@ -18,6 +18,11 @@
 //             maximises |Frontier_a(G_t)| / |Frontier(G_t^a)| (see below).
 //   fsm       ED-Batch: a learned finite-state machine (scheduler/fsm.h).
 //
+// The fsm's default state encoding (`critical`, scheduler/fsm.h) also uses each
+// vertex's height: the number of vertices on the longest path from it up to a
+// vertex without parents, i.e. how many tasks must still follow it (its
+// critical path, as in Hu's level scheduling).
+//
 // Definitions (ED-Batch, ICML'23, section 2.3 and appendix A):
 //   G_t             the batch's graph with the vertices run before step t removed.
 //   Frontier(G_t)   the ready vertices; Frontier_a(G_t) those of type a.
@@ -35,6 +40,7 @@
 //                   longest chain of G^a (appendix A.3): type a needs at least
 //                   that many tasks of its own.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,7 +75,8 @@ struct Schedule {
   int lower_bound = 0;            // ED-Batch A.3; no schedule has fewer tasks
   double schedule_seconds = 0.0;  // time to choose the tasks (the lower bound, a
                                   // diagnostic, is computed outside it)
-  int fsm_fallbacks = 0;          // fsm steps decided by the ratio heuristic
+  int fsm_fallbacks = 0;          // fsm steps the learned table did not decide (its
+                                  // encoding's fallback did: scheduler/fsm.h)
 };
 
 // Schedules every vertex of `batch`. Vertex types must lie in [0, num_types).
@@ -87,10 +94,12 @@ namespace sched {
 
 // The batch with vertices numbered globally: id = offset of the sample + vertex
 // index, so sorting ids sorts by (sample, vertex). Children and parents are kept
-// in compressed (CSR) lists.
+// in compressed (CSR) lists. With `with_heights`, also each vertex's height
+// (vertex_heights), computed in the pass that lists the parents when the ids
+// are a topological order.
 class FlatBatch {
  public:
-  FlatBatch(const GraphBatch& batch, int num_types);
+  FlatBatch(const GraphBatch& batch, int num_types, bool with_heights = false);
 
   int num_vertices() const { return int(types_.size()); }
   int num_types() const { return num_types_; }
@@ -102,23 +111,35 @@ class FlatBatch {
   std::span<const int> parents(int v) const {
     return {parent_ids_.data() + parent_begin_[v], parent_ids_.data() + parent_begin_[v + 1]};
   }
+  // Empty unless constructed with_heights.
+  const std::vector<int>& heights() const { return heights_; }
+  // Whether every child's index is below its parent's in the sample (samples
+  // built bottom-up): then the ids are a topological order.
+  bool children_first() const { return children_first_; }
   // "sample <name or index> vertex <i>", for error messages.
   std::string describe(int v) const;
 
  private:
   const GraphBatch* batch_;
   int num_types_;
+  bool children_first_ = true;
   std::vector<int> types_;
   std::vector<VertexRef> refs_;
   std::vector<int> child_begin_, child_ids_;
   std::vector<int> parent_begin_, parent_ids_;
+  std::vector<int> heights_;
 };
 
-// Children before parents (Kahn's algorithm). Throws UserError on a cycle.
+// Children before parents: the ids when children_first(), else Kahn's algorithm.
+// Throws UserError on a cycle.
 std::vector<int> topological_order(const FlatBatch& graph);
 
 // Longest path from each vertex down to a leaf (leaves: 0). Throws on a cycle.
 std::vector<int> vertex_depths(const FlatBatch& graph);
+
+// Longest path from each vertex up to a vertex without parents (those: 0).
+// Throws on a cycle.
+std::vector<int> vertex_heights(const FlatBatch& graph);
 
 // Sum over types of Depth(G^a), given the vertices in any topological order.
 int lower_bound(const FlatBatch& graph, std::span<const int> topological_order);
@@ -155,6 +176,13 @@ class FrontierState {
   // than type b's (both must have some).
   bool lower_average_depth(int a, int b) const;
 
+  // Critical-path statistic: the greatest height among the ready vertices of a
+  // type (-1 when none is ready). `height` (vertex_heights) must outlive this
+  // object. Costs O(1) per vertex made ready.
+  void track_heights(const std::vector<int>& height);
+  bool tracks_heights() const { return height_ != nullptr; }
+  int max_ready_height(int type) const { return max_ready_height_[type]; }
+
   // Ratio statistic |Frontier(G_t^a)|. The first call builds G^a's edges among
   // the vertices not yet run, by a search from each down through vertices of
   // other types that skips subgraphs without its type (cost: the regions
@@ -169,16 +197,25 @@ class FrontierState {
   std::vector<int> pending_topological_order() const;
   void build_type_edges();
   void recount_depths();
+  void recount_ready_heights();
   void recount_type_frontiers();
 
   const FlatBatch* graph_;
   int num_executed_ = 0;
   std::vector<int> pending_children_;        // children not yet run, per vertex
   std::vector<std::vector<int>> ready_;      // per type
+  std::vector<int> first_descent_;           // per type: where ready_ first goes down, or -1
+  std::vector<char> more_descents_;          // per type: whether it goes down again later
+  std::unique_ptr<int[]> released_;          // execute's scratch: one slot per vertex, and one
+  std::vector<int> merge_buffer_;            // take_ready's sorting
+  std::vector<uint64_t> id_bits_;
   std::vector<char> executed_;
 
   const std::vector<int>* depth_ = nullptr;  // agenda
   std::vector<int64_t> remaining_depth_sum_, remaining_count_;
+
+  const std::vector<int>* height_ = nullptr;  // fsm, critical encoding
+  std::vector<int> max_ready_height_;          // per type
 
   bool tracking_type_frontiers_ = false;     // ratio
   bool type_edges_complete_ = false;         // built before anything ran

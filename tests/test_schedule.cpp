@@ -1,8 +1,10 @@
 // Batching policies (scheduler/schedule.h): the ED-Batch Fig. 1 graph, schedule
-// validity on random DAG batches, the lower bound against brute force, errors.
+// validity on random DAG batches, the lower bound against brute force, errors,
+// and the building blocks (heights, ready lists) on random DAGs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <queue>
 #include <random>
@@ -225,7 +227,7 @@ TEST(Schedule, RandomDagsGiveValidSchedules) {
   for (int c = 0; c < 300; ++c) {
     const int num_types = 1 + c % 4;
     const GraphBatch batch = random_dag_batch(rng, num_types, 4, 25);
-    const FsmPolicy empty(StateEncoding::Sort, num_types, {});  // every step falls back
+    const FsmPolicy empty(StateEncoding::Sort, num_types, {});  // every step with a choice falls back
     FsmOptions options;
     options.episodes = 20;
     options.check_every = 10;
@@ -242,11 +244,23 @@ TEST(Schedule, RandomDagsGiveValidSchedules) {
         if (HasFatalFailure()) return;
       }
     }
-    // With no learned states the fsm is exactly the ratio heuristic.
+    // With no learned states the fsm is exactly the ratio heuristic, which
+    // decides every step with more than one type on the frontier.
     const Schedule fallback = make_schedule(batch, num_types, Policy::Fsm, &empty);
     const Schedule ratio = make_schedule(batch, num_types, Policy::Ratio);
     EXPECT_EQ(task_types(fallback), task_types(ratio)) << "case " << c;
-    EXPECT_EQ(fallback.fsm_fallbacks, int(ratio.tasks.size())) << "case " << c;
+    const sched::FlatBatch graph(batch, num_types);
+    sched::FrontierState state(graph);
+    int choices = 0;
+    std::vector<int> run;
+    for (const Task& task : ratio.tasks) {
+      int present = 0;
+      for (int t = 0; t < num_types; ++t) present += state.num_ready(t) > 0;
+      choices += present > 1;
+      state.take_ready(task.type, run);
+      state.execute(run);
+    }
+    EXPECT_EQ(fallback.fsm_fallbacks, choices) << "case " << c;
   }
 }
 
@@ -275,6 +289,114 @@ TEST(Schedule, LowerBoundCountsChainsThroughOtherTypes) {
   batch.samples.push_back(s);
   EXPECT_EQ(batching_lower_bound(batch, 2), 3);
   EXPECT_EQ(make_schedule(batch, 2, Policy::Ratio).tasks.size(), 3u);
+}
+
+// The batch with each sample's vertices renumbered in a topological order
+// (children first), so that FlatBatch::children_first() holds.
+GraphBatch renumbered_children_first(const GraphBatch& batch) {
+  GraphBatch out;
+  for (const Sample& sample : batch.samples) {
+    const int n = int(sample.vertices.size());
+    std::vector<int> pending(n), order, index(n);
+    std::vector<std::vector<int>> parents(n);
+    for (int v = 0; v < n; ++v) {
+      pending[v] = int(sample.vertices[v].children.size());
+      for (int c : sample.vertices[v].children) parents[c].push_back(v);
+      if (pending[v] == 0) order.push_back(v);
+    }
+    for (size_t head = 0; head < order.size(); ++head)
+      for (int p : parents[order[head]])
+        if (--pending[p] == 0) order.push_back(p);
+    for (int i = 0; i < n; ++i) index[order[i]] = i;
+    Sample renumbered;
+    for (int v : order) {
+      Vertex vertex = sample.vertices[v];
+      for (int& c : vertex.children) c = index[c];
+      renumbered.vertices.push_back(vertex);
+    }
+    out.samples.push_back(std::move(renumbered));
+  }
+  return out;
+}
+
+TEST(Schedule, HeightsBothWays) {
+  // Heights (longest path up to a vertex without parents) from FlatBatch's
+  // fused pass (ids in topological order) and from vertex_heights (Kahn's
+  // order) against a direct recursion.
+  std::mt19937 rng(31);
+  for (int c = 0; c < 100; ++c) {
+    const int num_types = 1 + c % 3;
+    const GraphBatch shuffled = random_dag_batch(rng, num_types, 4, 25);
+    for (const GraphBatch& batch : {shuffled, renumbered_children_first(shuffled)}) {
+      const sched::FlatBatch graph(batch, num_types, /*with_heights=*/true);
+      std::vector<int> expected(graph.num_vertices(), -1);
+      std::function<int(int)> height = [&](int v) {
+        if (expected[v] < 0) {
+          expected[v] = 0;
+          for (int p : graph.parents(v)) expected[v] = std::max(expected[v], height(p) + 1);
+        }
+        return expected[v];
+      };
+      for (int v = 0; v < graph.num_vertices(); ++v) height(v);
+      EXPECT_EQ(graph.heights(), expected) << "case " << c << (graph.children_first() ? " (ids in order)" : "");
+      EXPECT_EQ(sched::vertex_heights(graph), expected) << "case " << c;
+      const std::vector<int> order = sched::topological_order(graph);
+      std::vector<int> position(order.size());
+      for (size_t i = 0; i < order.size(); ++i) position[order[i]] = int(i);
+      for (int v = 0; v < graph.num_vertices(); ++v)
+        for (int child : graph.children(v)) EXPECT_LT(position[child], position[v]) << "case " << c;
+    }
+  }
+}
+
+TEST(Schedule, TakeReadyGivesTheReadyVerticesSorted) {
+  // Random type choices on random DAGs with blocks of isolated vertices in
+  // between, so that a type waits over several steps and its ready list is
+  // made of several sorted runs, dense or spread over many ids: each take is
+  // exactly the ready vertices of its type, sorted, and the statistics agree.
+  std::mt19937 rng(4242);
+  for (int c = 0; c < 60; ++c) {
+    const int num_types = 2 + c % 3;
+    GraphBatch batch;
+    for (int part = 0; part < 4; ++part) {
+      for (Sample& s : random_dag_batch(rng, num_types, 3, 30).samples) batch.samples.push_back(std::move(s));
+      Sample filler;
+      const int isolated = std::uniform_int_distribution<int>(0, 3000)(rng);
+      for (int i = 0; i < isolated; ++i) filler.add_vertex(num_types - 1);
+      batch.samples.push_back(std::move(filler));
+    }
+    if (c % 2) batch = renumbered_children_first(batch);
+    const sched::FlatBatch graph(batch, num_types, true);
+    sched::FrontierState state(graph);
+    state.track_heights(graph.heights());
+    std::vector<char> executed(graph.num_vertices(), 0);
+    std::vector<int> run;
+    while (!state.done()) {
+      std::vector<std::vector<int>> ready(num_types);
+      for (int v = 0; v < graph.num_vertices(); ++v) {
+        if (executed[v]) continue;
+        bool all = true;
+        for (int child : graph.children(v)) all = all && executed[child];
+        if (all) ready[graph.type(v)].push_back(v);
+      }
+      std::vector<int> present;
+      for (int t = 0; t < num_types; ++t) {
+        ASSERT_EQ(state.num_ready(t), int(ready[t].size())) << "case " << c;
+        int top = -1;
+        for (int v : ready[t]) top = std::max(top, graph.heights()[v]);
+        ASSERT_EQ(state.max_ready_height(t), top) << "case " << c;
+        if (!ready[t].empty()) present.push_back(t);
+      }
+      // Mostly the type that waited longest, so that lists pile up.
+      const int type = present[std::uniform_int_distribution<int>(0, int(present.size()) - 1)(rng) % 2 == 0
+                                   ? 0
+                                   : present.size() - 1];
+      state.take_ready(type, run);
+      ASSERT_EQ(run, ready[type]) << "case " << c;  // ascending, as ready[type] was built
+      state.execute(run);
+      for (int v : run) executed[v] = 1;
+    }
+  }
 }
 
 TEST(Schedule, RatioStatisticsStartedLateAgree) {
