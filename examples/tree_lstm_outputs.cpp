@@ -1,0 +1,5 @@
+// Trains the tree_lstm_outputs example model (examples/models/) on its built-in data, or on
+// a file of its benchmark format with --data PATH (flags: examples/models/trainer.h).
+#include "examples/models/trainer.h"
+
+int main(int argc, char** argv) { return vjit::models::train_main("tree_lstm_outputs", argc, argv); }
