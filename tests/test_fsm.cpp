@@ -14,27 +14,16 @@
 #include "examples/models/models.h"
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
+#include "tests/figure_one.h"
 #include "vjit/error.h"
 
 namespace vjit {
 namespace {
 
-constexpr int kI = 0, kO = 1, kR = 2;
-
-GraphBatch figure_one() {
-  Sample s;
-  std::vector<int> leaves;
-  for (int i = 0; i < 4; ++i) leaves.push_back(s.add_vertex(kI));
-  const int i1 = s.add_vertex(kI, {leaves[0], leaves[1]});
-  const int i2 = s.add_vertex(kI, {i1, leaves[2]});
-  const int i3 = s.add_vertex(kI, {i2, leaves[3]});
-  std::vector<int> outputs;
-  for (int v : {leaves[0], leaves[1], leaves[2], leaves[3], i1, i2, i3}) outputs.push_back(s.add_vertex(kO, {v}));
-  s.add_vertex(kR, outputs);
-  GraphBatch batch;
-  batch.samples.push_back(std::move(s));
-  return batch;
-}
+using test_graphs::figure_one;
+using test_graphs::kI;
+using test_graphs::kO;
+using test_graphs::kR;
 
 // Random binary trees: leaves of type L, each internal vertex of type A or B at
 // random (TreeLSTM-2type). Shapes come from merging random adjacent subtrees.
