@@ -9,6 +9,7 @@
 #include <string>
 
 #include "vjit/data.h"
+#include "tests/user_error.h"
 #include "vjit/error.h"
 #include "vjit/graph.h"
 
@@ -17,18 +18,10 @@ namespace {
 
 #define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "message: " << (text)
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_util::user_error_of;
 
 std::string bracket_error(const std::string& text) {
-  return error_of([&] { parse_bracket_trees(text, "src"); });
+  return user_error_of([&] { parse_bracket_trees(text, "src"); });
 }
 
 // ---------------------------------------------------------------- bracket trees
@@ -79,7 +72,7 @@ TEST(Bracket, ErrorsCarryLineAndColumn) {
 }
 
 TEST(Bracket, MissingFileNamesThePath) {
-  std::string msg = error_of([] { read_bracket_file("/nonexistent/dir/trees.txt"); });
+  std::string msg = user_error_of([] { read_bracket_file("/nonexistent/dir/trees.txt"); });
   EXPECT_CONTAINS(msg, "/nonexistent/dir/trees.txt");
 }
 
@@ -302,7 +295,7 @@ TEST(TreeToSample, MalformedTree) {
   BracketTree tree;
   tree.nodes.push_back({2, "", {1}});  // the child comes after its parent
   tree.nodes.push_back({2, "a", {}});
-  EXPECT_CONTAINS(error_of([&] { tree_to_sample(tree, Vocabulary(), TreeTypes{}, "bad"); }), "'bad', node 0");
+  EXPECT_CONTAINS(user_error_of([&] { tree_to_sample(tree, Vocabulary(), TreeTypes{}, "bad"); }), "'bad', node 0");
   EXPECT_THROW(tree_to_sample(BracketTree{}, Vocabulary(), TreeTypes{}), UserError);
 }
 
@@ -344,7 +337,7 @@ TEST(PtbText, ReadsSentences) {
   auto frozen = parse_ptb_text("the dog", "ptb", v, false);
   EXPECT_EQ(frozen[0], (std::vector<int>{1, 0}));
   EXPECT_EQ(v.size(), 5);
-  EXPECT_CONTAINS(error_of([&] { read_ptb_file("/nonexistent/ptb.txt", v); }), "/nonexistent/ptb.txt");
+  EXPECT_CONTAINS(user_error_of([&] { read_ptb_file("/nonexistent/ptb.txt", v); }), "/nonexistent/ptb.txt");
 }
 
 TEST(PtbText, SyntheticSentences) {
@@ -384,7 +377,7 @@ TEST(WikiNer, ReadsTaggedSentences) {
 TEST(WikiNer, ErrorsCarryLineAndColumn) {
   Vocabulary words, tags(false);
   auto err = [&](const std::string& text, bool grow = true) {
-    return error_of([&] { parse_wikiner(text, "ner", words, tags, grow); });
+    return user_error_of([&] { parse_wikiner(text, "ner", words, tags, grow); });
   };
   EXPECT_CONTAINS(err("a|O\nx|O b c|O"), "ner:2:5: token 'b' is not of the form word|TAG");
   EXPECT_CONTAINS(err("|O"), "ner:1:1: token '|O' has an empty word");
@@ -445,7 +438,7 @@ TEST(Lattice, ReadsTheFormat) {
 }
 
 TEST(Lattice, ErrorsCarryLineAndColumn) {
-  auto err = [](const std::string& text) { return error_of([&] { parse_lattices(text, "lat"); }); };
+  auto err = [](const std::string& text) { return user_error_of([&] { parse_lattices(text, "lat"); }); };
   EXPECT_CONTAINS(err("x\n"), "lat:1:1: the number of lattices must be an integer, got 'x'");
   EXPECT_CONTAINS(err("1 2\n"), "lat:1:3: expected the number of lattices alone");
   EXPECT_CONTAINS(err("1\n3\n0 1\n"), "lat:3:1: expected 3 node tags, got 2");
@@ -459,7 +452,7 @@ TEST(Lattice, ErrorsCarryLineAndColumn) {
                   "lat:5:1: unexpected end of file: expected the node count of lattice 2 of 2");
   EXPECT_CONTAINS(err("1\n1\n0\n0\n\n7\n"), "lat:6:1: unexpected text after the last lattice");
   EXPECT_CONTAINS(err(""), "lat:1:1: unexpected end of file");
-  EXPECT_CONTAINS(error_of([] { read_lattice_file("/nonexistent/lat.txt"); }), "/nonexistent/lat.txt");
+  EXPECT_CONTAINS(user_error_of([] { read_lattice_file("/nonexistent/lat.txt"); }), "/nonexistent/lat.txt");
 }
 
 TEST(Lattice, SyntheticLattices) {

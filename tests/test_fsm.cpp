@@ -15,6 +15,7 @@
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
 #include "tests/figure_one.h"
+#include "tests/user_error.h"
 #include "vjit/error.h"
 
 namespace vjit {
@@ -60,15 +61,7 @@ std::string read_text(const std::string& path) {
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-template <typename F>
-std::string user_error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError)";
-}
+using test_util::user_error_of;
 
 size_t tasks(const GraphBatch& batch, int num_types, Policy p, const FsmPolicy* fsm = nullptr) {
   return make_schedule(batch, num_types, p, fsm).tasks.size();

@@ -5,6 +5,7 @@
 #include "ir/classify.h"
 #include "ir/fusion.h"
 #include "ir/passes.h"
+#include "tests/user_error.h"
 #include "vjit/vjit.h"
 
 namespace vjit {
@@ -15,12 +16,7 @@ namespace {
 // The message of the UserError that building `body` as vertex type "cell" throws.
 std::string build_error(Model& model, const std::function<void(Builder&)>& body) {
   Program program(model);
-  try {
-    program.add_type("cell", body);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test_util::user_error_of([&] { program.add_type("cell", body); });
 }
 
 TEST(BuilderErrors, MatmulShapeMismatchNamesTypeOpAndShapes) {

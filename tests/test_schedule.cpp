@@ -13,6 +13,7 @@
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
 #include "tests/figure_one.h"
+#include "tests/user_error.h"
 #include "vjit/error.h"
 
 namespace vjit {
@@ -436,15 +437,7 @@ TEST(Schedule, Deterministic) {
   }
 }
 
-template <typename F>
-std::string user_error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError)";
-}
+using test_util::user_error_of;
 
 TEST(Schedule, Errors) {
   Sample cyclic;
