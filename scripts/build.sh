@@ -20,6 +20,9 @@ case "$mode" in
     ;;
 esac
 
+# ccache, when installed, makes rebuilds of unchanged files free (optional).
+if command -v ccache >/dev/null 2>&1; then flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+
 jobs="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
 
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
