@@ -104,13 +104,14 @@ class Interpreter {
   Evaluation<T> run() {
     size_t num_samples = batch_.samples.size();
     values_.resize(num_samples);
-    result_.pushes.resize(num_samples);
+    pushes_.resize(num_samples);
     for (size_t s = 0; s < num_samples; ++s) {
       size_t n = batch_.samples[s].vertices.size();
       values_[s].resize(n);
-      result_.pushes[s].resize(n);
+      pushes_[s].resize(n);
       for (int v : orders_[s]) forward_vertex(int(s), v);
     }
+    flatten_pushes();
     if (options_.backward) run_backward();
     return std::move(result_);
   }
@@ -135,11 +136,32 @@ class Interpreter {
       const Node& n = f[id];
       switch (n.op) {
         case Op::Scatter: break;
-        case Op::Push: result_.pushes[size_t(s)][size_t(v)].push_back(vals[size_t(n.args[0])]); break;
+        case Op::Push: pushes_[size_t(s)][size_t(v)].push_back(vals[size_t(n.args[0])]); break;
         case Op::Loss: result_.objective += double(vals[size_t(n.args[0])][0]); break;
         default: vals[size_t(id)] = evaluate(f, id, vals, s, v); break;
       }
     }
+  }
+
+  // The pushes in sample, vertex, push order, into the result's flat buffer.
+  void flatten_pushes() {
+    PushedValues<T>& out = result_.pushes;
+    out.reset(int(pushes_.size()), [&](int s) { return int(pushes_[size_t(s)].size()); });
+    std::vector<int64_t> widths;
+    for (const auto& sample : pushes_)
+      for (const auto& vertex : sample) {
+        widths.clear();
+        for (const Tensor<T>& value : vertex) widths.push_back(int64_t(value.size()));
+        out.add_vertex(widths);
+      }
+    out.allocate();
+    int id = 0;
+    for (const auto& sample : pushes_)
+      for (const auto& vertex : sample) {
+        for (size_t k = 0; k < vertex.size(); ++k)
+          std::copy(vertex[k].begin(), vertex[k].end(), out.data() + out.value_offset(id, int(k)));
+        ++id;
+      }
   }
 
   void run_backward() {
@@ -314,6 +336,7 @@ class Interpreter {
   RunOptions options_;
   Evaluation<T> result_;
   std::vector<std::vector<std::vector<Tensor<T>>>> values_;  // [sample][vertex][forward value id]
+  std::vector<std::vector<std::vector<Tensor<T>>>> pushes_;  // [sample][vertex][k]
   std::vector<std::vector<Tensor<T>>> scatter_grads_;         // [sample][vertex]
 };
 

@@ -7,7 +7,7 @@
 #include "jit/kernel_cache.h"
 #include "jit/pipeline.h"
 #include "runtime/cpu_executor.h"
-#include "runtime/thread_pool.h"
+#include "runtime/memplan.h"
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
 #include "vjit/error.h"
@@ -24,17 +24,18 @@ struct Engine::Impl {
   Impl(const Program& p, Options o)
       : program(p),
         options(std::move(o)),
+        signatures(program.signatures()),
+        num_params(program.model().size()),
         plan(lower_and_count(program, options, compile_info)),
-        pool(options.threads),
         gemm(parse_gemm_backend(options.gemm)),
-        policy(parse_policy(options.policy)),
-        executor(program, plan, pool, gemm, options.streaming) {
-    VJIT_USER_CHECK(options.memplan == "copy", "VJIT_MEMPLAN=" << options.memplan
-                                                                << " is not available yet (valid here: copy)");
+        policy(parse_policy(options.policy)) {
+    VJIT_USER_CHECK(options.memplan != "pqtree", "VJIT_MEMPLAN=pqtree is not available yet (valid here: copy, padded)");
     VJIT_USER_CHECK(options.device == "cpu", "VJIT_DEVICE=" << options.device
                                                             << " is not available in this build (valid here: cpu)");
     VJIT_USER_CHECK(gemm_backend_available(gemm), "VJIT_GEMM=" << options.gemm << ": "
                                                                << gemm_backend_unavailable_reason(gemm));
+    planner = runtime::make_planner(options.memplan, plan, signatures);
+    executor = std::make_unique<runtime::CpuExecutor>(program, plan, options.threads, gemm, options.streaming);
     if (policy == Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
       fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(policy_cache_path(), program.signature_string()));
   }
@@ -48,7 +49,8 @@ struct Engine::Impl {
   }
 
   std::shared_ptr<const FsmPolicy> learn(const GraphBatch& batch) {
-    validate_and_order(program.signatures(), batch);
+    check_program_unchanged();
+    validate_and_order(signatures, batch);
     fsm = std::make_shared<FsmPolicy>(FsmPolicy::learn(batch, program.num_types()));
     if (!options.cache_dir.empty()) {
       std::filesystem::create_directories(options.cache_dir);
@@ -57,42 +59,72 @@ struct Engine::Impl {
     return fsm;
   }
 
+  // The plans were lowered for the program and model as they were when the
+  // engine was built; running anything else would read past them.
+  void check_program_unchanged() const {
+    VJIT_USER_CHECK(program.num_types() == int(signatures.size()),
+                    "the Program has " << program.num_types() << " vertex types but had " << signatures.size()
+                                       << " when this Engine was built; build a new Engine after add_type()");
+    const Model& model = program.model();
+    VJIT_USER_CHECK(model.size() == num_params, "the Model has " << model.size() << " parameters but had "
+                                                                 << num_params
+                                                                 << " when this Engine was built; build a new Engine");
+    for (int p = 0; p < model.size(); ++p) {
+      const ParamData& param = model.param(p);
+      VJIT_USER_CHECK(int64_t(param.value.size()) == param.shape.numel(),
+                      "parameter '" << param.name << "' holds " << param.value.size() << " values but its shape "
+                                    << param.shape.str() << " needs " << param.shape.numel());
+    }
+  }
+
   void forward(const GraphBatch& batch, const RunOptions& run) {
+    check_program_unchanged();
+    has_forward = false;
     auto start = std::chrono::steady_clock::now();
-    validate_and_order(program.signatures(), batch);
-    if (policy == Policy::Fsm && !fsm) learn(batch);
-    schedule = make_schedule(batch, program.num_types(), policy, fsm.get());
+    bool heights = policy == Policy::Fsm && fsm && encoding_uses_heights(fsm->encoding());
+    sched::validate_and_flatten(signatures, batch, heights, graph, order, scratch);
+    if (policy == Policy::Fsm && !fsm) {
+      learn(batch);
+      if (encoding_uses_heights(fsm->encoding())) graph.assign(batch, int(signatures.size()), true);
+    }
+    scheduler.run(graph, policy, fsm.get(), schedule);
     stats.schedule_s += seconds_since(start);
+    if (lower_bound_tracked) stats.lower_bound += sched::lower_bound(graph, schedule.vertices);
+    start = std::chrono::steady_clock::now();
+    planner->plan({&graph, &schedule}, layout);
+    stats.plan_s += seconds_since(start);
     stats.batches += 1;
-    stats.vertices += batch.num_vertices();
-    stats.tasks += int64_t(schedule.tasks.size());
-    stats.lower_bound += schedule.lower_bound;
+    stats.vertices += graph.num_vertices();
+    stats.tasks += schedule.num_tasks();
     stats.fsm_fallbacks += schedule.fsm_fallbacks;
-    result = executor.forward(batch, schedule, run);
+    has_result = false;
+    executor->forward({&graph, &schedule, &layout}, run, result);
+    has_result = true;
     has_forward = run.backward;
     collect();
   }
 
   void backward() {
     VJIT_USER_CHECK(has_forward, "Engine::backward needs a forward() with RunOptions::backward set before it");
-    executor.backward(grads);
     has_forward = false;
+    executor->backward();
+    has_gradients = true;
     collect();
   }
 
   // Moves the executor's counters into the engine's stats.
   void collect() {
-    runtime::ExecStats& e = executor.stats();
+    runtime::ExecStats e = executor->take_stats();
     stats.kernels += e.kernels;
     stats.gemm_calls += e.gemm_calls;
     stats.gemm_flops += e.gemm_flops;
     stats.param_grad_gemms += e.param_grad_gemms;
     stats.copy_calls += e.copy_calls;
     stats.copy_bytes += e.copy_bytes;
+    stats.gather_views += e.gather_views;
     stats.copy_s += e.copy_s;
     stats.gemm_s += e.gemm_s;
     stats.elementwise_s += e.elementwise_s;
-    e = {};
   }
 
   static runtime::ExecPlan lower_and_count(const Program& program, const Options& options, CompileInfo& info) {
@@ -110,17 +142,26 @@ struct Engine::Impl {
 
   const Program& program;
   Options options;
+  std::vector<TypeSignature> signatures;  // as the program was when the engine was built
+  int num_params;
   CompileInfo compile_info;  // declared before plan, which fills it
   runtime::ExecPlan plan;
-  ThreadPool pool;
   GemmBackend gemm;
   Policy policy;
-  runtime::CpuExecutor executor;
+  std::unique_ptr<runtime::Planner> planner;
+  std::unique_ptr<runtime::Executor> executor;
   std::shared_ptr<const FsmPolicy> fsm;
-  Schedule schedule;
+
+  // The batch being run, reused from batch to batch.
+  sched::FlatBatch graph;
+  std::vector<int> order, scratch;
+  sched::Scheduler scheduler;
+  sched::FlatSchedule schedule;
+  runtime::BatchLayout layout;
   Evaluation<float> result;
-  std::vector<std::vector<float>> grads;
-  bool has_forward = false;
+
+  bool has_forward = false, has_result = false, has_gradients = false;
+  bool lower_bound_tracked = false;
   uint64_t step = 0;
   EngineStats stats;
 };
@@ -131,12 +172,12 @@ Engine::~Engine() {
   const EngineStats& s = impl_->stats;
   std::fprintf(stderr,
                "[vjit profile] %lld batches, %lld vertices, %lld tasks (lower bound %lld), %lld kernels, %lld GEMMs "
-               "(%.2f GFLOP), %lld copies (%.1f MB)\n[vjit profile] seconds: schedule %.4f copy %.4f gemm %.4f "
+               "(%.2f GFLOP), %lld copies (%.1f MB)\n[vjit profile] seconds: schedule %.4f plan %.4f copy %.4f gemm %.4f "
                "elementwise %.4f optimizer %.4f; %d fused groups, %lld JIT compiles in %.3f s\n",
                static_cast<long long>(s.batches), static_cast<long long>(s.vertices), static_cast<long long>(s.tasks),
                static_cast<long long>(s.lower_bound), static_cast<long long>(s.kernels),
                static_cast<long long>(s.gemm_calls), s.gemm_flops * 1e-9, static_cast<long long>(s.copy_calls),
-               double(s.copy_bytes) * 1e-6, s.schedule_s, s.copy_s, s.gemm_s, s.elementwise_s, s.optimizer_s,
+               double(s.copy_bytes) * 1e-6, s.schedule_s, s.plan_s, s.copy_s, s.gemm_s, s.elementwise_s, s.optimizer_s,
                impl_->compile_info.fused_groups, static_cast<long long>(impl_->compile_info.jit_compiles),
                impl_->compile_info.jit_compile_s);
 }
@@ -154,7 +195,7 @@ double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
   impl_->forward(batch, run);
   impl_->backward();
   auto start = std::chrono::steady_clock::now();
-  optimizer.step(impl_->program.model(), impl_->grads);
+  impl_->executor->update(optimizer);
   impl_->stats.optimizer_s += seconds_since(start);
   return impl_->result.objective;
 }
@@ -167,8 +208,17 @@ Evaluation<float> Engine::infer(const GraphBatch& batch) {
   return impl_->result;
 }
 
-const Evaluation<float>& Engine::last_result() const { return impl_->result; }
-const std::vector<std::vector<float>>& Engine::gradients() const { return impl_->grads; }
+const Evaluation<float>& Engine::last_result() const {
+  VJIT_USER_CHECK(impl_->has_result, "Engine::last_result: no forward() has completed yet");
+  return impl_->result;
+}
+
+const std::vector<std::vector<float>>& Engine::gradients() const {
+  VJIT_USER_CHECK(impl_->has_gradients, "Engine::gradients: no backward() has run yet");
+  return impl_->executor->parameters().gradients();
+}
+
+void Engine::track_lower_bound(bool on) { impl_->lower_bound_tracked = on; }
 const EngineStats& Engine::stats() const { return impl_->stats; }
 const CompileInfo& Engine::compile_info() const { return impl_->compile_info; }
 void Engine::reset_stats() { impl_->stats = {}; }

@@ -11,19 +11,28 @@ KernelCache& KernelCache::global() {
   return cache;
 }
 
+namespace {
+// The reference kernel behind the kernel ABI: the spec comes as the context.
+void reference_entry(const KernelArgs* args) {
+  codegen::run_reference_kernel(*static_cast<const codegen::KernelSpec*>(args->context), *args);
+}
+}  // namespace
+
 std::shared_ptr<const CompiledKernel> KernelCache::build(const codegen::KernelSpec& spec, codegen::Isa isa) {
   auto kernel = std::make_shared<CompiledKernel>();
   kernel->isa = isa;
   if (isa == codegen::Isa::Scalar) {
+    auto owned = std::make_shared<const codegen::KernelSpec>(spec);
     kernel->name = "vjit_fused_reference";
-    kernel->run = [spec](const KernelArgs& args) { codegen::run_reference_kernel(spec, args); };
+    kernel->entry = &reference_entry;
+    kernel->context = owned.get();
+    kernel->owner = owned;
     return kernel;
   }
   std::shared_ptr<const codegen::X86FusedKernel> code = codegen::compile_fused_kernel(spec, isa);
   kernel->name = code->name();
   kernel->code_bytes = code->code_bytes();
-  KernelFn fn = code->function();
-  kernel->run = [fn](const KernelArgs& args) { fn(&args); };
+  kernel->entry = code->function();
   kernel->owner = code;
   return kernel;
 }

@@ -16,13 +16,21 @@
 
 namespace vjit {
 
+// A kernel as data: entry(&args) with args.context = context runs it —
+// generated code, or for Isa::Scalar the reference kernel reading its spec
+// from the context.
 struct CompiledKernel {
   std::string name;
   codegen::Isa isa = codegen::Isa::Scalar;
   size_t code_bytes = 0;
-  // Runs the kernel: generated code, or the reference kernel for Isa::Scalar.
-  std::function<void(const KernelArgs&)> run;
-  std::shared_ptr<const void> owner;  // keeps generated code alive
+  KernelFn entry = nullptr;
+  const void* context = nullptr;
+  std::shared_ptr<const void> owner;  // keeps generated code (or the spec) alive
+
+  void run(KernelArgs args) const {
+    args.context = context;
+    entry(&args);
+  }
 };
 
 struct KernelCacheCounters {

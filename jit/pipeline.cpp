@@ -18,6 +18,15 @@ namespace {
 
 using ir::ValueId;
 
+runtime::KernelTarget kernel_target(codegen::Isa isa) {
+  switch (isa) {
+    case codegen::Isa::Avx512: return runtime::KernelTarget::X86Avx512;
+    case codegen::Isa::Avx2: return runtime::KernelTarget::X86Avx2;
+    case codegen::Isa::Scalar: break;
+  }
+  return runtime::KernelTarget::HostReference;
+}
+
 codegen::Isa isa_of(const Options& options) {
   codegen::Isa isa = codegen::parse_isa(options.isa);
   codegen::require_isa(isa);
@@ -134,8 +143,8 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
     for (const ir::FusionGroup& group : groups) {
       std::shared_ptr<const CompiledKernel> kernel = KernelCache::global().get(kernel_spec(function, group), isa);
       int index = int(plan.fused.size());
-      plan.fused.push_back({kernel->name, group.inputs, group.outputs, function[group.nodes[0]].shape.numel(),
-                            [kernel](const KernelArgs& args) { kernel->run(args); }});
+      runtime::Kernel code{kernel->name, kernel_target(kernel->isa), kernel->entry, kernel->context, kernel};
+      plan.fused.push_back({std::move(code), group.inputs, group.outputs, function[group.nodes[0]].shape.numel()});
       for (ValueId id : group.nodes) {
         group_of[size_t(id)] = index;
         plan.folded[size_t(id)] = std::find(group.outputs.begin(), group.outputs.end(), id) == group.outputs.end();
@@ -169,7 +178,7 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
   codegen::Isa isa = isa_of(options);
   if (isa != codegen::Isa::Scalar) {
     auto exp = std::make_shared<codegen::UnaryKernel>(isa, codegen::UnaryFn::Exp);
-    plan.exp = [exp](const float* src, float* dst, int64_t n) { (*exp)(src, dst, n); };
+    plan.exp = {exp->entry(), exp};
   }
   for (int t = 0; t < program.num_types(); ++t) {
     const ir::Function& forward = program.forward(t);

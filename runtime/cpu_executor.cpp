@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <exception>
-#include <thread>
 #include <cmath>
 #include <cstring>
-#include <functional>
+#include <exception>
+#include <thread>
 
 #include "ir/dropout.h"
 #include "runtime/kernels.h"
@@ -31,10 +30,6 @@ class ScopedTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-bool is_view(Op op) {
-  return op == Op::Param || op == Op::Slice || op == Op::Reshape || op == Op::Fwd || op == Op::ScatterGrad;
-}
-
 bool is_copy(Op op) {
   switch (op) {
     case Op::Gather:
@@ -50,198 +45,238 @@ bool is_copy(Op op) {
 }
 
 // Set on the streaming thread: it runs its steps on itself alone (the pool
-// belongs to the task thread) and counts into its own stats.
+// belongs to the task thread).
 thread_local bool t_on_streaming_thread = false;
 
-constexpr int64_t kAlignFloats = 16;  // 64-byte rows of buffers start aligned
-int64_t aligned(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+// Softmax scratch of the calling thread (grows to the widest logits, once).
+thread_local std::vector<float> t_softmax;
+
+void add_row(const float* src, float* dst, int64_t width) {
+  for (int64_t i = 0; i < width; ++i) dst[i] += src[i];
+}
 
 }  // namespace
 
-CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, ThreadPool& pool, GemmBackend gemm,
+// --- parameter store ---
+
+CpuParameterStore::CpuParameterStore(Model& model, const ExecPlan& plan)
+    : model_(model),
+      gradients_(size_t(model.size())),
+      embedding_(size_t(model.size()), 0),
+      touched_(size_t(model.size())) {
+  for (const TypePlan& type : plan.types)
+    for (const Node& n : type.backward.function->nodes)
+      if (n.op == Op::EmbeddingGrad) embedding_[size_t(n.param)] = 1;
+}
+
+void CpuParameterStore::upload(const Model&) {}
+void CpuParameterStore::download(Model&) const {}
+
+void CpuParameterStore::zero_gradients() {
+  for (int p = 0; p < model_.size(); ++p) {
+    std::vector<float>& g = gradients_[size_t(p)];
+    const ParamData& param = model_.param(p);
+    size_t numel = size_t(param.shape.numel());
+    if (embedding_[size_t(p)] && g.size() == numel) {
+      size_t cols = size_t(param.shape.cols());
+      for (int row : touched_[size_t(p)]) std::fill_n(g.begin() + int64_t(size_t(row) * cols), cols, 0.0f);
+    } else {
+      g.assign(numel, 0.0f);
+    }
+    touched_[size_t(p)].clear();
+  }
+}
+
+void CpuParameterStore::finish_touched() {
+  for (std::vector<int>& rows : touched_) {
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  }
+}
+
+// --- executor ---
+
+CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, int threads, GemmBackend gemm,
                          bool streaming)
-    : program_(program), plan_(plan), pool_(pool), gemm_backend_(gemm), streaming_(streaming) {}
+    : program_(program),
+      plan_(plan),
+      pool_(threads),
+      gemm_backend_(gemm),
+      streaming_(streaming),
+      store_(program.model(), plan) {
+  size_t max_values = 0, max_inputs = 0, max_outputs = 0;
+  push_widths_.resize(plan.types.size());
+  push_index_.resize(plan.types.size());
+  for (size_t t = 0; t < plan.types.size(); ++t) {
+    for (const FunctionPlan* fp : {&plan.types[t].forward, &plan.types[t].backward}) {
+      max_values = std::max(max_values, fp->function->nodes.size());
+      for (const FusedStep& step : fp->fused) {
+        max_inputs = std::max(max_inputs, step.inputs.size());
+        max_outputs = std::max(max_outputs, step.outputs.size());
+      }
+    }
+    const ir::Function& f = *plan.types[t].forward.function;
+    push_index_[t].assign(f.nodes.size(), -1);
+    for (ValueId id = 0; id < f.size(); ++id) {
+      if (f[id].op != Op::Push) continue;
+      push_index_[t][size_t(id)] = int(push_widths_[t].size());
+      push_widths_[t].push_back(f[f[id].args[0]].shape.numel());
+    }
+  }
+  // Fused steps split rows over the pool: one set of pointers per block.
+  size_t blocks = size_t(pool_.size());
+  for (Frame* frame : {&frame_, &stream_frame_}) {
+    frame->views[0].resize(max_values);
+    frame->views[1].resize(max_values);
+    frame->inputs.resize(max_inputs * blocks);
+    frame->input_ld.resize(max_inputs);
+    frame->outputs.resize(max_outputs * blocks);
+    frame->output_ld.resize(max_outputs);
+  }
+  frame_.stats = &stats_;
+  stream_frame_.stats = &stream_stats_;
+  stream_frame_.use_pool = false;
+}
 
-ExecStats& CpuExecutor::local_stats() { return t_on_streaming_thread ? stream_stats_ : stats_; }
-
-const ir::Function& CpuExecutor::function(Pass pass, int type) const { return *function_plan(pass, type).function; }
+ExecStats CpuExecutor::take_stats() {
+  ExecStats s = stats_;
+  stats_ = {};
+  return s;
+}
 
 const FunctionPlan& CpuExecutor::function_plan(Pass pass, int type) const {
   const TypePlan& t = plan_.types[size_t(type)];
   return pass == Pass::Forward ? t.forward : t.backward;
 }
 
-const CpuExecutor::Slot& CpuExecutor::slot(Pass pass, int type, ValueId id) const {
-  return slots_[int(pass)][size_t(type)][size_t(id)];
+CpuExecutor::View CpuExecutor::buffer_view(Pass pass, int type, ValueId id, int64_t begin) {
+  const ValueLayout& v = batch_.layout->value(pass, type, id);
+  return {arena(pass) + v.offset + begin * v.ld, v.ld};
 }
 
-const Vertex& CpuExecutor::vertex(const VertexRef& ref) const {
-  return batch_->samples[size_t(ref.sample)].vertices[size_t(ref.vertex)];
+CpuExecutor::View CpuExecutor::scattered_rows(int type, int64_t row) {
+  return buffer_view(Pass::Forward, type, function_plan(Pass::Forward, type).scatter_value, row);
 }
 
-int64_t CpuExecutor::row_of(const VertexRef& ref) const {
-  return vertex_row_[size_t(sample_offset_[size_t(ref.sample)] + ref.vertex)];
-}
-
-// --- batch setup ---
-
-void CpuExecutor::assign_rows() {
-  size_t num_types = size_t(program_.num_types());
-  sample_offset_.assign(batch_->samples.size() + 1, 0);
-  for (size_t s = 0; s < batch_->samples.size(); ++s)
-    sample_offset_[s + 1] = sample_offset_[s] + int64_t(batch_->samples[s].vertices.size());
-  vertex_row_.assign(size_t(sample_offset_.back()), -1);
-  type_rows_.assign(num_types, 0);
-  row_vertex_.assign(num_types, {});
-  task_begin_.clear();
-  for (const Task& task : schedule_->tasks) {
-    task_begin_.push_back(type_rows_[size_t(task.type)]);
-    for (const VertexRef& ref : task.vertices) {
-      VJIT_INTERNAL_CHECK(type_of(ref) == task.type, "a task mixes vertex types");
-      vertex_row_[size_t(sample_offset_[size_t(ref.sample)] + ref.vertex)] = type_rows_[size_t(task.type)]++;
-      row_vertex_[size_t(task.type)].push_back(ref);
-    }
-  }
-  for (int64_t row : vertex_row_) VJIT_INTERNAL_CHECK(row >= 0, "the schedule misses a vertex");
-}
-
-CpuExecutor::Slot CpuExecutor::view_slot(Pass pass, int type, const Node& node) const {
-  const std::vector<Slot>& slots = slots_[int(pass)][size_t(type)];
-  switch (node.op) {
-    // Parameters are read, never written, through this pointer.
-    case Op::Param: return {const_cast<float*>(program_.model().param(node.param).value.data()), 0};
-    case Op::Slice: return {slots[size_t(node.args[0])].data + node.start, slots[size_t(node.args[0])].ld};
-    case Op::Reshape: return slots[size_t(node.args[0])];
-    case Op::Fwd: return slots_[int(Pass::Forward)][size_t(type)][size_t(node.slot)];
-    case Op::ScatterGrad: return scatter_grad_[size_t(type)];
-    default: break;
-  }
-  VJIT_INTERNAL_CHECK(false, "not a view: " << ir::op_name(node.op));
-}
-
-void CpuExecutor::allocate(Pass pass) {
-  size_t num_types = size_t(program_.num_types());
-  std::vector<Slot>* slots = slots_[int(pass)].data();
-  slots_[int(pass)].assign(num_types, {});
-  // Offsets first: the arena is resized once, then pointers are taken.
-  std::vector<std::vector<int64_t>> offsets(num_types);
-  std::vector<int64_t> scatter_grad_offset(num_types, -1);
-  int64_t total = 0;
-  for (size_t t = 0; t < num_types; ++t) {
-    const FunctionPlan& fp = function_plan(pass, int(t));
-    offsets[t].assign(fp.function->nodes.size(), -1);
-    for (ValueId id = 0; id < fp.function->size(); ++id) {
-      const Node& n = (*fp.function)[id];
-      if (ir::is_sink(n.op) || is_view(n.op) || fp.folded[size_t(id)]) continue;
-      offsets[t][size_t(id)] = total;
-      total += aligned(type_rows_[t] * n.shape.numel());
-    }
-    const FunctionPlan& forward = function_plan(Pass::Forward, int(t));
-    if (pass == Pass::Backward && forward.scatter_value >= 0) {
-      scatter_grad_offset[t] = total;
-      total += aligned(type_rows_[t] * (*forward.function)[forward.scatter_value].shape.numel());
-    }
-  }
-  std::vector<float>& arena = arena_[int(pass)];
-  if (int64_t(arena.size()) < total) arena.resize(size_t(total));
-  slots = slots_[int(pass)].data();
-  if (pass == Pass::Backward) scatter_grad_.assign(num_types, {});
-  for (size_t t = 0; t < num_types; ++t) {
-    const FunctionPlan& forward = function_plan(Pass::Forward, int(t));
-    if (scatter_grad_offset[t] >= 0) {
-      int64_t width = (*forward.function)[forward.scatter_value].shape.numel();
-      scatter_grad_[t] = {arena.data() + scatter_grad_offset[t], width};
-      std::memset(scatter_grad_[t].data, 0, size_t(type_rows_[t] * width) * sizeof(float));
-    }
-    const ir::Function& f = function(pass, int(t));
-    slots[t].resize(f.nodes.size());
+// Resolves every value of the rows' function, in order (a view's operand comes
+// before it). The forward views are resolved for the backward too: Fwd reads them.
+void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
+  const BatchLayout& layout = *batch_.layout;
+  for (Pass p : {Pass::Forward, Pass::Backward}) {
+    if (p == Pass::Backward && pass == Pass::Forward) break;
+    const ir::Function& f = function(p, rows.type);
+    std::vector<View>& views = frame.views[int(p)];
     for (ValueId id = 0; id < f.size(); ++id) {
-      if (offsets[t][size_t(id)] >= 0) slots[t][size_t(id)] = {arena.data() + offsets[t][size_t(id)], f[id].shape.numel()};
-      else if (is_view(f[id].op)) slots[t][size_t(id)] = view_slot(pass, int(t), f[id]);
+      const Node& n = f[id];
+      View& view = views[size_t(id)];
+      const ValueLayout& own = layout.value(p, rows.type, id);
+      if (own.offset >= 0) view = {arena(p) + own.offset + rows.begin * own.ld, own.ld};
+      else view = {};
+      switch (n.op) {
+        case Op::Param: view = {store_.value(n.param), 0}; break;
+        case Op::Slice: view = {views[size_t(n.args[0])].data + n.start, views[size_t(n.args[0])].ld}; break;
+        case Op::Reshape: view = views[size_t(n.args[0])]; break;
+        case Op::Fwd: view = frame.views[int(Pass::Forward)][size_t(n.slot)]; break;
+        case Op::ScatterGrad: {
+          const ValueLayout& g = layout.scatter_grad[size_t(rows.type)];
+          view = {arena(Pass::Backward) + g.offset + rows.begin * g.ld, g.ld};
+          break;
+        }
+        case Op::Gather:
+          if (rows.task >= 0) {
+            const GatherLayout& g = layout.gather(rows.task, n.slot);
+            if (g.is_view()) view = scattered_rows(g.source_type, g.first_row);
+          }
+          break;
+        default: break;
+      }
     }
   }
 }
 
 // --- passes ---
 
-Evaluation<float> CpuExecutor::forward(const GraphBatch& batch, const Schedule& schedule, const RunOptions& options) {
-  batch_ = &batch;
-  schedule_ = &schedule;
+void CpuExecutor::prepare_pushes(Evaluation<float>& result) {
+  const sched::FlatBatch& graph = *batch_.graph;
+  result.objective = 0.0;
+  result.pushes.reset(graph.num_samples(),
+                      [&](int s) { return graph.sample_offset(s + 1) - graph.sample_offset(s); });
+  for (int v = 0; v < graph.num_vertices(); ++v) result.pushes.add_vertex(push_widths_[size_t(graph.type(v))]);
+  result.pushes.allocate();
+}
+
+void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) {
+  batch_ = batch;
   options_ = options;
-  Evaluation<float> result;
-  result.pushes.resize(batch.samples.size());
-  for (size_t s = 0; s < batch.samples.size(); ++s) result.pushes[s].resize(batch.samples[s].vertices.size());
+  has_batch_ = false;
   result_ = &result;
-  assign_rows();
-  allocate(Pass::Forward);
-  stats_.tasks += int64_t(schedule.tasks.size());
+  prepare_pushes(result);
+  std::vector<float>& arena = arena_[int(Pass::Forward)];
+  if (int64_t(arena.size()) < batch.layout->arena_floats[int(Pass::Forward)])
+    arena.resize(size_t(batch.layout->arena_floats[int(Pass::Forward)]));
+  stats_.tasks += batch.schedule->num_tasks();
   if (streaming_) {
     run_forward_streaming();
   } else {
-    run_phase(Pass::Forward, ir::Phase::Eager);
-    for (size_t i = 0; i < schedule.tasks.size(); ++i) run_task(Pass::Forward, schedule.tasks[i], task_begin_[i]);
+    run_phase(Pass::Forward, ir::Phase::Eager, frame_);
+    for (int t = 0; t < batch.schedule->num_tasks(); ++t) run_task(Pass::Forward, t, frame_);
   }
-  run_phase(Pass::Forward, ir::Phase::Lazy);
+  run_phase(Pass::Forward, ir::Phase::Lazy, frame_);
   result_ = nullptr;
-  return result;
+  has_batch_ = options.backward;
 }
 
-void CpuExecutor::backward(std::vector<std::vector<float>>& grads) {
-  VJIT_USER_CHECK(batch_ != nullptr, "backward() needs a forward() first");
-  zero_gradients(grads);
-  grads_ = &grads;
-  allocate(Pass::Backward);
-  run_phase(Pass::Backward, ir::Phase::Eager);
-  for (size_t i = schedule_->tasks.size(); i-- > 0;) run_task(Pass::Backward, schedule_->tasks[i], task_begin_[i]);
-  run_phase(Pass::Backward, ir::Phase::Lazy);
-  grads_ = nullptr;
-}
-
-// Sets every gradient to zero. An embedding table's gradient keeps its storage
-// between steps, and only the rows the last backward wrote are cleared.
-void CpuExecutor::zero_gradients(std::vector<std::vector<float>>& grads) {
-  const Model& model = program_.model();
-  bool reuse = grads.size() == size_t(model.size()) && touched_rows_.size() == grads.size();
-  grads.resize(size_t(model.size()));
-  touched_rows_.resize(grads.size());
-  for (int p = 0; p < model.size(); ++p) {
-    std::vector<float>& g = grads[size_t(p)];
-    const ParamData& param = model.param(p);
-    size_t numel = size_t(param.shape.numel());
-    if (reuse && param.sparse_rows && g.size() == numel) {
-      size_t cols = size_t(param.shape.cols());
-      for (int row : touched_rows_[size_t(p)]) std::fill_n(g.begin() + int64_t(size_t(row) * cols), cols, 0.0f);
-    } else {
-      g.assign(numel, 0.0f);
-    }
-    touched_rows_[size_t(p)].clear();
+void CpuExecutor::backward() {
+  VJIT_USER_CHECK(has_batch_, "backward() needs a forward() with RunOptions::backward set before it");
+  has_batch_ = false;
+  store_.zero_gradients();
+  std::vector<float>& arena = arena_[int(Pass::Backward)];
+  const BatchLayout& layout = *batch_.layout;
+  if (int64_t(arena.size()) < layout.arena_floats[int(Pass::Backward)])
+    arena.resize(size_t(layout.arena_floats[int(Pass::Backward)]));
+  for (size_t t = 0; t < layout.scatter_grad.size(); ++t) {
+    const ValueLayout& g = layout.scatter_grad[t];
+    if (g.offset >= 0) std::fill_n(arena.data() + g.offset, size_t(layout.type_rows[t] * g.ld), 0.0f);
   }
+  run_phase(Pass::Backward, ir::Phase::Eager, frame_);
+  for (int t = batch_.schedule->num_tasks(); t-- > 0;) run_task(Pass::Backward, t, frame_);
+  run_phase(Pass::Backward, ir::Phase::Lazy, frame_);
+  store_.finish_touched();
 }
 
-void CpuExecutor::run_phase(Pass pass, ir::Phase phase) {
-  for (int t = 0; t < program_.num_types(); ++t) run_type_phase(pass, phase, t);
+void CpuExecutor::update(Optimizer& optimizer) { optimizer.step(store_.model(), store_.gradients()); }
+
+void CpuExecutor::run_phase(Pass pass, ir::Phase phase, Frame& frame) {
+  for (int t = 0; t < program_.num_types(); ++t) run_type_phase(pass, phase, t, frame);
 }
 
-void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type) {
-  if (type_rows_[size_t(type)] == 0) return;
+void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type, Frame& frame) {
+  const BatchLayout& layout = *batch_.layout;
+  if (layout.type_rows[size_t(type)] == 0) return;
   const FunctionPlan& fp = function_plan(pass, type);
-  Rows rows{type, 0, type_rows_[size_t(type)], row_vertex_[size_t(type)].data()};
-  run_steps(pass, rows, phase == ir::Phase::Eager ? fp.eager : fp.lazy);
+  const std::vector<Step>& steps = phase == ir::Phase::Eager ? fp.eager : fp.lazy;
+  if (steps.empty()) return;
+  Rows rows{type, -1, 0, layout.type_rows[size_t(type)], layout.rows_of(type).data()};
+  bind(pass, rows, frame);
+  run_steps(pass, rows, steps, frame);
 }
 
 // Streaming (Cavs §3.4): a second thread runs the eager steps type by type, in
 // the order the tasks first need them, while this thread runs the tasks; a task
 // waits only for the eager steps of its own type and of its children's types.
 // Eager forward steps write only their own type's buffers, so the two threads
-// never write the same memory.
+// never write the same memory. (A thread is started per forward: streaming is
+// off by default and allocates.)
 void CpuExecutor::run_forward_streaming() {
+  const sched::FlatSchedule& schedule = *batch_.schedule;
+  const sched::FlatBatch& graph = *batch_.graph;
   size_t num_types = size_t(program_.num_types());
   std::vector<int> order;
   std::vector<char> seen(num_types, 0);
-  for (const Task& task : schedule_->tasks)
-    if (!seen[size_t(task.type)]) {
-      seen[size_t(task.type)] = 1;
-      order.push_back(task.type);
+  for (int type : schedule.task_type)
+    if (!seen[size_t(type)]) {
+      seen[size_t(type)] = 1;
+      order.push_back(type);
     }
   std::vector<std::atomic<bool>> done(num_types);
   for (auto& d : done) d.store(false);
@@ -250,7 +285,7 @@ void CpuExecutor::run_forward_streaming() {
     t_on_streaming_thread = true;
     try {
       for (int t : order) {
-        run_type_phase(Pass::Forward, ir::Phase::Eager, t);
+        run_type_phase(Pass::Forward, ir::Phase::Eager, t, stream_frame_);
         done[size_t(t)].store(true, std::memory_order_release);
       }
     } catch (...) {
@@ -264,12 +299,11 @@ void CpuExecutor::run_forward_streaming() {
   };
   std::exception_ptr task_error;
   try {
-    for (size_t i = 0; i < schedule_->tasks.size(); ++i) {
-      const Task& task = schedule_->tasks[i];
-      wait_for(task.type);
-      for (const VertexRef& ref : task.vertices)
-        for (int child : vertex(ref).children) wait_for(type_of({ref.sample, child}));
-      run_task(Pass::Forward, task, task_begin_[i]);
+    for (int t = 0; t < schedule.num_tasks(); ++t) {
+      wait_for(schedule.task_type[size_t(t)]);
+      for (int v : schedule.task(t))
+        for (int child : graph.children(v)) wait_for(graph.type(child));
+      run_task(Pass::Forward, t, frame_);
     }
   } catch (...) {
     task_error = std::current_exception();
@@ -281,222 +315,236 @@ void CpuExecutor::run_forward_streaming() {
   if (error) std::rethrow_exception(error);
 }
 
-void CpuExecutor::run_task(Pass pass, const Task& task, int64_t begin) {
-  Rows rows{task.type, begin, int64_t(task.vertices.size()), task.vertices.data()};
-  run_steps(pass, rows, function_plan(pass, task.type).core);
+void CpuExecutor::run_task(Pass pass, int task, Frame& frame) {
+  const BatchLayout& layout = *batch_.layout;
+  const sched::FlatSchedule& schedule = *batch_.schedule;
+  int type = schedule.task_type[size_t(task)];
+  std::span<const int> vertices = schedule.task(task);
+  Rows rows{type, task, layout.task_first_row[size_t(task)], int64_t(vertices.size()), vertices.data()};
+  bind(pass, rows, frame);
+  run_steps(pass, rows, function_plan(pass, type).core, frame);
 }
 
-void CpuExecutor::run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps) {
+void CpuExecutor::run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps, Frame& frame) {
   const FunctionPlan& fp = function_plan(pass, rows.type);
   for (const Step& step : steps) {
-    if (step.fused >= 0) run_fused(pass, rows, fp.fused[size_t(step.fused)]);
-    else run_node(pass, rows, step.node);
+    if (step.fused >= 0) run_fused(pass, rows, fp.fused[size_t(step.fused)], frame);
+    else run_node(pass, rows, step.node, frame);
   }
 }
 
-void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step) {
-  ScopedTimer timer(local_stats().elementwise_s);
-  ++local_stats().kernels;
-  std::vector<const float*> inputs;
-  std::vector<int64_t> input_ld;
-  std::vector<float*> outputs;
-  std::vector<int64_t> output_ld;
-  for (ValueId id : step.inputs) {
-    const Slot& s = slot(pass, rows.type, id);
-    inputs.push_back(at(s, rows.begin));
-    input_ld.push_back(s.ld);
-  }
-  for (ValueId id : step.outputs) {
-    const Slot& s = slot(pass, rows.type, id);
-    outputs.push_back(at_mut(s, rows.begin));
-    output_ld.push_back(s.ld);
-  }
-  for_row_blocks(rows.count, step.width, [&](int64_t begin, int64_t count) {
-    std::vector<const float*> in(inputs);
-    std::vector<float*> out(outputs);
-    for (size_t i = 0; i < in.size(); ++i) in[i] += begin * input_ld[i];
-    for (size_t i = 0; i < out.size(); ++i) out[i] += begin * output_ld[i];
-    KernelArgs args{count, in.data(), input_ld.data(), out.data(), output_ld.data()};
-    step.run(args);
+void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame) {
+  ScopedTimer timer(frame.stats->elementwise_s);
+  ++frame.stats->kernels;
+  const std::vector<View>& views = frame.views[int(pass)];
+  const size_t n_in = step.inputs.size(), n_out = step.outputs.size();
+  for (size_t i = 0; i < n_in; ++i) frame.input_ld[i] = views[size_t(step.inputs[i])].ld;
+  for (size_t i = 0; i < n_out; ++i) frame.output_ld[i] = views[size_t(step.outputs[i])].ld;
+  for_row_blocks(frame, rows.count, step.width, [&](int64_t begin, int64_t count, int block) {
+    const float** in = frame.inputs.data() + size_t(block) * n_in;
+    float** out = frame.outputs.data() + size_t(block) * n_out;
+    for (size_t i = 0; i < n_in; ++i) in[i] = views[size_t(step.inputs[i])].data + begin * frame.input_ld[i];
+    for (size_t i = 0; i < n_out; ++i) out[i] = views[size_t(step.outputs[i])].data + begin * frame.output_ld[i];
+    KernelArgs args{count, in, frame.input_ld.data(), out, frame.output_ld.data(), step.kernel.context};
+    step.kernel.entry(&args);
   });
 }
 
-void CpuExecutor::for_row_blocks(int64_t rows, int64_t width, const std::function<void(int64_t, int64_t)>& fn) {
+template <typename Fn>
+void CpuExecutor::for_row_blocks(const Frame& frame, int64_t rows, int64_t width, Fn&& fn) {
   // Below this many elements waking a second thread costs more than it saves.
   constexpr int64_t kParallelElements = 16384;
-  bool parallel = rows * width >= kParallelElements && !t_on_streaming_thread;
+  bool parallel = frame.use_pool && rows * width >= kParallelElements;
   int64_t blocks = parallel ? std::min<int64_t>(pool_.size(), rows) : 1;
   if (blocks <= 1) {
-    fn(0, rows);
+    fn(int64_t(0), rows, 0);
     return;
   }
   pool_.parallel_for(blocks, [&](int64_t b) {
     int64_t begin = rows * b / blocks, end = rows * (b + 1) / blocks;
-    fn(begin, end - begin);
+    fn(begin, end - begin, int(b));
   });
 }
 
-void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {
+void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame) {
   const Node& n = function(pass, rows.type)[id];
-  if (is_view(n.op) || n.op == Op::Scatter) return;
-  ++local_stats().kernels;
-  const Slot& out = slot(pass, rows.type, id);
+  if (is_view_op(n.op) || n.op == Op::Scatter) return;
+  ExecStats& stats = *frame.stats;
+  ++stats.kernels;
+  const View& out = frame.views[int(pass)][size_t(id)];
   if (is_copy(n.op)) {
-    ScopedTimer timer(local_stats().copy_s);
-    ++local_stats().copy_calls;
+    ScopedTimer timer(stats.copy_s);
     switch (n.op) {
-      case Op::Gather:
+      case Op::Gather: gather(rows, n, out, frame); break;
       case Op::GatherSum:
-      case Op::GatherAll: gather(rows, n, out); break;
+      case Op::GatherAll: gather_variadic(rows, n, out, frame); break;
       case Op::Pull:
-      case Op::PullEmbedding: pull(rows, n, out); break;
-      case Op::GatherGrad: gather_grad(rows, n, slot(pass, rows.type, n.args[0])); break;
-      default: sink(pass, rows, n); break;
+      case Op::PullEmbedding: pull(rows, n, out, frame); break;
+      case Op::GatherGrad: gather_grad(rows, n, frame.views[int(pass)][size_t(n.args[0])], frame); break;
+      default: sink(pass, rows, n, frame); break;
     }
     return;
   }
   if (n.op == Op::MatMul || n.op == Op::ParamGrad) {
-    ScopedTimer timer(local_stats().gemm_s);
-    if (n.op == Op::MatMul) matmul(pass, rows, n, out);
-    else param_grad(pass, rows, n);
+    ScopedTimer timer(stats.gemm_s);
+    if (n.op == Op::MatMul) matmul(pass, rows, n, out, frame);
+    else param_grad(pass, rows, n, frame);
     return;
   }
-  ScopedTimer timer(local_stats().elementwise_s);
+  ScopedTimer timer(stats.elementwise_s);
   switch (ir::op_kind(n.op)) {
     case ir::OpKind::Unary:
-    case ir::OpKind::Binary: elementwise(pass, rows, n, out); return;
+    case ir::OpKind::Binary: elementwise(pass, rows, n, out, frame); return;
     default: break;
   }
   switch (n.op) {
-    case Op::Constant: fill_rows(rows.count, n.shape.numel(), float(n.scalar), at_mut(out, rows.begin), out.ld); return;
-    case Op::Outer: outer(pass, rows, n, out); return;
+    case Op::Constant: fill_rows(rows.count, n.shape.numel(), float(n.scalar), out.data, out.ld); return;
+    case Op::Outer: outer(pass, rows, n, out, frame); return;
     case Op::SoftmaxCE:
-    case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out); return;
-    case Op::Loss: sink(pass, rows, n); return;
-    default: reshape_data(pass, rows, n, out); return;
+    case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out, frame); return;
+    case Op::Loss: sink(pass, rows, n, frame); return;
+    default: reshape_data(pass, rows, n, out, frame); return;
   }
 }
 
 // --- node kinds ---
 
-void CpuExecutor::gather(const Rows& rows, const Node& node, const Slot& out) {
-  int64_t width = node.op == Op::GatherAll ? node.shape.dims[1] : node.shape.numel();
-  auto scattered = [&](const VertexRef& child) {
-    int type = type_of(child);
-    return at(slot(Pass::Forward, type, function_plan(Pass::Forward, type).scatter_value), row_of(child));
-  };
-  if (node.op == Op::Gather) {
-    std::vector<const float*> src(size_t(rows.count));
-    for (int64_t r = 0; r < rows.count; ++r)
-      src[size_t(r)] = scattered({rows.vertices[r].sample, vertex(rows.vertices[r]).children[size_t(node.slot)]});
-    copy_rows(width, src, at_mut(out, rows.begin), out.ld);
-    local_stats().copy_bytes += rows.count * width * int64_t(sizeof(float));
+void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const BatchLayout& layout = *batch_.layout;
+  const sched::FlatBatch& graph = *batch_.graph;
+  ExecStats& stats = *frame.stats;
+  if (rows.task >= 0 && layout.gather(rows.task, node.slot).is_view()) {
+    ++stats.gather_views;  // bind() pointed the value at the children's rows
     return;
   }
-  size_t first = size_t(program_.signature(rows.type).fixed_arity);
+  ++stats.copy_calls;
+  const int64_t width = node.shape.numel();
+  const RowRef* sources =
+      rows.task >= 0 ? layout.gather_sources.data() + layout.gather(rows.task, node.slot).first_source : nullptr;
   for (int64_t r = 0; r < rows.count; ++r) {
-    float* dst = at_mut(out, rows.begin + r);
-    std::memset(dst, 0, size_t(node.shape.numel()) * sizeof(float));
-    const std::vector<int>& children = vertex(rows.vertices[r]).children;
+    RowRef src = sources ? sources[r] : RowRef{};
+    if (!sources) {  // every vertex of the type at once: only with lazy batching off
+      int child = graph.children(rows.vertices[r])[size_t(node.slot)];
+      src = {graph.type(child), layout.vertex_row[size_t(child)]};
+    }
+    std::memcpy(out.data + r * out.ld, scattered_rows(src.type, src.row).data, size_t(width) * sizeof(float));
+  }
+  stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
+}
+
+void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const BatchLayout& layout = *batch_.layout;
+  const sched::FlatBatch& graph = *batch_.graph;
+  ExecStats& stats = *frame.stats;
+  ++stats.copy_calls;
+  const int64_t width = node.op == Op::GatherAll ? node.shape.dims[1] : node.shape.numel();
+  const size_t first = size_t(program_.signature(rows.type).fixed_arity);
+  for (int64_t r = 0; r < rows.count; ++r) {
+    float* dst = out.data + r * out.ld;
+    std::fill_n(dst, size_t(node.shape.numel()), 0.0f);
+    std::span<const int> children = graph.children(rows.vertices[r]);
     for (size_t k = first; k < children.size(); ++k) {
-      const float* src = scattered({rows.vertices[r].sample, children[k]});
-      float* row = node.op == Op::GatherAll ? dst + int64_t(k - first) * width : dst;
-      for (int64_t i = 0; i < width; ++i) row[i] += src[i];
-      local_stats().copy_bytes += width * int64_t(sizeof(float));
+      int child = children[k];
+      const float* src = scattered_rows(graph.type(child), layout.vertex_row[size_t(child)]).data;
+      add_row(src, node.op == Op::GatherAll ? dst + int64_t(k - first) * width : dst, width);
+      stats.copy_bytes += width * int64_t(sizeof(float));
     }
   }
 }
 
-void CpuExecutor::pull(const Rows& rows, const Node& node, const Slot& out) {
-  int64_t width = node.shape.numel();
-  std::vector<const float*> src(size_t(rows.count));
-  const float* table = node.op == Op::PullEmbedding ? program_.model().param(node.param).value.data() : nullptr;
+void CpuExecutor::pull(const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const sched::FlatBatch& graph = *batch_.graph;
+  ++frame.stats->copy_calls;
+  const int64_t width = node.shape.numel();
+  const float* table = node.op == Op::PullEmbedding ? store_.value(node.param) : nullptr;
   for (int64_t r = 0; r < rows.count; ++r) {
-    const Vertex& v = vertex(rows.vertices[r]);
-    src[size_t(r)] = table ? table + int64_t(v.token) * width : v.features.data();
+    int v = rows.vertices[r];
+    const float* src = table ? table + int64_t(graph.token(v)) * width : graph.vertex(v).features.data();
+    std::memcpy(out.data + r * out.ld, src, size_t(width) * sizeof(float));
   }
-  copy_rows(width, src, at_mut(out, rows.begin), out.ld);
-  local_stats().copy_bytes += rows.count * width * int64_t(sizeof(float));
+  frame.stats->copy_bytes += rows.count * width * int64_t(sizeof(float));
 }
 
-void CpuExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, const Slot& out) {
+void CpuExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
   const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
   auto operand = [&](int i) {
     ValueId arg = node.args[size_t(i)];
-    const Slot& s = slot(pass, rows.type, arg);
+    const View& v = views[size_t(arg)];
     const Shape& shape = f[arg].shape;
-    Operand o{at(s, rows.begin), s.ld, Broadcast::Same, shape.numel()};
+    Operand o{v.data, v.ld, Broadcast::Same, shape.numel()};
     if (shape != node.shape) o.mode = shape.rank == 0 ? Broadcast::Scalar : Broadcast::RowVector;
     return o;
   };
-  int64_t width = node.shape.numel();
-  float* dst = at_mut(out, rows.begin);
   if (node.op == Op::Dropout) {
-    Operand x = operand(0);
-    float keep_scale = float(1.0 / (1.0 - node.scalar));
-    for (int64_t r = 0; r < rows.count; ++r) {
-      const VertexRef& ref = rows.vertices[r];
-      for (int64_t i = 0; i < width; ++i) {
-        bool keep = !options_.training ||
-                    ir::dropout_keeps(options_.seed, ref.sample, ref.vertex, node.slot, i, node.scalar);
-        float scale = options_.training ? keep_scale : 1.0f;
-        dst[r * out.ld + i] = keep ? x.data[r * x.ld + i] * scale : 0.0f;
-      }
-    }
+    dropout(rows, node, views[size_t(node.args[0])], out);
     return;
   }
-  Operand a = operand(0), b = ir::op_kind(node.op) == ir::OpKind::Binary ? operand(1) : Operand{};
-  for_row_blocks(rows.count, width, [&](int64_t begin, int64_t count) {
+  const int64_t width = node.shape.numel();
+  const bool unary = ir::op_kind(node.op) == ir::OpKind::Unary;
+  Operand a = operand(0), b = unary ? Operand{} : operand(1);
+  for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
     Operand a_block = a, b_block = b;
     a_block.data += begin * a.ld;
     b_block.data += begin * b.ld;
-    if (ir::op_kind(node.op) == ir::OpKind::Unary) unary_rows(node, count, width, a_block, dst + begin * out.ld, out.ld);
-    else binary_rows(node.op, count, width, a_block, b_block, dst + begin * out.ld, out.ld);
+    if (unary) unary_rows(node, count, width, a_block, out.data + begin * out.ld, out.ld);
+    else binary_rows(node.op, count, width, a_block, b_block, out.data + begin * out.ld, out.ld);
   });
 }
 
-void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, const Slot& out) {
-  const ir::Function& f = function(pass, rows.type);
-  int64_t width = node.shape.numel();
-  auto arg_slot = [&](int i) { return slot(pass, rows.type, node.args[size_t(i)]); };
+void CpuExecutor::dropout(const Rows& rows, const Node& node, const View& x, const View& out) {
+  const sched::FlatBatch& graph = *batch_.graph;
+  const int64_t width = node.shape.numel();
+  const float keep_scale = options_.training ? float(1.0 / (1.0 - node.scalar)) : 1.0f;
   for (int64_t r = 0; r < rows.count; ++r) {
-    float* dst = at_mut(out, rows.begin + r);
+    VertexRef ref = graph.ref(rows.vertices[r]);
+    for (int64_t i = 0; i < width; ++i) {
+      bool keep =
+          !options_.training || ir::dropout_keeps(options_.seed, ref.sample, ref.vertex, node.slot, i, node.scalar);
+      out.data[r * out.ld + i] = keep ? x.data[r * x.ld + i] * keep_scale : 0.0f;
+    }
+  }
+}
+
+void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
+  const int64_t width = node.shape.numel();
+  auto arg_row = [&](size_t i, int64_t r) { return views[size_t(node.args[i])].data + r * views[size_t(node.args[i])].ld; };
+  for (int64_t r = 0; r < rows.count; ++r) {
+    float* dst = out.data + r * out.ld;
     switch (node.op) {
       case Op::Concat: {
         int64_t offset = 0;
         for (size_t i = 0; i < node.args.size(); ++i) {
           int64_t part = f[node.args[i]].shape.numel();
-          std::memcpy(dst + offset, at(arg_slot(int(i)), rows.begin + r), size_t(part) * sizeof(float));
+          std::memcpy(dst + offset, arg_row(i, r), size_t(part) * sizeof(float));
           offset += part;
         }
         break;
       }
       case Op::Pad: {
-        std::memset(dst, 0, size_t(width) * sizeof(float));
+        std::fill_n(dst, size_t(width), 0.0f);
         int64_t part = f[node.args[0]].shape.numel();
-        std::memcpy(dst + node.start, at(arg_slot(0), rows.begin + r), size_t(part) * sizeof(float));
+        std::memcpy(dst + node.start, arg_row(0, r), size_t(part) * sizeof(float));
         break;
       }
-      case Op::Broadcast: {
-        float value = *at(arg_slot(0), rows.begin + r);
-        for (int64_t i = 0; i < width; ++i) dst[i] = value;
-        break;
-      }
+      case Op::Broadcast: std::fill_n(dst, size_t(width), *arg_row(0, r)); break;
       case Op::BroadcastRows: {
-        const float* src = at(arg_slot(0), rows.begin + r);
+        const float* src = arg_row(0, r);
         for (int64_t i = 0; i < width; ++i) dst[i] = src[i % node.shape.dims[1]];
         break;
       }
       case Op::Sum: {
-        const float* src = at(arg_slot(0), rows.begin + r);
+        const float* src = arg_row(0, r);
         float total = 0.0f;
         for (int64_t i = 0; i < f[node.args[0]].shape.numel(); ++i) total += src[i];
         dst[0] = total;
         break;
       }
       case Op::SumRows: {
-        const float* src = at(arg_slot(0), rows.begin + r);
-        std::memset(dst, 0, size_t(width) * sizeof(float));
+        const float* src = arg_row(0, r);
+        std::fill_n(dst, size_t(width), 0.0f);
         for (int64_t i = 0; i < f[node.args[0]].shape.numel(); ++i) dst[i % width] += src[i];
         break;
       }
@@ -505,75 +553,77 @@ void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, co
   }
 }
 
-void CpuExecutor::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                       int64_t ldb, float beta, float* c, int64_t ldc) {
-  ++local_stats().gemm_calls;
-  local_stats().gemm_flops += 2.0 * double(m) * double(n) * double(k);
-  if (t_on_streaming_thread) sgemm(gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  ++frame.stats->gemm_calls;
+  frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k);
+  if (!frame.use_pool) sgemm(gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   else parallel_sgemm(pool_, gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
-void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Slot& out) {
+void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
   const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
   const Shape& sa = f[node.args[0]].shape;
   const Shape& sb = f[node.args[1]].shape;
-  const Slot& a = slot(pass, rows.type, node.args[0]);
-  const Slot& b = slot(pass, rows.type, node.args[1]);
-  float* c = at_mut(out, rows.begin);
-  int64_t R = rows.count;
-  // Every vertex times one parameter matrix: a single GEMM over the task's rows.
+  const View& a = views[size_t(node.args[0])];
+  const View& b = views[size_t(node.args[1])];
+  const int64_t R = rows.count;
+  // Every vertex times one parameter matrix: a single GEMM over the rows.
   if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x  →  Y = X op(W)ᵀ
     int64_t m = node.trans_a ? sa.dims[1] : sa.dims[0], k = node.trans_a ? sa.dims[0] : sa.dims[1];
-    gemm(false, !node.trans_a, R, m, k, at(b, rows.begin), b.ld, a.data, sa.dims[1], 0.0f, c, out.ld);
+    gemm(frame, false, !node.trans_a, R, m, k, b.data, b.ld, a.data, sa.dims[1], 0.0f, out.data, out.ld);
     return;
   }
   if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)  →  Y = X op(W)
     int64_t n = node.trans_b ? sb.dims[0] : sb.dims[1], k = node.trans_b ? sb.dims[1] : sb.dims[0];
-    gemm(false, node.trans_b, R, n, k, at(a, rows.begin), a.ld, b.data, sb.dims[1], 0.0f, c, out.ld);
+    gemm(frame, false, node.trans_b, R, n, k, a.data, a.ld, b.data, sb.dims[1], 0.0f, out.data, out.ld);
     return;
   }
   // Per-vertex matrices (MV-RNN): one small product per row. A vector is a row
   // on the left ([1, k]) and a column on the right ([k, 1]).
   int64_t a_rows = sa.rank == 2 ? sa.dims[0] : 1, a_cols = sa.rank == 2 ? sa.dims[1] : sa.dims[0];
-  int64_t b_rows = sb.rank == 2 ? sb.dims[0] : sb.dims[0], b_cols = sb.rank == 2 ? sb.dims[1] : 1;
+  int64_t b_rows = sb.dims[0], b_cols = sb.rank == 2 ? sb.dims[1] : 1;
   int64_t m = node.trans_a ? a_cols : a_rows, k = node.trans_a ? a_rows : a_cols;
   int64_t n = node.trans_b ? b_rows : b_cols;
   for (int64_t r = 0; r < R; ++r) {
-    ++local_stats().gemm_calls;
-    local_stats().gemm_flops += 2.0 * double(m) * double(n) * double(k);
-    sgemm(gemm_backend_, node.trans_a, node.trans_b, m, n, k, 1.0f, at(a, rows.begin + r), a_cols,
-          at(b, rows.begin + r), b_cols, 0.0f, at_mut(out, rows.begin + r), n);
+    ++frame.stats->gemm_calls;
+    frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k);
+    sgemm(gemm_backend_, node.trans_a, node.trans_b, m, n, k, 1.0f, a.data + r * a.ld, a_cols, b.data + r * b.ld,
+          b_cols, 0.0f, out.data + r * out.ld, n);
   }
 }
 
-void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const Slot& out) {
+void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
   const ir::Function& f = function(pass, rows.type);
-  const Slot& a = slot(pass, rows.type, node.args[0]);
-  const Slot& b = slot(pass, rows.type, node.args[1]);
+  const View& a = frame.views[int(pass)][size_t(node.args[0])];
+  const View& b = frame.views[int(pass)][size_t(node.args[1])];
   int64_t m = f[node.args[0]].shape.numel(), n = f[node.args[1]].shape.numel();
   for (int64_t r = 0; r < rows.count; ++r) {
-    const float* pa = at(a, rows.begin + r);
-    const float* pb = at(b, rows.begin + r);
-    float* dst = at_mut(out, rows.begin + r);
+    const float* pa = a.data + r * a.ld;
+    const float* pb = b.data + r * b.ld;
+    float* dst = out.data + r * out.ld;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) dst[i * n + j] = pa[i] * pb[j];
   }
 }
 
-void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, const Slot& out) {
-  const Slot& logits = slot(pass, rows.type, node.args[0]);
-  int64_t classes = function(pass, rows.type)[node.args[0]].shape.numel();
-  bool gradient = node.op == Op::SoftmaxCEGrad;
-  const Slot* upstream = gradient ? &slot(pass, rows.type, node.args[1]) : nullptr;
-  for_row_blocks(rows.count, classes, [&](int64_t begin, int64_t count) {
-    std::vector<float> p(static_cast<size_t>(classes));  // exp(x − max), then the softmax
+void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const sched::FlatBatch& graph = *batch_.graph;
+  const View& logits = frame.views[int(pass)][size_t(node.args[0])];
+  const int64_t classes = function(pass, rows.type)[node.args[0]].shape.numel();
+  const bool gradient = node.op == Op::SoftmaxCEGrad;
+  const View* upstream = gradient ? &frame.views[int(pass)][size_t(node.args[1])] : nullptr;
+  for_row_blocks(frame, rows.count, classes, [&](int64_t begin, int64_t count, int) {
+    std::vector<float>& p = t_softmax;  // exp(x − max), then the softmax
+    p.resize(size_t(classes));
     for (int64_t r = begin; r < begin + count; ++r) {
-      int label = vertex(rows.vertices[r]).label;
-      const float* x = at(logits, rows.begin + r);
-      float* dst = at_mut(out, rows.begin + r);
+      int label = graph.label(rows.vertices[r]);
+      const float* x = logits.data + r * logits.ld;
+      float* dst = out.data + r * out.ld;
       float max = *std::max_element(x, x + classes);
       for (int64_t i = 0; i < classes; ++i) p[size_t(i)] = x[i] - max;
-      if (plan_.exp) plan_.exp(p.data(), p.data(), classes);
+      if (plan_.exp.entry) plan_.exp.entry(p.data(), p.data(), classes);
       else for (float& v : p) v = std::exp(v);
       float total = 0.0f;
       for (float v : p) total += v;
@@ -581,81 +631,105 @@ void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, cons
         dst[0] = label < 0 ? 0.0f : std::log(total) + max - x[label];
         continue;
       }
-      float g = label < 0 ? 0.0f : *at(*upstream, rows.begin + r);
+      float g = label < 0 ? 0.0f : upstream->data[r * upstream->ld];
       for (int64_t i = 0; i < classes; ++i) dst[i] = (p[size_t(i)] / total - (i == label ? 1.0f : 0.0f)) * g;
     }
   });
 }
 
-void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node) {
-  const Slot& x = slot(pass, rows.type, node.args[0]);
-  int64_t width = function(pass, rows.type)[node.args[0]].shape.numel();
+void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node, Frame& frame) {
+  const sched::FlatBatch& graph = *batch_.graph;
+  const View& x = frame.views[int(pass)][size_t(node.args[0])];
+  const int64_t width = function(pass, rows.type)[node.args[0]].shape.numel();
+  ExecStats& stats = *frame.stats;
   switch (node.op) {
-    case Op::Push:
-      for (int64_t r = 0; r < rows.count; ++r) {
-        const float* src = at(x, rows.begin + r);
-        const VertexRef& ref = rows.vertices[r];
-        result_->pushes[size_t(ref.sample)][size_t(ref.vertex)].emplace_back(src, src + width);
-      }
-      local_stats().copy_bytes += rows.count * width * int64_t(sizeof(float));
+    case Op::Push: {
+      ++stats.copy_calls;
+      PushedValues<float>& pushes = result_->pushes;
+      int k = push_index_[size_t(rows.type)][size_t(&node - function(pass, rows.type).nodes.data())];
+      for (int64_t r = 0; r < rows.count; ++r)
+        std::memcpy(pushes.data() + pushes.value_offset(rows.vertices[r], k), x.data + r * x.ld,
+                    size_t(width) * sizeof(float));
+      stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
       return;
+    }
     case Op::Loss:
-      for (int64_t r = 0; r < rows.count; ++r) result_->objective += double(*at(x, rows.begin + r));
+      for (int64_t r = 0; r < rows.count; ++r) result_->objective += double(x.data[r * x.ld]);
       return;
     case Op::EmbeddingGrad: {
-      std::vector<float>& grad = (*grads_)[size_t(node.param)];
-      std::vector<int>& touched = touched_rows_[size_t(node.param)];
+      ++stats.copy_calls;
+      float* grad = store_.gradient(node.param);
       for (int64_t r = 0; r < rows.count; ++r) {
-        int token = vertex(rows.vertices[r]).token;
-        touched.push_back(token);
-        float* dst = grad.data() + int64_t(token) * width;
-        const float* src = at(x, rows.begin + r);
-        for (int64_t i = 0; i < width; ++i) dst[i] += src[i];
+        int token = graph.token(rows.vertices[r]);
+        store_.touch(node.param, token);
+        add_row(x.data + r * x.ld, grad + int64_t(token) * width, width);
       }
-      local_stats().copy_bytes += rows.count * width * int64_t(sizeof(float));
+      stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
       return;
     }
     default: VJIT_INTERNAL_CHECK(false, "not a sink: " << ir::op_name(node.op));
   }
 }
 
-void CpuExecutor::param_grad(Pass pass, const Rows& rows, const Node& node) {
+void CpuExecutor::param_grad(Pass pass, const Rows& rows, const Node& node, Frame& frame) {
   const ir::Function& f = function(pass, rows.type);
-  std::vector<float>& grad = (*grads_)[size_t(node.param)];
+  const std::vector<View>& views = frame.views[int(pass)];
+  float* grad = store_.gradient(node.param);
   ValueId term = node.args[0];
   if (function_plan(pass, rows.type).folded[size_t(term)]) {
     // Σ_rows a bᵀ = Aᵀ B over the rows: one GEMM accumulating into the gradient.
     const Node& o = f[term];
-    const Slot& a = slot(pass, rows.type, o.args[0]);
-    const Slot& b = slot(pass, rows.type, o.args[1]);
+    const View& a = views[size_t(o.args[0])];
+    const View& b = views[size_t(o.args[1])];
     int64_t m = f[o.args[0]].shape.numel(), n = f[o.args[1]].shape.numel();
-    ++local_stats().param_grad_gemms;
-    gemm(true, false, m, n, rows.count, at(a, rows.begin), a.ld, at(b, rows.begin), b.ld, 1.0f, grad.data(), n);
+    ++frame.stats->param_grad_gemms;
+    gemm(frame, true, false, m, n, rows.count, a.data, a.ld, b.data, b.ld, 1.0f, grad, n);
     return;
   }
-  const Slot& x = slot(pass, rows.type, term);
-  int64_t width = f[term].shape.numel();
-  for (int64_t r = 0; r < rows.count; ++r) {
-    const float* src = at(x, rows.begin + r);
-    for (int64_t i = 0; i < width; ++i) grad[size_t(i)] += src[i];
-  }
+  const View& x = views[size_t(term)];
+  const int64_t width = f[term].shape.numel();
+  for (int64_t r = 0; r < rows.count; ++r) add_row(x.data + r * x.ld, grad, width);
 }
 
-void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const Slot& g) {
-  size_t first = size_t(program_.signature(rows.type).fixed_arity);
+void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g, Frame& frame) {
+  const BatchLayout& layout = *batch_.layout;
+  const sched::FlatBatch& graph = *batch_.graph;
+  ExecStats& stats = *frame.stats;
+  ++stats.copy_calls;
+  auto grad_row = [&](int type, int64_t row) {
+    const ValueLayout& s = layout.scatter_grad[size_t(type)];
+    return arena(Pass::Backward) + s.offset + row * s.ld;
+  };
+  if (node.slot >= 0) {
+    const GatherLayout* g_layout = rows.task >= 0 ? &layout.gather(rows.task, node.slot) : nullptr;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      RowRef dst;
+      if (g_layout && g_layout->is_view()) {
+        dst = {g_layout->source_type, g_layout->first_row + int(r)};
+      } else if (g_layout) {
+        dst = layout.gather_sources[size_t(g_layout->first_source + r)];
+      } else {
+        int child = graph.children(rows.vertices[r])[size_t(node.slot)];
+        dst = {graph.type(child), layout.vertex_row[size_t(child)]};
+      }
+      int64_t width = function(Pass::Forward, dst.type)[function_plan(Pass::Forward, dst.type).scatter_value].shape.numel();
+      add_row(g.data + r * g.ld, grad_row(dst.type, dst.row), width);
+      stats.copy_bytes += width * int64_t(sizeof(float));
+    }
+    return;
+  }
+  // Every variadic child (-1), or row k to variadic child k (-2).
+  const size_t first = size_t(program_.signature(rows.type).fixed_arity);
   for (int64_t r = 0; r < rows.count; ++r) {
-    const VertexRef& ref = rows.vertices[r];
-    const std::vector<int>& children = vertex(ref).children;
-    const float* src = at(g, rows.begin + r);
-    size_t begin = node.slot >= 0 ? size_t(node.slot) : first;
-    size_t end = node.slot >= 0 ? size_t(node.slot) + 1 : children.size();
-    for (size_t k = begin; k < end; ++k) {
-      VertexRef child{ref.sample, children[k]};
-      const Slot& dst_slot = scatter_grad_[size_t(type_of(child))];
-      float* dst = at_mut(dst_slot, row_of(child));
-      const float* part = node.slot == -2 ? src + int64_t(k - first) * dst_slot.ld : src;
-      for (int64_t i = 0; i < dst_slot.ld; ++i) dst[i] += part[i];
-      local_stats().copy_bytes += dst_slot.ld * int64_t(sizeof(float));
+    std::span<const int> children = graph.children(rows.vertices[r]);
+    const float* src = g.data + r * g.ld;
+    for (size_t k = first; k < children.size(); ++k) {
+      int child = children[k];
+      int type = graph.type(child);
+      int64_t width = function(Pass::Forward, type)[function_plan(Pass::Forward, type).scatter_value].shape.numel();
+      const float* part = node.slot == -2 ? src + int64_t(k - first) * width : src;
+      add_row(part, grad_row(type, layout.vertex_row[size_t(child)]), width);
+      stats.copy_bytes += width * int64_t(sizeof(float));
     }
   }
 }

@@ -1,140 +1,143 @@
 #pragma once
-// The CPU executor: runs an execution plan over a batch in the order of a
-// schedule, batching each task's vertices into one call per node.
+// The CPU executor: runs an execution plan over a planned batch, task by task,
+// batching each task's vertices into one call per step. It follows the batch's
+// layout (runtime/memplan.h) for every buffer, leading dimension and gather;
+// slices, reshapes, parameters and the forward values ∂F reads are views.
 //
-// Memory (Cavs §3.3, "dynamic tensors"): one buffer per (vertex type, IR value,
-// pass) holding a row per vertex of that type in the batch; a task owns a
-// contiguous range of rows, assigned in task order. Gather and pull copy rows
-// into the task's block, one copy call per (task, slot); what a vertex scatters
-// stays in place and is read from there. Slices, reshapes, parameters and the
-// forward values ∂F reads are views, never copies.
+// Before a step runs, the executor resolves every value of the vertex function
+// to a View (row 0 of the rows being run, and the leading dimension) in a
+// Frame: a value's own buffer, a parameter, a slice of another view, or — for
+// a gather the planner made a view — the children's scattered rows in place.
+// Each thread that runs steps has its own Frame. A steady-state step (a batch
+// no larger than one seen before) allocates nothing.
 #include <cstdint>
-#include <functional>
 #include <vector>
 
-#include "runtime/exec_plan.h"
+#include "runtime/executor.h"
 #include "runtime/gemm.h"
 #include "runtime/thread_pool.h"
-#include "scheduler/schedule.h"
-#include "vjit/program.h"
-#include "vjit/reference.h"
 
 namespace vjit::runtime {
 
-struct ExecStats {
-  int64_t tasks = 0;
-  int64_t kernels = 0;           // node executions that did work (views excluded)
-  int64_t gemm_calls = 0;
-  double gemm_flops = 0;          // 2·m·n·k summed over the GEMMs
-  int64_t param_grad_gemms = 0;  // GEMMs that accumulate a weight gradient
-  int64_t copy_calls = 0;
-  int64_t copy_bytes = 0;
-  double copy_s = 0, gemm_s = 0, elementwise_s = 0;
+class CpuParameterStore final : public ParameterStore {
+ public:
+  CpuParameterStore(Model& model, const ExecPlan& plan);
 
-  ExecStats& operator+=(const ExecStats& o) {
-    tasks += o.tasks;
-    kernels += o.kernels;
-    gemm_calls += o.gemm_calls;
-    gemm_flops += o.gemm_flops;
-    param_grad_gemms += o.param_grad_gemms;
-    copy_calls += o.copy_calls;
-    copy_bytes += o.copy_bytes;
-    copy_s += o.copy_s;
-    gemm_s += o.gemm_s;
-    elementwise_s += o.elementwise_s;
-    return *this;
-  }
+  // The CPU reads and writes the Model's own memory: nothing to copy.
+  void upload(const Model& model) override;
+  void download(Model& model) const override;
+  const std::vector<std::vector<float>>& gradients() const override { return gradients_; }
+  bool is_embedding(int param) const override { return embedding_[size_t(param)] != 0; }
+  std::span<const int> touched_rows(int param) const override { return touched_[size_t(param)]; }
+
+  Model& model() const { return model_; }
+  float* value(int param) const { return model_.param(param).value.data(); }
+  float* gradient(int param) { return gradients_[size_t(param)].data(); }
+  // Zeroes the gradients (of an embedding table only the rows last touched).
+  void zero_gradients();
+  // Notes that the backward wrote row `row` of embedding table `param`.
+  void touch(int param, int row) { touched_[size_t(param)].push_back(row); }
+  // Sorts and deduplicates the touched rows, after a backward.
+  void finish_touched();
+
+ private:
+  Model& model_;
+  std::vector<std::vector<float>> gradients_;
+  std::vector<char> embedding_;
+  std::vector<std::vector<int>> touched_;
 };
 
-class CpuExecutor {
+class CpuExecutor final : public Executor {
  public:
   // With `streaming`, the eager forward steps run on a second thread while the
   // tasks run (Cavs §3.4, VJIT_STREAMING).
-  CpuExecutor(const Program& program, const ExecPlan& plan, ThreadPool& pool, GemmBackend gemm, bool streaming);
+  CpuExecutor(const Program& program, const ExecPlan& plan, int threads, GemmBackend gemm, bool streaming);
 
-  // Runs F over `batch` task by task. `batch` and `schedule` must stay alive and
-  // unchanged until backward() returns.
-  Evaluation<float> forward(const GraphBatch& batch, const Schedule& schedule, const RunOptions& options);
-  // Runs ∂F for the last forward: eager nodes, the tasks in reverse, lazy nodes.
-  // Gradients are written (not added) into `grads`, one vector per parameter.
-  void backward(std::vector<std::vector<float>>& grads);
-
-  ExecStats& stats() { return stats_; }
+  const char* device() const override { return "cpu"; }
+  void forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) override;
+  void backward() override;
+  void update(Optimizer& optimizer) override;
+  ParameterStore& parameters() override { return store_; }
+  ExecStats take_stats() override;
 
  private:
-  struct Slot {
-    float* data = nullptr;  // row 0 of the value for this type
-    int64_t ld = 0;         // row stride; 0 for a uniform value (a parameter)
+  // Row 0 of a value for the rows being run; ld 0 for a uniform value.
+  struct View {
+    float* data = nullptr;
+    int64_t ld = 0;
   };
-  // A range of rows of one type: a task, or every vertex of the type.
+  // A range of rows of one type: a task, or every vertex of the type (task -1).
   struct Rows {
     int type = 0;
+    int task = -1;
     int64_t begin = 0, count = 0;
-    const VertexRef* vertices = nullptr;  // the vertex of each row
+    const int* vertices = nullptr;  // flat vertex id of each row
   };
-  enum class Pass { Forward, Backward };
+  // What one thread needs to run steps.
+  struct Frame {
+    std::vector<View> views[2];  // [pass][value id] of the rows being run
+    std::vector<const float*> inputs;
+    std::vector<float*> outputs;
+    std::vector<int64_t> input_ld, output_ld;
+    ExecStats* stats = nullptr;
+    bool use_pool = true;  // split large steps across the pool's threads
+  };
 
-  void assign_rows();
-  void allocate(Pass pass);
-  Slot view_slot(Pass pass, int type, const ir::Node& node) const;
-  void zero_gradients(std::vector<std::vector<float>>& grads);
-  void run_phase(Pass pass, ir::Phase phase);
-  void run_type_phase(Pass pass, ir::Phase phase, int type);
+  const FunctionPlan& function_plan(Pass pass, int type) const;
+  const ir::Function& function(Pass pass, int type) const { return *function_plan(pass, type).function; }
+  float* arena(Pass pass) { return arena_[int(pass)].data(); }
+  View buffer_view(Pass pass, int type, ir::ValueId id, int64_t begin);
+  View scattered_rows(int type, int64_t row);  // forward: what `type` scatters, at `row`
+  void bind(Pass pass, const Rows& rows, Frame& frame);
+
+  void prepare_pushes(Evaluation<float>& result);
+  void run_phase(Pass pass, ir::Phase phase, Frame& frame);
+  void run_type_phase(Pass pass, ir::Phase phase, int type, Frame& frame);
+  void run_task(Pass pass, int task, Frame& frame);
   void run_forward_streaming();
-  ExecStats& local_stats();  // the calling thread's counters
-  void run_task(Pass pass, const Task& task, int64_t begin);
-  void run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps);
-  void run_node(Pass pass, const Rows& rows, ir::ValueId id);
-  void run_fused(Pass pass, const Rows& rows, const FusedStep& step);
-  // Splits rows across the pool's threads when the work is large enough.
-  void for_row_blocks(int64_t rows, int64_t width, const std::function<void(int64_t, int64_t)>& fn);
+  void run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps, Frame& frame);
+  void run_node(Pass pass, const Rows& rows, ir::ValueId id, Frame& frame);
+  void run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame);
+  // Calls fn(begin, count) over blocks of rows, on the pool's threads when the
+  // work is large enough.
+  template <typename Fn>
+  void for_row_blocks(const Frame& frame, int64_t rows, int64_t width, Fn&& fn);
 
   // Node kinds.
-  void gather(const Rows& rows, const ir::Node& node, const Slot& out);
-  void pull(const Rows& rows, const ir::Node& node, const Slot& out);
-  void elementwise(Pass pass, const Rows& rows, const ir::Node& node, const Slot& out);
-  void reshape_data(Pass pass, const Rows& rows, const ir::Node& node, const Slot& out);
-  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const Slot& out);
-  void outer(Pass pass, const Rows& rows, const ir::Node& node, const Slot& out);
-  void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const Slot& out);
-  void sink(Pass pass, const Rows& rows, const ir::Node& node);
-  void param_grad(Pass pass, const Rows& rows, const ir::Node& node);
-  void gather_grad(const Rows& rows, const ir::Node& node, const Slot& g);
-
-  const ir::Function& function(Pass pass, int type) const;
-  const FunctionPlan& function_plan(Pass pass, int type) const;
-  const Slot& slot(Pass pass, int type, ir::ValueId id) const;
-  static const float* at(const Slot& s, int64_t row) { return s.data + row * s.ld; }
-  static float* at_mut(const Slot& s, int64_t row) { return s.data + row * s.ld; }
-  const Vertex& vertex(const VertexRef& ref) const;
-  int64_t row_of(const VertexRef& ref) const;
-  int type_of(const VertexRef& ref) const { return vertex(ref).type; }
-  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-            int64_t ldb, float beta, float* c, int64_t ldc);
+  void gather(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  void gather_variadic(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  void pull(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  void elementwise(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  void dropout(const Rows& rows, const ir::Node& node, const View& x, const View& out);
+  void reshape_data(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  void outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  void sink(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
+  void param_grad(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
+  void gather_grad(const Rows& rows, const ir::Node& node, const View& g, Frame& frame);
+  void gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
   const Program& program_;
   const ExecPlan& plan_;
-  ThreadPool& pool_;
+  ThreadPool pool_;
   GemmBackend gemm_backend_;
   bool streaming_;
+  CpuParameterStore store_;
   ExecStats stats_;
   ExecStats stream_stats_;  // the streaming thread's, merged after each forward
+  Frame frame_;             // the calling thread's
+  Frame stream_frame_;      // the streaming thread's
+  std::vector<std::vector<int64_t>> push_widths_;  // per type: the width of each push, in function order
+  std::vector<std::vector<int>> push_index_;       // per type, per forward value id: which push it is (-1)
 
   // The batch being run.
-  const GraphBatch* batch_ = nullptr;
-  const Schedule* schedule_ = nullptr;
+  PlannedBatch batch_;
   RunOptions options_;
   Evaluation<float>* result_ = nullptr;
-  std::vector<std::vector<float>>* grads_ = nullptr;
-  std::vector<int64_t> sample_offset_;           // first global vertex id of each sample
-  std::vector<int64_t> vertex_row_;              // per global vertex id: its row in its type
-  std::vector<int64_t> type_rows_;               // rows per type
-  std::vector<int64_t> task_begin_;              // first row of each task
-  std::vector<std::vector<VertexRef>> row_vertex_;  // per type, per row
-  std::vector<std::vector<Slot>> slots_[2];      // [pass][type][value id]
-  std::vector<Slot> scatter_grad_;               // per type: the gradient of what it scattered
+  bool has_batch_ = false;
   std::vector<float> arena_[2];
-  std::vector<std::vector<int>> touched_rows_;   // per parameter: embedding rows the last backward wrote
 };
 
 }  // namespace vjit::runtime

@@ -2,10 +2,12 @@
 // An execution plan is data: for each vertex type, the steps of F and ∂F that
 // run before the tasks over every vertex (eager), task by task (core) and after
 // the last task over every vertex (lazy). A step is one IR node or one fused
-// elementwise kernel; kernels are carried as callables, so the executor runs
-// them without knowing how they were made. The jit pipeline makes plans
-// (jit/pipeline.h); an executor runs them.
-#include <functional>
+// elementwise kernel. Kernels are data too — a target, an entry point, the
+// argument layout and a name — so an executor launches them without knowing
+// how they were made. The jit pipeline makes plans (jit/pipeline.h); an
+// executor runs them (runtime/executor.h).
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,12 +17,40 @@
 
 namespace vjit::runtime {
 
+// Where a kernel's code runs. An executor refuses a kernel of a target it
+// cannot launch (a CUDA kernel on the CPU executor, AVX-512 code on a CPU
+// without it).
+enum class KernelTarget : uint8_t {
+  HostReference,  // portable C++ (the reference kernel)
+  X86Avx2,
+  X86Avx512,
+};
+
+const char* kernel_target_name(KernelTarget target);
+
+// Ops whose value is another value seen differently (a parameter, a slice or
+// reshape of a value, a forward value read by ∂F, the scatter gradient): they
+// get no buffer and no step of their own.
+inline bool is_view_op(ir::Op op) {
+  using ir::Op;
+  return op == Op::Param || op == Op::Slice || op == Op::Reshape || op == Op::Fwd || op == Op::ScatterGrad;
+}
+
+// A compiled elementwise kernel over rows: entry(&args) with args.context =
+// `context` and the pointers of the step's inputs and outputs, in order.
+struct Kernel {
+  std::string name;  // for logs, profiles and the perf map
+  KernelTarget target = KernelTarget::HostReference;
+  KernelFn entry = nullptr;
+  const void* context = nullptr;
+  std::shared_ptr<const void> owner;  // keeps code and context alive
+};
+
 struct FusedStep {
-  std::string name;                   // for logs and profiles
-  std::vector<ir::ValueId> inputs;    // read from buffers, in kernel argument order
-  std::vector<ir::ValueId> outputs;   // written to buffers, in kernel argument order
-  int64_t width = 0;                  // elements per row of the group's values
-  std::function<void(const KernelArgs&)> run;
+  Kernel kernel;
+  std::vector<ir::ValueId> inputs;   // read from buffers, in kernel argument order
+  std::vector<ir::ValueId> outputs;  // written to buffers, in kernel argument order
+  int64_t width = 0;                 // elements per row of the group's values
 };
 
 struct Step {
@@ -45,11 +75,17 @@ struct TypePlan {
   FunctionPlan forward, backward;
 };
 
+// dst[i] = f(src[i]) for i < n: a vectorised unary function.
+struct UnaryKernelRef {
+  void (*entry)(const float* src, float* dst, int64_t n) = nullptr;
+  std::shared_ptr<const void> owner;
+};
+
 struct ExecPlan {
   std::vector<TypePlan> types;
-  // dst[i] = exp(src[i]) for i < n, vectorised: the softmax of the loss ops
-  // runs through it (a std::exp loop where none is given).
-  std::function<void(const float* src, float* dst, int64_t n)> exp;
+  // exp, vectorised: the softmax of the loss ops runs through it (a std::exp
+  // loop where there is none).
+  UnaryKernelRef exp;
 };
 
 }  // namespace vjit::runtime

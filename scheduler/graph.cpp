@@ -8,8 +8,10 @@
 #include <boost/graph/topological_sort.hpp>
 #include <cmath>
 #include <iterator>
+#include <span>
 #include <string>
 
+#include "scheduler/schedule.h"
 #include "vjit/error.h"
 
 namespace vjit {
@@ -25,22 +27,25 @@ std::string sample_label(const Sample& sample, size_t index) {
 
 // What the checks of one sample need: the types, the sample and how to name it.
 struct SampleContext {
-  const std::vector<TypeSignature>& types;
+  std::span<const TypeSignature> types;
   const Sample& sample;
-  std::string label;
+  size_t index;
+
+  // Built only for an error message: validation allocates nothing otherwise.
+  std::string label() const { return sample_label(sample, index); }
 
   const Vertex& vertex(int v) const { return sample.vertices[size_t(v)]; }
   const TypeSignature& type_of(int v) const { return types[size_t(vertex(v).type)]; }
   // "sample 'tree 3', vertex 5 (type 'internal')"
   std::string where(int v) const {
-    return label + ", vertex " + std::to_string(v) + " (type '" + type_of(v).name + "')";
+    return label() + ", vertex " + std::to_string(v) + " (type '" + type_of(v).name + "')";
   }
 };
 
 void check_type(const SampleContext& c, int v) {
   int type = c.vertex(v).type;
   VJIT_USER_CHECK(type >= 0 && type < int(c.types.size()),
-                  c.label << ", vertex " << v << ": unknown vertex type " << type << " (the program has "
+                  c.label() << ", vertex " << v << ": unknown vertex type " << type << " (the program has "
                           << c.types.size() << " types)");
 }
 
@@ -164,16 +169,49 @@ std::vector<int> order_sample(const SampleContext& c) {
   return std::vector<int>(order.begin(), order.end());
 }
 
-std::vector<int> validate_sample(const std::vector<TypeSignature>& types, const Sample& sample,
-                                 size_t index) {
-  SampleContext c{types, sample, sample_label(sample, index)};
-  int n = int(sample.vertices.size());
+void check_sample(const SampleContext& c) {
+  int n = int(c.sample.vertices.size());
   for (int v = 0; v < n; ++v) check_type(c, v);
   for (int v = 0; v < n; ++v) check_vertex(c, v);
+}
+
+std::vector<int> validate_sample(std::span<const TypeSignature> types, const Sample& sample, size_t index) {
+  SampleContext c{types, sample, index};
+  check_sample(c);
   return order_sample(c);
 }
 
 }  // namespace
+
+namespace sched {
+
+void validate_and_flatten(std::span<const TypeSignature> types, const GraphBatch& batch, bool with_heights,
+                          FlatBatch& flat, std::vector<int>& order, std::vector<int>& scratch) {
+  for (size_t i = 0; i < batch.samples.size(); ++i) check_sample(SampleContext{types, batch.samples[i], i});
+  flat.assign(batch, int(types.size()), with_heights);
+  // Kahn's algorithm over the whole batch finds whether there is a cycle; the
+  // sample that has one is then ordered alone, which names the cycle.
+  const int n = flat.num_vertices();
+  order.resize(size_t(n));
+  scratch.resize(size_t(n));
+  size_t tail = 0;
+  for (int v = 0; v < n; ++v) {
+    scratch[size_t(v)] = int(flat.children(v).size());
+    if (scratch[size_t(v)] == 0) order[tail++] = v;
+  }
+  for (size_t head = 0; head < tail; ++head)
+    for (int parent : flat.parents(order[head]))
+      if (--scratch[size_t(parent)] == 0) order[tail++] = parent;
+  if (int(tail) == n) return;
+  for (int v = 0; v < n; ++v) {
+    if (scratch[size_t(v)] == 0) continue;
+    const size_t s = size_t(flat.ref(v).sample);
+    validate_sample(types, batch.samples[s], s);  // throws, naming the cycle
+  }
+  VJIT_INTERNAL_CHECK(false, "the flat batch has a cycle that no sample has");
+}
+
+}  // namespace sched
 
 std::vector<std::vector<int>> validate_and_order(const std::vector<TypeSignature>& types,
                                                  const GraphBatch& batch) {

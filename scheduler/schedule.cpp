@@ -47,31 +47,43 @@ namespace sched {
 
 // ---------------------------------------------------------------- FlatBatch
 
-FlatBatch::FlatBatch(const GraphBatch& batch, int num_types, bool with_heights)
-    : batch_(&batch), num_types_(num_types) {
+FlatBatch::FlatBatch(const GraphBatch& batch, int num_types, bool with_heights) {
+  assign(batch, num_types, with_heights);
+}
+
+void FlatBatch::assign(const GraphBatch& batch, int num_types, bool with_heights) {
+  batch_ = &batch;
+  num_types_ = num_types;
+  children_first_ = true;
   VJIT_USER_CHECK(num_types >= 1, "a program needs at least one vertex type (got " << num_types << ")");
   const int64_t total = batch.num_vertices();
   VJIT_USER_CHECK(total < int64_t(1) << 31, "batch has " << total << " vertices; at most 2^31-1 are supported");
 
-  std::vector<int> sample_offset(batch.samples.size(), 0);
+  sample_offset_.resize(batch.samples.size() + 1);
   int offset = 0;
   for (size_t s = 0; s < batch.samples.size(); ++s) {
-    sample_offset[s] = offset;
+    sample_offset_[s] = offset;
     offset += int(batch.samples[s].vertices.size());
   }
+  sample_offset_.back() = offset;
 
-  types_.reserve(offset);
-  refs_.reserve(offset);
-  child_ids_.reserve(offset);  // grows further for vertices with several children
-  child_begin_.reserve(offset + 1);
+  types_.clear();
+  tokens_.clear();
+  labels_.clear();
+  refs_.clear();
+  child_ids_.clear();
+  child_begin_.clear();
   child_begin_.push_back(0);
-  std::vector<int> parent_count(offset, 0);
+  std::vector<int>& parent_count = fill_;
+  parent_count.assign(size_t(offset), 0);
   for (size_t s = 0; s < batch.samples.size(); ++s) {
     const auto& vertices = batch.samples[s].vertices;
     for (size_t i = 0; i < vertices.size(); ++i) {
       const Vertex& vertex = vertices[i];
       const int id = int(types_.size());
       types_.push_back(vertex.type);
+      tokens_.push_back(vertex.token);
+      labels_.push_back(vertex.label);
       refs_.push_back(VertexRef{int(s), int(i)});
       VJIT_USER_CHECK(vertex.type >= 0 && vertex.type < num_types,
                       describe(id) << " has vertex type " << vertex.type << ", but the program has "
@@ -81,8 +93,8 @@ FlatBatch::FlatBatch(const GraphBatch& batch, int num_types, bool with_heights)
         VJIT_USER_CHECK(child >= 0 && size_t(child) < vertices.size(),
                         describe(id) << " child " << k << " is vertex " << child << ", out of range (the sample has "
                                      << vertices.size() << " vertices)");
-        child_ids_.push_back(sample_offset[s] + child);
-        ++parent_count[sample_offset[s] + child];
+        child_ids_.push_back(sample_offset_[s] + child);
+        ++parent_count[size_t(sample_offset_[s] + child)];
         children_first_ = children_first_ && child < int(i);
       }
       child_begin_.push_back(int(child_ids_.size()));
@@ -92,20 +104,22 @@ FlatBatch::FlatBatch(const GraphBatch& batch, int num_types, bool with_heights)
   // Parents in CSR form: a counting pass, then a fill pass, from the last
   // vertex down so that, when the ids are a topological order, the same pass
   // computes the heights (every parent of a vertex comes before it).
-  parent_begin_.assign(offset + 1, 0);
-  for (int v = 0; v < offset; ++v) parent_begin_[v + 1] = parent_begin_[v] + parent_count[v];
+  parent_begin_.assign(size_t(offset) + 1, 0);
+  for (int v = 0; v < offset; ++v) parent_begin_[size_t(v) + 1] = parent_begin_[size_t(v)] + parent_count[size_t(v)];
   parent_ids_.resize(child_ids_.size());
-  std::vector<int> fill(parent_begin_.begin() + 1, parent_begin_.end());  // filled backwards
+  std::vector<int>& fill = fill_;  // filled backwards: the end of each parent list
+  for (int v = 0; v < offset; ++v) fill[size_t(v)] = parent_begin_[size_t(v) + 1];
+  heights_.clear();
   if (with_heights && children_first_) {
-    heights_.assign(offset, 0);
+    heights_.assign(size_t(offset), 0);
     for (int v = offset - 1; v >= 0; --v)
       for (int child : children(v)) {
-        parent_ids_[--fill[child]] = v;
-        heights_[child] = std::max(heights_[child], heights_[v] + 1);
+        parent_ids_[size_t(--fill[size_t(child)])] = v;
+        heights_[size_t(child)] = std::max(heights_[size_t(child)], heights_[size_t(v)] + 1);
       }
   } else {
     for (int v = offset - 1; v >= 0; --v)
-      for (int child : children(v)) parent_ids_[--fill[child]] = v;
+      for (int child : children(v)) parent_ids_[size_t(--fill[size_t(child)])] = v;
     if (with_heights) heights_ = vertex_heights(*this);
   }
 }
@@ -124,35 +138,47 @@ std::string FlatBatch::describe(int v) const {
 
 // ------------------------------------------------------- depths, lower bound
 
-std::vector<int> topological_order(const FlatBatch& graph) {
+void topological_order(const FlatBatch& graph, std::vector<int>& order, std::vector<int>& pending) {
   const int n = graph.num_vertices();
+  order.resize(size_t(n));
   if (graph.children_first()) {  // the ids themselves (samples built bottom-up)
-    std::vector<int> order(n);
-    for (int v = 0; v < n; ++v) order[v] = v;
-    return order;
+    for (int v = 0; v < n; ++v) order[size_t(v)] = v;
+    return;
   }
   // Kahn's algorithm upwards from the leaves.
-  std::vector<int> pending(n), order;
-  order.reserve(n);
+  pending.resize(size_t(n));
+  size_t tail = 0;
   for (int v = 0; v < n; ++v) {
-    pending[v] = int(graph.children(v).size());
-    if (pending[v] == 0) order.push_back(v);
+    pending[size_t(v)] = int(graph.children(v).size());
+    if (pending[size_t(v)] == 0) order[tail++] = v;
   }
-  for (size_t head = 0; head < order.size(); ++head)
+  for (size_t head = 0; head < tail; ++head)
     for (int parent : graph.parents(order[head]))
-      if (--pending[parent] == 0) order.push_back(parent);
-  if (int(order.size()) != n) {
+      if (--pending[size_t(parent)] == 0) order[tail++] = parent;
+  if (int(tail) != n) {
     for (int v = 0; v < n; ++v)
-      VJIT_USER_CHECK(pending[v] == 0, "the input graph has a cycle: " << graph.describe(v)
-                                                                     << " is on or above a cycle");
+      VJIT_USER_CHECK(pending[size_t(v)] == 0, "the input graph has a cycle: " << graph.describe(v)
+                                                                             << " is on or above a cycle");
   }
+}
+
+std::vector<int> topological_order(const FlatBatch& graph) {
+  std::vector<int> order, pending;
+  topological_order(graph, order, pending);
   return order;
 }
 
+void vertex_depths(const FlatBatch& graph, std::vector<int>& depth, std::vector<int>& order) {
+  std::vector<int>& pending = depth;  // the order's scratch, overwritten below
+  topological_order(graph, order, pending);
+  depth.assign(size_t(graph.num_vertices()), 0);
+  for (int v : order)
+    for (int child : graph.children(v)) depth[size_t(v)] = std::max(depth[size_t(v)], depth[size_t(child)] + 1);
+}
+
 std::vector<int> vertex_depths(const FlatBatch& graph) {
-  std::vector<int> depth(graph.num_vertices(), 0);
-  for (int v : topological_order(graph))
-    for (int child : graph.children(v)) depth[v] = std::max(depth[v], depth[child] + 1);
+  std::vector<int> depth, order;
+  vertex_depths(graph, depth, order);
   return depth;
 }
 
@@ -196,8 +222,16 @@ int lower_bound(const FlatBatch& graph, std::span<const int> topological_order) 
 
 // ------------------------------------------------------------ FrontierState
 
-FrontierState::FrontierState(const FlatBatch& graph)
-    : graph_(&graph), ready_(graph.num_types()), released_(new int[size_t(graph.num_vertices()) + 1]) {
+FrontierState::FrontierState(const FlatBatch& graph) { bind(graph); }
+
+void FrontierState::bind(const FlatBatch& graph) {
+  graph_ = &graph;
+  ready_.resize(size_t(graph.num_types()));
+  released_.resize(size_t(graph.num_vertices()) + 1);
+  depth_ = nullptr;
+  height_ = nullptr;
+  tracking_type_frontiers_ = false;
+  type_edges_complete_ = false;
   reset();
 }
 
@@ -275,7 +309,7 @@ void FrontierState::execute(std::span<const int> vertices) {
   // The parents that become ready are first collected without a branch (which
   // of them do depends on the schedule and is poorly predicted), then filed.
   int* pending = pending_children_.data();
-  int* released = released_.get();
+  int* released = released_.data();
   size_t num_released = 0;
   for (int v : vertices) {
     executed_[v] = 1;
@@ -465,89 +499,65 @@ int choose_ratio(const FrontierState& state) {
 
 // ------------------------------------------------------------------ policies
 
+namespace sched {
+
 namespace {
 
-using sched::FlatBatch;
-using sched::FrontierState;
-
-// Appends tasks to a schedule and remembers the order vertices ran in (a
-// topological order, used for the lower bound).
-class TaskSink {
- public:
-  TaskSink(const FlatBatch& graph, Schedule& schedule) : graph_(graph), schedule_(schedule) {
-    order_.reserve(graph.num_vertices());
-  }
-  // `ids` sorted ascending, all of type `type`.
-  void emit(int type, std::span<const int> ids) {
-    Task task{type, {}};
-    task.vertices.reserve(ids.size());
-    for (int v : ids) task.vertices.push_back(graph_.ref(v));
-    schedule_.tasks.push_back(std::move(task));
-    order_.insert(order_.end(), ids.begin(), ids.end());
-  }
-  const std::vector<int>& order() const { return order_; }
-
- private:
-  const FlatBatch& graph_;
-  Schedule& schedule_;
-  std::vector<int> order_;
-};
-
-void schedule_by_depth(const FlatBatch& graph, TaskSink& sink) {
+void schedule_by_depth(const FlatBatch& graph, const std::vector<int>& depth, std::vector<int>& bucket_begin,
+                       std::vector<int>& fill, std::vector<int>& sorted, FlatSchedule& out) {
   // Counting sort of the vertices by (depth, type); scanning ids in ascending
   // order keeps each bucket sorted.
-  const std::vector<int> depth = sched::vertex_depths(graph);
   const int num_types = graph.num_types();
   const int max_depth = depth.empty() ? -1 : *std::max_element(depth.begin(), depth.end());
   const size_t num_buckets = size_t(max_depth + 1) * size_t(num_types);
-  std::vector<int> bucket_begin(num_buckets + 1, 0);
-  auto bucket = [&](int v) { return size_t(depth[v]) * num_types + graph.type(v); };
+  bucket_begin.assign(num_buckets + 1, 0);
+  auto bucket = [&](int v) { return size_t(depth[size_t(v)]) * size_t(num_types) + size_t(graph.type(v)); };
   for (int v = 0; v < graph.num_vertices(); ++v) ++bucket_begin[bucket(v) + 1];
   for (size_t b = 0; b < num_buckets; ++b) bucket_begin[b + 1] += bucket_begin[b];
-  std::vector<int> sorted(graph.num_vertices());
-  std::vector<int> fill(bucket_begin.begin(), bucket_begin.end() - 1);
-  for (int v = 0; v < graph.num_vertices(); ++v) sorted[fill[bucket(v)]++] = v;
+  sorted.resize(size_t(graph.num_vertices()));
+  fill.assign(bucket_begin.begin(), bucket_begin.end() - 1);
+  for (int v = 0; v < graph.num_vertices(); ++v) sorted[size_t(fill[bucket(v)]++)] = v;
   for (size_t b = 0; b < num_buckets; ++b) {
     if (bucket_begin[b] == bucket_begin[b + 1]) continue;
-    sink.emit(int(b % num_types),
-              std::span<const int>(sorted.data() + bucket_begin[b], sorted.data() + bucket_begin[b + 1]));
+    out.emit(int(b % size_t(num_types)),
+             std::span<const int>(sorted.data() + bucket_begin[b], sorted.data() + bucket_begin[b + 1]));
   }
 }
 
 // Algorithm 1 of ED-Batch: `choose` names the next type among the ready ones.
 template <typename Choose>
-void schedule_by_type_choice(FrontierState& state, TaskSink& sink, Choose choose) {
-  std::vector<int> batch;
+void schedule_by_type_choice(FrontierState& state, std::vector<int>& batch, FlatSchedule& out, Choose choose) {
   while (!state.done()) {
     if (!state.has_ready()) state.throw_cycle();
     const int type = choose(state);
     state.take_ready(type, batch);
-    sink.emit(type, batch);
+    out.emit(type, batch);
     state.execute(batch);
   }
 }
 
-void schedule_by_frontier(FrontierState& state, TaskSink& sink) {
+void schedule_by_frontier(FrontierState& state, std::vector<std::vector<int>>& step, FlatSchedule& out) {
   // Take every type's ready vertices before running any, so that vertices made
   // ready by this step wait for the next one.
-  std::vector<std::vector<int>> step(state.num_types());
+  step.resize(size_t(state.num_types()));
   while (!state.done()) {
     if (!state.has_ready()) state.throw_cycle();
-    for (int type = 0; type < state.num_types(); ++type) state.take_ready(type, step[type]);
+    for (int type = 0; type < state.num_types(); ++type) state.take_ready(type, step[size_t(type)]);
     for (int type = 0; type < state.num_types(); ++type) {
-      if (step[type].empty()) continue;
-      sink.emit(type, step[type]);
-      state.execute(step[type]);
+      if (step[size_t(type)].empty()) continue;
+      out.emit(type, step[size_t(type)]);
+      state.execute(step[size_t(type)]);
     }
   }
 }
 
-int schedule_by_fsm(const FsmPolicy& fsm, const FlatBatch& graph, FrontierState& state, TaskSink& sink) {
+int schedule_by_fsm(const FsmPolicy& fsm, const FlatBatch& graph, FrontierState& state, std::vector<int>& batch,
+                    FlatSchedule& out) {
   StateEncoder encoder(fsm.encoding());
   if (encoding_uses_heights(fsm.encoding())) state.track_heights(graph.heights());
   std::string key;
   int fallbacks = 0;
-  schedule_by_type_choice(state, sink, [&](FrontierState& s) {
+  schedule_by_type_choice(state, batch, out, [&](FrontierState& s) {
     bool fell_back = false;
     const int type = fsm_step(fsm, encoder, s, key, fell_back);
     fallbacks += fell_back;
@@ -556,50 +566,64 @@ int schedule_by_fsm(const FsmPolicy& fsm, const FlatBatch& graph, FrontierState&
   return fallbacks;
 }
 
+void check_fsm(Policy policy, const FsmPolicy* fsm, int num_types) {
+  if (policy != Policy::Fsm) return;
+  VJIT_USER_CHECK(fsm != nullptr, "batching policy 'fsm' needs a learned FSM policy (none was given)");
+  VJIT_USER_CHECK(fsm->num_types() == num_types, "the FSM policy was learned for " << fsm->num_types()
+                                                     << " vertex types, but the program has " << num_types);
+}
+
 }  // namespace
 
-Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy, const FsmPolicy* fsm) {
-  if (policy == Policy::Fsm) {
-    VJIT_USER_CHECK(fsm != nullptr, "batching policy 'fsm' needs a learned FSM policy (none was given)");
-    VJIT_USER_CHECK(fsm->num_types() == num_types, "the FSM policy was learned for " << fsm->num_types()
-                                                       << " vertex types, but the program has " << num_types);
-  }
-  const auto start = std::chrono::steady_clock::now();
-  Schedule schedule;
-  const FlatBatch graph(batch, num_types, policy == Policy::Fsm && encoding_uses_heights(fsm->encoding()));
-  TaskSink sink(graph, schedule);
+void Scheduler::run(const FlatBatch& graph, Policy policy, const FsmPolicy* fsm, FlatSchedule& out) {
+  check_fsm(policy, fsm, graph.num_types());
+  out.clear();
   if (policy == Policy::Depth) {
-    schedule_by_depth(graph, sink);
-  } else {
-    FrontierState state(graph);
-    switch (policy) {
-      case Policy::Agenda: {
-        const std::vector<int> depth = sched::vertex_depths(graph);
-        state.track_depths(depth);
-        schedule_by_type_choice(state, sink, sched::choose_agenda);
-        break;
-      }
-      case Policy::Frontier:
-        schedule_by_frontier(state, sink);
-        break;
-      case Policy::Ratio:
-        state.track_type_frontiers();
-        schedule_by_type_choice(state, sink, sched::choose_ratio);
-        break;
-      case Policy::Fsm:
-        schedule.fsm_fallbacks = schedule_by_fsm(*fsm, graph, state, sink);
-        break;
-      case Policy::Depth:
-        break;
-    }
+    vertex_depths(graph, depth_, order_);
+    schedule_by_depth(graph, depth_, bucket_begin_, fill_, sorted_, out);
+    return;
+  }
+  state_.bind(graph);
+  switch (policy) {
+    case Policy::Agenda:
+      vertex_depths(graph, depth_, order_);
+      state_.track_depths(depth_);
+      schedule_by_type_choice(state_, batch_, out, choose_agenda);
+      break;
+    case Policy::Frontier: schedule_by_frontier(state_, step_, out); break;
+    case Policy::Ratio:
+      state_.track_type_frontiers();
+      schedule_by_type_choice(state_, batch_, out, choose_ratio);
+      break;
+    case Policy::Fsm: out.fsm_fallbacks = schedule_by_fsm(*fsm, graph, state_, batch_, out); break;
+    case Policy::Depth: break;
+  }
+}
+
+}  // namespace sched
+
+Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy, const FsmPolicy* fsm) {
+  sched::check_fsm(policy, fsm, num_types);
+  const auto start = std::chrono::steady_clock::now();
+  const sched::FlatBatch graph(batch, num_types, policy == Policy::Fsm && encoding_uses_heights(fsm->encoding()));
+  sched::Scheduler scheduler;
+  sched::FlatSchedule flat;
+  scheduler.run(graph, policy, fsm, flat);
+  Schedule schedule;
+  schedule.fsm_fallbacks = flat.fsm_fallbacks;
+  schedule.tasks.reserve(size_t(flat.num_tasks()));
+  for (int t = 0; t < flat.num_tasks(); ++t) {
+    Task task{flat.task_type[size_t(t)], {}};
+    for (int v : flat.task(t)) task.vertices.push_back(graph.ref(v));
+    schedule.tasks.push_back(std::move(task));
   }
   schedule.schedule_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  schedule.lower_bound = sched::lower_bound(graph, sink.order());
+  schedule.lower_bound = sched::lower_bound(graph, flat.vertices);
   return schedule;
 }
 
 int batching_lower_bound(const GraphBatch& batch, int num_types) {
-  const FlatBatch graph(batch, num_types);
+  const sched::FlatBatch graph(batch, num_types);
   return sched::lower_bound(graph, sched::topological_order(graph));
 }
 

@@ -81,7 +81,8 @@ struct Schedule {
 
 // Schedules every vertex of `batch`. Vertex types must lie in [0, num_types).
 // Policy::Fsm needs `fsm`, learned for the same number of types. Throws
-// UserError for an out-of-range type or child, or a cycle.
+// UserError for an out-of-range type or child, or a cycle. (The engine uses
+// sched::Scheduler over a batch it flattened once, without allocating.)
 Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy,
                        const FsmPolicy* fsm = nullptr);
 
@@ -99,7 +100,24 @@ namespace sched {
 // are a topological order.
 class FlatBatch {
  public:
+  FlatBatch() = default;
   FlatBatch(const GraphBatch& batch, int num_types, bool with_heights = false);
+  // Flattens another batch into this object, keeping the capacity of its
+  // buffers: once they have grown to the largest batch seen, no allocation.
+  void assign(const GraphBatch& batch, int num_types, bool with_heights = false);
+
+  const GraphBatch& batch() const { return *batch_; }
+  int num_samples() const { return int(sample_offset_.size()) - 1; }
+  // The id of vertex 0 of sample s; sample_offset(num_samples()) = num_vertices().
+  int sample_offset(int s) const { return sample_offset_[s]; }
+  int id(VertexRef r) const { return sample_offset_[r.sample] + r.vertex; }
+  // Copies of each vertex's token and label, read after the batch is gone.
+  int token(int v) const { return tokens_[size_t(v)]; }
+  int label(int v) const { return labels_[size_t(v)]; }
+  // The batch's vertex itself: only while the batch is alive.
+  const Vertex& vertex(int v) const {
+    return batch_->samples[size_t(refs_[v].sample)].vertices[size_t(refs_[v].vertex)];
+  }
 
   int num_vertices() const { return int(types_.size()); }
   int num_types() const { return num_types_; }
@@ -120,15 +138,24 @@ class FlatBatch {
   std::string describe(int v) const;
 
  private:
-  const GraphBatch* batch_;
-  int num_types_;
+  const GraphBatch* batch_ = nullptr;
+  int num_types_ = 0;
   bool children_first_ = true;
-  std::vector<int> types_;
+  std::vector<int> sample_offset_;
+  std::vector<int> fill_;  // scratch of assign()
+  std::vector<int> types_, tokens_, labels_;
   std::vector<VertexRef> refs_;
   std::vector<int> child_begin_, child_ids_;
   std::vector<int> parent_begin_, parent_ids_;
   std::vector<int> heights_;
 };
+
+// Checks every sample against the program's vertex types, with the checks and
+// messages of validate_and_order (include/vjit/graph.h), and flattens the batch
+// into `flat`; `order` receives a topological order. Once the buffers have
+// grown to the largest batch seen, it allocates nothing (unless it throws).
+void validate_and_flatten(std::span<const TypeSignature> types, const GraphBatch& batch, bool with_heights,
+                          FlatBatch& flat, std::vector<int>& order, std::vector<int>& scratch);
 
 // Children before parents: the ids when children_first(), else Kahn's algorithm.
 // Throws UserError on a cycle.
@@ -149,7 +176,11 @@ int lower_bound(const FlatBatch& graph, std::span<const int> topological_order);
 // Each step costs O(vertices run + their parent edges + types).
 class FrontierState {
  public:
+  FrontierState() = default;
   explicit FrontierState(const FlatBatch& graph);
+  // Starts over on `graph` (nothing has run, no statistic tracked), keeping the
+  // capacity of every buffer.
+  void bind(const FlatBatch& graph);
 
   // Back to "nothing has run"; keeps the statistics that are tracked.
   void reset();
@@ -200,13 +231,13 @@ class FrontierState {
   void recount_ready_heights();
   void recount_type_frontiers();
 
-  const FlatBatch* graph_;
+  const FlatBatch* graph_ = nullptr;
   int num_executed_ = 0;
   std::vector<int> pending_children_;        // children not yet run, per vertex
   std::vector<std::vector<int>> ready_;      // per type
   std::vector<int> first_descent_;           // per type: where ready_ first goes down, or -1
   std::vector<char> more_descents_;          // per type: whether it goes down again later
-  std::unique_ptr<int[]> released_;          // execute's scratch: one slot per vertex, and one
+  std::vector<int> released_;                // execute's scratch: one slot per vertex, and one
   std::vector<int> merge_buffer_;            // take_ready's sorting
   std::vector<uint64_t> id_bits_;
   std::vector<char> executed_;
@@ -222,6 +253,51 @@ class FrontierState {
   std::vector<int> type_parent_begin_, type_parent_ids_;  // G^a edges, child -> parent
   std::vector<int> type_child_count_, pending_type_children_;
   std::vector<int> type_frontier_;
+};
+
+// Longest path from each vertex down to a leaf, into `depth` (resized).
+void vertex_depths(const FlatBatch& graph, std::vector<int>& depth, std::vector<int>& order_scratch);
+// Children before parents, into `order`; throws UserError on a cycle.
+void topological_order(const FlatBatch& graph, std::vector<int>& order, std::vector<int>& pending_scratch);
+
+// A schedule in flat form: task t runs vertices[task_begin[t], task_begin[t+1])
+// (FlatBatch ids, ascending), all of type task_type[t]. `vertices` is the
+// order the vertices run in, a topological order.
+struct FlatSchedule {
+  std::vector<int> task_type;
+  std::vector<int> task_begin{0};
+  std::vector<int> vertices;
+  int fsm_fallbacks = 0;
+
+  int num_tasks() const { return int(task_type.size()); }
+  std::span<const int> task(int t) const {
+    return {vertices.data() + task_begin[size_t(t)], vertices.data() + task_begin[size_t(t) + 1]};
+  }
+  void clear() {
+    task_type.clear();
+    task_begin.assign(1, 0);
+    vertices.clear();
+    fsm_fallbacks = 0;
+  }
+  void emit(int type, std::span<const int> ids) {
+    task_type.push_back(type);
+    vertices.insert(vertices.end(), ids.begin(), ids.end());
+    task_begin.push_back(int(vertices.size()));
+  }
+};
+
+// Runs a batching policy over flattened batches, keeping its working memory
+// between batches: with the depth, agenda and frontier policies a batch no
+// larger than one seen before is scheduled without allocating.
+class Scheduler {
+ public:
+  // Policy::Fsm needs `fsm`, learned for graph.num_types() types.
+  void run(const FlatBatch& graph, Policy policy, const FsmPolicy* fsm, FlatSchedule& out);
+
+ private:
+  FrontierState state_;
+  std::vector<int> depth_, order_, batch_, sorted_, bucket_begin_, fill_;
+  std::vector<std::vector<int>> step_;
 };
 
 // Ready type with the lowest average depth of its not-yet-run vertices (ties:

@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "vjit/vjit.h"
 
 namespace vjit::testing {
 
-// ‖a − b‖∞ / max(‖b‖∞, 1e-6): a tensor's relative error.
+// ‖a − b‖∞ / max(‖b‖∞, 1e-6): a tensor's relative error; infinite when the
+// sizes differ.
 template <typename A, typename B>
-double tensor_error(const std::vector<A>& a, const std::vector<B>& b) {
+double tensor_error(const A& a, const B& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
   double diff = 0, scale = 1e-6;
   for (size_t i = 0; i < b.size(); ++i) {
     diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
@@ -31,13 +34,13 @@ inline void expect_matches_reference(Engine& engine, const Program& program, con
   Evaluation<double> ref = reference_evaluate(program, parameter_values<double>(program.model()), batch, run);
   EXPECT_LE(std::abs(objective - ref.objective), tolerance * std::max(1.0, std::abs(ref.objective))) << what;
   const Evaluation<float>& out = engine.last_result();
-  ASSERT_EQ(out.pushes.size(), ref.pushes.size()) << what;
+  ASSERT_EQ(out.pushes.num_samples(), ref.pushes.num_samples()) << what;
   double worst_push = 0;
-  for (size_t s = 0; s < ref.pushes.size(); ++s)
-    for (size_t v = 0; v < ref.pushes[s].size(); ++v) {
-      ASSERT_EQ(out.pushes[s][v].size(), ref.pushes[s][v].size()) << what << " sample " << s << " vertex " << v;
-      for (size_t k = 0; k < ref.pushes[s][v].size(); ++k)
-        worst_push = std::max(worst_push, tensor_error(out.pushes[s][v][k], ref.pushes[s][v][k]));
+  for (int s = 0; s < ref.pushes.num_samples(); ++s)
+    for (int v = 0; v < ref.pushes.num_vertices(s); ++v) {
+      ASSERT_EQ(out.pushes.count(s, v), ref.pushes.count(s, v)) << what << " sample " << s << " vertex " << v;
+      for (int k = 0; k < ref.pushes.count(s, v); ++k)
+        worst_push = std::max(worst_push, tensor_error(out.pushes.at(s, v, k), ref.pushes.at(s, v, k)));
     }
   EXPECT_LE(worst_push, tolerance) << what << ": pushed values";
   ASSERT_EQ(engine.gradients().size(), ref.param_grads.size()) << what;

@@ -190,6 +190,7 @@ TEST(FsmPolicyFiles, SavedWithTheProgramAndRejectedByAnother) {
   }
   Engine same(*trees.program, options);
   same.load_fsm_policy(path);
+  same.track_lower_bound(true);
   GraphBatch batch = models::make_batch(trees.train, first_indices(16));
   same.forward(batch);
   EXPECT_EQ(same.stats().tasks, same.stats().lower_bound) << "ED-Batch's trees with outputs reach the bound";

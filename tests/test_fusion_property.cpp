@@ -157,10 +157,10 @@ RunOptions run_options() {
 double evaluation_error(const Evaluation<float>& got, const std::vector<std::vector<float>>& grads,
                         const Evaluation<double>& want) {
   double error = std::abs(got.objective - want.objective) / std::max(1.0, std::abs(want.objective));
-  for (size_t s = 0; s < want.pushes.size(); ++s)
-    for (size_t v = 0; v < want.pushes[s].size(); ++v)
-      for (size_t k = 0; k < want.pushes[s][v].size(); ++k)
-        error = std::max(error, testing::tensor_error(got.pushes[s][v][k], want.pushes[s][v][k]));
+  for (int s = 0; s < want.pushes.num_samples(); ++s)
+    for (int v = 0; v < want.pushes.num_vertices(s); ++v)
+      for (int k = 0; k < want.pushes.count(s, v); ++k)
+        error = std::max(error, testing::tensor_error(got.pushes.at(s, v, k), want.pushes.at(s, v, k)));
   for (size_t p = 0; p < want.param_grads.size(); ++p)
     error = std::max(error, testing::tensor_error(grads[p], want.param_grads[p]));
   return error;

@@ -149,7 +149,7 @@ TEST_F(OptionsEnv, UnknownEnumValueListsValidOnes) {
 
 TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"VJIT_MEMPLAN", "copy, pqtree"},
+      {"VJIT_MEMPLAN", "copy, padded, pqtree"},
       {"VJIT_DEVICE", "cpu, cuda"},
       {"VJIT_ISA", "auto, avx512, avx2, scalar"},
       {"VJIT_GEMM", "auto, onednn, openblas, blis, libxsmm, reference"},

@@ -76,8 +76,8 @@ void score(const Bundle& bundle, const GraphBatch& batch, const Evaluation<float
       const Vertex& vertex = vertices[v];
       bool classifies = std::find(bundle.classifier_types.begin(), bundle.classifier_types.end(), vertex.type) !=
                         bundle.classifier_types.end();
-      if (!classifies || vertex.label < 0 || out.pushes[s][v].empty()) continue;
-      const std::vector<float>& logits = out.pushes[s][v][0];
+      if (!classifies || vertex.label < 0 || out.pushes.count(int(s), int(v)) == 0) continue;
+      std::span<const float> logits = out.pushes.at(int(s), int(v), 0);
       bool hit = argmax(logits.data(), int(logits.size())) == vertex.label;
       scores.all.add(hit);
       if (v + 1 == vertices.size()) scores.root.add(hit);

@@ -27,7 +27,8 @@ struct EngineStats {
   int64_t batches = 0;
   int64_t vertices = 0;
   int64_t tasks = 0;             // forward tasks (the backward replays them)
-  int64_t lower_bound = 0;       // Σ of each batch's ED-Batch lower bound on tasks
+  int64_t lower_bound = 0;       // Σ of each batch's ED-Batch lower bound on tasks, when
+                                 // Engine::track_lower_bound(true) asked for it (else 0)
   int64_t fsm_fallbacks = 0;
   int64_t kernels = 0;           // node executions that did work, forward and backward
   int64_t gemm_calls = 0;
@@ -35,10 +36,11 @@ struct EngineStats {
   int64_t param_grad_gemms = 0;  // GEMMs accumulating weight gradients
   int64_t copy_calls = 0;
   int64_t copy_bytes = 0;
-  // Seconds: validating and scheduling a batch (the cost of taking a new one),
-  // gather/pull/push/scatter-gradient copies, GEMMs, elementwise and other
-  // kernels, the optimizer's update.
-  double schedule_s = 0, copy_s = 0, gemm_s = 0, elementwise_s = 0, optimizer_s = 0;
+  int64_t gather_views = 0;      // (task, slot) gathers read in place instead of copied
+  // Seconds: validating, flattening and scheduling a batch; laying it out in
+  // memory (the memory planner); gather/pull/push/scatter-gradient copies;
+  // GEMMs; elementwise and other kernels; the optimizer's update.
+  double schedule_s = 0, plan_s = 0, copy_s = 0, gemm_s = 0, elementwise_s = 0, optimizer_s = 0;
 };
 
 // What building the engine's plans cost and made.
@@ -57,21 +59,27 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Runs F over the batch. The batch must stay alive until backward() returns.
-  // Returns the objective; last_result() holds it with the pushed values.
+  // Runs F over the batch. Returns the objective; last_result() holds it with
+  // the pushed values. The engine keeps what backward() needs, so the batch
+  // may be destroyed once forward() returns.
   double forward(const GraphBatch& batch, const RunOptions& options = {});
-  // ∂F for the last forward; the gradients are then in gradients().
+  // ∂F for the last forward (which must have had RunOptions::backward set); the
+  // gradients are then in gradients().
   void backward();
   // forward (training, a fresh dropout seed per step), backward, optimizer step.
   double train_step(const GraphBatch& batch, Optimizer& optimizer);
   // Forward without dropout or gradients; returns objective and pushed values.
   Evaluation<float> infer(const GraphBatch& batch);
 
+  // The last forward's objective and pushes; UserError before any forward.
   const Evaluation<float>& last_result() const;
-  // One vector per parameter, in the model's order.
+  // One vector per parameter, in the model's order; UserError before any backward.
   const std::vector<std::vector<float>>& gradients() const;
 
   const EngineStats& stats() const;
+  // Computes each batch's ED-Batch lower bound into stats().lower_bound (a
+  // diagnostic that costs a pass over the batch; off by default).
+  void track_lower_bound(bool on);
   const CompileInfo& compile_info() const;
   void reset_stats();
   const Options& options() const;

@@ -12,6 +12,9 @@ struct KernelArgs {
   const int64_t* input_ld = nullptr;
   float* const* outputs = nullptr;
   const int64_t* output_ld = nullptr;
+  // What the kernel itself needs beside its operands (the reference kernel
+  // reads its spec here); generated code ignores it.
+  const void* context = nullptr;
 };
 
 using KernelFn = void (*)(const KernelArgs*);

@@ -51,7 +51,7 @@ namespace vjit {
 // The valid values of each enumerated option, in the order error messages list them.
 namespace option_values {
 inline constexpr std::array<std::string_view, 5> policy{"depth", "agenda", "frontier", "ratio", "fsm"};
-inline constexpr std::array<std::string_view, 2> memplan{"copy", "pqtree"};
+inline constexpr std::array<std::string_view, 3> memplan{"copy", "padded", "pqtree"};
 inline constexpr std::array<std::string_view, 2> device{"cpu", "cuda"};
 inline constexpr std::array<std::string_view, 4> isa{"auto", "avx512", "avx2", "scalar"};
 inline constexpr std::array<std::string_view, 6> gemm{"auto", "onednn", "openblas", "blis", "libxsmm",

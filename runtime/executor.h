@@ -1,0 +1,92 @@
+#pragma once
+// The executor interface: what runs an execution plan (runtime/exec_plan.h)
+// over a planned batch (runtime/memplan.h) on one device. An executor owns the
+// parameter store of its device — parameter values, their gradients and the
+// rows of each embedding table a batch touched — and updates the parameters
+// with an optimizer. The engine (jit/engine.cpp) holds one through this
+// interface, chosen by Options::device; the CPU executor is the first.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "runtime/exec_plan.h"
+#include "runtime/memplan.h"
+#include "scheduler/schedule.h"
+#include "vjit/optimizer.h"
+#include "vjit/program.h"
+#include "vjit/reference.h"
+
+namespace vjit::runtime {
+
+struct ExecStats {
+  int64_t tasks = 0;
+  int64_t kernels = 0;           // node executions that did work (views excluded)
+  int64_t gemm_calls = 0;
+  double gemm_flops = 0;          // 2·m·n·k summed over the GEMMs
+  int64_t param_grad_gemms = 0;  // GEMMs that accumulate a weight gradient
+  int64_t copy_calls = 0;
+  int64_t copy_bytes = 0;
+  int64_t gather_views = 0;      // (task, slot) gathers read in place, without a copy
+  double copy_s = 0, gemm_s = 0, elementwise_s = 0;
+
+  ExecStats& operator+=(const ExecStats& o) {
+    tasks += o.tasks;
+    kernels += o.kernels;
+    gemm_calls += o.gemm_calls;
+    gemm_flops += o.gemm_flops;
+    param_grad_gemms += o.param_grad_gemms;
+    copy_calls += o.copy_calls;
+    copy_bytes += o.copy_bytes;
+    gather_views += o.gather_views;
+    copy_s += o.copy_s;
+    gemm_s += o.gemm_s;
+    elementwise_s += o.elementwise_s;
+    return *this;
+  }
+};
+
+// One batch, flattened, scheduled and laid out; the engine owns all three and
+// keeps them (with copies of the tokens and labels the backward reads) until
+// the next forward, so the caller's GraphBatch may go away after forward().
+struct PlannedBatch {
+  const sched::FlatBatch* graph = nullptr;
+  const sched::FlatSchedule* schedule = nullptr;
+  const BatchLayout* layout = nullptr;
+};
+
+// Parameters, gradients and touched rows, resident where the executor runs.
+// Upload copies the Model's values in; download copies them back out. On the
+// CPU the store reads and writes the Model's own memory, so both are no-ops
+// there; a device executor copies.
+class ParameterStore {
+ public:
+  virtual ~ParameterStore() = default;
+  virtual void upload(const Model& model) = 0;
+  virtual void download(Model& model) const = 0;
+  // The gradient of every parameter after the last backward, on the host.
+  virtual const std::vector<std::vector<float>>& gradients() const = 0;
+  // Per parameter: whether it is an embedding table (its gradient is written
+  // row by row, by EmbeddingGrad), and then the rows the last backward
+  // touched, sorted and unique; other parameters' gradients are dense.
+  virtual bool is_embedding(int param) const = 0;
+  virtual std::span<const int> touched_rows(int param) const = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual const char* device() const = 0;
+  // Runs F over the batch task by task; the objective and the pushed values go
+  // to `result` (its buffers are reused).
+  virtual void forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) = 0;
+  // Runs ∂F for the last forward; the gradients are then in parameters().
+  virtual void backward() = 0;
+  // One optimizer step over the parameters with the last gradients.
+  virtual void update(Optimizer& optimizer) = 0;
+  virtual ParameterStore& parameters() = 0;
+  // Counters since the last take_stats(), which resets them.
+  virtual ExecStats take_stats() = 0;
+};
+
+}  // namespace vjit::runtime

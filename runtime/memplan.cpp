@@ -1,0 +1,208 @@
+#include "runtime/memplan.h"
+
+#include <algorithm>
+
+#include "vjit/error.h"
+
+namespace vjit::runtime {
+
+namespace {
+
+using ir::Node;
+using ir::Op;
+using ir::ValueId;
+
+constexpr int64_t kAlignFloats = 16;  // every buffer starts on a 64-byte boundary
+int64_t aligned(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+
+bool has_buffer(const FunctionPlan& fp, ValueId id) {
+  const Node& n = (*fp.function)[id];
+  return !ir::is_sink(n.op) && !is_view_op(n.op) && !fp.folded[size_t(id)];
+}
+
+// Whether every step reading `id` — directly or through views of it — runs
+// task by task. Only then may a task's rows of the value be read in place from
+// another buffer: the eager and lazy steps read a value's rows of every task at
+// once, from its own buffer.
+bool read_only_by_core(const FunctionPlan& fp, ValueId id) {
+  const ir::Function& f = *fp.function;
+  for (ValueId user = id + 1; user < f.size(); ++user) {
+    const Node& n = f[user];
+    if (std::find(n.args.begin(), n.args.end(), id) == n.args.end()) continue;
+    if (fp.phases[size_t(user)] != ir::Phase::Core) return false;
+    if (is_view_op(n.op) && !read_only_by_core(fp, user)) return false;
+  }
+  return true;
+}
+
+// Whether forward value `id` is `root` seen through views (slices, reshapes).
+bool aliases(const ir::Function& f, ValueId id, ValueId root) {
+  while (id != root && (f[id].op == Op::Slice || f[id].op == Op::Reshape)) id = f[id].args[0];
+  return id == root;
+}
+
+// Whether the backward reads forward value `root`, or a view of it, outside
+// its tasks.
+bool backward_reads_only_in_tasks(const FunctionPlan& forward, const FunctionPlan& backward, ValueId root) {
+  const ir::Function& df = *backward.function;
+  for (ValueId id = 0; id < df.size(); ++id)
+    if (df[id].op == Op::Fwd && aliases(*forward.function, df[id].slot, root) && !read_only_by_core(backward, id))
+      return false;
+  return true;
+}
+
+// The planners of this file differ only in row padding and in whether gathers
+// may be views.
+class RowPlanner : public Planner {
+ public:
+  RowPlanner(const char* name, const ExecPlan& plan, const std::vector<TypeSignature>& signatures, int64_t pad,
+             bool views)
+      : name_(name), plan_(plan), signatures_(signatures), pad_(pad) {
+    view_ok_.resize(plan.types.size());
+    for (size_t t = 0; t < plan.types.size(); ++t) {
+      view_ok_[t].assign(size_t(signatures[t].fixed_arity), views);
+      const FunctionPlan& fp = plan.types[t].forward;
+      for (ValueId id = 0; id < fp.function->size(); ++id) {
+        const Node& n = (*fp.function)[id];
+        if (n.op != Op::Gather) continue;
+        bool in_tasks = fp.phases[size_t(id)] == ir::Phase::Core && read_only_by_core(fp, id) &&
+                        backward_reads_only_in_tasks(fp, plan.types[t].backward, id);
+        if (!in_tasks) view_ok_[t][size_t(n.slot)] = false;
+      }
+    }
+  }
+
+  const char* name() const override { return name_; }
+
+  void plan(const PlanInput& input, BatchLayout& out) override {
+    out.planner = name_;
+    out.num_types = int(plan_.types.size());
+    assign_rows(*input.graph, *input.schedule, out);
+    assign_buffers(Pass::Forward, out);
+    assign_buffers(Pass::Backward, out);
+    assign_gathers(*input.graph, *input.schedule, out);
+  }
+
+ private:
+  int64_t ld_of(int64_t width) const { return width + pad_; }
+
+  void assign_rows(const sched::FlatBatch& graph, const sched::FlatSchedule& schedule, BatchLayout& out) {
+    const size_t num_types = plan_.types.size();
+    out.type_rows.assign(num_types, 0);
+    out.task_first_row.resize(size_t(schedule.num_tasks()));
+    for (int t = 0; t < schedule.num_tasks(); ++t) {
+      int type = schedule.task_type[size_t(t)];
+      out.task_first_row[size_t(t)] = out.type_rows[size_t(type)];
+      out.type_rows[size_t(type)] += int(schedule.task(t).size());
+    }
+    out.type_row_begin.resize(num_types + 1);
+    out.type_row_begin[0] = 0;
+    for (size_t t = 0; t < num_types; ++t) out.type_row_begin[t + 1] = out.type_row_begin[t] + out.type_rows[t];
+    VJIT_INTERNAL_CHECK(out.type_row_begin[num_types] == graph.num_vertices(), "the schedule misses a vertex");
+    out.row_vertex.resize(size_t(graph.num_vertices()));
+    out.vertex_row.assign(size_t(graph.num_vertices()), -1);
+    for (int t = 0; t < schedule.num_tasks(); ++t) {
+      int type = schedule.task_type[size_t(t)];
+      int row = out.task_first_row[size_t(t)];
+      for (int v : schedule.task(t)) {
+        VJIT_INTERNAL_CHECK(graph.type(v) == type, "a task mixes vertex types");
+        out.row_vertex[size_t(out.type_row_begin[size_t(type)] + row)] = v;
+        out.vertex_row[size_t(v)] = row++;
+      }
+    }
+  }
+
+  void assign_buffers(Pass pass, BatchLayout& out) const {
+    const size_t num_types = plan_.types.size();
+    std::vector<int>& begin = out.value_begin[int(pass)];
+    std::vector<ValueLayout>& values = out.values[int(pass)];
+    begin.resize(num_types);
+    size_t count = 0;
+    for (size_t t = 0; t < num_types; ++t) {
+      begin[t] = int(count);
+      count += size_t(function_plan(pass, t).function->size());
+    }
+    values.assign(count, ValueLayout{});
+    if (pass == Pass::Backward) out.scatter_grad.assign(num_types, ValueLayout{});
+    int64_t total = 0;
+    for (size_t t = 0; t < num_types; ++t) {
+      const FunctionPlan& fp = function_plan(pass, t);
+      const int64_t rows = out.type_rows[t];
+      for (ValueId id = 0; id < fp.function->size(); ++id) {
+        if (!has_buffer(fp, id)) continue;
+        int64_t ld = ld_of((*fp.function)[id].shape.numel());
+        values[size_t(begin[t] + id)] = {total, ld};
+        total += aligned(rows * ld);
+      }
+      const FunctionPlan& forward = plan_.types[t].forward;
+      if (pass == Pass::Backward && forward.scatter_value >= 0) {
+        int64_t ld = ld_of((*forward.function)[forward.scatter_value].shape.numel());
+        out.scatter_grad[t] = {total, ld};
+        total += aligned(rows * ld);
+      }
+    }
+    out.arena_floats[int(pass)] = total;
+  }
+
+  void assign_gathers(const sched::FlatBatch& graph, const sched::FlatSchedule& schedule, BatchLayout& out) const {
+    out.gather_begin.resize(size_t(schedule.num_tasks()));
+    out.gathers.clear();
+    out.gather_sources.clear();
+    for (int t = 0; t < schedule.num_tasks(); ++t) {
+      const int type = schedule.task_type[size_t(t)];
+      out.gather_begin[size_t(t)] = int(out.gathers.size());
+      std::span<const int> vertices = schedule.task(t);
+      for (int slot = 0; slot < signatures_[size_t(type)].fixed_arity; ++slot) {
+        GatherLayout g;
+        if (view_ok_[size_t(type)][size_t(slot)] && children_in_order(graph, vertices, slot, out, g)) {
+          out.gathers.push_back(g);
+          continue;
+        }
+        g = GatherLayout{};
+        g.first_source = int(out.gather_sources.size());
+        for (int v : vertices) {
+          int child = graph.children(v)[size_t(slot)];
+          out.gather_sources.push_back({graph.type(child), out.vertex_row[size_t(child)]});
+        }
+        out.gathers.push_back(g);
+      }
+    }
+  }
+
+  // Whether child `slot` of the task's vertices are consecutive rows of one
+  // type, in order; then `view` reads them in place.
+  static bool children_in_order(const sched::FlatBatch& graph, std::span<const int> vertices, int slot,
+                                const BatchLayout& out, GatherLayout& view) {
+    int first = graph.children(vertices[0])[size_t(slot)];
+    view.source_type = graph.type(first);
+    view.first_row = out.vertex_row[size_t(first)];
+    for (size_t r = 1; r < vertices.size(); ++r) {
+      int child = graph.children(vertices[r])[size_t(slot)];
+      if (graph.type(child) != view.source_type || out.vertex_row[size_t(child)] != view.first_row + int(r))
+        return false;
+    }
+    return true;
+  }
+
+  const FunctionPlan& function_plan(Pass pass, size_t type) const {
+    return pass == Pass::Forward ? plan_.types[type].forward : plan_.types[type].backward;
+  }
+
+  const char* name_;
+  const ExecPlan& plan_;
+  const std::vector<TypeSignature>& signatures_;
+  int64_t pad_;
+  std::vector<std::vector<char>> view_ok_;  // [type][fixed slot]
+};
+
+}  // namespace
+
+std::unique_ptr<Planner> make_planner(const std::string& name, const ExecPlan& plan,
+                                      const std::vector<TypeSignature>& signatures) {
+  if (name == "copy") return std::make_unique<RowPlanner>("copy", plan, signatures, 0, true);
+  // Three floats of padding: rows lose their alignment too.
+  if (name == "padded") return std::make_unique<RowPlanner>("padded", plan, signatures, 3, false);
+  throw UserError("VJIT_MEMPLAN=" + name + " is not available (valid here: copy, padded)");
+}
+
+}  // namespace vjit::runtime

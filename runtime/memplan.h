@@ -1,0 +1,116 @@
+#pragma once
+// Memory planning (Cavs §3.3 "dynamic tensors", ED-Batch §4 memory layout): for
+// each batch a planner decides where every batched value lives, as plain data
+// the executor follows — a BatchLayout. Nothing downstream assumes a leading
+// dimension equal to the width of a row.
+//
+//   rows     each vertex type's vertices get rows 0..n-1 of that type, task by
+//            task in schedule order, so a task owns a contiguous range of rows
+//   values   for every (pass, type, IR value): an offset into the pass's arena
+//            and a leading dimension (floats from one row to the next)
+//   gathers  for every (task, fixed gather slot): a *view* (the children's
+//            scattered rows already lie in order in one buffer: read them in
+//            place) or a *copy* (row r comes from the listed (type, row))
+//
+// Planners (VJIT_MEMPLAN):
+//   copy     rows packed (ld = width); a gather is a view where the children's
+//            rows lie in order in one buffer and only the task's own steps read
+//            it, else a copy
+//   padded   a test planner: like copy, but every row is padded by a few floats
+//            (ld > width) and every gather is a copy; it exists to prove that
+//            the executor follows the layout
+// The PQ-tree planner of ED-Batch plugs in beside these.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/exec_plan.h"
+#include "scheduler/schedule.h"
+#include "vjit/graph.h"
+
+namespace vjit::runtime {
+
+enum class Pass : uint8_t { Forward, Backward };
+
+// Where one value of one vertex type lives: row r at arena + offset + r·ld.
+// offset < 0: the value has no buffer of its own (a view of another value, a
+// parameter, a sink, or folded into another step).
+struct ValueLayout {
+  int64_t offset = -1;
+  int64_t ld = 0;
+};
+
+// A row of a vertex type.
+struct RowRef {
+  int type = -1;
+  int row = -1;
+};
+
+// How the rows of one task read one fixed gather slot, and (backward) add
+// their gradient into the children's scatter gradients.
+struct GatherLayout {
+  // A view: row r of the task is row first_row + r of type source_type's
+  // scattered value. Otherwise (source_type < 0) a copy: row r comes from
+  // BatchLayout::gather_sources[first_source + r].
+  int source_type = -1;
+  int first_row = 0;
+  int first_source = 0;
+
+  bool is_view() const { return source_type >= 0; }
+};
+
+struct BatchLayout {
+  std::string planner;  // the planner's name
+  int num_types = 0;
+
+  // Rows.
+  std::vector<int> type_rows;       // rows per type
+  std::vector<int> type_row_begin;  // per type: where its rows start in row_vertex
+  std::vector<int> row_vertex;      // flat vertex ids, type after type, in row order
+  std::vector<int> vertex_row;      // per flat vertex id: its row in its type
+  std::vector<int> task_first_row;  // per task: its first row in its type
+
+  // Buffers: one arena per pass, sized in floats.
+  int64_t arena_floats[2] = {0, 0};
+  std::vector<int> value_begin[2];       // per type: index of its value 0 in values[pass]
+  std::vector<ValueLayout> values[2];    // per (type, value id)
+  std::vector<ValueLayout> scatter_grad; // per type: the gradient of what it scatters (backward arena)
+
+  // Gathers: task t, fixed slot k at gathers[gather_begin[t] + k].
+  std::vector<int> gather_begin;
+  std::vector<GatherLayout> gathers;
+  std::vector<RowRef> gather_sources;
+
+  const ValueLayout& value(Pass pass, int type, ir::ValueId id) const {
+    return values[int(pass)][size_t(value_begin[int(pass)][size_t(type)] + id)];
+  }
+  const GatherLayout& gather(int task, int slot) const {
+    return gathers[size_t(gather_begin[size_t(task)] + slot)];
+  }
+  std::span<const int> rows_of(int type) const {
+    return {row_vertex.data() + type_row_begin[size_t(type)], size_t(type_rows[size_t(type)])};
+  }
+};
+
+// What a planner reads.
+struct PlanInput {
+  const sched::FlatBatch* graph = nullptr;
+  const sched::FlatSchedule* schedule = nullptr;
+};
+
+class Planner {
+ public:
+  virtual ~Planner() = default;
+  virtual const char* name() const = 0;
+  // Lays the batch out into `out`, reusing its buffers' capacity.
+  virtual void plan(const PlanInput& input, BatchLayout& out) = 0;
+};
+
+// The planner named by VJIT_MEMPLAN ("copy", "padded"); throws UserError naming
+// the valid ones otherwise. `plan` and `signatures` must outlive it.
+std::unique_ptr<Planner> make_planner(const std::string& name, const ExecPlan& plan,
+                                      const std::vector<TypeSignature>& signatures);
+
+}  // namespace vjit::runtime
