@@ -185,7 +185,10 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
         case Op::Gather:
           if (rows.task >= 0) {
             const GatherLayout& g = layout.gather(rows.task, n.slot);
-            if (g.is_view()) view = scattered_rows(g.source_type, g.first_row);
+            if (g.is_view()) {
+              view = scattered_rows(g.source_type, g.first_row);
+              view.ld *= g.row_step;
+            }
           }
           break;
         default: break;
@@ -705,7 +708,7 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
     for (int64_t r = 0; r < rows.count; ++r) {
       RowRef dst;
       if (g_layout && g_layout->is_view()) {
-        dst = {g_layout->source_type, g_layout->first_row + int(r)};
+        dst = {g_layout->source_type, g_layout->first_row + int(r) * g_layout->row_step};
       } else if (g_layout) {
         dst = layout.gather_sources[size_t(g_layout->first_source + r)];
       } else {

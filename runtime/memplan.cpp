@@ -169,16 +169,18 @@ class RowPlanner : public Planner {
     }
   }
 
-  // Whether child `slot` of the task's vertices are consecutive rows of one
-  // type, in order; then `view` reads them in place.
+  // Whether child `slot` of the task's vertices are rows of one type at a
+  // constant positive stride, in order; then `view` reads them in place.
   static bool children_in_order(const sched::FlatBatch& graph, std::span<const int> vertices, int slot,
                                 const BatchLayout& out, GatherLayout& view) {
-    int first = graph.children(vertices[0])[size_t(slot)];
-    view.source_type = graph.type(first);
-    view.first_row = out.vertex_row[size_t(first)];
+    auto child = [&](size_t r) { return graph.children(vertices[r])[size_t(slot)]; };
+    view.source_type = graph.type(child(0));
+    view.first_row = out.vertex_row[size_t(child(0))];
+    view.row_step = vertices.size() > 1 ? out.vertex_row[size_t(child(1))] - view.first_row : 1;
+    if (view.row_step < 1) return false;
     for (size_t r = 1; r < vertices.size(); ++r) {
-      int child = graph.children(vertices[r])[size_t(slot)];
-      if (graph.type(child) != view.source_type || out.vertex_row[size_t(child)] != view.first_row + int(r))
+      int c = child(r);
+      if (graph.type(c) != view.source_type || out.vertex_row[size_t(c)] != view.first_row + int(r) * view.row_step)
         return false;
     }
     return true;

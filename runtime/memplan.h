@@ -9,13 +9,14 @@
 //   values   for every (pass, type, IR value): an offset into the pass's arena
 //            and a leading dimension (floats from one row to the next)
 //   gathers  for every (task, fixed gather slot): a *view* (the children's
-//            scattered rows already lie in order in one buffer: read them in
-//            place) or a *copy* (row r comes from the listed (type, row))
+//            scattered rows already lie in one buffer at a constant stride,
+//            in order: read them in place) or a *copy* (row r comes from the
+//            listed (type, row))
 //
 // Planners (VJIT_MEMPLAN):
 //   copy     rows packed (ld = width); a gather is a view where the children's
-//            rows lie in order in one buffer and only the task's own steps read
-//            it, else a copy
+//            rows lie at a constant stride in one buffer and only the task's
+//            own steps read the gathered value, else a copy
 //   padded   a test planner: like copy, but every row is padded by a few floats
 //            (ld > width) and every gather is a copy; it exists to prove that
 //            the executor follows the layout
@@ -51,11 +52,12 @@ struct RowRef {
 // How the rows of one task read one fixed gather slot, and (backward) add
 // their gradient into the children's scatter gradients.
 struct GatherLayout {
-  // A view: row r of the task is row first_row + r of type source_type's
-  // scattered value. Otherwise (source_type < 0) a copy: row r comes from
-  // BatchLayout::gather_sources[first_source + r].
+  // A view: row r of the task is row first_row + r·row_step of type
+  // source_type's scattered value. Otherwise (source_type < 0) a copy: row r
+  // comes from BatchLayout::gather_sources[first_source + r].
   int source_type = -1;
   int first_row = 0;
+  int row_step = 1;
   int first_source = 0;
 
   bool is_view() const { return source_type >= 0; }

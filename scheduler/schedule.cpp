@@ -262,8 +262,10 @@ bool FrontierState::has_ready() const {
 }
 
 void FrontierState::take_ready(int type, std::vector<int>& out) {
-  out.clear();
-  out.swap(ready_[type]);
+  // Copied, not swapped: every list keeps its own capacity, so a warm
+  // scheduler never allocates.
+  out.assign(ready_[type].begin(), ready_[type].end());
+  ready_[type].clear();
   if (height_) max_ready_height_[type] = -1;
   // Release order is often sorted (chains, trees built bottom-up); else it is
   // one sorted run per step the type waited, which a policy that lets a type
@@ -285,7 +287,7 @@ void FrontierState::take_ready(int type, std::vector<int>& out) {
     }
     to = std::copy(a, a_end, to);
     std::copy(b, b_end, to);
-    out.swap(merge_buffer_);
+    std::copy(merge_buffer_.begin(), merge_buffer_.end(), out.begin());
     return;
   }
   const auto [low_it, high_it] = std::minmax_element(out.begin(), out.end());

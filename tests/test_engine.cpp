@@ -1,5 +1,6 @@
 // The batched engine against the reference interpreter: every example model ×
-// every policy × batch sizes 1, 7 and 64, lazy batching on and off.
+// every policy × batch sizes 1, 7 and 64, lazy batching on and off, and the
+// memory layouts of every planner.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include "codegen/x86_isa.h"
 #include "examples/models/models.h"
 #include "tests/engine_check.h"
+#include "tests/user_error.h"
 
 namespace vjit {
 namespace {
@@ -38,6 +40,7 @@ struct EngineCase {
   bool fusion = true;
   std::string isa = "auto";
   bool streaming = false;
+  std::string memplan = "copy";
 
   std::string name() const {
     std::string n = model + "_" + policy;
@@ -45,6 +48,7 @@ struct EngineCase {
     if (!fusion) n += "_nofusion";
     if (isa != "auto") n += "_" + isa;
     if (streaming) n += "_streaming";
+    if (memplan != "copy") n += "_" + memplan;
     return n;
   }
 };
@@ -62,6 +66,7 @@ TEST_P(EngineMatchesReference, ForEveryBatchSize) {
   options.fusion = c.fusion;
   options.isa = c.isa;
   options.streaming = c.streaming;
+  options.memplan = c.memplan;
   Engine engine(*bundle.program, options);
   for (int batch_size : {1, 7, 64}) {
     GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
@@ -86,6 +91,13 @@ std::vector<EngineCase> engine_cases() {
     add([](EngineCase& c) { c.lazy = false; });
     add([](EngineCase& c) { c.fusion = false; });
     add([](EngineCase& c) { c.streaming = true; });
+    // Every row padded past its width, every gather a copy: nothing may
+    // assume a leading dimension equal to the width.
+    add([](EngineCase& c) { c.memplan = "padded"; });
+    add([](EngineCase& c) {
+      c.memplan = "padded";
+      c.fusion = false;
+    });
     for (const char* isa : {"scalar", "avx2", "avx512"})
       if (codegen::cpu_has(codegen::parse_isa(isa)))
         add([&](EngineCase& c) { c.isa = isa; });
@@ -153,6 +165,80 @@ TEST(Engine, RejectsAnInvalidGraphWithTheSampleNamed) {
   // The engine still works after the error.
   GraphBatch good = models::make_batch(bundle.train, first_indices(3));
   EXPECT_GT(engine.forward(good), 0.0);
+}
+
+// --- what used to crash: each is now an error naming the culprit, or works ---
+
+using test_util::user_error_of;
+
+TEST(EngineErrors, ProgramChangedAfterTheEngineWasBuilt) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  Engine engine(*bundle.program, Options::defaults());
+  int extra = bundle.program->add_type("extra", [](Builder& b) { b.scatter(b.constant(Shape::vec(8), 1.0)); });
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(2));
+  batch.samples[0].add_vertex(extra);
+  std::string message = user_error_of([&] { engine.forward(batch); });
+  EXPECT_NE(message.find("build a new Engine"), std::string::npos) << message;
+  EXPECT_NE(message.find("vertex types"), std::string::npos) << message;
+}
+
+TEST(EngineErrors, ABatchDestroyedAfterForwardStillHasItsBackward) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  Engine engine(*bundle.program, Options::defaults());
+  RunOptions run;
+  run.seed = 3;
+  engine.forward(models::make_batch(bundle.train, first_indices(8)), run);  // a temporary batch
+  engine.backward();
+  std::vector<std::vector<float>> grads = engine.gradients();
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(8));
+  Evaluation<double> ref = reference_evaluate(*bundle.program, parameter_values<double>(bundle.program->model()), batch, run);
+  for (size_t p = 0; p < grads.size(); ++p)
+    EXPECT_LE(testing::tensor_error(grads[p], ref.param_grads[p]), kTolerance) << bundle.program->model().param(int(p)).name;
+}
+
+TEST(EngineErrors, ParameterValuesOfTheWrongSize) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  Engine engine(*bundle.program, Options::defaults());
+  ParamData& param = bundle.program->model().param(1);
+  param.value.resize(param.value.size() - 3);
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(2));
+  std::string message = user_error_of([&] { engine.forward(batch); });
+  EXPECT_NE(message.find("'" + param.name + "'"), std::string::npos) << message;
+  EXPECT_NE(message.find(param.shape.str()), std::string::npos) << message;
+}
+
+TEST(EngineErrors, ResultsBeforeAnyRun) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  Engine engine(*bundle.program, Options::defaults());
+  EXPECT_NE(user_error_of([&] { engine.gradients(); }).find("no backward()"), std::string::npos);
+  EXPECT_NE(user_error_of([&] { engine.last_result(); }).find("no forward()"), std::string::npos);
+  EXPECT_NE(user_error_of([&] { engine.backward(); }).find("needs a forward()"), std::string::npos);
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(2));
+  RunOptions no_gradients;
+  no_gradients.backward = false;
+  engine.forward(batch, no_gradients);
+  EXPECT_NO_THROW(engine.last_result());
+  EXPECT_NE(user_error_of([&] { engine.backward(); }).find("needs a forward()"), std::string::npos);
+  EXPECT_NE(user_error_of([&] { engine.gradients(); }).find("no backward()"), std::string::npos);
+}
+
+// The copy planner reads a gather in place where the children's rows lie at a
+// constant stride and only the task reads the gathered value: in Tree-FC's
+// complete trees, child 0 of a level's nodes are every other row of the level
+// below. The padded planner copies every gather.
+TEST(MemoryPlan, StridedChildrenAreGatheredInPlace) {
+  models::Bundle bundle = models::make_model("tree_fc", small_config());
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(16));
+  Options options = Options::defaults();
+  Engine copy(*bundle.program, options);
+  copy.forward(batch);
+  options.memplan = "padded";
+  Engine padded(*bundle.program, options);
+  padded.forward(batch);
+  EXPECT_GT(copy.stats().gather_views, copy.stats().tasks / 2);
+  EXPECT_EQ(padded.stats().gather_views, 0);
+  EXPECT_LT(copy.stats().copy_calls, padded.stats().copy_calls);
+  EXPECT_DOUBLE_EQ(copy.last_result().objective, padded.last_result().objective);
 }
 
 TEST(Engine, TrainingLowersTheLoss) {

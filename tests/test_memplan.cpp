@@ -1,0 +1,135 @@
+// The memory planners: every layout they make is one the executor can follow —
+// rows are a permutation with each task's rows contiguous, every buffer lies
+// inside its arena, disjoint from every other and at least as wide as its
+// value, and every gather reads exactly the children's scattered rows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "examples/models/models.h"
+#include "jit/pipeline.h"
+#include "runtime/memplan.h"
+#include "tests/user_error.h"
+
+namespace vjit {
+namespace {
+
+using runtime::BatchLayout;
+using runtime::Pass;
+
+struct Interval {
+  int64_t begin, end;
+};
+
+void expect_disjoint_and_inside(std::vector<Interval> buffers, int64_t arena, const std::string& what) {
+  std::sort(buffers.begin(), buffers.end(), [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    EXPECT_GE(buffers[i].begin, 0) << what;
+    EXPECT_LE(buffers[i].end, arena) << what;
+    if (i > 0) {
+      EXPECT_LE(buffers[i - 1].end, buffers[i].begin) << what << ": buffers overlap";
+    }
+  }
+}
+
+class Planners : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Planners, MakeLayoutsTheExecutorCanFollow) {
+  const std::string planner_name = GetParam();
+  for (const std::string model : {"tree_lstm", "lattice_lstm", "bilstm_tagger", "tree_fc", "tree_lstm_2type"}) {
+    models::Config config;
+    config.hidden = 8;
+    config.train_samples = 24;
+    config.test_samples = 0;
+    config.tree_fc_leaves = 16;
+    models::Bundle bundle = models::make_model(model, config);
+    const Program& program = *bundle.program;
+    Options options = Options::defaults();
+    runtime::ExecPlan plan = lower_program(program, options);
+    std::vector<TypeSignature> signatures = program.signatures();
+    std::unique_ptr<runtime::Planner> planner = runtime::make_planner(planner_name, plan, signatures);
+    std::vector<int> indices(24);
+    for (int i = 0; i < 24; ++i) indices[size_t(i)] = i;
+    GraphBatch batch = models::make_batch(bundle.train, indices);
+    sched::FlatBatch graph;
+    std::vector<int> order, scratch;
+    sched::validate_and_flatten(signatures, batch, false, graph, order, scratch);
+    sched::Scheduler scheduler;
+    sched::FlatSchedule schedule;
+    scheduler.run(graph, Policy::Agenda, nullptr, schedule);
+    BatchLayout layout;
+    planner->plan({&graph, &schedule}, layout);
+    const std::string what = planner_name + " " + model;
+    EXPECT_EQ(layout.planner, planner_name);
+
+    // Rows: a permutation, each task's rows contiguous from task_first_row.
+    for (int v = 0; v < graph.num_vertices(); ++v) {
+      int type = graph.type(v), row = layout.vertex_row[size_t(v)];
+      ASSERT_GE(row, 0) << what;
+      EXPECT_EQ(layout.rows_of(type)[size_t(row)], v) << what;
+    }
+    for (int t = 0; t < schedule.num_tasks(); ++t) {
+      int r = layout.task_first_row[size_t(t)];
+      for (int v : schedule.task(t)) EXPECT_EQ(layout.vertex_row[size_t(v)], r++) << what << " task " << t;
+    }
+
+    // Buffers.
+    for (Pass pass : {Pass::Forward, Pass::Backward}) {
+      std::vector<Interval> buffers;
+      for (int type = 0; type < program.num_types(); ++type) {
+        const ir::Function& planned = pass == Pass::Forward ? *plan.types[size_t(type)].forward.function
+                                                             : *plan.types[size_t(type)].backward.function;
+        int64_t rows = layout.type_rows[size_t(type)];
+        for (ir::ValueId id = 0; id < planned.size(); ++id) {
+          const runtime::ValueLayout& v = layout.value(pass, type, id);
+          if (v.offset < 0) continue;
+          int64_t width = planned[id].shape.numel();
+          EXPECT_GE(v.ld, width) << what;
+          if (planner_name == "padded") {
+            EXPECT_GT(v.ld, width) << what;
+          }
+          if (rows > 0) buffers.push_back({v.offset, v.offset + (rows - 1) * v.ld + width});
+        }
+        if (pass == Pass::Backward && layout.scatter_grad[size_t(type)].offset >= 0 && rows > 0) {
+          const runtime::ValueLayout& g = layout.scatter_grad[size_t(type)];
+          buffers.push_back({g.offset, g.offset + rows * g.ld});
+        }
+      }
+      expect_disjoint_and_inside(buffers, layout.arena_floats[int(pass)], what);
+    }
+
+    // Gathers read exactly each vertex's child in that slot.
+    for (int t = 0; t < schedule.num_tasks(); ++t) {
+      int type = schedule.task_type[size_t(t)];
+      for (int slot = 0; slot < signatures[size_t(type)].fixed_arity; ++slot) {
+        const runtime::GatherLayout& g = layout.gather(t, slot);
+        if (planner_name == "padded") {
+          EXPECT_FALSE(g.is_view()) << what;
+        }
+        int r = 0;
+        for (int v : schedule.task(t)) {
+          int child = graph.children(v)[size_t(slot)];
+          runtime::RowRef want{graph.type(child), layout.vertex_row[size_t(child)]};
+          runtime::RowRef got = g.is_view() ? runtime::RowRef{g.source_type, g.first_row + r * g.row_step}
+                                            : layout.gather_sources[size_t(g.first_source + r)];
+          EXPECT_EQ(got.type, want.type) << what;
+          EXPECT_EQ(got.row, want.row) << what;
+          ++r;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(CopyAndPadded, Planners, ::testing::Values("copy", "padded"));
+
+TEST(Planners, AnUnknownPlannerIsRefusedWithTheValidOnes) {
+  runtime::ExecPlan plan;
+  std::vector<TypeSignature> signatures;
+  std::string message = test_util::user_error_of([&] { runtime::make_planner("tetris", plan, signatures); });
+  EXPECT_NE(message.find("tetris"), std::string::npos) << message;
+  EXPECT_NE(message.find("copy, padded"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace vjit
