@@ -51,6 +51,16 @@ thread_local bool t_on_streaming_thread = false;
 // Softmax scratch of the calling thread (grows to the widest logits, once).
 thread_local std::vector<float> t_softmax;
 
+// Whether this CPU runs code of `target`.
+bool can_launch(KernelTarget target) {
+  switch (target) {
+    case KernelTarget::HostReference: return true;
+    case KernelTarget::X86Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case KernelTarget::X86Avx512: return __builtin_cpu_supports("avx512f");
+  }
+  return false;
+}
+
 void add_row(const float* src, float* dst, int64_t width) {
   for (int64_t i = 0; i < width; ++i) dst[i] += src[i];
 }
@@ -111,6 +121,9 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, int threa
     for (const FunctionPlan* fp : {&plan.types[t].forward, &plan.types[t].backward}) {
       max_values = std::max(max_values, fp->function->nodes.size());
       for (const FusedStep& step : fp->fused) {
+        VJIT_INTERNAL_CHECK(can_launch(step.kernel.target), "the CPU executor cannot launch kernel "
+                                                                << step.kernel.name << " of target "
+                                                                << kernel_target_name(step.kernel.target));
         max_inputs = std::max(max_inputs, step.inputs.size());
         max_outputs = std::max(max_outputs, step.outputs.size());
       }
