@@ -33,8 +33,8 @@ T unary_value(const Node& n, T x) {
     case Op::Log: return std::log(x);
     case Op::Sqrt: return std::sqrt(x);
     case Op::Step: return x > T(0) ? T(1) : T(0);
-    case Op::Scale: return x * T(n.scalar);
-    case Op::AddScalar: return x + T(n.scalar);
+    case Op::Scale: return x * T(n.factor);
+    case Op::AddScalar: return x + T(n.addend);
     default: break;
   }
   VJIT_INTERNAL_CHECK(false, "not a unary op: " << op_name(n.op));
@@ -159,7 +159,7 @@ class Interpreter {
     for (ValueId id = 0; id < df.size(); ++id) {
       const Node& n = df[id];
       switch (n.op) {
-        case Op::GatherGrad: add_gather_grad(s, v, n.slot, vals[size_t(n.args[0])]); break;
+        case Op::GatherGrad: add_gather_grad(s, v, n, vals[size_t(n.args[0])]); break;
         case Op::ParamGrad: add_into(result_.param_grads[size_t(n.param)], 0, vals[size_t(n.args[0])]); break;
         case Op::EmbeddingGrad: {
           const Tensor<T>& g = vals[size_t(n.args[0])];
@@ -181,18 +181,18 @@ class Interpreter {
     return g;
   }
 
-  void add_gather_grad(int s, int v, int slot, const Tensor<T>& g) {
+  void add_gather_grad(int s, int v, const Node& n, const Tensor<T>& g) {
     const std::vector<int>& children = vertex(s, v).children;
-    if (slot >= 0) {
-      add_into(scatter_grad(s, children[size_t(slot)]), 0, g);
+    if (n.target == GatherGradTarget::Slot) {
+      add_into(scatter_grad(s, children[size_t(n.child_slot)]), 0, g);
       return;
     }
     size_t first = size_t(program_.signature(vertex(s, v).type).fixed_arity);
     for (size_t k = first; k < children.size(); ++k) {
       Tensor<T>& dst = scatter_grad(s, children[k]);
-      if (slot == -1) {
+      if (n.target == GatherGradTarget::EveryVariadic) {
         add_into(dst, 0, g);
-      } else {  // row k of a GatherAll gradient goes to variadic child k
+      } else {  // VariadicRows: row k of a GatherAll gradient goes to variadic child k
         for (size_t j = 0; j < dst.size(); ++j) dst[j] += g[(k - first) * dst.size() + j];
       }
     }
@@ -205,7 +205,7 @@ class Interpreter {
     const Vertex& vx = vertex(s, v);
     size_t numel = size_t(n.shape.numel());
     switch (n.op) {
-      case Op::Gather: return scattered(s, vx.children[size_t(n.slot)]);
+      case Op::Gather: return scattered(s, vx.children[size_t(n.child_slot)]);
       case Op::GatherSum:
       case Op::GatherAll: {
         Tensor<T> out(numel, T(0));
@@ -223,8 +223,8 @@ class Interpreter {
         return Tensor<T>(row, row + int64_t(numel));
       }
       case Op::Param: return params_[size_t(n.param)];
-      case Op::Constant: return Tensor<T>(numel, T(n.scalar));
-      case Op::Fwd: return values_[size_t(s)][size_t(v)][size_t(n.slot)];
+      case Op::Constant: return Tensor<T>(numel, T(n.value));
+      case Op::Fwd: return values_[size_t(s)][size_t(v)][size_t(n.forward_value)];
       case Op::ScatterGrad: {
         const Tensor<T>& g = scatter_grads_[size_t(s)][size_t(v)];
         return g.empty() ? Tensor<T>(numel, T(0)) : g;
@@ -232,9 +232,9 @@ class Interpreter {
       case Op::Dropout: {
         Tensor<T> out = arg(0);
         if (!options_.training) return out;
-        T keep_scale = T(1) / (T(1) - T(n.scalar));
+        T keep_scale = T(1) / (T(1) - T(n.rate));
         for (size_t i = 0; i < numel; ++i)
-          out[i] = dropout_keeps(options_.seed, s, v, n.slot, int64_t(i), n.scalar) ? out[i] * keep_scale : T(0);
+          out[i] = dropout_keeps(options_.seed, s, v, n.dropout_key, int64_t(i), n.rate) ? out[i] * keep_scale : T(0);
         return out;
       }
       case Op::Add:

@@ -18,6 +18,8 @@ namespace vjit::runtime {
 using ir::Node;
 using ir::Op;
 using ir::ValueId;
+using ir::is_copy;  // the op table's execution classes
+using ir::is_view;
 
 namespace {
 
@@ -30,24 +32,6 @@ class ScopedTimer {
   double& total_;
   std::chrono::steady_clock::time_point start_;
 };
-
-bool is_view(Op op) {
-  return op == Op::Param || op == Op::Slice || op == Op::Reshape || op == Op::Fwd || op == Op::ScatterGrad;
-}
-
-bool is_copy(Op op) {
-  switch (op) {
-    case Op::Gather:
-    case Op::GatherSum:
-    case Op::GatherAll:
-    case Op::Pull:
-    case Op::PullEmbedding:
-    case Op::Push:
-    case Op::GatherGrad:
-    case Op::EmbeddingGrad: return true;
-    default: return false;
-  }
-}
 
 // Set on the streaming thread: it runs its steps on itself alone (the pool
 // belongs to the task thread) and counts into its own stats.
@@ -112,7 +96,7 @@ CpuExecutor::Slot CpuExecutor::view_slot(Pass pass, int type, const Node& node) 
     case Op::Param: return {const_cast<float*>(program_.model().param(node.param).value.data()), 0};
     case Op::Slice: return {slots[size_t(node.args[0])].data + node.start, slots[size_t(node.args[0])].ld};
     case Op::Reshape: return slots[size_t(node.args[0])];
-    case Op::Fwd: return slots_[int(Pass::Forward)][size_t(type)][size_t(node.slot)];
+    case Op::Fwd: return slots_[int(Pass::Forward)][size_t(type)][size_t(node.forward_value)];
     case Op::ScatterGrad: return scatter_grad_[size_t(type)];
     default: break;
   }
@@ -368,7 +352,7 @@ void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {
     default: break;
   }
   switch (n.op) {
-    case Op::Constant: fill_rows(rows.count, n.shape.numel(), float(n.scalar), at_mut(out, rows.begin), out.ld); return;
+    case Op::Constant: fill_rows(rows.count, n.shape.numel(), float(n.value), at_mut(out, rows.begin), out.ld); return;
     case Op::Outer: outer(pass, rows, n, out); return;
     case Op::SoftmaxCE:
     case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out); return;
@@ -388,7 +372,7 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const Slot& out) {
   if (node.op == Op::Gather) {
     std::vector<const float*> src(size_t(rows.count));
     for (int64_t r = 0; r < rows.count; ++r)
-      src[size_t(r)] = scattered({rows.vertices[r].sample, vertex(rows.vertices[r]).children[size_t(node.slot)]});
+      src[size_t(r)] = scattered({rows.vertices[r].sample, vertex(rows.vertices[r]).children[size_t(node.child_slot)]});
     copy_rows(width, src, at_mut(out, rows.begin), out.ld);
     local_stats().copy_bytes += rows.count * width * int64_t(sizeof(float));
     return;
@@ -433,12 +417,12 @@ void CpuExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, con
   float* dst = at_mut(out, rows.begin);
   if (node.op == Op::Dropout) {
     Operand x = operand(0);
-    float keep_scale = float(1.0 / (1.0 - node.scalar));
+    float keep_scale = float(1.0 / (1.0 - node.rate));
     for (int64_t r = 0; r < rows.count; ++r) {
       const VertexRef& ref = rows.vertices[r];
       for (int64_t i = 0; i < width; ++i) {
         bool keep = !options_.training ||
-                    ir::dropout_keeps(options_.seed, ref.sample, ref.vertex, node.slot, i, node.scalar);
+                    ir::dropout_keeps(options_.seed, ref.sample, ref.vertex, node.dropout_key, i, node.rate);
         float scale = options_.training ? keep_scale : 1.0f;
         dst[r * out.ld + i] = keep ? x.data[r * x.ld + i] * scale : 0.0f;
       }
@@ -643,17 +627,19 @@ void CpuExecutor::param_grad(Pass pass, const Rows& rows, const Node& node) {
 
 void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const Slot& g) {
   size_t first = size_t(program_.signature(rows.type).fixed_arity);
+  const bool one_slot = node.target == ir::GatherGradTarget::Slot;
+  const bool row_k = node.target == ir::GatherGradTarget::VariadicRows;
   for (int64_t r = 0; r < rows.count; ++r) {
     const VertexRef& ref = rows.vertices[r];
     const std::vector<int>& children = vertex(ref).children;
     const float* src = at(g, rows.begin + r);
-    size_t begin = node.slot >= 0 ? size_t(node.slot) : first;
-    size_t end = node.slot >= 0 ? size_t(node.slot) + 1 : children.size();
+    size_t begin = one_slot ? size_t(node.child_slot) : first;
+    size_t end = one_slot ? size_t(node.child_slot) + 1 : children.size();
     for (size_t k = begin; k < end; ++k) {
       VertexRef child{ref.sample, children[k]};
       const Slot& dst_slot = scatter_grad_[size_t(type_of(child))];
       float* dst = at_mut(dst_slot, row_of(child));
-      const float* part = node.slot == -2 ? src + int64_t(k - first) * dst_slot.ld : src;
+      const float* part = row_k ? src + int64_t(k - first) * dst_slot.ld : src;
       for (int64_t i = 0; i < dst_slot.ld; ++i) dst[i] += part[i];
       local_stats().copy_bytes += dst_slot.ld * int64_t(sizeof(float));
     }

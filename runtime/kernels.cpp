@@ -46,7 +46,7 @@ void map_binary(int64_t rows, int64_t width, Operand a, Operand b, float* out, i
 
 void unary_rows(const ir::Node& node, int64_t rows, int64_t width, Operand x, float* out, int64_t ld_out) {
   using ir::Op;
-  const float c = float(node.scalar);
+  const float c = float(node.op == Op::Scale ? node.factor : node.addend);
   switch (node.op) {
     case Op::Neg: return map_unary(rows, width, x, out, ld_out, [](float v) { return -v; });
     case Op::Sigmoid: return map_unary(rows, width, x, out, ld_out, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
