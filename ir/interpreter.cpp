@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ir/dropout.h"
+#include "ir/op_semantics.h"
 #include "vjit/error.h"
 
 namespace vjit::ir {
@@ -20,36 +21,6 @@ inline int64_t broadcast_index(const Shape& operand, int64_t i) {
   if (operand.rank == 0) return 0;
   if (operand.rank == 1 && operand.numel() != 0) return i % operand.numel();
   return i;
-}
-
-template <typename T>
-T unary_value(const Node& n, T x) {
-  switch (n.op) {
-    case Op::Neg: return -x;
-    case Op::Sigmoid: return T(1) / (T(1) + std::exp(-x));
-    case Op::Tanh: return std::tanh(x);
-    case Op::Relu: return x > T(0) ? x : T(0);
-    case Op::Exp: return std::exp(x);
-    case Op::Log: return std::log(x);
-    case Op::Sqrt: return std::sqrt(x);
-    case Op::Step: return x > T(0) ? T(1) : T(0);
-    case Op::Scale: return x * T(n.factor);
-    case Op::AddScalar: return x + T(n.addend);
-    default: break;
-  }
-  VJIT_INTERNAL_CHECK(false, "not a unary op: " << op_name(n.op));
-}
-
-template <typename T>
-T binary_value(Op op, T a, T b) {
-  switch (op) {
-    case Op::Add: return a + b;
-    case Op::Sub: return a - b;
-    case Op::Mul: return a * b;
-    case Op::Div: return a / b;
-    default: break;
-  }
-  VJIT_INTERNAL_CHECK(false, "not a binary op: " << op_name(op));
 }
 
 // A matmul operand read as a matrix: a vector is a row on the left, a column on the right.
@@ -244,7 +215,7 @@ class Interpreter {
         Tensor<T> out(numel);
         const Shape &sa = arg_shape(0), &sb = arg_shape(1);
         for (size_t i = 0; i < numel; ++i)
-          out[i] = binary_value(n.op, arg(0)[size_t(broadcast_index(sa, int64_t(i)))],
+          out[i] = apply_binary(n.op, arg(0)[size_t(broadcast_index(sa, int64_t(i)))],
                                 arg(1)[size_t(broadcast_index(sb, int64_t(i)))]);
         return out;
       }
@@ -300,7 +271,8 @@ class Interpreter {
       default:
         if (op_kind(n.op) == OpKind::Unary) {
           Tensor<T> out(arg(0));
-          for (T& x : out) x = unary_value(n, x);
+          const T c = T(unary_constant(n));
+          for (T& x : out) x = apply_unary(n.op, x, c);
           return out;
         }
     }

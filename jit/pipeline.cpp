@@ -9,6 +9,7 @@
 
 #include "codegen/x86_unary_kernel.h"
 #include "ir/fusion.h"
+#include "ir/op_semantics.h"
 #include "jit/kernel_cache.h"
 #include "vjit/error.h"
 
@@ -36,7 +37,7 @@ codegen::KernelSpec kernel_spec(const ir::Function& f, const ir::FusionGroup& gr
   for (ValueId id : group.nodes) {
     const ir::Node& n = f[id];
     codegen::KernelInstr instr{n.op, operand_of[size_t(n.args[0])], n.args.size() > 1 ? operand_of[size_t(n.args[1])] : -1,
-                               float(n.op == ir::Op::Scale ? n.factor : n.addend)};
+                               float(ir::unary_constant(n))};
     operand_of[size_t(id)] = int(spec.inputs.size() + spec.instrs.size());
     spec.instrs.push_back(instr);
   }

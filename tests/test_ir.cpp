@@ -10,6 +10,7 @@
 
 #include "ir/classify.h"
 #include "ir/fusion.h"
+#include "ir/op_semantics.h"
 #include "ir/passes.h"
 #include "tests/user_error.h"
 #include "vjit/vjit.h"
@@ -289,6 +290,37 @@ TEST(OpTable, AttributesOfEachOp) {
   g.target = ir::GatherGradTarget::VariadicRows;
   EXPECT_FALSE(ir::used_attributes(g).has(Attr::ChildSlot));
   EXPECT_TRUE(ir::used_attributes(g).has(Attr::Target));
+}
+
+// ir/op_semantics.h gives semantics to exactly the fusable ops: those the
+// fallback kernels, the reference kernel and codegen must all compute.
+TEST(OpTable, FusableOpsAndOnlyThoseHaveScalarSemantics) {
+  for (ir::Op op : all_ops()) {
+    const bool unary = ir::op_kind(op) == ir::OpKind::Unary;
+    const bool binary = ir::op_kind(op) == ir::OpKind::Binary;
+    if (ir::is_fusable_op(op) && unary) {
+      EXPECT_NO_THROW(ir::apply_unary(op, 0.5f, 2.0f)) << ir::op_name(op);
+    } else {
+      EXPECT_THROW(ir::apply_unary(op, 0.5f, 2.0f), InternalError) << ir::op_name(op);
+    }
+    if (ir::is_fusable_op(op) && binary) {
+      EXPECT_NO_THROW(ir::apply_binary(op, 0.5, 2.0)) << ir::op_name(op);
+    } else {
+      EXPECT_THROW(ir::apply_binary(op, 0.5, 2.0), InternalError) << ir::op_name(op);
+    }
+  }
+  EXPECT_EQ(ir::apply_unary(ir::Op::Scale, 3.0, 0.5), 1.5);
+  EXPECT_EQ(ir::apply_unary(ir::Op::AddScalar, 3.0, 0.5), 3.5);
+  EXPECT_EQ(ir::apply_unary(ir::Op::Step, 0.0f, 0.0f), 0.0f);
+  EXPECT_EQ(ir::apply_unary(ir::Op::Relu, -2.0, 0.0), 0.0);
+  EXPECT_EQ(ir::apply_binary(ir::Op::Sub, 3.0, 0.5), 2.5);
+  EXPECT_EQ(ir::apply_binary(ir::Op::Div, 3.0, 0.5), 6.0);
+  ir::Node scale = ir::Node::make(ir::Op::Scale, Shape::vec(4));
+  scale.factor = 0.25;
+  EXPECT_EQ(ir::unary_constant(scale), 0.25);
+  ir::Node add = ir::Node::make(ir::Op::AddScalar, Shape::vec(4));
+  add.addend = -1.0;
+  EXPECT_EQ(ir::unary_constant(add), -1.0);
 }
 
 // pull -> `node` -> scatter, for the verifier and CSE tests.

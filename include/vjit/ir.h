@@ -21,7 +21,7 @@ namespace vjit::ir {
 //               aliases memory that exists already), Copy (data movement between
 //               vertices, rows or buffers), Compute (everything else)
 //   fusable     whether it may join a fused elementwise kernel (codegen lowers every
-//               fusable op)
+//               fusable op; its scalar semantics are in ir/op_semantics.h)
 //   attributes  the Node fields it reads (Attr); every other attribute stays at its
 //               default, which verify() checks and CSE relies on
 // Each op's semantics and gradient, one line each:
@@ -34,7 +34,7 @@ namespace vjit::ir {
 //   PullEmbedding  src   row `token` of table param `param`              grad: EmbeddingGrad
 //   Param          src   parameter `param` (uniform)                     grad: ParamGrad
 //   Constant       src   every element = value                           no grad
-//   Neg/Sigmoid/Tanh/Relu/Exp/Log/Sqrt  elementwise unary
+//   Neg/Sigmoid/Tanh/Relu/Exp/Log/Sqrt  elementwise unary (ir/op_semantics.h)
 //   Step           unary 1 where x > 0 else 0 (relu's derivative)        no grad
 //   Scale          unary x * factor
 //   AddScalar      unary x + addend
