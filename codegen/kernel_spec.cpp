@@ -1,10 +1,9 @@
 #include "codegen/kernel_spec.h"
 
-#include <cmath>
 #include <sstream>
 #include <vector>
 
-#include "vjit/error.h"
+#include "ir/op_semantics.h"
 
 namespace vjit::codegen {
 
@@ -15,7 +14,7 @@ std::string KernelSpec::key() const {
   for (const KernelInstr& k : instrs) {
     out << " " << ir::op_name(k.op) << "(" << k.a;
     if (k.b >= 0) out << "," << k.b;
-    if (k.op == ir::Op::Scale || k.op == ir::Op::AddScalar) out << ";" << std::hexfloat << k.scalar << std::defaultfloat;
+    if (ir::has_unary_constant(k.op)) out << ";" << std::hexfloat << k.scalar << std::defaultfloat;
     out << ")";
   }
   out << " out";
@@ -26,25 +25,7 @@ std::string KernelSpec::key() const {
 namespace {
 
 float apply(const KernelInstr& k, float a, float b) {
-  using ir::Op;
-  switch (k.op) {
-    case Op::Neg: return -a;
-    case Op::Sigmoid: return 1.0f / (1.0f + std::exp(-a));
-    case Op::Tanh: return std::tanh(a);
-    case Op::Relu: return a > 0.0f ? a : 0.0f;
-    case Op::Exp: return std::exp(a);
-    case Op::Log: return std::log(a);
-    case Op::Sqrt: return std::sqrt(a);
-    case Op::Step: return a > 0.0f ? 1.0f : 0.0f;
-    case Op::Scale: return a * k.scalar;
-    case Op::AddScalar: return a + k.scalar;
-    case Op::Add: return a + b;
-    case Op::Sub: return a - b;
-    case Op::Mul: return a * b;
-    case Op::Div: return a / b;
-    default: break;
-  }
-  VJIT_INTERNAL_CHECK(false, "not a fusable op: " << ir::op_name(k.op));
+  return ir::op_kind(k.op) == ir::OpKind::Binary ? ir::apply_binary(k.op, a, b) : ir::apply_unary(k.op, a, k.scalar);
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ struct KernelInput {
 struct KernelInstr {
   ir::Op op = ir::Op::Neg;  // a unary or binary elementwise op (not Dropout)
   int a = -1, b = -1;       // operands (see above); b = -1 for unary ops
-  float scalar = 0.0f;      // Scale's factor, AddScalar's constant
+  float scalar = 0.0f;      // ir::unary_constant: Scale's factor, AddScalar's addend
 };
 
 struct KernelSpec {

@@ -60,25 +60,9 @@ bool vmath_fn(Op op, UnaryFn* fn) {
   }
 }
 
-bool is_unary_kernel_op(Op op) {
-  switch (op) {
-    case Op::Neg:
-    case Op::Sigmoid:
-    case Op::Tanh:
-    case Op::Relu:
-    case Op::Exp:
-    case Op::Log:
-    case Op::Sqrt:
-    case Op::Step:
-    case Op::Scale:
-    case Op::AddScalar: return true;
-    default: return false;
-  }
-}
-
-bool is_binary_kernel_op(Op op) {
-  return op == Op::Add || op == Op::Sub || op == Op::Mul || op == Op::Div;
-}
+// The generator emits every fusable op of the op table (vjit/ir.h).
+bool is_unary_kernel_op(Op op) { return ir::is_fusable_op(op) && ir::op_kind(op) == ir::OpKind::Unary; }
+bool is_binary_kernel_op(Op op) { return ir::is_fusable_op(op) && ir::op_kind(op) == ir::OpKind::Binary; }
 
 // Entries of the VMathEmitter's constant table, at most.
 constexpr size_t kVMathConstants = 0

@@ -55,7 +55,7 @@ class Differentiator {
       p.param = n.param;
       p.uniform = true;
     })
-                                  : emit(Op::Fwd, n.shape, {}, [&](Node& p) { p.slot = id; });
+                                  : emit(Op::Fwd, n.shape, {}, [&](Node& p) { p.forward_value = id; });
     fwd_.emplace(id, v);
     return v;
   }
@@ -64,7 +64,7 @@ class Differentiator {
     for (ValueId id = 0; id < f_.size(); ++id) {
       const Node& n = f_[id];
       if (n.op == Op::Loss) {
-        accumulate(n.args[0], emit(Op::Constant, Shape::scalar(), {}, [](Node& c) { c.scalar = 1.0; }));
+        accumulate(n.args[0], emit(Op::Constant, Shape::scalar(), {}, [](Node& c) { c.value = 1.0; }));
       } else if (n.op == Op::Scatter) {
         accumulate(n.args[0], emit(Op::ScatterGrad, f_[n.args[0]].shape, {}));
       }
@@ -122,9 +122,18 @@ class Differentiator {
     auto arg_shape = [&](int i) { return f_[arg(i)].shape; };
     auto to_arg = [&](int i, ValueId grad) { accumulate(arg(i), reduce_to(grad, arg_shape(i))); };
     switch (n.op) {
-      case Op::Gather: emit_sink(Op::GatherGrad, g, [&](Node& s) { s.slot = n.slot; }); break;
-      case Op::GatherSum: emit_sink(Op::GatherGrad, g, [](Node& s) { s.slot = -1; }); break;
-      case Op::GatherAll: emit_sink(Op::GatherGrad, g, [](Node& s) { s.slot = -2; }); break;
+      case Op::Gather:
+        emit_sink(Op::GatherGrad, g, [&](Node& s) {
+          s.target = GatherGradTarget::Slot;
+          s.child_slot = n.child_slot;
+        });
+        break;
+      case Op::GatherSum:
+        emit_sink(Op::GatherGrad, g, [](Node& s) { s.target = GatherGradTarget::EveryVariadic; });
+        break;
+      case Op::GatherAll:
+        emit_sink(Op::GatherGrad, g, [](Node& s) { s.target = GatherGradTarget::VariadicRows; });
+        break;
       case Op::PullEmbedding: emit_sink(Op::EmbeddingGrad, g, [&](Node& s) { s.param = n.param; }); break;
       case Op::Pull:
       case Op::Constant:
@@ -138,7 +147,7 @@ class Differentiator {
       case Op::Tanh: {  // y' = 1 − y²
         ValueId y = fwd(id);
         ValueId one_minus = emit(Op::AddScalar, shape, {emit(Op::Neg, shape, {emit(Op::Mul, shape, {y, y})})},
-                                 [](Node& c) { c.scalar = 1.0; });
+                                 [](Node& c) { c.addend = 1.0; });
         to_arg(0, emit(Op::Mul, shape, {g, one_minus}));
         break;
       }
@@ -146,14 +155,14 @@ class Differentiator {
       case Op::Exp: to_arg(0, emit(Op::Mul, shape, {g, fwd(id)})); break;
       case Op::Log: to_arg(0, emit(Op::Div, shape, {g, fwd(arg(0))})); break;
       case Op::Sqrt:
-        to_arg(0, emit(Op::Div, shape, {g, emit(Op::Scale, shape, {fwd(id)}, [](Node& c) { c.scalar = 2.0; })}));
+        to_arg(0, emit(Op::Div, shape, {g, emit(Op::Scale, shape, {fwd(id)}, [](Node& c) { c.factor = 2.0; })}));
         break;
-      case Op::Scale: to_arg(0, emit(Op::Scale, shape, {g}, [&](Node& c) { c.scalar = n.scalar; })); break;
+      case Op::Scale: to_arg(0, emit(Op::Scale, shape, {g}, [&](Node& c) { c.factor = n.factor; })); break;
       case Op::AddScalar: to_arg(0, g); break;
       case Op::Dropout:
         to_arg(0, emit(Op::Dropout, shape, {g}, [&](Node& c) {
-                 c.scalar = n.scalar;
-                 c.slot = n.slot;
+                 c.rate = n.rate;
+                 c.dropout_key = n.dropout_key;
                }));
         break;
       case Op::Add:

@@ -58,7 +58,7 @@ Value Builder::gather(int slot, Shape expected) {
   signature_.slot_shapes[size_t(slot)] = expected;
   signature_.fixed_arity = std::max(signature_.fixed_arity, slot + 1);
   Node n = Node::make(Op::Gather, expected);
-  n.slot = slot;
+  n.child_slot = slot;
   return emit(n);
 }
 
@@ -82,7 +82,7 @@ Value Builder::gather_all(int max_children, Shape expected) {
     fail("gather_all", "called with two different max_children");
   signature_.max_children = max_children;
   Node n = Node::make(Op::GatherAll, Shape::mat(max_children, expected.dims[0]));
-  n.slot = max_children;
+  n.max_children = max_children;
   return emit(n);
 }
 
@@ -119,7 +119,7 @@ Label Builder::label(int num_classes) {
 
 Value Builder::constant(Shape shape, double value) {
   Node n = Node::make(Op::Constant, shape);
-  n.scalar = value;
+  n.value = value;
   return emit(n);
 }
 
@@ -162,34 +162,42 @@ Value Builder::binary(Op op, Arg a_arg, Arg b_arg) {
   return emit(n);
 }
 
-Value Builder::unary(Op op, Value x, double scalar) {
+Node Builder::unary_node(Op op, Value x) {
   check_value(x, ir::op_name(op));
   if (function_[x.id].uniform) fail(ir::op_name(op), "operand is a parameter; vjit computes per-vertex values only");
-  Node n = Node::make(op, x.shape);
-  n.args = {x.id};
-  n.scalar = scalar;
-  return emit(n);
+  return Node::make(op, x.shape, {x.id});
 }
 
 Value Builder::add(Arg a, Arg b) { return binary(Op::Add, a, b); }
 Value Builder::sub(Arg a, Arg b) { return binary(Op::Sub, a, b); }
 Value Builder::mul(Arg a, Arg b) { return binary(Op::Mul, a, b); }
 Value Builder::div(Arg a, Arg b) { return binary(Op::Div, a, b); }
-Value Builder::neg(Value x) { return unary(Op::Neg, x); }
-Value Builder::sigmoid(Value x) { return unary(Op::Sigmoid, x); }
-Value Builder::tanh(Value x) { return unary(Op::Tanh, x); }
-Value Builder::relu(Value x) { return unary(Op::Relu, x); }
-Value Builder::exp(Value x) { return unary(Op::Exp, x); }
-Value Builder::log(Value x) { return unary(Op::Log, x); }
-Value Builder::sqrt(Value x) { return unary(Op::Sqrt, x); }
-Value Builder::scale(Value x, double factor) { return unary(Op::Scale, x, factor); }
-Value Builder::add_scalar(Value x, double c) { return unary(Op::AddScalar, x, c); }
+Value Builder::neg(Value x) { return emit(unary_node(Op::Neg, x)); }
+Value Builder::sigmoid(Value x) { return emit(unary_node(Op::Sigmoid, x)); }
+Value Builder::tanh(Value x) { return emit(unary_node(Op::Tanh, x)); }
+Value Builder::relu(Value x) { return emit(unary_node(Op::Relu, x)); }
+Value Builder::exp(Value x) { return emit(unary_node(Op::Exp, x)); }
+Value Builder::log(Value x) { return emit(unary_node(Op::Log, x)); }
+Value Builder::sqrt(Value x) { return emit(unary_node(Op::Sqrt, x)); }
+
+Value Builder::scale(Value x, double factor) {
+  Node n = unary_node(Op::Scale, x);
+  n.factor = factor;
+  return emit(n);
+}
+
+Value Builder::add_scalar(Value x, double c) {
+  Node n = unary_node(Op::AddScalar, x);
+  n.addend = c;
+  return emit(n);
+}
 
 Value Builder::dropout(Value x, double rate) {
   if (!(rate >= 0.0 && rate < 1.0)) fail("dropout", "rate must be in [0, 1), got " + std::to_string(rate));
-  Value v = unary(Op::Dropout, x, rate);
-  function_.nodes[size_t(v.id)].slot = next_dropout_key_++;
-  return v;
+  Node n = unary_node(Op::Dropout, x);
+  n.rate = rate;
+  n.dropout_key = next_dropout_key_++;
+  return emit(n);
 }
 
 Value Builder::concat(const std::vector<Value>& parts) {

@@ -8,7 +8,7 @@ namespace vjit::ir {
 
 bool is_fusable(const Function& function, ValueId id) {
   const Node& n = function[id];
-  if (!is_elementwise(n.op) || n.op == Op::Dropout) return false;
+  if (!is_fusable_op(n.op)) return false;
   // Operands are read element by element or as one scalar per vertex; the
   // vector-over-matrix-rows broadcast stays with the generic kernels.
   for (ValueId arg : n.args) {

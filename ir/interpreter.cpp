@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ir/dropout.h"
+#include "ir/op_semantics.h"
 #include "vjit/error.h"
 
 namespace vjit::ir {
@@ -20,36 +21,6 @@ inline int64_t broadcast_index(const Shape& operand, int64_t i) {
   if (operand.rank == 0) return 0;
   if (operand.rank == 1 && operand.numel() != 0) return i % operand.numel();
   return i;
-}
-
-template <typename T>
-T unary_value(const Node& n, T x) {
-  switch (n.op) {
-    case Op::Neg: return -x;
-    case Op::Sigmoid: return T(1) / (T(1) + std::exp(-x));
-    case Op::Tanh: return std::tanh(x);
-    case Op::Relu: return x > T(0) ? x : T(0);
-    case Op::Exp: return std::exp(x);
-    case Op::Log: return std::log(x);
-    case Op::Sqrt: return std::sqrt(x);
-    case Op::Step: return x > T(0) ? T(1) : T(0);
-    case Op::Scale: return x * T(n.scalar);
-    case Op::AddScalar: return x + T(n.scalar);
-    default: break;
-  }
-  VJIT_INTERNAL_CHECK(false, "not a unary op: " << op_name(n.op));
-}
-
-template <typename T>
-T binary_value(Op op, T a, T b) {
-  switch (op) {
-    case Op::Add: return a + b;
-    case Op::Sub: return a - b;
-    case Op::Mul: return a * b;
-    case Op::Div: return a / b;
-    default: break;
-  }
-  VJIT_INTERNAL_CHECK(false, "not a binary op: " << op_name(op));
 }
 
 // A matmul operand read as a matrix: a vector is a row on the left, a column on the right.
@@ -181,7 +152,7 @@ class Interpreter {
     for (ValueId id = 0; id < df.size(); ++id) {
       const Node& n = df[id];
       switch (n.op) {
-        case Op::GatherGrad: add_gather_grad(s, v, n.slot, vals[size_t(n.args[0])]); break;
+        case Op::GatherGrad: add_gather_grad(s, v, n, vals[size_t(n.args[0])]); break;
         case Op::ParamGrad: add_into(result_.param_grads[size_t(n.param)], 0, vals[size_t(n.args[0])]); break;
         case Op::EmbeddingGrad: {
           const Tensor<T>& g = vals[size_t(n.args[0])];
@@ -203,18 +174,18 @@ class Interpreter {
     return g;
   }
 
-  void add_gather_grad(int s, int v, int slot, const Tensor<T>& g) {
+  void add_gather_grad(int s, int v, const Node& n, const Tensor<T>& g) {
     const std::vector<int>& children = vertex(s, v).children;
-    if (slot >= 0) {
-      add_into(scatter_grad(s, children[size_t(slot)]), 0, g);
+    if (n.target == GatherGradTarget::Slot) {
+      add_into(scatter_grad(s, children[size_t(n.child_slot)]), 0, g);
       return;
     }
     size_t first = size_t(program_.signature(vertex(s, v).type).fixed_arity);
     for (size_t k = first; k < children.size(); ++k) {
       Tensor<T>& dst = scatter_grad(s, children[k]);
-      if (slot == -1) {
+      if (n.target == GatherGradTarget::EveryVariadic) {
         add_into(dst, 0, g);
-      } else {  // row k of a GatherAll gradient goes to variadic child k
+      } else {  // VariadicRows: row k of a GatherAll gradient goes to variadic child k
         for (size_t j = 0; j < dst.size(); ++j) dst[j] += g[(k - first) * dst.size() + j];
       }
     }
@@ -227,7 +198,7 @@ class Interpreter {
     const Vertex& vx = vertex(s, v);
     size_t numel = size_t(n.shape.numel());
     switch (n.op) {
-      case Op::Gather: return scattered(s, vx.children[size_t(n.slot)]);
+      case Op::Gather: return scattered(s, vx.children[size_t(n.child_slot)]);
       case Op::GatherSum:
       case Op::GatherAll: {
         Tensor<T> out(numel, T(0));
@@ -245,8 +216,8 @@ class Interpreter {
         return Tensor<T>(row, row + int64_t(numel));
       }
       case Op::Param: return params_[size_t(n.param)];
-      case Op::Constant: return Tensor<T>(numel, T(n.scalar));
-      case Op::Fwd: return values_[size_t(s)][size_t(v)][size_t(n.slot)];
+      case Op::Constant: return Tensor<T>(numel, T(n.value));
+      case Op::Fwd: return values_[size_t(s)][size_t(v)][size_t(n.forward_value)];
       case Op::ScatterGrad: {
         const Tensor<T>& g = scatter_grads_[size_t(s)][size_t(v)];
         return g.empty() ? Tensor<T>(numel, T(0)) : g;
@@ -254,9 +225,9 @@ class Interpreter {
       case Op::Dropout: {
         Tensor<T> out = arg(0);
         if (!options_.training) return out;
-        T keep_scale = T(1) / (T(1) - T(n.scalar));
+        T keep_scale = T(1) / (T(1) - T(n.rate));
         for (size_t i = 0; i < numel; ++i)
-          out[i] = dropout_keeps(options_.seed, s, v, n.slot, int64_t(i), n.scalar) ? out[i] * keep_scale : T(0);
+          out[i] = dropout_keeps(options_.seed, s, v, n.dropout_key, int64_t(i), n.rate) ? out[i] * keep_scale : T(0);
         return out;
       }
       case Op::Add:
@@ -266,7 +237,7 @@ class Interpreter {
         Tensor<T> out(numel);
         const Shape &sa = arg_shape(0), &sb = arg_shape(1);
         for (size_t i = 0; i < numel; ++i)
-          out[i] = binary_value(n.op, arg(0)[size_t(broadcast_index(sa, int64_t(i)))],
+          out[i] = apply_binary(n.op, arg(0)[size_t(broadcast_index(sa, int64_t(i)))],
                                 arg(1)[size_t(broadcast_index(sb, int64_t(i)))]);
         return out;
       }
@@ -322,7 +293,8 @@ class Interpreter {
       default:
         if (op_kind(n.op) == OpKind::Unary) {
           Tensor<T> out(arg(0));
-          for (T& x : out) x = unary_value(n, x);
+          const T c = T(unary_constant(n));
+          for (T& x : out) x = apply_unary(n.op, x, c);
           return out;
         }
     }

@@ -1,60 +1,82 @@
 #include "vjit/ir.h"
 
+#include <bit>
+#include <cstdint>
+#include <functional>
 #include <sstream>
 
 #include "vjit/error.h"
 
 namespace vjit::ir {
 
-const char* op_name(Op op) {
-  switch (op) {
-#define VJIT_X(name, kind) \
-  case Op::name:           \
-    return #name;
-    VJIT_IR_OPS(VJIT_X)
-#undef VJIT_X
+const char* target_name(GatherGradTarget target) {
+  switch (target) {
+    case GatherGradTarget::Slot: return "slot";
+    case GatherGradTarget::EveryVariadic: return "every_variadic";
+    case GatherGradTarget::VariadicRows: return "variadic_rows";
   }
   return "?";
 }
 
-OpKind op_kind(Op op) {
-  switch (op) {
-#define VJIT_X(name, kind) \
-  case Op::name:           \
-    return OpKind::kind;
-    VJIT_IR_OPS(VJIT_X)
-#undef VJIT_X
-  }
-  return OpKind::Sink;
-}
+std::ostream& operator<<(std::ostream& out, GatherGradTarget target) { return out << target_name(target); }
 
 namespace {
 
-void print_attributes(std::ostream& out, const Node& n) {
-  switch (n.op) {
-    case Op::Gather:
-    case Op::GatherAll:
-    case Op::GatherGrad:
-    case Op::Fwd: out << " slot=" << n.slot; break;
-    case Op::Param:
-    case Op::PullEmbedding:
-    case Op::ParamGrad:
-    case Op::EmbeddingGrad: out << " param=" << n.param; break;
-    case Op::Slice:
-    case Op::Pad: out << " start=" << n.start; break;
-    case Op::Constant:
-    case Op::Scale:
-    case Op::AddScalar: out << " c=" << n.scalar; break;
-    case Op::Dropout: out << " rate=" << n.scalar << " key=" << n.slot; break;
-    case Op::MatMul:
-      if (n.trans_a) out << " ta";
-      if (n.trans_b) out << " tb";
-      break;
-    default: break;
-  }
+// One attribute in the text form: ` name=value`; a bool only its name, when set.
+void print_attribute(std::ostream& out, const char* name, int value) { out << " " << name << "=" << value; }
+void print_attribute(std::ostream& out, const char* name, double value) { out << " " << name << "=" << value; }
+void print_attribute(std::ostream& out, const char* name, bool value) {
+  if (value) out << " " << name;
+}
+void print_attribute(std::ostream& out, const char* name, GatherGradTarget value) {
+  out << " " << name << "=" << value;
 }
 
+void print_attributes(std::ostream& out, const Node& n) {
+  const AttrSet used = used_attributes(n);
+#define VJIT_X(attr, field, text) \
+  if (used.has(Attr::attr)) print_attribute(out, text, n.field);
+  VJIT_IR_ATTRS(VJIT_X)
+#undef VJIT_X
+}
+
+// Attributes compare and hash by value; a double by its bits, so that CSE keeps
+// scale(x, -0.0) apart from scale(x, 0.0) and merges equal NaNs.
+template <typename T>
+bool same_attribute(T a, T b) {
+  return a == b;
+}
+bool same_attribute(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
+template <typename T>
+size_t hash_attribute(T value) {
+  return std::hash<T>{}(value);
+}
+size_t hash_attribute(double value) { return std::hash<uint64_t>{}(std::bit_cast<uint64_t>(value)); }
+
+void hash_combine(size_t& seed, size_t h) { seed ^= h + 0x9e3779b97f4a7c15ull + (seed << 6) + (seed >> 2); }
+
 }  // namespace
+
+bool same_attributes(const Node& a, const Node& b) {
+  if (a.op != b.op) return false;
+  const AttrSet used = used_attributes(a);
+  if (used != used_attributes(b)) return false;
+#define VJIT_X(attr, field, text) \
+  if (used.has(Attr::attr) && !same_attribute(a.field, b.field)) return false;
+  VJIT_IR_ATTRS(VJIT_X)
+#undef VJIT_X
+  return true;
+}
+
+size_t hash_attributes(const Node& n) {
+  const AttrSet used = used_attributes(n);
+  size_t seed = size_t(n.op);
+#define VJIT_X(attr, field, text) \
+  if (used.has(Attr::attr)) hash_combine(seed, hash_attribute(n.field));
+  VJIT_IR_ATTRS(VJIT_X)
+#undef VJIT_X
+  return seed;
+}
 
 std::string to_string(const Function& function, ValueId id) {
   const Node& n = function[id];
@@ -124,6 +146,14 @@ void verify(const Function& function) {
       VJIT_INTERNAL_CHECK(!is_sink(function[arg].op),
                           "verify " << function.name << ": sink used as operand in " << to_string(function, id));
     }
+    const AttrSet used = used_attributes(n);
+    const Node defaults{};
+#define VJIT_X(attr, field, text)                                                                       \
+  VJIT_INTERNAL_CHECK(used.has(Attr::attr) || n.field == defaults.field,                              \
+                      "verify " << function.name << ": " << op_name(n.op) << " does not use attribute " \
+                                << text << " but it is " << n.field << " in " << to_string(function, id));
+    VJIT_IR_ATTRS(VJIT_X)
+#undef VJIT_X
     VJIT_INTERNAL_CHECK(!n.uniform || n.op == Op::Param,
                         "verify " << function.name << ": only parameters are uniform: " << to_string(function, id));
     if (is_elementwise(n.op) && n.op != Op::Step) {

@@ -1,7 +1,9 @@
 #include "ir/passes.h"
 
-#include <map>
-#include <tuple>
+#include <algorithm>
+#include <functional>
+#include <unordered_map>
+#include <vector>
 
 namespace vjit::ir {
 
@@ -39,21 +41,41 @@ Function dead_code_elimination(const Function& function) {
   return compact(function, live, identity_map(function));
 }
 
+namespace {
+
+// Nodes compute the same value when they have the same op, operands, shape and
+// used attributes (the op table says which attributes an op uses).
+bool same_value(const Node& a, const Node& b) {
+  return a.op == b.op && a.args == b.args && a.shape == b.shape && a.uniform == b.uniform && same_attributes(a, b);
+}
+
+size_t hash_value(const Node& n) {
+  size_t seed = hash_attributes(n);
+  auto combine = [&](size_t h) { seed ^= h + 0x9e3779b97f4a7c15ull + (seed << 6) + (seed >> 2); };
+  for (ValueId arg : n.args) combine(std::hash<ValueId>{}(arg));
+  combine(std::hash<int>{}(n.shape.rank));
+  for (int i = 0; i < n.shape.rank; ++i) combine(std::hash<int>{}(n.shape.dims[size_t(i)]));
+  return seed;
+}
+
+}  // namespace
+
 Function common_subexpression_elimination(const Function& function) {
-  using Key = std::tuple<Op, std::vector<ValueId>, int, int, int, double, bool, bool, int, int, int>;
-  std::map<Key, ValueId> seen;
+  std::unordered_map<size_t, std::vector<ValueId>> seen;  // hash -> kept nodes with that hash
+  std::vector<Node> renamed(function.nodes.size());       // node id with its operands replaced
   std::vector<ValueId> replace = identity_map(function);
   std::vector<bool> keep(function.nodes.size(), true);
   for (ValueId id = 0; id < function.size(); ++id) {
-    const Node& n = function[id];
-    if (is_sink(n.op)) continue;
-    std::vector<ValueId> args;
-    for (ValueId arg : n.args) args.push_back(replace[size_t(arg)]);
-    Key key{n.op, args, n.slot, n.param, n.start, n.scalar, n.trans_a, n.trans_b,
-            n.shape.rank, n.shape.dims[0], n.shape.dims[1]};
-    auto [it, inserted] = seen.emplace(key, id);
-    if (!inserted) {
-      replace[size_t(id)] = it->second;
+    if (is_sink(function[id].op)) continue;
+    Node& n = renamed[size_t(id)] = function[id];
+    for (ValueId& arg : n.args) arg = replace[size_t(arg)];
+    std::vector<ValueId>& bucket = seen[hash_value(n)];
+    auto same = std::find_if(bucket.begin(), bucket.end(),
+                             [&](ValueId kept) { return same_value(renamed[size_t(kept)], n); });
+    if (same == bucket.end()) {
+      bucket.push_back(id);
+    } else {
+      replace[size_t(id)] = *same;
       keep[size_t(id)] = false;
     }
   }

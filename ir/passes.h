@@ -9,8 +9,9 @@ namespace vjit::ir {
 // Precondition: the function verifies.
 Function dead_code_elimination(const Function& function);
 
-// Merges nodes with the same op, operands and attributes into the first one.
-// Sinks and Dropout nodes of distinct keys are never merged.
+// Merges nodes with the same op, operands, shape and used attributes (see the op
+// table in vjit/ir.h) into the first one. Sinks are never merged; Dropout nodes
+// of distinct keys are not, since the key is an attribute.
 Function common_subexpression_elimination(const Function& function);
 
 // CSE followed by DCE; what Program runs on F and ∂F.

@@ -9,6 +9,7 @@
 
 #include "codegen/x86_unary_kernel.h"
 #include "ir/fusion.h"
+#include "ir/op_semantics.h"
 #include "jit/kernel_cache.h"
 #include "vjit/error.h"
 
@@ -45,7 +46,7 @@ codegen::KernelSpec kernel_spec(const ir::Function& f, const ir::FusionGroup& gr
   for (ValueId id : group.nodes) {
     const ir::Node& n = f[id];
     codegen::KernelInstr instr{n.op, operand_of[size_t(n.args[0])], n.args.size() > 1 ? operand_of[size_t(n.args[1])] : -1,
-                               float(n.scalar)};
+                               float(ir::unary_constant(n))};
     operand_of[size_t(id)] = int(spec.inputs.size() + spec.instrs.size());
     spec.instrs.push_back(instr);
   }
@@ -167,7 +168,7 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
 std::vector<bool> values_read_by_backward(const ir::Function& forward, const ir::Function& backward) {
   std::vector<bool> keep(forward.nodes.size(), false);
   for (const ir::Node& n : backward.nodes)
-    if (n.op == ir::Op::Fwd) keep[size_t(n.slot)] = true;
+    if (n.op == ir::Op::Fwd) keep[size_t(n.forward_value)] = true;
   return keep;
 }
 

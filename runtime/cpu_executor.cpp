@@ -17,6 +17,8 @@ namespace vjit::runtime {
 using ir::Node;
 using ir::Op;
 using ir::ValueId;
+using ir::is_copy;  // the op table's execution classes
+using ir::is_view;
 
 namespace {
 
@@ -29,20 +31,6 @@ class ScopedTimer {
   double& total_;
   std::chrono::steady_clock::time_point start_;
 };
-
-bool is_copy(Op op) {
-  switch (op) {
-    case Op::Gather:
-    case Op::GatherSum:
-    case Op::GatherAll:
-    case Op::Pull:
-    case Op::PullEmbedding:
-    case Op::Push:
-    case Op::GatherGrad:
-    case Op::EmbeddingGrad: return true;
-    default: return false;
-  }
-}
 
 // Set on the streaming thread: it runs its steps on itself alone (the pool
 // belongs to the task thread).
@@ -189,7 +177,7 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
         case Op::Param: view = {store_.value(n.param), 0}; break;
         case Op::Slice: view = {views[size_t(n.args[0])].data + n.start, views[size_t(n.args[0])].ld}; break;
         case Op::Reshape: view = views[size_t(n.args[0])]; break;
-        case Op::Fwd: view = frame.views[int(Pass::Forward)][size_t(n.slot)]; break;
+        case Op::Fwd: view = frame.views[int(Pass::Forward)][size_t(n.forward_value)]; break;
         case Op::ScatterGrad: {
           const ValueLayout& g = layout.scatter_grad[size_t(rows.type)];
           view = {arena(Pass::Backward) + g.offset + rows.begin * g.ld, g.ld};
@@ -197,7 +185,7 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
         }
         case Op::Gather:
           if (rows.task >= 0) {
-            const GatherLayout& g = layout.gather(rows.task, n.slot);
+            const GatherLayout& g = layout.gather(rows.task, n.child_slot);
             if (g.is_view()) {
               view = scattered_rows(g.source_type, g.first_row);
               view.ld *= g.row_step;
@@ -384,7 +372,7 @@ void CpuExecutor::for_row_blocks(const Frame& frame, int64_t rows, int64_t width
 
 void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame) {
   const Node& n = function(pass, rows.type)[id];
-  if (is_view_op(n.op) || n.op == Op::Scatter) return;
+  if (is_view(n.op) || n.op == Op::Scatter) return;
   ExecStats& stats = *frame.stats;
   ++stats.kernels;
   const View& out = frame.views[int(pass)][size_t(id)];
@@ -414,7 +402,7 @@ void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame
     default: break;
   }
   switch (n.op) {
-    case Op::Constant: fill_rows(rows.count, n.shape.numel(), float(n.scalar), out.data, out.ld); return;
+    case Op::Constant: fill_rows(rows.count, n.shape.numel(), float(n.value), out.data, out.ld); return;
     case Op::Outer: outer(pass, rows, n, out, frame); return;
     case Op::SoftmaxCE:
     case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out, frame); return;
@@ -429,18 +417,18 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Fr
   const BatchLayout& layout = *batch_.layout;
   const sched::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *frame.stats;
-  if (rows.task >= 0 && layout.gather(rows.task, node.slot).is_view()) {
+  if (rows.task >= 0 && layout.gather(rows.task, node.child_slot).is_view()) {
     ++stats.gather_views;  // bind() pointed the value at the children's rows
     return;
   }
   ++stats.copy_calls;
   const int64_t width = node.shape.numel();
   const RowRef* sources =
-      rows.task >= 0 ? layout.gather_sources.data() + layout.gather(rows.task, node.slot).first_source : nullptr;
+      rows.task >= 0 ? layout.gather_sources.data() + layout.gather(rows.task, node.child_slot).first_source : nullptr;
   for (int64_t r = 0; r < rows.count; ++r) {
     RowRef src = sources ? sources[r] : RowRef{};
     if (!sources) {  // every vertex of the type at once: only with lazy batching off
-      int child = graph.children(rows.vertices[r])[size_t(node.slot)];
+      int child = graph.children(rows.vertices[r])[size_t(node.child_slot)];
       src = {graph.type(child), layout.vertex_row[size_t(child)]};
     }
     std::memcpy(out.data + r * out.ld, scattered_rows(src.type, src.row).data, size_t(width) * sizeof(float));
@@ -511,12 +499,12 @@ void CpuExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, con
 void CpuExecutor::dropout(const Rows& rows, const Node& node, const View& x, const View& out) {
   const sched::FlatBatch& graph = *batch_.graph;
   const int64_t width = node.shape.numel();
-  const float keep_scale = options_.training ? float(1.0 / (1.0 - node.scalar)) : 1.0f;
+  const float keep_scale = options_.training ? float(1.0 / (1.0 - node.rate)) : 1.0f;
   for (int64_t r = 0; r < rows.count; ++r) {
     VertexRef ref = graph.ref(rows.vertices[r]);
     for (int64_t i = 0; i < width; ++i) {
       bool keep =
-          !options_.training || ir::dropout_keeps(options_.seed, ref.sample, ref.vertex, node.slot, i, node.scalar);
+          !options_.training || ir::dropout_keeps(options_.seed, ref.sample, ref.vertex, node.dropout_key, i, node.rate);
       out.data[r * out.ld + i] = keep ? x.data[r * x.ld + i] * keep_scale : 0.0f;
     }
   }
@@ -716,8 +704,8 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
     const ValueLayout& s = layout.scatter_grad[size_t(type)];
     return arena(Pass::Backward) + s.offset + row * s.ld;
   };
-  if (node.slot >= 0) {
-    const GatherLayout* g_layout = rows.task >= 0 ? &layout.gather(rows.task, node.slot) : nullptr;
+  if (node.target == ir::GatherGradTarget::Slot) {
+    const GatherLayout* g_layout = rows.task >= 0 ? &layout.gather(rows.task, node.child_slot) : nullptr;
     for (int64_t r = 0; r < rows.count; ++r) {
       RowRef dst;
       if (g_layout && g_layout->is_view()) {
@@ -725,7 +713,7 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
       } else if (g_layout) {
         dst = layout.gather_sources[size_t(g_layout->first_source + r)];
       } else {
-        int child = graph.children(rows.vertices[r])[size_t(node.slot)];
+        int child = graph.children(rows.vertices[r])[size_t(node.child_slot)];
         dst = {graph.type(child), layout.vertex_row[size_t(child)]};
       }
       int64_t width = function(Pass::Forward, dst.type)[function_plan(Pass::Forward, dst.type).scatter_value].shape.numel();
@@ -734,7 +722,7 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
     }
     return;
   }
-  // Every variadic child (-1), or row k to variadic child k (-2).
+  // Every variadic child, or row k to variadic child k.
   const size_t first = size_t(program_.signature(rows.type).fixed_arity);
   for (int64_t r = 0; r < rows.count; ++r) {
     std::span<const int> children = graph.children(rows.vertices[r]);
@@ -743,7 +731,7 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
       int child = children[k];
       int type = graph.type(child);
       int64_t width = function(Pass::Forward, type)[function_plan(Pass::Forward, type).scatter_value].shape.numel();
-      const float* part = node.slot == -2 ? src + int64_t(k - first) * width : src;
+      const float* part = node.target == ir::GatherGradTarget::VariadicRows ? src + int64_t(k - first) * width : src;
       add_row(part, grad_row(type, layout.vertex_row[size_t(child)]), width);
       stats.copy_bytes += width * int64_t(sizeof(float));
     }

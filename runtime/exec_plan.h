@@ -28,14 +28,6 @@ enum class KernelTarget : uint8_t {
 
 const char* kernel_target_name(KernelTarget target);
 
-// Ops whose value is another value seen differently (a parameter, a slice or
-// reshape of a value, a forward value read by ∂F, the scatter gradient): they
-// get no buffer and no step of their own.
-inline bool is_view_op(ir::Op op) {
-  using ir::Op;
-  return op == Op::Param || op == Op::Slice || op == Op::Reshape || op == Op::Fwd || op == Op::ScatterGrad;
-}
-
 // A compiled elementwise kernel over rows: entry(&args) with args.context =
 // `context` and the pointers of the step's inputs and outputs, in order.
 struct Kernel {

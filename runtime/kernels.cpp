@@ -1,9 +1,8 @@
 #include "runtime/kernels.h"
 
-#include <cmath>
 #include <cstring>
 
-#include "vjit/error.h"
+#include "ir/op_semantics.h"
 
 namespace vjit::runtime {
 
@@ -44,35 +43,20 @@ void map_binary(int64_t rows, int64_t width, Operand a, Operand b, float* out, i
 
 }  // namespace
 
+// The op is a template argument of the loops (ir::visit_unary), so each op's
+// loop is compiled, and vectorised, on its own.
 void unary_rows(const ir::Node& node, int64_t rows, int64_t width, Operand x, float* out, int64_t ld_out) {
-  using ir::Op;
-  const float c = float(node.scalar);
-  switch (node.op) {
-    case Op::Neg: return map_unary(rows, width, x, out, ld_out, [](float v) { return -v; });
-    case Op::Sigmoid: return map_unary(rows, width, x, out, ld_out, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
-    case Op::Tanh: return map_unary(rows, width, x, out, ld_out, [](float v) { return std::tanh(v); });
-    case Op::Relu: return map_unary(rows, width, x, out, ld_out, [](float v) { return v > 0.0f ? v : 0.0f; });
-    case Op::Exp: return map_unary(rows, width, x, out, ld_out, [](float v) { return std::exp(v); });
-    case Op::Log: return map_unary(rows, width, x, out, ld_out, [](float v) { return std::log(v); });
-    case Op::Sqrt: return map_unary(rows, width, x, out, ld_out, [](float v) { return std::sqrt(v); });
-    case Op::Step: return map_unary(rows, width, x, out, ld_out, [](float v) { return v > 0.0f ? 1.0f : 0.0f; });
-    case Op::Scale: return map_unary(rows, width, x, out, ld_out, [c](float v) { return v * c; });
-    case Op::AddScalar: return map_unary(rows, width, x, out, ld_out, [c](float v) { return v + c; });
-    default: break;
-  }
-  VJIT_INTERNAL_CHECK(false, "unary_rows: " << ir::op_name(node.op));
+  const float c = float(ir::unary_constant(node));
+  ir::visit_unary(node.op, [&](auto op) {
+    map_unary(rows, width, x, out, ld_out, [c](float v) { return ir::apply_unary<decltype(op)::value>(v, c); });
+  });
 }
 
 void binary_rows(ir::Op op, int64_t rows, int64_t width, Operand a, Operand b, float* out, int64_t ld_out) {
-  using ir::Op;
-  switch (op) {
-    case Op::Add: return map_binary(rows, width, a, b, out, ld_out, [](float x, float y) { return x + y; });
-    case Op::Sub: return map_binary(rows, width, a, b, out, ld_out, [](float x, float y) { return x - y; });
-    case Op::Mul: return map_binary(rows, width, a, b, out, ld_out, [](float x, float y) { return x * y; });
-    case Op::Div: return map_binary(rows, width, a, b, out, ld_out, [](float x, float y) { return x / y; });
-    default: break;
-  }
-  VJIT_INTERNAL_CHECK(false, "binary_rows: " << ir::op_name(op));
+  ir::visit_binary(op, [&](auto o) {
+    map_binary(rows, width, a, b, out, ld_out,
+               [](float x, float y) { return ir::apply_binary<decltype(o)::value>(x, y); });
+  });
 }
 
 void copy_rows(int64_t width, std::span<const float* const> src, float* out, int64_t ld_out) {

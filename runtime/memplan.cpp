@@ -17,7 +17,7 @@ int64_t aligned(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAli
 
 bool has_buffer(const FunctionPlan& fp, ValueId id) {
   const Node& n = (*fp.function)[id];
-  return !ir::is_sink(n.op) && !is_view_op(n.op) && !fp.folded[size_t(id)];
+  return !ir::is_sink(n.op) && !ir::is_view(n.op) && !fp.folded[size_t(id)];
 }
 
 // Whether every step reading `id` — directly or through views of it — runs
@@ -30,7 +30,7 @@ bool read_only_by_core(const FunctionPlan& fp, ValueId id) {
     const Node& n = f[user];
     if (std::find(n.args.begin(), n.args.end(), id) == n.args.end()) continue;
     if (fp.phases[size_t(user)] != ir::Phase::Core) return false;
-    if (is_view_op(n.op) && !read_only_by_core(fp, user)) return false;
+    if (ir::is_view(n.op) && !read_only_by_core(fp, user)) return false;
   }
   return true;
 }
@@ -46,7 +46,7 @@ bool aliases(const ir::Function& f, ValueId id, ValueId root) {
 bool backward_reads_only_in_tasks(const FunctionPlan& forward, const FunctionPlan& backward, ValueId root) {
   const ir::Function& df = *backward.function;
   for (ValueId id = 0; id < df.size(); ++id)
-    if (df[id].op == Op::Fwd && aliases(*forward.function, df[id].slot, root) && !read_only_by_core(backward, id))
+    if (df[id].op == Op::Fwd && aliases(*forward.function, df[id].forward_value, root) && !read_only_by_core(backward, id))
       return false;
   return true;
 }
@@ -67,7 +67,7 @@ class RowPlanner : public Planner {
         if (n.op != Op::Gather) continue;
         bool in_tasks = fp.phases[size_t(id)] == ir::Phase::Core && read_only_by_core(fp, id) &&
                         backward_reads_only_in_tasks(fp, plan.types[t].backward, id);
-        if (!in_tasks) view_ok_[t][size_t(n.slot)] = false;
+        if (!in_tasks) view_ok_[t][size_t(n.child_slot)] = false;
       }
     }
   }

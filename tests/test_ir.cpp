@@ -1,9 +1,16 @@
-// The Builder's shape checks and their messages, the verifier, the printer,
-// DCE and CSE, and the eager/core/lazy classification and fusion grouping.
+// The Builder's shape checks and their messages, the op table, the verifier,
+// the printer, DCE and CSE, and the eager/core/lazy classification and fusion
+// grouping.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "ir/classify.h"
 #include "ir/fusion.h"
+#include "ir/op_semantics.h"
 #include "ir/passes.h"
 #include "tests/user_error.h"
 #include "vjit/vjit.h"
@@ -216,6 +223,242 @@ TEST(Fusion, NeverJoinsTwoNodesLinkedThroughAnOutsideNode) {
     EXPECT_FALSE(has_a && has_b) << ir::to_string(f, groups);
   }
   ASSERT_EQ(groups.size(), 1u) << "b and exp(b) still fuse";
+}
+
+// --- the op table ---
+
+// Every op of the table, in enum order.
+std::vector<ir::Op> all_ops() {
+  return {
+#define VJIT_X(name, ...) ir::Op::name,
+      VJIT_IR_OPS(VJIT_X)
+#undef VJIT_X
+  };
+}
+
+std::set<ir::Op> ops_where(bool (*property)(ir::Op)) {
+  std::set<ir::Op> out;
+  for (ir::Op op : all_ops())
+    if (property(op)) out.insert(op);
+  return out;
+}
+
+TEST(OpTable, EveryOpHasItsOwnName) {
+  std::vector<ir::Op> ops = all_ops();
+  ASSERT_EQ(int(ops.size()), ir::kNumOps);
+  std::set<std::string> names;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_EQ(size_t(ops[i]), i);
+    std::string name = ir::op_name(ops[i]);
+    EXPECT_NE(name, "?");
+    EXPECT_FALSE(name.empty());
+    EXPECT_TRUE(names.insert(name).second) << "two ops named " << name;
+  }
+  EXPECT_STREQ(ir::op_name(ir::Op::GatherGrad), "GatherGrad");
+  EXPECT_EQ(ir::op_kind(ir::Op::MatMul), ir::OpKind::Contract);
+}
+
+// The executor runs views without a kernel and copies as data movement
+// (runtime/cpu_executor.cpp); the fusion pass joins exactly the fusable ops.
+TEST(OpTable, ExecutionClassesAndFusableSetAreWhatTheBackEndsExpect) {
+  using ir::Op;
+  EXPECT_EQ(ops_where(ir::is_view), (std::set<Op>{Op::Param, Op::Slice, Op::Reshape, Op::Fwd, Op::ScatterGrad}));
+  EXPECT_EQ(ops_where(ir::is_copy), (std::set<Op>{Op::Gather, Op::GatherSum, Op::GatherAll, Op::Pull, Op::PullEmbedding,
+                                                  Op::Push, Op::GatherGrad, Op::EmbeddingGrad}));
+  for (Op op : all_ops())
+    EXPECT_EQ(ir::exec_class(op) == ir::ExecClass::Compute, !ir::is_view(op) && !ir::is_copy(op)) << ir::op_name(op);
+  EXPECT_EQ(ops_where(ir::is_fusable_op), (std::set<Op>{Op::Neg, Op::Sigmoid, Op::Tanh, Op::Relu, Op::Exp, Op::Log,
+                                                        Op::Sqrt, Op::Step, Op::Scale, Op::AddScalar, Op::Add, Op::Sub,
+                                                        Op::Mul, Op::Div}));
+  // Every elementwise op but Dropout (whose mask depends on the vertex) is fusable.
+  for (Op op : all_ops())
+    EXPECT_EQ(ir::is_fusable_op(op), ir::is_elementwise(op) && op != Op::Dropout) << ir::op_name(op);
+}
+
+TEST(OpTable, AttributesOfEachOp) {
+  using ir::Attr;
+  using ir::AttrSet;
+  using ir::Op;
+  EXPECT_EQ(ir::op_info(Op::Gather).attributes, AttrSet{Attr::ChildSlot});
+  EXPECT_EQ(ir::op_info(Op::GatherAll).attributes, AttrSet{Attr::MaxChildren});
+  EXPECT_EQ(ir::op_info(Op::Dropout).attributes, (AttrSet{Attr::DropoutKey, Attr::Rate}));
+  EXPECT_EQ(ir::op_info(Op::MatMul).attributes, (AttrSet{Attr::TransA, Attr::TransB}));
+  EXPECT_EQ(ir::op_info(Op::Tanh).attributes, AttrSet{});
+  // A GatherGrad reads child_slot only when its target is one slot.
+  ir::Node g = ir::Node::make(Op::GatherGrad, Shape::scalar(), {0});
+  EXPECT_TRUE(ir::used_attributes(g).has(Attr::ChildSlot));
+  g.target = ir::GatherGradTarget::VariadicRows;
+  EXPECT_FALSE(ir::used_attributes(g).has(Attr::ChildSlot));
+  EXPECT_TRUE(ir::used_attributes(g).has(Attr::Target));
+}
+
+// ir/op_semantics.h gives semantics to exactly the fusable ops: those the
+// fallback kernels, the reference kernel and codegen must all compute.
+TEST(OpTable, FusableOpsAndOnlyThoseHaveScalarSemantics) {
+  for (ir::Op op : all_ops()) {
+    const bool unary = ir::op_kind(op) == ir::OpKind::Unary;
+    const bool binary = ir::op_kind(op) == ir::OpKind::Binary;
+    if (ir::is_fusable_op(op) && unary) {
+      EXPECT_NO_THROW(ir::apply_unary(op, 0.5f, 2.0f)) << ir::op_name(op);
+    } else {
+      EXPECT_THROW(ir::apply_unary(op, 0.5f, 2.0f), InternalError) << ir::op_name(op);
+    }
+    if (ir::is_fusable_op(op) && binary) {
+      EXPECT_NO_THROW(ir::apply_binary(op, 0.5, 2.0)) << ir::op_name(op);
+    } else {
+      EXPECT_THROW(ir::apply_binary(op, 0.5, 2.0), InternalError) << ir::op_name(op);
+    }
+  }
+  EXPECT_EQ(ir::apply_unary(ir::Op::Scale, 3.0, 0.5), 1.5);
+  EXPECT_EQ(ir::apply_unary(ir::Op::AddScalar, 3.0, 0.5), 3.5);
+  EXPECT_EQ(ir::apply_unary(ir::Op::Step, 0.0f, 0.0f), 0.0f);
+  EXPECT_EQ(ir::apply_unary(ir::Op::Relu, -2.0, 0.0), 0.0);
+  EXPECT_EQ(ir::apply_binary(ir::Op::Sub, 3.0, 0.5), 2.5);
+  EXPECT_EQ(ir::apply_binary(ir::Op::Div, 3.0, 0.5), 6.0);
+  ir::Node scale = ir::Node::make(ir::Op::Scale, Shape::vec(4));
+  scale.factor = 0.25;
+  EXPECT_EQ(ir::unary_constant(scale), 0.25);
+  ir::Node add = ir::Node::make(ir::Op::AddScalar, Shape::vec(4));
+  add.addend = -1.0;
+  EXPECT_EQ(ir::unary_constant(add), -1.0);
+}
+
+// pull -> `node` -> scatter, for the verifier and CSE tests.
+ir::Function one_node(ir::Node node) {
+  ir::Function f;
+  f.name = "f";
+  ir::ValueId x = f.add(ir::Node::make(ir::Op::Pull, Shape::vec(4)));
+  if (ir::op_kind(node.op) == ir::OpKind::Unary) node.args = {x};
+  ir::ValueId y = f.add(node);
+  f.add(ir::Node::make(ir::Op::Scatter, Shape::scalar(), {y}));
+  return f;
+}
+
+std::string internal_error_of(const ir::Function& f) {
+  try {
+    ir::verify(f);
+  } catch (const InternalError& e) {
+    return e.what();
+  }
+  return "(no InternalError)";
+}
+
+TEST(Verifier, RejectsAnAttributeItsOpDoesNotUse) {
+  ir::Node tanh = ir::Node::make(ir::Op::Tanh, Shape::vec(4));
+  EXPECT_NO_THROW(ir::verify(one_node(tanh)));
+  tanh.factor = 2.0;
+  std::string msg = internal_error_of(one_node(tanh));
+  EXPECT_CONTAINS(msg, "verify f: Tanh does not use attribute factor but it is 2 in %1 = tanh(%0) : [4]");
+
+  ir::Node scale = ir::Node::make(ir::Op::Scale, Shape::vec(4));
+  scale.factor = 2.0;
+  EXPECT_NO_THROW(ir::verify(one_node(scale)));
+  scale.addend = 1.0;  // AddScalar's, not Scale's
+  EXPECT_CONTAINS(internal_error_of(one_node(scale)), "Scale does not use attribute addend but it is 1");
+
+  ir::Node dropout = ir::Node::make(ir::Op::Dropout, Shape::vec(4));
+  dropout.rate = 0.5;
+  dropout.dropout_key = 3;
+  EXPECT_NO_THROW(ir::verify(one_node(dropout)));
+  dropout.child_slot = 1;
+  EXPECT_CONTAINS(internal_error_of(one_node(dropout)), "Dropout does not use attribute slot but it is 1");
+
+  ir::Node gather = ir::Node::make(ir::Op::Gather, Shape::vec(4));
+  gather.child_slot = 2;
+  EXPECT_NO_THROW(ir::verify(one_node(gather)));
+  gather.target = ir::GatherGradTarget::EveryVariadic;
+  EXPECT_CONTAINS(internal_error_of(one_node(gather)),
+                  "Gather does not use attribute target but it is every_variadic");
+}
+
+TEST(Verifier, GatherGradReadsItsSlotOnlyWhenItsTargetIsOneSlot) {
+  ir::Function f;
+  f.name = "df";
+  ir::ValueId g = f.add(ir::Node::make(ir::Op::ScatterGrad, Shape::vec(4)));
+  ir::Node sink = ir::Node::make(ir::Op::GatherGrad, Shape::scalar(), {g});
+  sink.target = ir::GatherGradTarget::EveryVariadic;
+  f.add(sink);
+  EXPECT_NO_THROW(ir::verify(f));
+  EXPECT_CONTAINS(ir::to_string(f), "gathergrad(%0) target=every_variadic\n");
+  f.nodes[1].child_slot = 1;
+  EXPECT_CONTAINS(internal_error_of(f), "GatherGrad does not use attribute slot but it is 1");
+  f.nodes[1].target = ir::GatherGradTarget::Slot;
+  EXPECT_NO_THROW(ir::verify(f));
+  EXPECT_CONTAINS(ir::to_string(f), "gathergrad(%0) target=slot slot=1\n");
+}
+
+// Two nodes of one op (on one operand when unary), both used; how many of them
+// simplify() keeps: 1 when it merges them.
+int kept_after_cse(const ir::Node& a, const ir::Node& b) {
+  ir::Function f;
+  f.name = "f";
+  ir::ValueId x = f.add(ir::Node::make(ir::Op::Pull, Shape::vec(4)));
+  ir::Node na = a, nb = b;
+  if (ir::op_kind(a.op) == ir::OpKind::Unary) na.args = nb.args = {x};
+  ir::ValueId ya = f.add(na), yb = f.add(nb);
+  ir::ValueId sum = f.add(ir::Node::make(ir::Op::Add, Shape::vec(4), {ya, yb}));
+  f.add(ir::Node::make(ir::Op::Scatter, Shape::scalar(), {sum}));
+  ir::verify(f);
+  ir::Function g = ir::simplify(f);
+  ir::verify(g);
+  return int(std::count_if(g.nodes.begin(), g.nodes.end(), [&](const ir::Node& n) { return n.op == a.op; }));
+}
+
+TEST(Passes, CseMergesNodesOnlyWhenTheirUsedAttributesAreEqual) {
+  const int merged = 1, kept = 2;
+  auto scale = [](double factor) {
+    ir::Node n = ir::Node::make(ir::Op::Scale, Shape::vec(4));
+    n.factor = factor;
+    return n;
+  };
+  EXPECT_EQ(kept_after_cse(scale(2.0), scale(2.0)), merged);
+  EXPECT_EQ(kept_after_cse(scale(2.0), scale(3.0)), kept);
+  EXPECT_EQ(kept_after_cse(scale(0.0), scale(-0.0)), kept) << "x·0 and x·−0 differ in sign";
+
+  auto gather = [](int slot) {
+    ir::Node n = ir::Node::make(ir::Op::Gather, Shape::vec(4));
+    n.child_slot = slot;
+    return n;
+  };
+  EXPECT_EQ(kept_after_cse(gather(1), gather(1)), merged);
+  EXPECT_EQ(kept_after_cse(gather(0), gather(1)), kept);
+
+  auto dropout = [](int key, double rate) {
+    ir::Node n = ir::Node::make(ir::Op::Dropout, Shape::vec(4));
+    n.dropout_key = key;
+    n.rate = rate;
+    return n;
+  };
+  EXPECT_EQ(kept_after_cse(dropout(0, 0.5), dropout(0, 0.5)), merged);
+  EXPECT_EQ(kept_after_cse(dropout(0, 0.5), dropout(1, 0.5)), kept) << "distinct masks";
+  EXPECT_EQ(kept_after_cse(dropout(0, 0.5), dropout(0, 0.25)), kept);
+
+  auto constant = [](double value) {
+    ir::Node n = ir::Node::make(ir::Op::Constant, Shape::vec(4));
+    n.value = value;
+    return n;
+  };
+  EXPECT_EQ(kept_after_cse(constant(1.0), constant(1.0)), merged);
+  EXPECT_EQ(kept_after_cse(constant(1.0), constant(2.0)), kept);
+}
+
+TEST(Printer, ShowsEachUsedAttributeByName) {
+  Model model;
+  Param w = model.add("W", Shape::mat(4, 4));
+  Program program(model);
+  int t = program.add_type("cell", [&](Builder& b) {
+    Value x = b.dropout(b.add_scalar(b.scale(b.gather_all(3, Shape::vec(4)), 0.5), 2.0), 0.25);
+    b.scatter(b.tanh(b.matmul(w, b.sum_rows(x))));
+  });
+  std::string text = ir::to_string(program.forward(t));
+  EXPECT_CONTAINS(text, "gatherall() max_children=3 : [3,4]");
+  EXPECT_CONTAINS(text, "scale(%0) factor=0.5 : [3,4]");
+  EXPECT_CONTAINS(text, "addscalar(%1) addend=2 : [3,4]");
+  EXPECT_CONTAINS(text, "dropout(%2) key=0 rate=0.25 : [3,4]");
+  std::string backward = ir::to_string(program.backward(t));
+  EXPECT_CONTAINS(backward, "gathergrad(%");
+  EXPECT_CONTAINS(backward, ") target=variadic_rows\n");
+  EXPECT_CONTAINS(backward, "fwd() forward=");
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ class Builder {
  private:
   Value emit(ir::Node node);
   Value operand(const Arg& a);
-  Value unary(ir::Op op, Value x, double scalar = 0.0);
+  ir::Node unary_node(ir::Op op, Value x);  // checked, not yet emitted
   Value binary(ir::Op op, Arg a, Arg b);
   void check_value(const Value& v, const char* op) const;
   void declare_variadic(const Shape& expected, const char* op);
