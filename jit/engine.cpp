@@ -7,6 +7,7 @@
 #include "jit/kernel_cache.h"
 #include "jit/pipeline.h"
 #include "runtime/cpu_executor.h"
+#include "runtime/pool_parallel_for.h"
 #include "runtime/thread_pool.h"
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
@@ -26,6 +27,7 @@ struct Engine::Impl {
         options(std::move(o)),
         plan(lower_and_count(program, options, compile_info)),
         pool(options.threads),
+        parallel(pool),
         gemm(parse_gemm_backend(options.gemm)),
         policy(parse_policy(options.policy)),
         executor(program, plan, pool, gemm, options.streaming) {
@@ -113,6 +115,7 @@ struct Engine::Impl {
   CompileInfo compile_info;  // declared before plan, which fills it
   runtime::ExecPlan plan;
   ThreadPool pool;
+  PoolParallelFor parallel;  // the pool, lent to the optimizer
   GemmBackend gemm;
   Policy policy;
   runtime::CpuExecutor executor;
@@ -154,7 +157,8 @@ double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
   impl_->forward(batch, run);
   impl_->backward();
   auto start = std::chrono::steady_clock::now();
-  optimizer.step(impl_->program.model(), impl_->grads);
+  // Only the rows of the embedding tables this batch looked up, on the pool's threads.
+  optimizer.step(impl_->program.model(), impl_->grads, impl_->executor.gradient_rows(), &impl_->parallel);
   impl_->stats.optimizer_s += seconds_since(start);
   return impl_->result.objective;
 }

@@ -56,11 +56,34 @@ thread_local bool t_on_streaming_thread = false;
 constexpr int64_t kAlignFloats = 16;  // 64-byte rows of buffers start aligned
 int64_t aligned(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
 
+// A parameter's gradient is row-sparse when only EmbeddingGrad nodes write it:
+// gradient_rows[p].all = false, with room for every row of the table so that
+// collecting rows never allocates; written[p] marks the rows already listed.
+void init_gradient_rows(const Model& model, const ExecPlan& plan, std::vector<GradientRows>& gradient_rows,
+                        std::vector<std::vector<char>>& written) {
+  std::vector<char> embedding(size_t(model.size()), 0), dense(size_t(model.size()), 0);
+  for (const TypePlan& t : plan.types)
+    for (const Node& n : t.backward.function->nodes) {
+      if (n.op == Op::EmbeddingGrad) embedding[size_t(n.param)] = 1;
+      if (n.op == Op::ParamGrad) dense[size_t(n.param)] = 1;
+    }
+  gradient_rows.assign(size_t(model.size()), {});
+  written.assign(size_t(model.size()), {});
+  for (size_t p = 0; p < size_t(model.size()); ++p) {
+    if (!embedding[p] || dense[p]) continue;
+    gradient_rows[p].all = false;
+    gradient_rows[p].rows.reserve(size_t(model.param(int(p)).shape.rows()));
+    written[p].assign(size_t(model.param(int(p)).shape.rows()), 0);
+  }
+}
+
 }  // namespace
 
 CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, ThreadPool& pool, GemmBackend gemm,
                          bool streaming)
-    : program_(program), plan_(plan), pool_(pool), gemm_backend_(gemm), streaming_(streaming) {}
+    : program_(program), plan_(plan), pool_(pool), gemm_backend_(gemm), streaming_(streaming) {
+  init_gradient_rows(program.model(), plan, gradient_rows_, row_written_);
+}
 
 ExecStats& CpuExecutor::local_stats() { return t_on_streaming_thread ? stream_stats_ : stats_; }
 
@@ -195,26 +218,28 @@ void CpuExecutor::backward(std::vector<std::vector<float>>& grads) {
   for (size_t i = schedule_->tasks.size(); i-- > 0;) run_task(Pass::Backward, schedule_->tasks[i], task_begin_[i]);
   run_phase(Pass::Backward, ir::Phase::Lazy);
   grads_ = nullptr;
+  for (GradientRows& r : gradient_rows_) std::sort(r.rows.begin(), r.rows.end());
 }
 
 // Sets every gradient to zero. An embedding table's gradient keeps its storage
 // between steps, and only the rows the last backward wrote are cleared.
 void CpuExecutor::zero_gradients(std::vector<std::vector<float>>& grads) {
   const Model& model = program_.model();
-  bool reuse = grads.size() == size_t(model.size()) && touched_rows_.size() == grads.size();
+  bool reuse = grads.size() == size_t(model.size());
   grads.resize(size_t(model.size()));
-  touched_rows_.resize(grads.size());
   for (int p = 0; p < model.size(); ++p) {
     std::vector<float>& g = grads[size_t(p)];
     const ParamData& param = model.param(p);
     size_t numel = size_t(param.shape.numel());
-    if (reuse && param.sparse_rows && g.size() == numel) {
+    GradientRows& touched = gradient_rows_[size_t(p)];
+    if (reuse && !touched.all && g.size() == numel) {
       size_t cols = size_t(param.shape.cols());
-      for (int row : touched_rows_[size_t(p)]) std::fill_n(g.begin() + int64_t(size_t(row) * cols), cols, 0.0f);
+      for (int row : touched.rows) std::fill_n(g.begin() + int64_t(size_t(row) * cols), cols, 0.0f);
     } else {
       g.assign(numel, 0.0f);
     }
-    touched_rows_[size_t(p)].clear();
+    for (int row : touched.rows) row_written_[size_t(p)][size_t(row)] = 0;
+    touched.rows.clear();
   }
 }
 
@@ -604,10 +629,13 @@ void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node) {
       return;
     case Op::EmbeddingGrad: {
       std::vector<float>& grad = (*grads_)[size_t(node.param)];
-      std::vector<int>& touched = touched_rows_[size_t(node.param)];
+      GradientRows& touched = gradient_rows_[size_t(node.param)];
       for (int64_t r = 0; r < rows.count; ++r) {
         int token = vertex(rows.vertices[r]).token;
-        touched.push_back(token);
+        if (!touched.all && !row_written_[size_t(node.param)][size_t(token)]) {
+          row_written_[size_t(node.param)][size_t(token)] = 1;
+          touched.rows.push_back(token);
+        }
         float* dst = grad.data() + int64_t(token) * width;
         const float* src = at(x, rows.begin + r);
         for (int64_t i = 0; i < width; ++i) dst[i] += src[i];

@@ -16,6 +16,7 @@
 #include "runtime/gemm.h"
 #include "runtime/thread_pool.h"
 #include "scheduler/schedule.h"
+#include "vjit/optimizer.h"
 #include "vjit/program.h"
 #include "vjit/reference.h"
 
@@ -60,6 +61,10 @@ class CpuExecutor {
   void backward(std::vector<std::vector<float>>& grads);
 
   ExecStats& stats() { return stats_; }
+  // Per parameter, the rows of the last backward's gradient that may be non-zero:
+  // for an embedding table (a parameter only EmbeddingGrad writes) the sorted,
+  // unique tokens of the batch; every other parameter is dense (all = true).
+  const std::vector<GradientRows>& gradient_rows() const { return gradient_rows_; }
 
  private:
   struct Slot {
@@ -134,7 +139,8 @@ class CpuExecutor {
   std::vector<std::vector<Slot>> slots_[2];      // [pass][type][value id]
   std::vector<Slot> scatter_grad_;               // per type: the gradient of what it scattered
   std::vector<float> arena_[2];
-  std::vector<std::vector<int>> touched_rows_;   // per parameter: embedding rows the last backward wrote
+  std::vector<GradientRows> gradient_rows_;      // per parameter: embedding rows the last backward wrote
+  std::vector<std::vector<char>> row_written_;   // per embedding table, per row: listed in gradient_rows_
 };
 
 }  // namespace vjit::runtime
