@@ -338,8 +338,6 @@ int Program::add_type(const std::string& name, const std::function<void(Builder&
                                     << " but never slot " << k);
   ir::verify(type.forward);
   type.forward = ir::simplify(type.forward);
-  for (const Node& n : type.forward.nodes)
-    if (n.op == ir::Op::PullEmbedding) model_->param(n.param).sparse_rows = true;
   type.backward = ir::simplify(ir::differentiate(type.forward));
   ir::verify(type.backward);
   types_.push_back(std::move(type));

@@ -58,13 +58,20 @@ void add_row(const float* src, float* dst, int64_t width) {
 // --- parameter store ---
 
 CpuParameterStore::CpuParameterStore(Model& model, const ExecPlan& plan)
-    : model_(model),
-      gradients_(size_t(model.size())),
-      embedding_(size_t(model.size()), 0),
-      touched_(size_t(model.size())) {
+    : model_(model), gradients_(size_t(model.size())), rows_(size_t(model.size())), row_written_(size_t(model.size())) {
+  // A parameter's gradient is row-sparse when only EmbeddingGrad nodes write it.
+  std::vector<char> embedding(size_t(model.size()), 0), dense(size_t(model.size()), 0);
   for (const TypePlan& type : plan.types)
-    for (const Node& n : type.backward.function->nodes)
-      if (n.op == Op::EmbeddingGrad) embedding_[size_t(n.param)] = 1;
+    for (const Node& n : type.backward.function->nodes) {
+      if (n.op == Op::EmbeddingGrad) embedding[size_t(n.param)] = 1;
+      if (n.op == Op::ParamGrad) dense[size_t(n.param)] = 1;
+    }
+  for (size_t p = 0; p < size_t(model.size()); ++p) {
+    if (!embedding[p] || dense[p]) continue;
+    rows_[p].all = false;
+    rows_[p].rows.reserve(size_t(model.param(int(p)).shape.rows()));
+    row_written_[p].assign(size_t(model.param(int(p)).shape.rows()), 0);
+  }
 }
 
 void CpuParameterStore::upload(const Model&) {}
@@ -74,22 +81,23 @@ void CpuParameterStore::zero_gradients() {
   for (int p = 0; p < model_.size(); ++p) {
     std::vector<float>& g = gradients_[size_t(p)];
     const ParamData& param = model_.param(p);
+    GradientRows& rows = rows_[size_t(p)];
     size_t numel = size_t(param.shape.numel());
-    if (embedding_[size_t(p)] && g.size() == numel) {
+    if (!rows.all && g.size() == numel) {
       size_t cols = size_t(param.shape.cols());
-      for (int row : touched_[size_t(p)]) std::fill_n(g.begin() + int64_t(size_t(row) * cols), cols, 0.0f);
+      for (int row : rows.rows) {
+        std::fill_n(g.begin() + int64_t(size_t(row) * cols), cols, 0.0f);
+        row_written_[size_t(p)][size_t(row)] = 0;
+      }
     } else {
       g.assign(numel, 0.0f);
     }
-    touched_[size_t(p)].clear();
+    rows.rows.clear();
   }
 }
 
 void CpuParameterStore::finish_touched() {
-  for (std::vector<int>& rows : touched_) {
-    std::sort(rows.begin(), rows.end());
-    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-  }
+  for (GradientRows& rows : rows_) std::sort(rows.rows.begin(), rows.rows.end());
 }
 
 // --- executor ---
@@ -99,6 +107,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, int threa
     : program_(program),
       plan_(plan),
       pool_(threads),
+      parallel_(pool_),
       gemm_backend_(gemm),
       streaming_(streaming),
       store_(program.model(), plan) {
@@ -248,7 +257,10 @@ void CpuExecutor::backward() {
   store_.finish_touched();
 }
 
-void CpuExecutor::update(Optimizer& optimizer) { optimizer.step(store_.model(), store_.gradients()); }
+// Only the rows of the embedding tables the batch looked up, on the pool's threads.
+void CpuExecutor::update(Optimizer& optimizer) {
+  optimizer.step(store_.model(), store_.gradients(), store_.gradient_rows(), &parallel_);
+}
 
 void CpuExecutor::run_phase(Pass pass, ir::Phase phase, Frame& frame) {
   for (int t = 0; t < program_.num_types(); ++t) run_type_phase(pass, phase, t, frame);

@@ -15,6 +15,7 @@
 
 #include "runtime/executor.h"
 #include "runtime/gemm.h"
+#include "runtime/pool_parallel_for.h"
 #include "runtime/thread_pool.h"
 
 namespace vjit::runtime {
@@ -27,24 +28,32 @@ class CpuParameterStore final : public ParameterStore {
   void upload(const Model& model) override;
   void download(Model& model) const override;
   const std::vector<std::vector<float>>& gradients() const override { return gradients_; }
-  bool is_embedding(int param) const override { return embedding_[size_t(param)] != 0; }
-  std::span<const int> touched_rows(int param) const override { return touched_[size_t(param)]; }
+  const std::vector<GradientRows>& gradient_rows() const override { return rows_; }
 
   Model& model() const { return model_; }
   float* value(int param) const { return model_.param(param).value.data(); }
   float* gradient(int param) { return gradients_[size_t(param)].data(); }
   // Zeroes the gradients (of an embedding table only the rows last touched).
   void zero_gradients();
-  // Notes that the backward wrote row `row` of embedding table `param`.
-  void touch(int param, int row) { touched_[size_t(param)].push_back(row); }
-  // Sorts and deduplicates the touched rows, after a backward.
+  // Notes that the backward wrote row `row` of `param` (an embedding table).
+  void touch(int param, int row) {
+    GradientRows& rows = rows_[size_t(param)];
+    char& written = row_written_[size_t(param)][size_t(row)];
+    if (rows.all || written) return;
+    written = 1;
+    rows.rows.push_back(row);
+  }
+  // Sorts the touched rows, after a backward.
   void finish_touched();
 
  private:
   Model& model_;
   std::vector<std::vector<float>> gradients_;
-  std::vector<char> embedding_;
-  std::vector<std::vector<int>> touched_;
+  // Per parameter: rows.all for a dense one; an embedding table has room for
+  // every row reserved, and row_written marks the rows listed, so that
+  // collecting them never allocates.
+  std::vector<GradientRows> rows_;
+  std::vector<std::vector<char>> row_written_;
 };
 
 class CpuExecutor final : public Executor {
@@ -122,6 +131,7 @@ class CpuExecutor final : public Executor {
   const Program& program_;
   const ExecPlan& plan_;
   ThreadPool pool_;
+  PoolParallelFor parallel_;  // the pool, lent to the optimizer
   GemmBackend gemm_backend_;
   bool streaming_;
   CpuParameterStore store_;

@@ -66,11 +66,10 @@ class ParameterStore {
   virtual void download(Model& model) const = 0;
   // The gradient of every parameter after the last backward, on the host.
   virtual const std::vector<std::vector<float>>& gradients() const = 0;
-  // Per parameter: whether it is an embedding table (its gradient is written
-  // row by row, by EmbeddingGrad), and then the rows the last backward
-  // touched, sorted and unique; other parameters' gradients are dense.
-  virtual bool is_embedding(int param) const = 0;
-  virtual std::span<const int> touched_rows(int param) const = 0;
+  // Per parameter, the rows of the last backward's gradient that may be
+  // non-zero: for an embedding table (a parameter only EmbeddingGrad writes)
+  // the batch's tokens, sorted and unique; every other parameter is dense.
+  virtual const std::vector<GradientRows>& gradient_rows() const = 0;
 };
 
 class Executor {

@@ -254,6 +254,57 @@ TEST(Engine, TrainingLowersTheLoss) {
   EXPECT_LT(last, 0.7 * first);
 }
 
+// train_step hands the optimizer the rows of the embedding table that the
+// batch looked up: with LazyAdam and weight decay, the update equals a step
+// given exactly those rows (a row more would decay, a row less would not move),
+// on the engine's threads or not, and every other row keeps its value.
+TEST(Engine, TrainStepUpdatesTheLookedUpRowsOfTheEmbeddingTable) {
+  models::Config config = small_config();
+  config.dropout = 0;
+  models::Bundle engine_side = models::make_model("tree_lstm", config);
+  models::Bundle by_hand = models::make_model("tree_lstm", config);
+  Options options = Options::defaults();
+  options.threads = 2;
+  Engine engine(*engine_side.program, options);
+  Engine twin(*by_hand.program, options);
+  Adam adam(0.05f, 0.9f, 0.999f, 1e-8f, 0.01f), twin_adam(0.05f, 0.9f, 0.999f, 1e-8f, 0.01f);
+  const Model& model = *engine_side.model;
+  const int table = model.find("embedding").id;
+  const int64_t cols = model.param(table).shape.cols();
+  const std::vector<float> initial = model.param(table).value;
+
+  std::vector<int32_t> tokens;
+  for (int step = 0; step < 3; ++step) {
+    GraphBatch batch = models::make_batch(engine_side.train, first_indices(8 + 8 * step));
+    engine.train_step(batch, adam);
+    RunOptions run;
+    run.seed = uint64_t(step + 1);
+    twin.forward(batch, run);
+    twin.backward();
+    std::vector<GradientRows> rows(size_t(model.size()));
+    rows[size_t(table)].all = false;
+    for (const Sample& sample : batch.samples)
+      for (const Vertex& v : sample.vertices)
+        if (v.token >= 0) rows[size_t(table)].rows.push_back(v.token);
+    std::vector<int32_t>& listed = rows[size_t(table)].rows;
+    std::sort(listed.begin(), listed.end());
+    listed.erase(std::unique(listed.begin(), listed.end()), listed.end());
+    twin_adam.step(*by_hand.model, twin.gradients(), rows);
+    for (int p = 0; p < model.size(); ++p)
+      EXPECT_EQ(model.param(p).value, by_hand.model->param(p).value) << "step " << step << ", " << model.param(p).name;
+    tokens.insert(tokens.end(), listed.begin(), listed.end());
+  }
+  std::sort(tokens.begin(), tokens.end());
+  const int64_t vocab = model.param(table).shape.rows();
+  ASSERT_LT(int64_t(std::unique(tokens.begin(), tokens.end()) - tokens.begin()), vocab) << "some rows are not looked up";
+  for (int64_t row = 0; row < vocab; ++row) {
+    const bool looked_up = std::binary_search(tokens.begin(), tokens.end(), int32_t(row));
+    bool moved = false;
+    for (int64_t k = row * cols; k < (row + 1) * cols; ++k) moved |= model.param(table).value[size_t(k)] != initial[size_t(k)];
+    EXPECT_EQ(moved, looked_up) << "embedding row " << row;
+  }
+}
+
 }  // namespace
 }  // namespace vjit
 

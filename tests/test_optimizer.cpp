@@ -3,17 +3,63 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <memory>
+#include <new>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "runtime/pool_parallel_for.h"
+#include "runtime/thread_pool.h"
+#include "tests/user_error.h"
 #include "vjit/error.h"
 #include "vjit/model.h"
 #include "vjit/program.h"
 #include "vjit/train.h"
+
+// --- allocation counting: this program's operator new, on every thread ---
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+
+void* counted_alloc(std::size_t size, std::size_t align = 0) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (size == 0) size = 1;
+  void* p = align == 0 ? std::malloc(size) : std::aligned_alloc(align, (size + align - 1) / align * align);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+// Counts the allocations any thread makes while it lives.
+class AllocationCounter {
+ public:
+  AllocationCounter() {
+    g_allocations.store(0);
+    g_counting.store(true);
+  }
+  ~AllocationCounter() { g_counting.store(false); }
+  int64_t count() const { return g_allocations.load(); }
+};
+}  // namespace
+
+void* operator new(std::size_t size) { return counted_alloc(size); }
+void* operator new[](std::size_t size) { return counted_alloc(size); }
+void* operator new(std::size_t size, std::align_val_t align) { return counted_alloc(size, std::size_t(align)); }
+void* operator new[](std::size_t size, std::align_val_t align) { return counted_alloc(size, std::size_t(align)); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -339,36 +385,423 @@ TEST(Train, ProgressBarRedrawsInPlaceOnATerminal) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1);
 }
 
-TEST(SparseRows, AnEmbeddingTableUpdatesOnlyTheRowsWithAGradient) {
-  using namespace vjit;
-  for (int use_adam = 0; use_adam < 2; ++use_adam) {
-    Model model(3);
-    Param table = model.add("table", Shape::mat(4, 3), Init::Uniform, 0.5f);
-    model.param(table).sparse_rows = true;
-    std::vector<float> before = model.param(table).value;
-    std::vector<std::vector<float>> grads{std::vector<float>(12, 0.0f)};
-    grads[0][4] = 0.5f;  // row 1 only
-    std::unique_ptr<Optimizer> opt;
-    if (use_adam) opt = std::make_unique<Adam>(0.1f, 0.9f, 0.999f, 1e-8f, 0.01f);
-    else opt = std::make_unique<SGD>(0.1f, 0.9f, 0.01f);
-    opt->step(model, grads);
-    const std::vector<float>& after = model.param(table).value;
-    for (int k = 0; k < 12; ++k) {
-      if (k / 3 == 1) EXPECT_NE(after[size_t(k)], before[size_t(k)]) << "row 1 changes, element " << k;
-      else EXPECT_EQ(after[size_t(k)], before[size_t(k)]) << "untouched rows stay, element " << k;
+// --- row-sparse gradients (GradientRows) ---
+
+using vjit::GradientRows;
+
+// An embedding table "emb" [6,4] with two dense parameters.
+vjit::Model table_model() {
+  vjit::Model model(11);
+  model.add("emb", vjit::Shape::mat(6, 4), vjit::Init::Uniform, 0.5f);
+  model.add("W", vjit::Shape::mat(3, 4), vjit::Init::Uniform, 0.5f);
+  model.add("b", vjit::Shape::vec(3), vjit::Init::Uniform, 0.5f);
+  return model;
+}
+
+// GradientRows for a model whose parameter 0 is a table with `listed` rows; the others dense.
+std::vector<GradientRows> table_rows(const vjit::Model& model, std::vector<int32_t> listed) {
+  std::vector<GradientRows> rows(size_t(model.size()));
+  rows[0].all = false;
+  rows[0].rows = std::move(listed);
+  return rows;
+}
+
+bool is_listed(const std::vector<GradientRows>& rows, size_t param, int64_t row) {
+  return rows.empty() || rows[param].all ||
+         std::binary_search(rows[param].rows.begin(), rows[param].rows.end(), int32_t(row));
+}
+
+// Uniform in [-1, 1) where `rows` lists an element, zero elsewhere (what a backward gives).
+Grads random_grads(const vjit::Model& model, const std::vector<GradientRows>& rows, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  Grads g = zeros(model);
+  for (int p = 0; p < model.size(); ++p) {
+    const int64_t cols = model.param(p).shape.cols();
+    for (size_t k = 0; k < g[size_t(p)].size(); ++k)
+      if (is_listed(rows, size_t(p), int64_t(k) / cols)) g[size_t(p)][k] = uniform(rng);
+  }
+  return g;
+}
+
+struct Config {
+  std::string name;
+  bool adam = true;
+  float lr = 0.05f, momentum = 0.0f, weight_decay = 0.0f, clip = 0.0f;
+  bool dense = false;  // set_dense_updates
+};
+
+std::unique_ptr<vjit::Optimizer> make_optimizer(const Config& c) {
+  std::unique_ptr<vjit::Optimizer> opt;
+  if (c.adam) opt = std::make_unique<vjit::Adam>(c.lr, 0.9f, 0.999f, 1e-8f, c.weight_decay, c.clip);
+  else opt = std::make_unique<vjit::SGD>(c.lr, c.momentum, c.weight_decay, c.clip);
+  opt->set_dense_updates(c.dense);
+  return opt;
+}
+
+// The update rules of optimizer.h in double, element by element: lazy (rows a
+// step does not list keep weights and state) or dense (they get g = 0, as
+// torch.optim does on the dense gradient).
+class ReferenceOptimizer {
+ public:
+  ReferenceOptimizer(const Config& c, const vjit::Model& model) : c_(c) {
+    for (int p = 0; p < model.size(); ++p) {
+      w.emplace_back(model.param(p).value.begin(), model.param(p).value.end());
+      cols_.push_back(model.param(p).shape.cols());
+    }
+    m_.assign(w.size(), {});
+    v_.assign(w.size(), {});
+    for (size_t p = 0; p < w.size(); ++p) {
+      m_[p].assign(w[p].size(), 0.0);
+      v_[p].assign(w[p].size(), 0.0);
+    }
+  }
+
+  void step(const Grads& g, const std::vector<GradientRows>& rows) {
+    ++t_;
+    double sum = 0.0;
+    for (size_t p = 0; p < w.size(); ++p)
+      for (size_t k = 0; k < w[p].size(); ++k)
+        if (is_listed(rows, p, int64_t(k) / cols_[p])) sum += double(g[p][k]) * g[p][k];
+    const double norm = std::sqrt(sum);
+    const double scale = c_.clip > 0 && norm > c_.clip ? c_.clip / norm : 1.0;
+    const double lr = c_.lr, wd = c_.weight_decay, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    for (size_t p = 0; p < w.size(); ++p)
+      for (size_t k = 0; k < w[p].size(); ++k) {
+        const bool listed = is_listed(rows, p, int64_t(k) / cols_[p]);
+        if (!listed && !c_.dense) continue;
+        const double gk = listed ? g[p][k] * scale : 0.0;
+        double& wk = w[p][k];
+        double& m = m_[p][k];
+        double& v = v_[p][k];
+        if (c_.adam) {
+          m = b1 * m + (1 - b1) * gk;
+          v = b2 * v + (1 - b2) * gk * gk;
+          const double m_hat = m / (1 - std::pow(b1, t_)), v_hat = v / (1 - std::pow(b2, t_));
+          wk = wk - lr * wd * wk - lr * m_hat / (std::sqrt(v_hat) + eps);
+        } else {
+          double d = gk + wd * wk;
+          if (c_.momentum > 0) d = m = c_.momentum * m + d;
+          wk -= lr * d;
+        }
+      }
+  }
+
+  std::vector<std::vector<double>> w;
+
+ private:
+  Config c_;
+  std::vector<int64_t> cols_;
+  std::vector<std::vector<double>> m_, v_;
+  int t_ = 0;
+};
+
+std::vector<Config> sparse_configs() {
+  std::vector<Config> configs;
+  for (bool dense : {false, true}) {
+    const std::string mode = dense ? " dense" : " lazy";
+    configs.push_back({"Adam" + mode, true, 0.05f, 0.0f, 0.0f, 0.0f, dense});
+    configs.push_back({"AdamW clipped" + mode, true, 0.05f, 0.0f, 0.02f, 1.5f, dense});
+    configs.push_back({"SGD momentum" + mode, false, 0.1f, 0.9f, 0.01f, 0.0f, dense});
+    configs.push_back({"SGD clipped" + mode, false, 0.1f, 0.0f, 0.05f, 1.5f, dense});
+  }
+  return configs;
+}
+
+// The table's rows listed per step: some rows come back after steps without
+// them (their state must have waited, or decayed), one step lists none.
+const std::vector<std::vector<int32_t>> kListedPerStep = {{1, 4}, {1}, {}, {0, 4, 5}, {2, 3, 4}, {1, 2, 3, 4, 5}};
+
+void expect_matches_reference(const vjit::Model& initial, const std::vector<std::vector<int32_t>>& listed_per_step,
+                              const std::string& what) {
+  for (const Config& c : sparse_configs()) {
+    vjit::Model model = initial;
+    std::unique_ptr<vjit::Optimizer> opt = make_optimizer(c);
+    ReferenceOptimizer ref(c, model);
+    for (size_t s = 0; s < listed_per_step.size(); ++s) {
+      const std::vector<GradientRows> rows = table_rows(model, listed_per_step[s]);
+      const Grads g = random_grads(model, rows, 100 + s);
+      opt->step(model, g, rows);
+      ref.step(g, rows);
+      for (int p = 0; p < model.size(); ++p)
+        for (size_t k = 0; k < ref.w[size_t(p)].size(); ++k)
+          ASSERT_NEAR(model.param(p).value[k], ref.w[size_t(p)][k], 1e-5)
+              << what << ", " << c.name << ", step " << s << ", " << model.param(p).name << "[" << k << "]";
+    }
+    EXPECT_EQ(opt->steps(), int64_t(listed_per_step.size())) << c.name;
+  }
+}
+
+TEST(GradientRows, LazyAndDenseUpdatesMatchAReferenceOverSteps) {
+  expect_matches_reference(table_model(), kListedPerStep, "a small table");
+  // A table of many chunks (32 rows of 512 each) with runs of listed rows and
+  // gaps, and a dense matrix of several chunks.
+  vjit::Model chunked(13);
+  chunked.add("emb", vjit::Shape::mat(200, 512), vjit::Init::Uniform, 0.5f);
+  chunked.add("W", vjit::Shape::mat(150, 256), vjit::Init::Uniform, 0.5f);
+  std::vector<std::vector<int32_t>> listed_per_step;
+  std::mt19937_64 rng(3);
+  for (int s = 0; s < 4; ++s) {
+    std::vector<int32_t> listed;
+    for (int32_t row = 0; row < 200; ++row)
+      if (rng() % 3 != 0) listed.push_back(row);
+    listed_per_step.push_back(listed);
+  }
+  expect_matches_reference(chunked, listed_per_step, "a table of several chunks");
+}
+
+TEST(GradientRows, LazyUpdatesLeaveUnlistedRowsExactlyAlone) {
+  for (const Config& c : sparse_configs()) {
+    vjit::Model model = table_model();
+    std::unique_ptr<vjit::Optimizer> opt = make_optimizer(c);
+    for (size_t s = 0; s < kListedPerStep.size(); ++s) {
+      const std::vector<GradientRows> rows = table_rows(model, kListedPerStep[s]);
+      const std::vector<float> before = model.param(0).value;
+      opt->step(model, random_grads(model, rows, 100 + s), rows);
+      const std::vector<float>& after = model.param(0).value;
+      for (int64_t row = 0; row < 6; ++row) {
+        const bool listed = is_listed(rows, 0, row);
+        bool changed = false;
+        for (int64_t col = 0; col < 4; ++col) changed |= after[size_t(row * 4 + col)] != before[size_t(row * 4 + col)];
+        if (listed) {
+          EXPECT_TRUE(changed) << c.name << ", step " << s << ": listed row " << row;
+        } else if (!c.dense) {
+          EXPECT_FALSE(changed) << c.name << ", step " << s << ": unlisted row " << row;
+        } else if (s == 1 && row == 4) {
+          // Listed in step 0, so its state (or decay) moves it under dense updates.
+          EXPECT_TRUE(changed) << c.name << ": dense updates move unlisted row 4";
+        }
+      }
     }
   }
 }
 
-TEST(SparseRows, ProgramMarksTablesReadByPullEmbedding) {
-  using namespace vjit;
-  Model model(1);
-  Param table = model.add("table", Shape::mat(5, 2));
-  Param w = model.add("w", Shape::mat(2, 2));
-  Program program(model);
-  program.add_type("leaf", [&](Builder& b) { b.scatter(b.matmul(w, b.pull_embedding(table))); });
-  EXPECT_TRUE(model.param(table).sparse_rows);
-  EXPECT_FALSE(model.param(w).sparse_rows);
+TEST(GradientRows, DenseUpdatesEqualADenseStepOnTheZeroFilledGradient) {
+  for (const Config& c : sparse_configs()) {
+    if (!c.dense || c.clip > 0) continue;  // with clipping the norm's summation order differs
+    vjit::Model with_rows = table_model(), dense = table_model();
+    std::unique_ptr<vjit::Optimizer> a = make_optimizer(c), b = make_optimizer(c);
+    for (size_t s = 0; s < kListedPerStep.size(); ++s) {
+      const std::vector<GradientRows> rows = table_rows(with_rows, kListedPerStep[s]);
+      const Grads g = random_grads(with_rows, rows, 100 + s);
+      a->step(with_rows, g, rows);
+      b->step(dense, g);
+      EXPECT_EQ(values(with_rows), values(dense)) << c.name << ", step " << s;
+    }
+  }
+}
+
+TEST(GradientRows, NonFiniteInAListedRowNamesParameterAndElement) {
+  for (bool dense : {false, true}) {
+    vjit::Model model = table_model(), twin = table_model();
+    vjit::Adam adam(0.05f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f), twin_adam(0.05f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f);
+    adam.set_dense_updates(dense);
+    twin_adam.set_dense_updates(dense);
+    const std::vector<GradientRows> rows = table_rows(model, {1, 4});
+    adam.step(model, random_grads(model, rows, 1), rows);
+    twin_adam.step(twin, random_grads(twin, rows, 1), rows);
+    const auto before = values(model);
+    Grads bad = random_grads(model, rows, 2);
+    bad[0][4 * 4 + 2] = std::numeric_limits<float>::infinity();
+    const std::string message = vjit::test_util::user_error_of([&] { adam.step(model, bad, rows); });
+    EXPECT_NE(message.find("non-finite"), std::string::npos) << message;
+    EXPECT_NE(message.find("'emb'"), std::string::npos) << message;
+    EXPECT_NE(message.find("[4,2]"), std::string::npos) << message;
+    EXPECT_EQ(values(model), before);
+    EXPECT_EQ(adam.steps(), 1);
+    // The state did not move either: the next step equals the twin's.
+    adam.step(model, random_grads(model, rows, 3), rows);
+    twin_adam.step(twin, random_grads(twin, rows, 3), rows);
+    EXPECT_EQ(values(model), values(twin));
+  }
+}
+
+TEST(GradientRows, UnlistedRowsAreNeverRead) {
+  for (bool dense : {false, true}) {
+    vjit::Model model = table_model();
+    vjit::SGD sgd(0.1f, 0.9f, 0.01f);
+    sgd.set_dense_updates(dense);
+    const std::vector<GradientRows> rows = table_rows(model, {1, 4});
+    Grads g = random_grads(model, rows, 1);
+    g[0][2 * 4 + 1] = std::numeric_limits<float>::quiet_NaN();  // row 2: not listed
+    const std::vector<float> before = model.param(0).value;
+    sgd.step(model, g, rows);
+    for (int col = 0; col < 4; ++col) {
+      const float after = model.param(0).value[size_t(2 * 4 + col)];
+      EXPECT_TRUE(std::isfinite(after)) << col;
+      // Lazy: untouched. Dense: only the weight decay, g taken as 0.
+      const float expected = dense ? before[size_t(2 * 4 + col)] - 0.1f * (0.01f * before[size_t(2 * 4 + col)])
+                                   : before[size_t(2 * 4 + col)];
+      EXPECT_EQ(after, expected) << col;
+    }
+    EXPECT_NEAR(sgd.last_grad_norm(), global_norm(random_grads(model, rows, 1)), 1e-6);
+  }
+}
+
+TEST(GradientRows, BadRowsAreRejectedNamingTheParameter) {
+  vjit::Model model = table_model();
+  vjit::Adam adam(0.05f);
+  const Grads g = zeros(model);
+  const auto before = values(model);
+  auto error = [&](std::vector<GradientRows> rows) {
+    return vjit::test_util::user_error_of([&] { adam.step(model, g, rows); });
+  };
+  for (const std::vector<int32_t>& listed : std::vector<std::vector<int32_t>>{{4, 1}, {1, 1}}) {
+    const std::string message = error(table_rows(model, listed));
+    EXPECT_NE(message.find("'emb'"), std::string::npos) << message;
+    EXPECT_NE(message.find("sorted and unique"), std::string::npos) << message;
+  }
+  for (int32_t row : {6, -1}) {
+    const std::string message = error(table_rows(model, {0, row}));
+    EXPECT_NE(message.find("'emb'"), std::string::npos) << message;
+    EXPECT_NE(message.find("row " + std::to_string(row)), std::string::npos) << message;
+    EXPECT_NE(message.find("[6,4]"), std::string::npos) << message;
+  }
+  const std::string message = error(std::vector<GradientRows>(2));
+  EXPECT_NE(message.find("2 GradientRows"), std::string::npos) << message;
+  EXPECT_EQ(values(model), before);
+  EXPECT_EQ(adam.steps(), 0);
+}
+
+// --- threads ---
+
+// Runs the tasks on the calling thread, last first, and counts them.
+class ReversedParallelFor : public vjit::ParallelFor {
+ public:
+  void run(int64_t n, vjit::TaskRef fn) override {
+    ++runs;
+    tasks += n;
+    for (int64_t i = n; i-- > 0;) fn(i);
+  }
+  int64_t runs = 0, tasks = 0;
+};
+
+// A pool that counts what it is given.
+class CountingPool : public vjit::ParallelFor {
+ public:
+  explicit CountingPool(int threads) : pool_(threads), parallel_(pool_) {}
+  void run(int64_t n, vjit::TaskRef fn) override {
+    ++runs;
+    parallel_.run(n, fn);
+  }
+  int64_t runs = 0;
+
+ private:
+  vjit::ThreadPool pool_;
+  vjit::PoolParallelFor parallel_;
+};
+
+// A table of many chunks, and dense parameters of several chunks and of one.
+vjit::Model large_model() {
+  vjit::Model model(5);
+  model.add("emb", vjit::Shape::mat(1000, 128), vjit::Init::Uniform, 0.1f);
+  model.add("W", vjit::Shape::mat(128, 384));
+  model.add("b", vjit::Shape::vec(384), vjit::Init::Zeros);
+  return model;
+}
+
+std::vector<int32_t> random_rows(int32_t table_rows, int count, uint64_t seed) {
+  std::vector<int32_t> all(static_cast<size_t>(table_rows));
+  for (int32_t r = 0; r < table_rows; ++r) all[size_t(r)] = r;
+  std::mt19937_64 rng(seed);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(size_t(count));
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+// Steps of large_model() with `listed[s]` rows of the table listed in step s
+// (or, without use_rows, the same gradients as dense ones).
+struct Steps {
+  std::vector<std::vector<GradientRows>> rows;
+  std::vector<Grads> grads;
+};
+
+Steps large_steps(const vjit::Model& model, const std::vector<int>& listed, bool use_rows) {
+  Steps steps;
+  for (size_t s = 0; s < listed.size(); ++s) {
+    steps.rows.push_back(table_rows(model, random_rows(1000, listed[s], s)));
+    steps.grads.push_back(random_grads(model, steps.rows.back(), 7 + s));
+    if (!use_rows) steps.rows.back().clear();
+  }
+  return steps;
+}
+
+TEST(OptimizerThreads, ResultsDoNotDependOnTheThreads) {
+  ReversedParallelFor reversed;
+  CountingPool two(2), three(3);
+  const std::vector<vjit::ParallelFor*> runners = {nullptr, &reversed, &two, &three};
+  for (bool use_rows : {true, false}) {
+    const Steps steps = large_steps(large_model(), {300, 450, 1000}, use_rows);
+    for (const Config& c : sparse_configs()) {
+      reversed.runs = reversed.tasks = two.runs = three.runs = 0;
+      std::vector<std::vector<float>> first_values;
+      double first_norm = 0.0;
+      for (size_t r = 0; r < runners.size(); ++r) {
+        vjit::Model model = large_model();
+        std::unique_ptr<vjit::Optimizer> opt = make_optimizer(c);
+        for (size_t s = 0; s < steps.grads.size(); ++s) opt->step(model, steps.grads[s], steps.rows[s], runners[r]);
+        if (r == 0) {
+          first_values = values(model);
+          first_norm = opt->last_grad_norm();
+        } else {
+          EXPECT_TRUE(values(model) == first_values) << c.name << (use_rows ? " rows" : " dense") << ", runner " << r;
+          EXPECT_EQ(opt->last_grad_norm(), first_norm) << c.name << ", runner " << r;
+        }
+      }
+      // Each step ran its check and its update as several tasks.
+      EXPECT_EQ(reversed.runs, 6) << c.name;
+      EXPECT_GT(reversed.tasks, 6 * 4) << c.name;
+      EXPECT_EQ(two.runs, 6) << c.name;
+      EXPECT_EQ(three.runs, 6) << c.name;
+    }
+  }
+}
+
+TEST(OptimizerThreads, SmallModelsStayOnTheCallingThread) {
+  Quadratic q;
+  ReversedParallelFor parallel;
+  vjit::Adam adam(0.05f);
+  adam.step(q.model, q.grads(), {}, &parallel);
+  EXPECT_EQ(parallel.runs, 0);
+  EXPECT_EQ(adam.steps(), 1);
+}
+
+// --- allocations ---
+
+TEST(OptimizerAllocations, TheCounterSeesAllocations) {
+  static std::vector<std::vector<float>> keep;
+  AllocationCounter counter;
+  keep.emplace_back(100, 1.0f);
+  EXPECT_GE(counter.count(), 1);
+}
+
+TEST(OptimizerAllocations, NoneAfterTheFirstStep) {
+  CountingPool pool(2);
+  for (bool use_rows : {true, false}) {
+    // The listed rows vary, growing past the first step's.
+    const Steps steps = large_steps(large_model(), {50, 10, 700, 0, 999, 1000}, use_rows);
+    for (const Config& c : sparse_configs()) {
+      vjit::Model model = large_model();
+      std::unique_ptr<vjit::Optimizer> opt = make_optimizer(c);
+      opt->step(model, steps.grads[0], steps.rows[0], &pool);
+      int64_t allocations = 0;
+      {
+        AllocationCounter counter;
+        for (size_t s = 1; s < steps.grads.size(); ++s)
+          opt->step(model, steps.grads[s], steps.rows[s], s % 2 ? &pool : nullptr);
+        allocations = counter.count();
+      }
+      EXPECT_EQ(allocations, 0) << c.name << (use_rows ? " with rows" : " dense");
+      // The plain overload allocates nothing either.
+      {
+        AllocationCounter counter;
+        opt->step(model, steps.grads[1]);
+        allocations = counter.count();
+      }
+      EXPECT_EQ(allocations, 0) << c.name << ", step(model, grads)";
+    }
+  }
 }
 
 }  // namespace

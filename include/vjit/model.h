@@ -25,11 +25,6 @@ struct ParamData {
   std::string name;
   Shape shape;
   std::vector<float> value;
-  // An embedding table (set by Program for tables read by pull_embedding):
-  // optimizers update only the rows whose gradient is non-zero, as DyNet does
-  // for lookup parameters and TensorFlow's LazyAdam, so a step costs the rows a
-  // batch touched, not the whole vocabulary.
-  bool sparse_rows = false;
 };
 
 class Model {

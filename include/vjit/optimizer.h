@@ -4,29 +4,105 @@
 //
 // Every step, before anything is updated:
 //   1. the gradients are checked: one per parameter, each of the parameter's size,
-//      all finite — otherwise UserError naming the parameter, and the model and
-//      the optimizer state are left unchanged;
+//      all finite — otherwise UserError naming the parameter (and [row,col]), and
+//      the model and the optimizer state are left unchanged;
 //   2. with clip_norm > 0, all gradients are scaled by min(1, clip_norm / ‖g‖),
 //      ‖g‖ the global L2 norm over every parameter, so the norm used is ≤ clip_norm.
 // Then each parameter is updated by the rule of the subclass.
 //
-// State (momentum, Adam moments) is created on the first step for the model it
-// sees; a later step with a model of other parameter shapes is a UserError
-// (call reset() to start over).
+// Row-sparse gradients. An embedding table's gradient is non-zero only in the
+// rows of the tokens a batch looked up, a few hundred of tens of thousands. The
+// second step() overload takes, per parameter, a GradientRows saying which rows
+// may be non-zero; the check, the norm and the update then touch only those rows,
+// so a step costs what the batch touched, not the vocabulary. The Engine passes
+// them for every table read by pull_embedding (Engine::train_step).
+//
+// Untouched rows: lazy by default. A row that is not listed is not updated at
+// all: its weights, its momentum / Adam moments stay as they are, and weight
+// decay is not applied to it — TensorFlow's LazyAdam, DyNet's lookup parameters.
+// set_dense_updates(true) instead updates every element of every parameter as if
+// the unlisted rows had a zero gradient (their moments decay, their weights keep
+// moving and decay), exactly torch.optim.Adam / torch.optim.SGD on the dense
+// gradient; the check and the norm still read only the listed rows.
+//
+// Threads. A step splits its work into chunks of about 16k elements (ranges of a
+// parameter, or groups of listed rows), the same chunks however many threads run
+// them; given a ParallelFor, the chunks run on its threads, otherwise on the
+// calling thread. Results do not depend on the number of threads: every element
+// is updated by the same float operations, and the norm is summed in double, per
+// chunk, the chunk partials then added in chunk order.
+//
+// Memory. State (momentum, Adam moments) and scratch are allocated on the first
+// step for the model it sees; later steps allocate nothing (unless they throw).
+// A later step with a model of other parameter shapes is a UserError (call
+// reset() to start over).
+//
+// Update loops are vectorised for the CPU they run on (AVX-512, AVX2 or SSE2,
+// chosen at load time).
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "vjit/model.h"
 
 namespace vjit {
 
+// Which rows of one parameter's gradient may be non-zero. The parameter is read
+// as a Shape::rows() × Shape::cols() matrix (a vector is one row). all = true
+// (the default): every element may be. all = false: only the rows listed in
+// `rows`, which must be sorted, unique and in [0, rows()); every other row of the
+// gradient is taken to be zero and is never read.
+struct GradientRows {
+  bool all = true;
+  std::vector<int32_t> rows;
+};
+
+// A non-owning reference to a callable void(int64_t): two pointers, copied
+// freely, never allocating. The callable must outlive every call through it.
+class TaskRef {
+ public:
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::remove_cvref_t<F>, TaskRef> &&
+                                                    std::is_invocable_v<F&, int64_t>>>
+  TaskRef(F&& fn)  // NOLINT(google-explicit-constructor): converts like a function pointer
+      : object_(const_cast<void*>(static_cast<const void*>(&fn))), call_(&invoke<std::remove_reference_t<F>>) {}
+
+  void operator()(int64_t i) const { call_(object_, i); }
+
+ private:
+  template <typename F>
+  static void invoke(void* fn, int64_t i) {
+    (*static_cast<F*>(fn))(i);
+  }
+
+  void* object_;
+  void (*call_)(void*, int64_t);
+};
+
+// Runs independent tasks on several threads: run(n, fn) calls fn(i) once for
+// every i in [0, n), on any of its threads and in any order, and returns when
+// all calls have returned (rethrowing an exception one threw). An optimizer's
+// tasks write disjoint memory. For allocation-free steps an implementation must
+// not allocate per call. The Engine implements it with its thread pool.
+class ParallelFor {
+ public:
+  virtual ~ParallelFor() = default;
+  virtual void run(int64_t n, TaskRef fn) = 0;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // One update. Throws UserError (leaving the model untouched) on a mismatch in
-  // count or size, or a non-finite gradient.
-  virtual void step(Model& model, const std::vector<std::vector<float>>& grads);
+  // One dense update on the calling thread: every element of every parameter.
+  // Throws UserError (leaving the model untouched) on a mismatch in count or
+  // size, or a non-finite gradient.
+  void step(Model& model, const std::vector<std::vector<float>>& grads);
+  // One update where rows[i] says which rows of grads[i] may be non-zero (see
+  // GradientRows; an empty `rows` means every parameter is dense). `parallel`,
+  // when given, runs the work on its threads. Also throws UserError for rows
+  // that are not one per parameter, not sorted and unique, or out of range.
+  void step(Model& model, const std::vector<std::vector<float>>& grads, const std::vector<GradientRows>& rows,
+            ParallelFor* parallel = nullptr);
 
   // Forgets the state (moments, step count).
   virtual void reset();
@@ -38,30 +114,70 @@ class Optimizer {
   // The global L2 norm of the last step's gradients, before clipping.
   double last_grad_norm() const { return last_grad_norm_; }
 
+  // false (the default): rows a step's GradientRows leaves out are not updated
+  // (lazy: weights, moments, no decay). true: every element of every parameter
+  // is updated, the unlisted rows with a zero gradient (torch.optim semantics).
+  bool dense_updates() const { return dense_updates_; }
+  void set_dense_updates(bool dense) { dense_updates_ = dense; }
+
  protected:
   Optimizer(float lr, float clip_norm);
 
   // Allocates per-parameter state for `model` (called on the first step, after reset()).
   virtual void init_state(const Model& /*model*/) {}
-  // Updates parameter `index` with gradient g (already checked) times `grad_scale`
-  // (the clipping factor, 1 when not clipped). steps() already counts this step.
-  virtual void update(int index, ParamData& param, const std::vector<float>& g, float grad_scale) = 0;
+  // Called once per step after the check, before any update(); steps() already
+  // counts this step. For per-step constants (Adam's bias corrections).
+  virtual void begin_update() {}
+  // Updates elements [begin, end) of parameter `index`, whose values are w[0,
+  // numel), with the gradient g[begin, end) times `grad_scale` (the clipping
+  // factor, 1 when not clipped) — or with a zero gradient when g is null (rows
+  // a GradientRows leaves out, under dense_updates()). Called concurrently from
+  // several threads for disjoint ranges: it must touch only those elements of w
+  // and of its state, and must not allocate.
+  virtual void update(int index, float* w, const float* g, int64_t begin, int64_t end, float grad_scale) = 0;
 
  private:
-  // Throws UserError on a wrong count, size or a non-finite value; returns Σ g².
-  double check(const Model& model, const std::vector<std::vector<float>>& grads);
+  // A unit of work: a range of a parameter's elements (dense), or a run of its
+  // listed rows (row-sparse).
+  struct Chunk {
+    int32_t param = 0;
+    bool by_rows = false;
+    int64_t begin = 0, end = 0;    // dense: elements; by rows: the table rows the chunk updates
+    int64_t first = 0, last = 0;   // by rows: its listed rows, indices into GradientRows::rows
+  };
+
+  // Throws UserError on a wrong count, size or state shape, or bad rows.
+  void validate(const Model& model, const std::vector<std::vector<float>>& grads,
+                const std::vector<GradientRows>& rows) const;
+  // Fills chunks_ for this step; returns the number of elements they read or update.
+  int64_t plan_chunks(const Model& model, const std::vector<GradientRows>& rows);
+  // Runs fn(c) for every chunk, on `parallel` when the work is worth it.
+  void for_each_chunk(ParallelFor* parallel, int64_t work, TaskRef fn);
+  double chunk_sum_of_squares(const Chunk& chunk, const std::vector<float>& g, const GradientRows* rows,
+                              int64_t cols) const;
+  void update_chunk(const Chunk& chunk, float* w, const float* g, const GradientRows* rows, int64_t cols,
+                    float grad_scale);
+  // Throws the UserError naming the first non-finite listed gradient value.
+  [[noreturn]] void throw_non_finite(const Model& model, const std::vector<std::vector<float>>& grads,
+                                     const std::vector<GradientRows>& rows) const;
 
   float lr_;
   float clip_norm_;
+  bool dense_updates_ = false;
   int64_t steps_ = 0;
   double last_grad_norm_ = 0.0;
   std::vector<Shape> state_shapes_;  // the parameter shapes the state was made for
+  std::vector<Chunk> chunks_;        // scratch, capacity kept between steps
+  std::vector<double> partial_;      // per chunk: Σ g² of its listed elements
 };
 
 // Stochastic gradient descent with optional (heavy-ball) momentum:
 //   g ← g + weight_decay·w          (classic L2 penalty, coupled to the gradient)
 //   v ← momentum·v + g              (v = g when momentum = 0)
 //   w ← w − lr·v
+// Rows a step's GradientRows leaves out keep their weights and their velocity
+// (no momentum step, no decay) unless dense_updates() is set, which applies the
+// rule to them with g = 0 like torch.optim.SGD.
 class SGD : public Optimizer {
  public:
   explicit SGD(float lr, float momentum = 0.0f, float weight_decay = 0.0f, float clip_norm = 0.0f);
@@ -72,7 +188,7 @@ class SGD : public Optimizer {
 
  protected:
   void init_state(const Model& model) override;
-  void update(int index, ParamData& param, const std::vector<float>& g, float grad_scale) override;
+  void update(int index, float* w, const float* g, int64_t begin, int64_t end, float grad_scale) override;
 
  private:
   float momentum_;
@@ -87,6 +203,12 @@ class SGD : public Optimizer {
 //   w ← w − lr·m̂/(√v̂ + eps),  m̂ = m/(1−β1ᵗ), v̂ = v/(1−β2ᵗ)
 // With weight_decay = 0 this is plain Adam. The first step moves every weight with
 // a non-zero gradient by lr·|g|/(|g|+eps) ≈ lr.
+//
+// For row-sparse gradients this is LazyAdam (TensorFlow Addons): a row a step's
+// GradientRows leaves out keeps its weights and its moments m, v unchanged, and
+// is not decayed; t still counts every step. With dense_updates() set, those
+// rows are updated with g = 0 instead (m, v decay, the weights keep moving by the
+// remaining momentum and decay): torch.optim.AdamW on the dense gradient.
 class Adam : public Optimizer {
  public:
   explicit Adam(float lr = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f,
@@ -100,13 +222,15 @@ class Adam : public Optimizer {
 
  protected:
   void init_state(const Model& model) override;
-  void update(int index, ParamData& param, const std::vector<float>& g, float grad_scale) override;
+  void begin_update() override;
+  void update(int index, float* w, const float* g, int64_t begin, int64_t end, float grad_scale) override;
 
  private:
   float beta1_;
   float beta2_;
   float eps_;
   float weight_decay_;
+  float correction1_ = 1.0f, correction2_ = 1.0f;  // 1 − β1ᵗ, 1 − β2ᵗ of the current step
   std::vector<std::vector<float>> m_;
   std::vector<std::vector<float>> v_;
 };
