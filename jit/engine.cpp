@@ -218,6 +218,11 @@ const std::vector<std::vector<float>>& Engine::gradients() const {
   return impl_->executor->parameters().gradients();
 }
 
+const std::vector<GradientRows>& Engine::gradient_rows() const {
+  VJIT_USER_CHECK(impl_->has_gradients, "Engine::gradient_rows: no backward() has run yet");
+  return impl_->executor->parameters().gradient_rows();
+}
+
 void Engine::track_lower_bound(bool on) { impl_->lower_bound_tracked = on; }
 const EngineStats& Engine::stats() const { return impl_->stats; }
 const CompileInfo& Engine::compile_info() const { return impl_->compile_info; }

@@ -211,6 +211,7 @@ TEST(EngineErrors, ResultsBeforeAnyRun) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
   Engine engine(*bundle.program, Options::defaults());
   EXPECT_NE(user_error_of([&] { engine.gradients(); }).find("no backward()"), std::string::npos);
+  EXPECT_NE(user_error_of([&] { engine.gradient_rows(); }).find("no backward()"), std::string::npos);
   EXPECT_NE(user_error_of([&] { engine.last_result(); }).find("no forward()"), std::string::npos);
   EXPECT_NE(user_error_of([&] { engine.backward(); }).find("needs a forward()"), std::string::npos);
   GraphBatch batch = models::make_batch(bundle.train, first_indices(2));
@@ -289,6 +290,8 @@ TEST(Engine, TrainStepUpdatesTheLookedUpRowsOfTheEmbeddingTable) {
     std::vector<int32_t>& listed = rows[size_t(table)].rows;
     std::sort(listed.begin(), listed.end());
     listed.erase(std::unique(listed.begin(), listed.end()), listed.end());
+    EXPECT_EQ(twin.gradient_rows()[size_t(table)].rows, listed) << "step " << step;
+    EXPECT_FALSE(twin.gradient_rows()[size_t(table)].all);
     twin_adam.step(*by_hand.model, twin.gradients(), rows);
     for (int p = 0; p < model.size(); ++p)
       EXPECT_EQ(model.param(p).value, by_hand.model->param(p).value) << "step " << step << ", " << model.param(p).name;

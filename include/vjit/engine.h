@@ -75,6 +75,11 @@ class Engine {
   const Evaluation<float>& last_result() const;
   // One vector per parameter, in the model's order; UserError before any backward.
   const std::vector<std::vector<float>>& gradients() const;
+  // Per parameter, the rows of gradients() that may be non-zero: the rows of
+  // each embedding table the batch looked up (sorted), every row of the others.
+  // Pass it to Optimizer::step after a backward() of your own for the update
+  // train_step makes (only the touched rows of embedding tables: LazyAdam).
+  const std::vector<GradientRows>& gradient_rows() const;
 
   const EngineStats& stats() const;
   // Computes each batch's ED-Batch lower bound into stats().lower_bound (a
