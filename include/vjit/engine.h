@@ -16,7 +16,7 @@
 #include "vjit/optimizer.h"
 #include "vjit/options.h"
 #include "vjit/program.h"
-#include "vjit/reference.h"
+#include "vjit/run.h"
 
 namespace vjit {
 

@@ -2,28 +2,13 @@
 // The scalar reference interpreter: evaluates F and ∂F vertex by vertex in
 // topological order, in float or double. It is the oracle every optimisation is
 // tested against, so it is kept simple and obviously right.
-#include <cstdint>
 #include <vector>
 
 #include "vjit/graph.h"
 #include "vjit/program.h"
+#include "vjit/run.h"
 
 namespace vjit {
-
-struct RunOptions {
-  bool training = true;   // dropout active
-  bool backward = true;   // compute parameter gradients
-  uint64_t seed = 0;      // dropout masks are a function of (seed, sample, vertex, op, element)
-};
-
-template <typename T>
-struct Evaluation {
-  double objective = 0.0;
-  // pushes[sample][vertex][k]: the k-th pushed value of that vertex, flattened.
-  std::vector<std::vector<std::vector<std::vector<T>>>> pushes;
-  // param_grads[param id]: d objective / d parameter, flattened (zeros when unused).
-  std::vector<std::vector<T>> param_grads;
-};
 
 template <typename T>
 Evaluation<T> reference_evaluate(const Program& program, const std::vector<std::vector<T>>& params,

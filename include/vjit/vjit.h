@@ -9,5 +9,6 @@
 #include "vjit/options.h"
 #include "vjit/program.h"
 #include "vjit/reference.h"
+#include "vjit/run.h"
 #include "vjit/shape.h"
 #include "vjit/train.h"
