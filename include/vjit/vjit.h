@@ -8,6 +8,7 @@
 #include "vjit/optimizer.h"
 #include "vjit/options.h"
 #include "vjit/program.h"
+#include "vjit/random.h"
 #include "vjit/reference.h"
 #include "vjit/run.h"
 #include "vjit/shape.h"
