@@ -75,11 +75,11 @@ const CpuExecutor::Slot& CpuExecutor::slot(Pass pass, int type, ValueId id) cons
   return slots_[int(pass)][size_t(type)][size_t(id)];
 }
 
-const Vertex& CpuExecutor::vertex(const VertexRef& ref) const {
+const Vertex& CpuExecutor::vertex(const scheduler::VertexRef& ref) const {
   return batch_->samples[size_t(ref.sample)].vertices[size_t(ref.vertex)];
 }
 
-int64_t CpuExecutor::row_of(const VertexRef& ref) const {
+int64_t CpuExecutor::row_of(const scheduler::VertexRef& ref) const {
   return vertex_row_[size_t(sample_offset_[size_t(ref.sample)] + ref.vertex)];
 }
 
@@ -94,9 +94,9 @@ void CpuExecutor::assign_rows() {
   type_rows_.assign(num_types, 0);
   row_vertex_.assign(num_types, {});
   task_begin_.clear();
-  for (const Task& task : schedule_->tasks) {
+  for (const scheduler::Task& task : schedule_->tasks) {
     task_begin_.push_back(type_rows_[size_t(task.type)]);
-    for (const VertexRef& ref : task.vertices) {
+    for (const scheduler::VertexRef& ref : task.vertices) {
       VJIT_INTERNAL_CHECK(type_of(ref) == task.type, "a task mixes vertex types");
       vertex_row_[size_t(sample_offset_[size_t(ref.sample)] + ref.vertex)] = type_rows_[size_t(task.type)]++;
       row_vertex_[size_t(task.type)].push_back(ref);
@@ -164,7 +164,7 @@ void CpuExecutor::allocate(Pass pass) {
 
 // --- passes ---
 
-Evaluation<float> CpuExecutor::forward(const GraphBatch& batch, const Schedule& schedule, const RunOptions& options) {
+Evaluation<float> CpuExecutor::forward(const GraphBatch& batch, const scheduler::Schedule& schedule, const RunOptions& options) {
   batch_ = &batch;
   schedule_ = &schedule;
   options_ = options;
@@ -238,7 +238,7 @@ void CpuExecutor::run_forward_streaming() {
   size_t num_types = size_t(program_.num_types());
   std::vector<int> order;
   std::vector<char> seen(num_types, 0);
-  for (const Task& task : schedule_->tasks)
+  for (const scheduler::Task& task : schedule_->tasks)
     if (!seen[size_t(task.type)]) {
       seen[size_t(task.type)] = 1;
       order.push_back(task.type);
@@ -265,9 +265,9 @@ void CpuExecutor::run_forward_streaming() {
   std::exception_ptr task_error;
   try {
     for (size_t i = 0; i < schedule_->tasks.size(); ++i) {
-      const Task& task = schedule_->tasks[i];
+      const scheduler::Task& task = schedule_->tasks[i];
       wait_for(task.type);
-      for (const VertexRef& ref : task.vertices)
+      for (const scheduler::VertexRef& ref : task.vertices)
         for (int child : vertex(ref).children) wait_for(type_of({ref.sample, child}));
       run_task(Pass::Forward, task, task_begin_[i]);
     }
@@ -281,7 +281,7 @@ void CpuExecutor::run_forward_streaming() {
   if (error) std::rethrow_exception(error);
 }
 
-void CpuExecutor::run_task(Pass pass, const Task& task, int64_t begin) {
+void CpuExecutor::run_task(Pass pass, const scheduler::Task& task, int64_t begin) {
   Rows rows{task.type, begin, int64_t(task.vertices.size()), task.vertices.data()};
   run_steps(pass, rows, function_plan(pass, task.type).core);
 }
@@ -381,7 +381,7 @@ void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {
 
 void CpuExecutor::gather(const Rows& rows, const Node& node, const Slot& out) {
   int64_t width = node.op == Op::GatherAll ? node.shape.dims[1] : node.shape.numel();
-  auto scattered = [&](const VertexRef& child) {
+  auto scattered = [&](const scheduler::VertexRef& child) {
     int type = type_of(child);
     return at(slot(Pass::Forward, type, function_plan(Pass::Forward, type).scatter_value), row_of(child));
   };
@@ -435,7 +435,7 @@ void CpuExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, con
     Operand x = operand(0);
     float keep_scale = float(1.0 / (1.0 - node.scalar));
     for (int64_t r = 0; r < rows.count; ++r) {
-      const VertexRef& ref = rows.vertices[r];
+      const scheduler::VertexRef& ref = rows.vertices[r];
       for (int64_t i = 0; i < width; ++i) {
         bool keep = !options_.training ||
                     ir::dropout_keeps(options_.seed, ref.sample, ref.vertex, node.slot, i, node.scalar);
@@ -594,7 +594,7 @@ void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node) {
     case Op::Push:
       for (int64_t r = 0; r < rows.count; ++r) {
         const float* src = at(x, rows.begin + r);
-        const VertexRef& ref = rows.vertices[r];
+        const scheduler::VertexRef& ref = rows.vertices[r];
         result_->pushes[size_t(ref.sample)][size_t(ref.vertex)].emplace_back(src, src + width);
       }
       local_stats().copy_bytes += rows.count * width * int64_t(sizeof(float));
@@ -644,13 +644,13 @@ void CpuExecutor::param_grad(Pass pass, const Rows& rows, const Node& node) {
 void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const Slot& g) {
   size_t first = size_t(program_.signature(rows.type).fixed_arity);
   for (int64_t r = 0; r < rows.count; ++r) {
-    const VertexRef& ref = rows.vertices[r];
+    const scheduler::VertexRef& ref = rows.vertices[r];
     const std::vector<int>& children = vertex(ref).children;
     const float* src = at(g, rows.begin + r);
     size_t begin = node.slot >= 0 ? size_t(node.slot) : first;
     size_t end = node.slot >= 0 ? size_t(node.slot) + 1 : children.size();
     for (size_t k = begin; k < end; ++k) {
-      VertexRef child{ref.sample, children[k]};
+      scheduler::VertexRef child{ref.sample, children[k]};
       const Slot& dst_slot = scatter_grad_[size_t(type_of(child))];
       float* dst = at_mut(dst_slot, row_of(child));
       const float* part = node.slot == -2 ? src + int64_t(k - first) * dst_slot.ld : src;

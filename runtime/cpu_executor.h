@@ -54,7 +54,7 @@ class CpuExecutor {
 
   // Runs F over `batch` task by task. `batch` and `schedule` must stay alive and
   // unchanged until backward() returns.
-  Evaluation<float> forward(const GraphBatch& batch, const Schedule& schedule, const RunOptions& options);
+  Evaluation<float> forward(const GraphBatch& batch, const scheduler::Schedule& schedule, const RunOptions& options);
   // Runs ∂F for the last forward: eager nodes, the tasks in reverse, lazy nodes.
   // Gradients are written (not added) into `grads`, one vector per parameter.
   void backward(std::vector<std::vector<float>>& grads);
@@ -70,7 +70,7 @@ class CpuExecutor {
   struct Rows {
     int type = 0;
     int64_t begin = 0, count = 0;
-    const VertexRef* vertices = nullptr;  // the vertex of each row
+    const scheduler::VertexRef* vertices = nullptr;  // the vertex of each row
   };
   enum class Pass { Forward, Backward };
 
@@ -82,7 +82,7 @@ class CpuExecutor {
   void run_type_phase(Pass pass, ir::Phase phase, int type);
   void run_forward_streaming();
   ExecStats& local_stats();  // the calling thread's counters
-  void run_task(Pass pass, const Task& task, int64_t begin);
+  void run_task(Pass pass, const scheduler::Task& task, int64_t begin);
   void run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps);
   void run_node(Pass pass, const Rows& rows, ir::ValueId id);
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step);
@@ -106,9 +106,9 @@ class CpuExecutor {
   const Slot& slot(Pass pass, int type, ir::ValueId id) const;
   static const float* at(const Slot& s, int64_t row) { return s.data + row * s.ld; }
   static float* at_mut(const Slot& s, int64_t row) { return s.data + row * s.ld; }
-  const Vertex& vertex(const VertexRef& ref) const;
-  int64_t row_of(const VertexRef& ref) const;
-  int type_of(const VertexRef& ref) const { return vertex(ref).type; }
+  const Vertex& vertex(const scheduler::VertexRef& ref) const;
+  int64_t row_of(const scheduler::VertexRef& ref) const;
+  int type_of(const scheduler::VertexRef& ref) const { return vertex(ref).type; }
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
             int64_t ldb, float beta, float* c, int64_t ldc);
 
@@ -122,7 +122,7 @@ class CpuExecutor {
 
   // The batch being run.
   const GraphBatch* batch_ = nullptr;
-  const Schedule* schedule_ = nullptr;
+  const scheduler::Schedule* schedule_ = nullptr;
   RunOptions options_;
   Evaluation<float>* result_ = nullptr;
   std::vector<std::vector<float>>* grads_ = nullptr;
@@ -130,7 +130,7 @@ class CpuExecutor {
   std::vector<int64_t> vertex_row_;              // per global vertex id: its row in its type
   std::vector<int64_t> type_rows_;               // rows per type
   std::vector<int64_t> task_begin_;              // first row of each task
-  std::vector<std::vector<VertexRef>> row_vertex_;  // per type, per row
+  std::vector<std::vector<scheduler::VertexRef>> row_vertex_;  // per type, per row
   std::vector<std::vector<Slot>> slots_[2];      // [pass][type][value id]
   std::vector<Slot> scatter_grad_;               // per type: the gradient of what it scattered
   std::vector<float> arena_[2];

@@ -8,7 +8,7 @@
 #include "scheduler/fsm.h"
 #include "vjit/error.h"
 
-namespace vjit {
+namespace vjit::scheduler {
 
 namespace {
 constexpr std::array<std::pair<Policy, const char*>, 5> kPolicyNames{{
@@ -42,8 +42,6 @@ const std::vector<Policy>& all_policies() {
   }();
   return policies;
 }
-
-namespace sched {
 
 // ---------------------------------------------------------------- FlatBatch
 
@@ -461,14 +459,9 @@ int choose_ratio(const FrontierState& state) {
   return best;
 }
 
-}  // namespace sched
-
 // ------------------------------------------------------------------ policies
 
 namespace {
-
-using sched::FlatBatch;
-using sched::FrontierState;
 
 // Appends tasks to a schedule and remembers the order vertices ran in (a
 // topological order, used for the lower bound).
@@ -496,7 +489,7 @@ class TaskSink {
 void schedule_by_depth(const FlatBatch& graph, TaskSink& sink) {
   // Counting sort of the vertices by (depth, type); scanning ids in ascending
   // order keeps each bucket sorted.
-  const std::vector<int> depth = sched::vertex_depths(graph);
+  const std::vector<int> depth = scheduler::vertex_depths(graph);
   const int num_types = graph.num_types();
   const int max_depth = depth.empty() ? -1 : *std::max_element(depth.begin(), depth.end());
   const size_t num_buckets = size_t(max_depth + 1) * size_t(num_types);
@@ -574,9 +567,9 @@ Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy, co
     FrontierState state(graph);
     switch (policy) {
       case Policy::Agenda: {
-        const std::vector<int> depth = sched::vertex_depths(graph);
+        const std::vector<int> depth = scheduler::vertex_depths(graph);
         state.track_depths(depth);
-        schedule_by_type_choice(state, sink, sched::choose_agenda);
+        schedule_by_type_choice(state, sink, scheduler::choose_agenda);
         break;
       }
       case Policy::Frontier:
@@ -584,7 +577,7 @@ Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy, co
         break;
       case Policy::Ratio:
         state.track_type_frontiers();
-        schedule_by_type_choice(state, sink, sched::choose_ratio);
+        schedule_by_type_choice(state, sink, scheduler::choose_ratio);
         break;
       case Policy::Fsm:
         schedule.fsm_fallbacks = schedule_by_fsm(*fsm, graph, state, sink);
@@ -594,13 +587,13 @@ Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy, co
     }
   }
   schedule.schedule_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  schedule.lower_bound = sched::lower_bound(graph, sink.order());
+  schedule.lower_bound = scheduler::lower_bound(graph, sink.order());
   return schedule;
 }
 
 int batching_lower_bound(const GraphBatch& batch, int num_types) {
   const FlatBatch graph(batch, num_types);
-  return sched::lower_bound(graph, sched::topological_order(graph));
+  return scheduler::lower_bound(graph, scheduler::topological_order(graph));
 }
 
-}  // namespace vjit
+}  // namespace vjit::scheduler

@@ -47,7 +47,7 @@
 
 #include "vjit/graph.h"
 
-namespace vjit {
+namespace vjit::scheduler {
 
 class FsmPolicy;
 
@@ -90,7 +90,6 @@ int batching_lower_bound(const GraphBatch& batch, int num_types);
 
 // ---------------------------------------------------------------------------
 // Building blocks shared by the policies and the FSM learner (scheduler/fsm.cpp).
-namespace sched {
 
 // The batch with vertices numbered globally: id = offset of the sample + vertex
 // index, so sorting ids sorts by (sample, vertex). Children and parents are kept
@@ -231,5 +230,4 @@ int choose_agenda(const FrontierState& state);
 // type index). Needs track_type_frontiers.
 int choose_ratio(const FrontierState& state);
 
-}  // namespace sched
-}  // namespace vjit
+}  // namespace vjit::scheduler

@@ -18,7 +18,7 @@
 #include "tests/user_error.h"
 #include "vjit/error.h"
 
-namespace vjit {
+namespace vjit::scheduler {
 namespace {
 
 using test_graphs::figure_one;
@@ -76,8 +76,8 @@ TEST(Fsm, EncodingNames) {
 TEST(Fsm, StateEncodings) {
   // Fig. 1 after the I leaves ran: I1 and four O vertices are ready.
   const GraphBatch batch = figure_one();
-  const sched::FlatBatch graph(batch, 3);
-  sched::FrontierState state(graph);
+  const scheduler::FlatBatch graph(batch, 3);
+  scheduler::FrontierState state(graph);
   std::vector<int> run;
   state.take_ready(kI, run);
   state.execute(run);
@@ -90,7 +90,7 @@ TEST(Fsm, StateEncodings) {
   EXPECT_EQ(key, "1,0");
   // Heights: I1 has I2, I3 and R above it (3); the ready O vertices only R (1).
   // With I1 marked the critical type is I, though O is more common.
-  const std::vector<int> height = sched::vertex_heights(graph);
+  const std::vector<int> height = scheduler::vertex_heights(graph);
   state.track_heights(height);
   StateEncoder critical(StateEncoding::Critical);
   critical.encode(state, key);
@@ -279,9 +279,9 @@ TEST(Fsm, CriticalFallbackRunsTheCriticalPathFirst) {
   const GraphBatch batch = two_type_trees(9, 32);
   const FsmPolicy empty(StateEncoding::Critical, 3, {});
   const Schedule s = make_schedule(batch, 3, Policy::Fsm, &empty);
-  const sched::FlatBatch graph(batch, 3);
-  const std::vector<int> height = sched::vertex_heights(graph);
-  sched::FrontierState state(graph);
+  const scheduler::FlatBatch graph(batch, 3);
+  const std::vector<int> height = scheduler::vertex_heights(graph);
+  scheduler::FrontierState state(graph);
   std::vector<char> ran(graph.num_vertices(), 0);
   std::vector<int> run;
   int choices = 0;
@@ -534,4 +534,4 @@ TEST(Fsm, RejectsBadOptions) {
 }
 
 }  // namespace
-}  // namespace vjit
+}  // namespace vjit::scheduler
