@@ -97,9 +97,9 @@ struct Engine::Impl {
 
   static runtime::ExecPlan lower_and_count(const Program& program, const Options& options, CompileInfo& info) {
     auto start = std::chrono::steady_clock::now();
-    KernelCacheCounters before = KernelCache::global().counters();
-    runtime::ExecPlan plan = lower_program(program, options);
-    KernelCacheCounters after = KernelCache::global().counters();
+    jit::KernelCacheCounters before = jit::KernelCache::global().counters();
+    runtime::ExecPlan plan = jit::lower_program(program, options);
+    jit::KernelCacheCounters after = jit::KernelCache::global().counters();
     info.jit_compiles = after.compiles - before.compiles;
     info.jit_cache_hits = after.hits - before.hits;
     info.jit_compile_s = after.compile_seconds - before.compile_seconds;

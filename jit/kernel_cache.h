@@ -14,7 +14,7 @@
 #include "codegen/kernel_spec.h"
 #include "codegen/x86_isa.h"
 
-namespace vjit {
+namespace vjit::jit {
 
 struct CompiledKernel {
   std::string name;
@@ -46,4 +46,4 @@ class KernelCache {
   KernelCacheCounters counters_;
 };
 
-}  // namespace vjit
+}  // namespace vjit::jit

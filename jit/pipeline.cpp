@@ -12,7 +12,7 @@
 #include "jit/kernel_cache.h"
 #include "vjit/error.h"
 
-namespace vjit {
+namespace vjit::jit {
 
 namespace {
 
@@ -180,4 +180,4 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
   return plan;
 }
 
-}  // namespace vjit
+}  // namespace vjit::jit
