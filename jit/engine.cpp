@@ -26,15 +26,15 @@ struct Engine::Impl {
         options(std::move(o)),
         plan(lower_and_count(program, options, compile_info)),
         pool(options.threads),
-        gemm(parse_gemm_backend(options.gemm)),
+        gemm(runtime::parse_gemm_backend(options.gemm)),
         policy(scheduler::parse_policy(options.policy)),
         executor(program, plan, pool, gemm, options.streaming) {
     VJIT_USER_CHECK(options.memplan == "copy", "VJIT_MEMPLAN=" << options.memplan
                                                                 << " is not available yet (valid here: copy)");
     VJIT_USER_CHECK(options.device == "cpu", "VJIT_DEVICE=" << options.device
                                                             << " is not available in this build (valid here: cpu)");
-    VJIT_USER_CHECK(gemm_backend_available(gemm), "VJIT_GEMM=" << options.gemm << ": "
-                                                               << gemm_backend_unavailable_reason(gemm));
+    VJIT_USER_CHECK(runtime::gemm_backend_available(gemm), "VJIT_GEMM=" << options.gemm << ": "
+                                                               << runtime::gemm_backend_unavailable_reason(gemm));
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
       fsm = std::make_shared<scheduler::FsmPolicy>(scheduler::FsmPolicy::load(policy_cache_path(), program.signature_string()));
   }
@@ -112,8 +112,8 @@ struct Engine::Impl {
   Options options;
   CompileInfo compile_info;  // declared before plan, which fills it
   runtime::ExecPlan plan;
-  ThreadPool pool;
-  GemmBackend gemm;
+  runtime::ThreadPool pool;
+  runtime::GemmBackend gemm;
   scheduler::Policy policy;
   runtime::CpuExecutor executor;
   std::shared_ptr<const scheduler::FsmPolicy> fsm;
