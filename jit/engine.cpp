@@ -36,7 +36,7 @@ struct Engine::Impl {
     VJIT_USER_CHECK(runtime::gemm_backend_available(gemm), "VJIT_GEMM=" << options.gemm << ": "
                                                                << runtime::gemm_backend_unavailable_reason(gemm));
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
-      fsm = std::make_shared<scheduler::FsmPolicy>(scheduler::FsmPolicy::load(policy_cache_path(), program.signature_string()));
+      fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(policy_cache_path(), program.signature_string()));
   }
 
   // Where the learned policy of this program lives in the cache directory,
@@ -47,9 +47,9 @@ struct Engine::Impl {
     return options.cache_dir + "/fsm-" + std::to_string(hash) + ".json";
   }
 
-  std::shared_ptr<const scheduler::FsmPolicy> learn(const GraphBatch& batch) {
+  std::shared_ptr<const FsmPolicy> learn(const GraphBatch& batch) {
     validate_and_order(program.signatures(), batch);
-    fsm = std::make_shared<scheduler::FsmPolicy>(scheduler::FsmPolicy::learn(batch, program.num_types()));
+    fsm = std::make_shared<FsmPolicy>(FsmPolicy::learn(batch, program.num_types()));
     if (!options.cache_dir.empty()) {
       std::filesystem::create_directories(options.cache_dir);
       fsm->save(policy_cache_path(), program.signature_string());
@@ -61,7 +61,7 @@ struct Engine::Impl {
     auto start = std::chrono::steady_clock::now();
     validate_and_order(program.signatures(), batch);
     if (policy == scheduler::Policy::Fsm && !fsm) learn(batch);
-    schedule = scheduler::make_schedule(batch, program.num_types(), policy, fsm.get());
+    schedule = scheduler::make_schedule(batch, program.num_types(), policy, fsm ? &fsm->table() : nullptr);
     stats.schedule_s += seconds_since(start);
     stats.batches += 1;
     stats.vertices += batch.num_vertices();
@@ -116,7 +116,7 @@ struct Engine::Impl {
   runtime::GemmBackend gemm;
   scheduler::Policy policy;
   runtime::CpuExecutor executor;
-  std::shared_ptr<const scheduler::FsmPolicy> fsm;
+  std::shared_ptr<const FsmPolicy> fsm;
   scheduler::Schedule schedule;
   Evaluation<float> result;
   std::vector<std::vector<float>> grads;
@@ -173,9 +173,9 @@ const EngineStats& Engine::stats() const { return impl_->stats; }
 const CompileInfo& Engine::compile_info() const { return impl_->compile_info; }
 void Engine::reset_stats() { impl_->stats = {}; }
 const Options& Engine::options() const { return impl_->options; }
-void Engine::set_fsm_policy(std::shared_ptr<const scheduler::FsmPolicy> policy) { impl_->fsm = std::move(policy); }
-std::shared_ptr<const scheduler::FsmPolicy> Engine::fsm_policy() const { return impl_->fsm; }
-std::shared_ptr<const scheduler::FsmPolicy> Engine::learn_fsm_policy(const GraphBatch& batch) { return impl_->learn(batch); }
+void Engine::set_fsm_policy(std::shared_ptr<const FsmPolicy> policy) { impl_->fsm = std::move(policy); }
+std::shared_ptr<const FsmPolicy> Engine::fsm_policy() const { return impl_->fsm; }
+std::shared_ptr<const FsmPolicy> Engine::learn_fsm_policy(const GraphBatch& batch) { return impl_->learn(batch); }
 
 void Engine::save_fsm_policy(const std::string& path) const {
   VJIT_USER_CHECK(impl_->fsm, "Engine::save_fsm_policy: no policy was learned or loaded");
@@ -183,7 +183,7 @@ void Engine::save_fsm_policy(const std::string& path) const {
 }
 
 void Engine::load_fsm_policy(const std::string& path) {
-  impl_->fsm = std::make_shared<scheduler::FsmPolicy>(scheduler::FsmPolicy::load(path, impl_->program.signature_string()));
+  impl_->fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(path, impl_->program.signature_string()));
 }
 
 }  // namespace vjit

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "vjit/batching.h"
 #include "vjit/graph.h"
 #include "vjit/optimizer.h"
 #include "vjit/options.h"
@@ -19,10 +20,6 @@
 #include "vjit/run.h"
 
 namespace vjit {
-
-namespace scheduler {
-class FsmPolicy;
-}  // namespace scheduler
 
 // Counters and times, summed over the calls since the last reset_stats().
 struct EngineStats {
@@ -82,10 +79,10 @@ class Engine {
   // one per program). Without one, the engine loads it at start from
   // options().cache_dir when a policy for this program was saved there, and
   // otherwise learns it on the first batch it sees (and saves it there).
-  void set_fsm_policy(std::shared_ptr<const scheduler::FsmPolicy> policy);
-  std::shared_ptr<const scheduler::FsmPolicy> fsm_policy() const;
+  void set_fsm_policy(std::shared_ptr<const FsmPolicy> policy);
+  std::shared_ptr<const FsmPolicy> fsm_policy() const;
   // Learns the policy on `batch` (ED-Batch samples 32 instances of it).
-  std::shared_ptr<const scheduler::FsmPolicy> learn_fsm_policy(const GraphBatch& batch);
+  std::shared_ptr<const FsmPolicy> learn_fsm_policy(const GraphBatch& batch);
   // Saves with the program's signature; load rejects a file of another program.
   void save_fsm_policy(const std::string& path) const;
   void load_fsm_policy(const std::string& path);
