@@ -6,6 +6,7 @@
 #include "data/text.h"
 #include "vjit/data.h"
 #include "vjit/error.h"
+#include "vjit/random.h"
 
 namespace vjit {
 
@@ -28,7 +29,7 @@ class ZipfSampler {
     for (int r = 0; r < n; ++r) cdf_[size_t(r)] = total += 1.0 / std::pow(double(r + 1), exponent);
     for (double& c : cdf_) c /= total;
   }
-  int draw(data::Rng& rng) const {
+  int draw(Rng& rng) const {
     auto it = std::upper_bound(cdf_.begin(), cdf_.end(), rng.uniform());
     return std::min(int(it - cdf_.begin()), int(cdf_.size()) - 1);
   }
@@ -38,7 +39,7 @@ class ZipfSampler {
 };
 
 // Adds node `node`'s incoming arcs: its character, then maybe one word ending there.
-void add_lattice_node(data::Rng& rng, const SyntheticLatticeOptions& o, Lattice& lattice, int node) {
+void add_lattice_node(Rng& rng, const SyntheticLatticeOptions& o, Lattice& lattice, int node) {
   std::vector<Lattice::Arc>& arcs = lattice.incoming[size_t(node)];
   int character = rng.uniform_int(0, o.vocab_size - 1);
   arcs.push_back({node - 1, character, false});
@@ -56,7 +57,7 @@ std::vector<std::vector<int>> make_synthetic_sentences(int num_sentences, uint64
   check_lengths("make_synthetic_sentences", options.min_length, options.max_length);
   VJIT_USER_CHECK(options.vocab_size >= 1, "make_synthetic_sentences: vocab_size must be >= 1");
   VJIT_USER_CHECK(options.zipf_exponent >= 0, "make_synthetic_sentences: zipf_exponent must be >= 0");
-  data::Rng rng(seed);
+  Rng rng(seed);
   ZipfSampler zipf(options.vocab_size, options.zipf_exponent);
   std::vector<std::vector<int>> sentences(static_cast<size_t>(num_sentences));
   for (std::vector<int>& sentence : sentences) {
@@ -77,7 +78,7 @@ std::vector<TaggedSentence> make_synthetic_tagged_sentences(int num_sentences, u
   check_lengths("make_synthetic_tagged_sentences", options.min_length, options.max_length);
   VJIT_USER_CHECK(options.vocab_size >= 1 && options.num_tags >= 1,
                   "make_synthetic_tagged_sentences: vocab_size and num_tags must be >= 1");
-  data::Rng rng(seed);
+  Rng rng(seed);
   std::vector<TaggedSentence> sentences(static_cast<size_t>(num_sentences));
   for (TaggedSentence& sentence : sentences) {
     int length = rng.uniform_int(options.min_length, options.max_length);
@@ -97,7 +98,7 @@ std::vector<Lattice> make_synthetic_lattices(int num_lattices, uint64_t seed,
   check_lengths("make_synthetic_lattices", options.min_chars, options.max_chars);
   VJIT_USER_CHECK(options.vocab_size >= 1 && options.num_tags >= 1,
                   "make_synthetic_lattices: vocab_size and num_tags must be >= 1");
-  data::Rng rng(seed);
+  Rng rng(seed);
   std::vector<Lattice> lattices(static_cast<size_t>(num_lattices));
   for (Lattice& lattice : lattices) {
     int nodes = rng.uniform_int(options.min_chars, options.max_chars) + 1;

@@ -83,18 +83,4 @@ void write_text_file(const std::string& path, const std::string& text, const cha
   VJIT_USER_CHECK(out.good(), "cannot write " << what << " '" << path << "'");
 }
 
-uint64_t Rng::next() {
-  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-int Rng::uniform_int(int lo, int hi) {
-  uint64_t range = uint64_t(int64_t(hi) - int64_t(lo)) + 1;
-  return int(int64_t(lo) + int64_t(next() % range));
-}
-
-double Rng::uniform() { return double(next() >> 11) * 0x1.0p-53; }
-
 }  // namespace vjit::data

@@ -1,6 +1,7 @@
 #pragma once
 // Private helpers of the data readers and generators: lines and fields with
-// their positions, located errors, whole-file reads and a portable PRNG.
+// their positions, located errors and whole-file reads (the PRNG is the public
+// vjit::Rng, vjit/random.h).
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,18 +36,5 @@ int field_int(const std::string& source, int line, const Field& field, const cha
 // The file's bytes; UserError naming `path` (and what it should hold) when it cannot be read.
 std::string read_text_file(const std::string& path, const char* what);
 void write_text_file(const std::string& path, const std::string& text, const char* what);
-
-// SplitMix64: small, fast and the same on every platform.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next();
-  int uniform_int(int lo, int hi);  // in [lo, hi]
-  double uniform();                 // in [0, 1)
-  bool bernoulli(double p) { return uniform() < p; }
-
- private:
-  uint64_t state_;
-};
 
 }  // namespace vjit::data

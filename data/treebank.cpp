@@ -6,6 +6,7 @@
 #include "data/text.h"
 #include "vjit/data.h"
 #include "vjit/error.h"
+#include "vjit/random.h"
 
 namespace vjit {
 
@@ -81,7 +82,7 @@ class TreeMaker {
     return int(tree_.nodes.size()) - 1;
   }
 
-  data::Rng rng_;
+  Rng rng_;
   SyntheticTreebankOptions options_;
   BracketTree tree_;
   std::vector<Scored> scores_;

@@ -4,16 +4,9 @@
 // or fused executor draw exactly the same mask without storing it.
 #include <cstdint>
 
-namespace vjit::ir {
+#include "vjit/random.h"
 
-inline uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
+namespace vjit::ir {
 
 inline bool dropout_keeps(uint64_t seed, int sample, int vertex, int key, int64_t element, double rate) {
   uint64_t h = mix64(seed + 0x9E3779B97F4A7C15ull);

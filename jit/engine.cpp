@@ -27,16 +27,16 @@ struct Engine::Impl {
         signatures(program.signatures()),
         num_params(program.model().size()),
         plan(lower_and_count(program, options, compile_info)),
-        gemm(parse_gemm_backend(options.gemm)),
-        policy(parse_policy(options.policy)) {
+        gemm(runtime::parse_gemm_backend(options.gemm)),
+        policy(scheduler::parse_policy(options.policy)) {
     VJIT_USER_CHECK(options.memplan != "pqtree", "VJIT_MEMPLAN=pqtree is not available yet (valid here: copy, padded)");
     VJIT_USER_CHECK(options.device == "cpu", "VJIT_DEVICE=" << options.device
                                                             << " is not available in this build (valid here: cpu)");
-    VJIT_USER_CHECK(gemm_backend_available(gemm), "VJIT_GEMM=" << options.gemm << ": "
-                                                               << gemm_backend_unavailable_reason(gemm));
+    VJIT_USER_CHECK(runtime::gemm_backend_available(gemm), "VJIT_GEMM=" << options.gemm << ": "
+                                                               << runtime::gemm_backend_unavailable_reason(gemm));
     planner = runtime::make_planner(options.memplan, plan, signatures);
     executor = std::make_unique<runtime::CpuExecutor>(program, plan, options.threads, gemm, options.streaming);
-    if (policy == Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
+    if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
       fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(policy_cache_path(), program.signature_string()));
   }
 
@@ -81,15 +81,15 @@ struct Engine::Impl {
     check_program_unchanged();
     has_forward = false;
     auto start = std::chrono::steady_clock::now();
-    bool heights = policy == Policy::Fsm && fsm && encoding_uses_heights(fsm->encoding());
-    sched::validate_and_flatten(signatures, batch, heights, graph, order, scratch);
-    if (policy == Policy::Fsm && !fsm) {
+    bool heights = policy == scheduler::Policy::Fsm && fsm && scheduler::encoding_uses_heights(fsm->table().encoding());
+    scheduler::validate_and_flatten(signatures, batch, heights, graph, order, scratch);
+    if (policy == scheduler::Policy::Fsm && !fsm) {
       learn(batch);
-      if (encoding_uses_heights(fsm->encoding())) graph.assign(batch, int(signatures.size()), true);
+      if (scheduler::encoding_uses_heights(fsm->table().encoding())) graph.assign(batch, int(signatures.size()), true);
     }
-    scheduler.run(graph, policy, fsm.get(), schedule);
+    scheduler.run(graph, policy, fsm ? &fsm->table() : nullptr, schedule);
     stats.schedule_s += seconds_since(start);
-    if (lower_bound_tracked) stats.lower_bound += sched::lower_bound(graph, schedule.vertices);
+    if (lower_bound_tracked) stats.lower_bound += scheduler::lower_bound(graph, schedule.vertices);
     start = std::chrono::steady_clock::now();
     planner->plan({&graph, &schedule}, layout);
     stats.plan_s += seconds_since(start);
@@ -129,9 +129,9 @@ struct Engine::Impl {
 
   static runtime::ExecPlan lower_and_count(const Program& program, const Options& options, CompileInfo& info) {
     auto start = std::chrono::steady_clock::now();
-    KernelCacheCounters before = KernelCache::global().counters();
-    runtime::ExecPlan plan = lower_program(program, options);
-    KernelCacheCounters after = KernelCache::global().counters();
+    jit::KernelCacheCounters before = jit::KernelCache::global().counters();
+    runtime::ExecPlan plan = jit::lower_program(program, options);
+    jit::KernelCacheCounters after = jit::KernelCache::global().counters();
     info.jit_compiles = after.compiles - before.compiles;
     info.jit_cache_hits = after.hits - before.hits;
     info.jit_compile_s = after.compile_seconds - before.compile_seconds;
@@ -146,17 +146,17 @@ struct Engine::Impl {
   int num_params;
   CompileInfo compile_info;  // declared before plan, which fills it
   runtime::ExecPlan plan;
-  GemmBackend gemm;
-  Policy policy;
+  runtime::GemmBackend gemm;
+  scheduler::Policy policy;
   std::unique_ptr<runtime::Planner> planner;
   std::unique_ptr<runtime::Executor> executor;
   std::shared_ptr<const FsmPolicy> fsm;
 
   // The batch being run, reused from batch to batch.
-  sched::FlatBatch graph;
+  scheduler::FlatBatch graph;
   std::vector<int> order, scratch;
-  sched::Scheduler scheduler;
-  sched::FlatSchedule schedule;
+  scheduler::Scheduler scheduler;
+  scheduler::FlatSchedule schedule;
   runtime::BatchLayout layout;
   Evaluation<float> result;
 

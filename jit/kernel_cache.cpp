@@ -4,7 +4,7 @@
 
 #include "codegen/x86_fused_kernel.h"
 
-namespace vjit {
+namespace vjit::jit {
 
 KernelCache& KernelCache::global() {
   static KernelCache cache;
@@ -73,4 +73,4 @@ KernelCacheCounters KernelCache::counters() const {
   return counters_;
 }
 
-}  // namespace vjit
+}  // namespace vjit::jit

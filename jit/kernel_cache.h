@@ -14,7 +14,7 @@
 #include "codegen/kernel_spec.h"
 #include "codegen/x86_isa.h"
 
-namespace vjit {
+namespace vjit::jit {
 
 // A kernel as data: entry(&args) with args.context = context runs it —
 // generated code, or for Isa::Scalar the reference kernel reading its spec
@@ -54,4 +54,4 @@ class KernelCache {
   KernelCacheCounters counters_;
 };
 
-}  // namespace vjit
+}  // namespace vjit::jit

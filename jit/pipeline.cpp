@@ -13,7 +13,7 @@
 #include "jit/kernel_cache.h"
 #include "vjit/error.h"
 
-namespace vjit {
+namespace vjit::jit {
 
 namespace {
 
@@ -190,4 +190,4 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
   return plan;
 }
 
-}  // namespace vjit
+}  // namespace vjit::jit

@@ -5,8 +5,8 @@
 #include "vjit/options.h"
 #include "vjit/program.h"
 
-namespace vjit {
+namespace vjit::jit {
 
 runtime::ExecPlan lower_program(const Program& program, const Options& options);
 
-}  // namespace vjit
+}  // namespace vjit::jit

@@ -53,8 +53,8 @@
 
 namespace {
 
-using vjit::GemmBackend;
-using vjit::GemmSplit;
+using vjit::runtime::GemmBackend;
+using vjit::runtime::GemmSplit;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
@@ -116,13 +116,13 @@ struct Options {
 class Bench {
  public:
   explicit Bench(const Options& o) : opt_(o), pool_(2) {
-    for (GemmBackend b : vjit::kGemmBackends)
-      if (b != GemmBackend::Reference && vjit::gemm_backend_available(b) &&
+    for (GemmBackend b : vjit::runtime::kGemmBackends)
+      if (b != GemmBackend::Reference && vjit::runtime::gemm_backend_available(b) &&
           (o.only.empty() || std::find(o.only.begin(), o.only.end(), b) != o.only.end()))
         backends_.push_back(b);
     for (GemmBackend b : backends_) {
       for (Mode mode : {Mode::Single, Mode::Library, Mode::Rows, Mode::Cols, Mode::Auto}) {
-        if (mode == Mode::Library && !vjit::gemm_backend_has_library_threading(b)) continue;
+        if (mode == Mode::Library && !vjit::runtime::gemm_backend_has_library_threading(b)) continue;
         if (!o.modes.empty() && std::find(o.modes.begin(), o.modes.end(), mode_name(mode)) == o.modes.end()) continue;
         configs_.push_back({b, mode});
       }
@@ -196,7 +196,7 @@ class Bench {
       medians.push_back(ms);
       const double gflops = p.flops() / (ms * 1e6);
       if (print) {
-        json line{{"backend", vjit::gemm_backend_name(configs[i].backend)},
+        json line{{"backend", vjit::runtime::gemm_backend_name(configs[i].backend)},
                   {"threads", configs[i].threads()},
                   {"split", mode_name(configs[i].mode)},
                   {"op", p.op},
@@ -213,7 +213,7 @@ class Bench {
                   {"clean", clean[i].size()}};
         if (!enough_clean) line["noisy"] = true;
         if (configs[i].mode == Mode::Auto)
-          line["auto_choice"] = vjit::gemm_split_name(vjit::choose_gemm_split(2, p.m, p.n, p.k));
+          line["auto_choice"] = vjit::runtime::gemm_split_name(vjit::runtime::choose_gemm_split(2, p.m, p.n, p.k));
         std::printf("%s\n", line.dump().c_str());
         std::fflush(stdout);
         geo_[configs[i].backend][mode_key(configs[i].mode)].push_back(std::log(gflops));
@@ -248,10 +248,10 @@ class Bench {
   void run(const Config& cfg, const Product& p, const float* a, int64_t lda, const float* b, int64_t ldb, float* c) {
     switch (cfg.mode) {
       case Mode::Single:
-        vjit::sgemm(cfg.backend, p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, lda, b, ldb, 0.0f, c, p.n);
+        vjit::runtime::sgemm(cfg.backend, p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, lda, b, ldb, 0.0f, c, p.n);
         return;
       case Mode::Library:
-        vjit::sgemm_library_threaded(cfg.backend, 2, p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, lda, b, ldb,
+        vjit::runtime::sgemm_library_threaded(cfg.backend, 2, p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, lda, b, ldb,
                                      0.0f, c, p.n);
         return;
       case Mode::Rows:
@@ -260,7 +260,7 @@ class Bench {
         const GemmSplit split = cfg.mode == Mode::Rows   ? GemmSplit::Rows
                                 : cfg.mode == Mode::Cols ? GemmSplit::Cols
                                                          : GemmSplit::Auto;
-        vjit::parallel_sgemm(pool_, cfg.backend, p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, lda, b, ldb, 0.0f, c,
+        vjit::runtime::parallel_sgemm(pool_, cfg.backend, p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, lda, b, ldb, 0.0f, c,
                              p.n, split);
         return;
       }
@@ -280,9 +280,9 @@ class Bench {
     if (!(max_diff <= tol)) {
       failed_ = true;
       json line{{"check_failed", true},
-                {"backend", vjit::gemm_backend_name(cfg.backend)},
+                {"backend", vjit::runtime::gemm_backend_name(cfg.backend)},
                 {"split", mode_name(cfg.mode)},
-                {"against", std::string(vjit::gemm_backend_name(first.backend)) + "/" + mode_name(first.mode)},
+                {"against", std::string(vjit::runtime::gemm_backend_name(first.backend)) + "/" + mode_name(first.mode)},
                 {"op", p.op},
                 {"m", p.m},
                 {"n", p.n},
@@ -294,7 +294,7 @@ class Bench {
   }
 
   Options opt_;
-  vjit::ThreadPool pool_;
+  vjit::runtime::ThreadPool pool_;
   std::vector<GemmBackend> backends_;
   std::vector<Config> configs_;
   std::vector<Config> last_configs_;
@@ -359,7 +359,7 @@ int main(int argc, char** argv) {
       for (size_t pos = 0; pos <= list.size();) {
         const size_t comma = std::min(list.find(',', pos), list.size());
         try {
-          o.only.push_back(vjit::parse_gemm_backend(list.substr(pos, comma - pos)));
+          o.only.push_back(vjit::runtime::parse_gemm_backend(list.substr(pos, comma - pos)));
         } catch (const vjit::UserError& e) {
           std::fprintf(stderr, "gemm_bench: --backends: %s\n", e.what());
           return 2;
@@ -401,7 +401,7 @@ int main(int argc, char** argv) {
                 {"settle_ms", o.settle_ms},
                 {"hardware_threads", std::thread::hardware_concurrency()},
                 {"openblas_thread_timeout", std::getenv("OPENBLAS_THREAD_TIMEOUT")}};
-    for (GemmBackend b : vjit::kGemmBackends) header["libraries"][vjit::gemm_backend_name(b)] = vjit::gemm_backend_info(b);
+    for (GemmBackend b : vjit::runtime::kGemmBackends) header["libraries"][vjit::runtime::gemm_backend_name(b)] = vjit::runtime::gemm_backend_info(b);
     std::printf("%s\n", header.dump().c_str());
     std::fflush(stdout);
 
@@ -413,7 +413,7 @@ int main(int argc, char** argv) {
     const auto& cfgs = bench.last_configs();
     for (size_t i = 0; i < ms.size(); ++i) {
       const double g = square.flops() / (ms[i] * 1e6);
-      per_config[std::string(vjit::gemm_backend_name(cfgs[i].backend)) + "/" + mode_key(cfgs[i].mode)] =
+      per_config[std::string(vjit::runtime::gemm_backend_name(cfgs[i].backend)) + "/" + mode_key(cfgs[i].mode)] =
           std::round(g * 10.0) / 10.0;
       (cfgs[i].threads() == 1 ? peak1 : peak2) = std::max(cfgs[i].threads() == 1 ? peak1 : peak2, g);
     }
@@ -428,10 +428,10 @@ int main(int argc, char** argv) {
     for (const Product& p : products(o)) bench.measure(p);
 
     json summary{{"summary", true}};
-    GemmBackend best = vjit::GemmBackend::Reference;
+    GemmBackend best = vjit::runtime::GemmBackend::Reference;
     double best_geo = -1.0;
     for (auto& [backend, modes] : bench.geo()) {
-      for (auto& [mode, logs] : modes) summary["geomean_gflops"][vjit::gemm_backend_name(backend)][mode] = geomean(logs);
+      for (auto& [mode, logs] : modes) summary["geomean_gflops"][vjit::runtime::gemm_backend_name(backend)][mode] = geomean(logs);
       const double g = geomean(modes["2t_auto"]);
       if (g > best_geo) {
         best_geo = g;
@@ -439,12 +439,12 @@ int main(int argc, char** argv) {
       }
     }
     for (auto& [backend, keys] : bench.geo_op())
-      for (auto& [key, logs] : keys) summary["geomean_gflops_by_op"][vjit::gemm_backend_name(backend)][key] = geomean(logs);
+      for (auto& [key, logs] : keys) summary["geomean_gflops_by_op"][vjit::runtime::gemm_backend_name(backend)][key] = geomean(logs);
     summary["peak_gflops_1t"] = std::round(peak1 * 10.0) / 10.0;
     summary["peak_gflops_2t"] = std::round(peak2 * 10.0) / 10.0;
-    summary["best_by_measurement"] = vjit::gemm_backend_name(best);
+    summary["best_by_measurement"] = vjit::runtime::gemm_backend_name(best);
     summary["rule"] = "highest geometric-mean GFLOP/s over all shapes with 2 threads, split=auto (what vjit runs)";
-    summary["default"] = vjit::gemm_backend_name(vjit::default_gemm_backend());
+    summary["default"] = vjit::runtime::gemm_backend_name(vjit::runtime::default_gemm_backend());
     summary["checks_passed"] = !bench.failed();
     std::printf("%s\n", summary.dump().c_str());
     return bench.failed() ? 1 : 0;

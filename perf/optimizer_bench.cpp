@@ -75,8 +75,8 @@ double ms_per_step(int steps, bool with_rows, vjit::ParallelFor* parallel) {
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 50;
-  vjit::ThreadPool one(1), all(0);
-  vjit::PoolParallelFor on_one(one), on_all(all);
+  vjit::runtime::ThreadPool one(1), all(0);
+  vjit::runtime::PoolParallelFor on_one(one), on_all(all);
   nlohmann::json line = {{"bench", "optimizer"},
                          {"vocab", kVocab},
                          {"dim", kDim},

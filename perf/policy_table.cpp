@@ -23,8 +23,6 @@
 #include <map>
 
 #include "examples/models/models.h"
-#include "scheduler/fsm.h"
-#include "scheduler/schedule.h"
 #include "vjit/vjit.h"
 
 namespace vjit {
@@ -70,7 +68,7 @@ nlohmann::json measure(const Case& c, const Args& args) {
   int types = bundle.program->num_types();
   std::vector<int> learn_indices;
   for (int i = 0; i < 32 && i < int(bundle.train.size()); ++i) learn_indices.push_back(i);
-  FsmPolicy fsm = FsmPolicy::learn(models::make_batch(bundle.train, learn_indices), types);
+  const FsmPolicy fsm = FsmPolicy::learn(models::make_batch(bundle.train, learn_indices), types);
   if (!args.save_dir.empty()) {
     std::filesystem::create_directories(args.save_dir);
     std::string name = c.model + (c.data == "built-in" ? "" : "-" + std::filesystem::path(c.data).parent_path().filename().string());
@@ -86,21 +84,21 @@ nlohmann::json measure(const Case& c, const Args& args) {
   }
   const int measured = int(batches.size());
   std::map<std::string, std::vector<double>> fastest;  // per policy and batch
-  const std::vector<Policy>& policies = all_policies();
+  const auto& policies = option_values::policy;
   for (int r = 0; r < args.repeat; ++r) {
     for (size_t k = 0; k < policies.size(); ++k) {
       // Each sweep starts one policy later, every other one in reverse order,
       // so that each policy follows a different one from sweep to sweep.
       const size_t at = (k + size_t(r / 2)) % policies.size();
-      const Policy policy = policies[r % 2 ? policies.size() - 1 - at : at];
-      std::vector<double>& times = fastest[policy_name(policy)];
+      const std::string policy(policies[r % 2 ? policies.size() - 1 - at : at]);
+      std::vector<double>& times = fastest[policy];
       times.resize(batches.size(), INFINITY);
       for (size_t b = 0; b < batches.size(); ++b) {
-        Schedule s = make_schedule(batches[b], types, policy, &fsm);
+        const ScheduleSummary s = summarize_schedule(batches[b], types, policy, &fsm);
         times[b] = std::min(times[b], s.schedule_seconds);
         if (r > 0) continue;
-        tasks[policy_name(policy)] += double(s.tasks.size());
-        if (policy == Policy::Fsm) {
+        tasks[policy] += double(s.tasks);
+        if (policy == "fsm") {
           lower += s.lower_bound;
           fallbacks += s.fsm_fallbacks;
         }
@@ -115,10 +113,10 @@ nlohmann::json measure(const Case& c, const Args& args) {
                       {"batches", measured},
                       {"lower_bound", lower / measured},
                       {"repeat", args.repeat},
-                      {"fsm_learning_s", fsm.learning_seconds()},
-                      {"fsm_episodes", fsm.training().episodes},
-                      {"fsm_states", fsm.num_states()},
-                      {"fsm_departures", fsm.training().departures},
+                      {"fsm_learning_s", fsm.info().learning_seconds},
+                      {"fsm_episodes", fsm.info().episodes},
+                      {"fsm_states", fsm.info().states},
+                      {"fsm_departures", fsm.info().departures},
                       {"fsm_fallbacks", fallbacks / measured}};
   for (auto& [name, total] : tasks) {
     line["tasks"][name] = total / measured;

@@ -210,7 +210,7 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
 // --- passes ---
 
 void CpuExecutor::prepare_pushes(Evaluation<float>& result) {
-  const sched::FlatBatch& graph = *batch_.graph;
+  const scheduler::FlatBatch& graph = *batch_.graph;
   result.objective = 0.0;
   result.pushes.reset(graph.num_samples(),
                       [&](int s) { return graph.sample_offset(s + 1) - graph.sample_offset(s); });
@@ -284,8 +284,8 @@ void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type, Frame& fr
 // never write the same memory. (A thread is started per forward: streaming is
 // off by default and allocates.)
 void CpuExecutor::run_forward_streaming() {
-  const sched::FlatSchedule& schedule = *batch_.schedule;
-  const sched::FlatBatch& graph = *batch_.graph;
+  const scheduler::FlatSchedule& schedule = *batch_.schedule;
+  const scheduler::FlatBatch& graph = *batch_.graph;
   size_t num_types = size_t(program_.num_types());
   std::vector<int> order;
   std::vector<char> seen(num_types, 0);
@@ -333,7 +333,7 @@ void CpuExecutor::run_forward_streaming() {
 
 void CpuExecutor::run_task(Pass pass, int task, Frame& frame) {
   const BatchLayout& layout = *batch_.layout;
-  const sched::FlatSchedule& schedule = *batch_.schedule;
+  const scheduler::FlatSchedule& schedule = *batch_.schedule;
   int type = schedule.task_type[size_t(task)];
   std::span<const int> vertices = schedule.task(task);
   Rows rows{type, task, layout.task_first_row[size_t(task)], int64_t(vertices.size()), vertices.data()};
@@ -427,7 +427,7 @@ void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame
 
 void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Frame& frame) {
   const BatchLayout& layout = *batch_.layout;
-  const sched::FlatBatch& graph = *batch_.graph;
+  const scheduler::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *frame.stats;
   if (rows.task >= 0 && layout.gather(rows.task, node.child_slot).is_view()) {
     ++stats.gather_views;  // bind() pointed the value at the children's rows
@@ -450,7 +450,7 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Fr
 
 void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View& out, Frame& frame) {
   const BatchLayout& layout = *batch_.layout;
-  const sched::FlatBatch& graph = *batch_.graph;
+  const scheduler::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *frame.stats;
   ++stats.copy_calls;
   const int64_t width = node.op == Op::GatherAll ? node.shape.dims[1] : node.shape.numel();
@@ -469,7 +469,7 @@ void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View
 }
 
 void CpuExecutor::pull(const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  const sched::FlatBatch& graph = *batch_.graph;
+  const scheduler::FlatBatch& graph = *batch_.graph;
   ++frame.stats->copy_calls;
   const int64_t width = node.shape.numel();
   const float* table = node.op == Op::PullEmbedding ? store_.value(node.param) : nullptr;
@@ -509,11 +509,11 @@ void CpuExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, con
 }
 
 void CpuExecutor::dropout(const Rows& rows, const Node& node, const View& x, const View& out) {
-  const sched::FlatBatch& graph = *batch_.graph;
+  const scheduler::FlatBatch& graph = *batch_.graph;
   const int64_t width = node.shape.numel();
   const float keep_scale = options_.training ? float(1.0 / (1.0 - node.rate)) : 1.0f;
   for (int64_t r = 0; r < rows.count; ++r) {
-    VertexRef ref = graph.ref(rows.vertices[r]);
+    scheduler::VertexRef ref = graph.ref(rows.vertices[r]);
     for (int64_t i = 0; i < width; ++i) {
       bool keep =
           !options_.training || ir::dropout_keeps(options_.seed, ref.sample, ref.vertex, node.dropout_key, i, node.rate);
@@ -625,7 +625,7 @@ void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const Vie
 }
 
 void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  const sched::FlatBatch& graph = *batch_.graph;
+  const scheduler::FlatBatch& graph = *batch_.graph;
   const View& logits = frame.views[int(pass)][size_t(node.args[0])];
   const int64_t classes = function(pass, rows.type)[node.args[0]].shape.numel();
   const bool gradient = node.op == Op::SoftmaxCEGrad;
@@ -654,7 +654,7 @@ void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, cons
 }
 
 void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node, Frame& frame) {
-  const sched::FlatBatch& graph = *batch_.graph;
+  const scheduler::FlatBatch& graph = *batch_.graph;
   const View& x = frame.views[int(pass)][size_t(node.args[0])];
   const int64_t width = function(pass, rows.type)[node.args[0]].shape.numel();
   ExecStats& stats = *frame.stats;
@@ -709,7 +709,7 @@ void CpuExecutor::param_grad(Pass pass, const Rows& rows, const Node& node, Fram
 
 void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g, Frame& frame) {
   const BatchLayout& layout = *batch_.layout;
-  const sched::FlatBatch& graph = *batch_.graph;
+  const scheduler::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *frame.stats;
   ++stats.copy_calls;
   auto grad_row = [&](int type, int64_t row) {

@@ -50,8 +50,8 @@ struct ExecStats {
 // keeps them (with copies of the tokens and labels the backward reads) until
 // the next forward, so the caller's GraphBatch may go away after forward().
 struct PlannedBatch {
-  const sched::FlatBatch* graph = nullptr;
-  const sched::FlatSchedule* schedule = nullptr;
+  const scheduler::FlatBatch* graph = nullptr;
+  const scheduler::FlatSchedule* schedule = nullptr;
   const BatchLayout* layout = nullptr;
 };
 

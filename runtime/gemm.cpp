@@ -8,7 +8,7 @@
 #include "runtime/gemm_backends.h"
 #include "vjit/error.h"
 
-namespace vjit {
+namespace vjit::runtime {
 
 namespace {
 
@@ -225,4 +225,4 @@ void sgemm_library_threaded(GemmBackend backend, int threads, bool trans_a, bool
   run("sgemm_library_threaded", backend, threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-}  // namespace vjit
+}  // namespace vjit::runtime

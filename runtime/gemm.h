@@ -25,7 +25,7 @@
 #include <string>
 #include <string_view>
 
-namespace vjit {
+namespace vjit::runtime {
 
 enum class GemmBackend {
   OneDnn,     // dnnl_sgemm (oneDNN, x64 JIT kernels)
@@ -97,4 +97,4 @@ void sgemm_library_threaded(GemmBackend backend, int threads, bool trans_a, bool
                             int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                             float beta, float* c, int64_t ldc);
 
-}  // namespace vjit
+}  // namespace vjit::runtime

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-namespace vjit::gemm_detail {
+namespace vjit::runtime::gemm_detail {
 
 // One row-major product, already validated by sgemm(): m, n, k >= 1, alpha != 0,
 // leading dimensions large enough. beta == 0 means C must not be read.
@@ -51,4 +51,4 @@ void reference_sgemm(const GemmArgs& args);
 // C = beta * C over the m x n block (beta == 0 writes zeros without reading C).
 void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc);
 
-}  // namespace vjit::gemm_detail
+}  // namespace vjit::runtime::gemm_detail

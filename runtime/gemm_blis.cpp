@@ -15,7 +15,7 @@
 #include <blis.h>
 #endif
 
-namespace vjit::gemm_detail {
+namespace vjit::runtime::gemm_detail {
 
 #ifdef VJIT_HAVE_BLIS
 
@@ -51,4 +51,4 @@ void blis_sgemm(const GemmArgs&, int) { VJIT_INTERNAL_CHECK(false, "BLIS back en
 
 #endif
 
-}  // namespace vjit::gemm_detail
+}  // namespace vjit::runtime::gemm_detail

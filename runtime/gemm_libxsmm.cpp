@@ -32,7 +32,7 @@
 #include <vector>
 #endif
 
-namespace vjit::gemm_detail {
+namespace vjit::runtime::gemm_detail {
 
 #ifdef VJIT_HAVE_LIBXSMM
 
@@ -139,4 +139,4 @@ void libxsmm_sgemm(const GemmArgs&) { VJIT_INTERNAL_CHECK(false, "libxsmm back e
 
 #endif
 
-}  // namespace vjit::gemm_detail
+}  // namespace vjit::runtime::gemm_detail

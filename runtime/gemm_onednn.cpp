@@ -20,7 +20,7 @@
 #endif
 #endif
 
-namespace vjit::gemm_detail {
+namespace vjit::runtime::gemm_detail {
 
 #ifdef VJIT_HAVE_DNNL
 
@@ -100,4 +100,4 @@ void onednn_sgemm(const GemmArgs&, int) { VJIT_INTERNAL_CHECK(false, "oneDNN bac
 
 #endif
 
-}  // namespace vjit::gemm_detail
+}  // namespace vjit::runtime::gemm_detail

@@ -42,7 +42,7 @@
 #define VJIT_OPENBLAS_SONAME "libopenblas.so.0"
 #endif
 
-namespace vjit::gemm_detail {
+namespace vjit::runtime::gemm_detail {
 
 #ifdef VJIT_HAVE_OPENBLAS
 
@@ -148,4 +148,4 @@ void openblas_sgemm(const GemmArgs&, int) { VJIT_INTERNAL_CHECK(false, "OpenBLAS
 
 #endif
 
-}  // namespace vjit::gemm_detail
+}  // namespace vjit::runtime::gemm_detail

@@ -86,7 +86,7 @@ class RowPlanner : public Planner {
  private:
   int64_t ld_of(int64_t width) const { return width + pad_; }
 
-  void assign_rows(const sched::FlatBatch& graph, const sched::FlatSchedule& schedule, BatchLayout& out) {
+  void assign_rows(const scheduler::FlatBatch& graph, const scheduler::FlatSchedule& schedule, BatchLayout& out) {
     const size_t num_types = plan_.types.size();
     out.type_rows.assign(num_types, 0);
     out.task_first_row.resize(size_t(schedule.num_tasks()));
@@ -144,7 +144,7 @@ class RowPlanner : public Planner {
     out.arena_floats[int(pass)] = total;
   }
 
-  void assign_gathers(const sched::FlatBatch& graph, const sched::FlatSchedule& schedule, BatchLayout& out) const {
+  void assign_gathers(const scheduler::FlatBatch& graph, const scheduler::FlatSchedule& schedule, BatchLayout& out) const {
     out.gather_begin.resize(size_t(schedule.num_tasks()));
     out.gathers.clear();
     out.gather_sources.clear();
@@ -171,7 +171,7 @@ class RowPlanner : public Planner {
 
   // Whether child `slot` of the task's vertices are rows of one type at a
   // constant positive stride, in order; then `view` reads them in place.
-  static bool children_in_order(const sched::FlatBatch& graph, std::span<const int> vertices, int slot,
+  static bool children_in_order(const scheduler::FlatBatch& graph, std::span<const int> vertices, int slot,
                                 const BatchLayout& out, GatherLayout& view) {
     auto child = [&](size_t r) { return graph.children(vertices[r])[size_t(slot)]; };
     view.source_type = graph.type(child(0));

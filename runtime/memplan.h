@@ -98,8 +98,8 @@ struct BatchLayout {
 
 // What a planner reads.
 struct PlanInput {
-  const sched::FlatBatch* graph = nullptr;
-  const sched::FlatSchedule* schedule = nullptr;
+  const scheduler::FlatBatch* graph = nullptr;
+  const scheduler::FlatSchedule* schedule = nullptr;
 };
 
 class Planner {

@@ -6,7 +6,7 @@
 #include "runtime/thread_pool.h"
 #include "vjit/optimizer.h"
 
-namespace vjit {
+namespace vjit::runtime {
 
 class PoolParallelFor final : public ParallelFor {
  public:
@@ -19,4 +19,4 @@ class PoolParallelFor final : public ParallelFor {
   ThreadPool& pool_;
 };
 
-}  // namespace vjit
+}  // namespace vjit::runtime

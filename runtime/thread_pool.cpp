@@ -5,7 +5,7 @@
 
 #include "vjit/error.h"
 
-namespace vjit {
+namespace vjit::runtime {
 
 namespace {
 
@@ -204,4 +204,4 @@ void parallel_sgemm(ThreadPool& pool, GemmBackend backend, bool trans_a, bool tr
   }
 }
 
-}  // namespace vjit
+}  // namespace vjit::runtime

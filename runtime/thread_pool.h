@@ -25,7 +25,7 @@
 
 #include "runtime/gemm.h"
 
-namespace vjit {
+namespace vjit::runtime {
 
 class ThreadPool {
  public:
@@ -121,4 +121,4 @@ void parallel_sgemm(ThreadPool& pool, GemmBackend backend, bool trans_a, bool tr
                     int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                     float* c, int64_t ldc, GemmSplit split = GemmSplit::Auto);
 
-}  // namespace vjit
+}  // namespace vjit::runtime

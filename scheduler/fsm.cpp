@@ -16,7 +16,7 @@
 
 #include "vjit/error.h"
 
-namespace vjit {
+namespace vjit::scheduler {
 
 namespace {
 constexpr std::array<std::pair<StateEncoding, const char*>, 4> kEncodingNames{{
@@ -52,7 +52,7 @@ StateEncoding parse_encoding(const std::string& name) {
 
 // ---------------------------------------------------------------- encoding
 
-void StateEncoder::collect(const sched::FrontierState& state) {
+void StateEncoder::collect(const scheduler::FrontierState& state) {
   present_.clear();
   for (int type = 0; type < state.num_types(); ++type)
     if (state.num_ready(type) > 0) present_.emplace_back(state.num_ready(type), type);
@@ -84,7 +84,7 @@ void StateEncoder::collect(const sched::FrontierState& state) {
   }
 }
 
-void StateEncoder::encode(const sched::FrontierState& state, std::string& key) {
+void StateEncoder::encode(const scheduler::FrontierState& state, std::string& key) {
   collect(state);
   key.clear();
   for (size_t i = 0; i < present_.size(); ++i) {
@@ -98,7 +98,7 @@ void StateEncoder::encode(const sched::FrontierState& state, std::string& key) {
   }
 }
 
-bool StateEncoder::encode_packed(const sched::FrontierState& state, uint64_t& code) {
+bool StateEncoder::encode_packed(const scheduler::FrontierState& state, uint64_t& code) {
   collect(state);
   const size_t bytes = present_.size() + (most_ >= 0);
   if (bytes > 8) return false;
@@ -196,7 +196,7 @@ FsmPolicy::FsmPolicy(StateEncoding encoding, int num_types, QTable q, std::unord
   pack_transitions();
 }
 
-int fsm_step(const FsmPolicy& fsm, StateEncoder& encoder, sched::FrontierState& state, std::string& key,
+int fsm_step(const FsmPolicy& fsm, StateEncoder& encoder, scheduler::FrontierState& state, std::string& key,
              bool& fell_back) {
   // One type on the frontier: the choice is forced, whatever the table says.
   int only = -1;
@@ -224,7 +224,7 @@ int fsm_step(const FsmPolicy& fsm, StateEncoder& encoder, sched::FrontierState& 
   // The ratio heuristic, which the FSM's reward distils. Its statistics are
   // built only now, so a fully covered batch never pays for them.
   state.track_type_frontiers();
-  return sched::choose_ratio(state);
+  return scheduler::choose_ratio(state);
 }
 
 // ----------------------------------------------------------------- learning
@@ -301,13 +301,13 @@ struct Environment {
         batch(owned ? owned.get() : batch_),
         graph(*batch, num_types, encoding_uses_heights(encoding)),
         state(graph),
-        lower_bound(sched::lower_bound(graph, sched::topological_order(graph))) {
+        lower_bound(scheduler::lower_bound(graph, scheduler::topological_order(graph))) {
     if (encoding_uses_heights(encoding)) state.track_heights(graph.heights());
   }
   std::unique_ptr<GraphBatch> owned;  // resamples
   const GraphBatch* batch;
-  sched::FlatBatch graph;
-  sched::FrontierState state;
+  scheduler::FlatBatch graph;
+  scheduler::FrontierState state;
   int lower_bound;
 };
 
@@ -323,7 +323,7 @@ GreedyRun run_greedy(const FsmPolicy& policy, Environment& env) {
   StateEncoder encoder(policy.encoding());
   std::string key;
   std::vector<int> batch;
-  sched::FrontierState& state = env.state;
+  scheduler::FrontierState& state = env.state;
   state.reset();
   while (!state.done()) {
     if (!state.has_ready()) state.throw_cycle();
@@ -415,8 +415,8 @@ class QLearner {
     double reward;
   };
 
-  StateValues& current_values(const sched::FrontierState& state);
-  int behaviour_action(const StateValues& values, const sched::FrontierState& state);
+  StateValues& current_values(const scheduler::FrontierState& state);
+  int behaviour_action(const StateValues& values, const scheduler::FrontierState& state);
   void update(const Step& step, double target);
 
   FsmOptions options_;
@@ -431,7 +431,7 @@ class QLearner {
   std::vector<Step> steps_;
 };
 
-QLearner::StateValues& QLearner::current_values(const sched::FrontierState& state) {
+QLearner::StateValues& QLearner::current_values(const scheduler::FrontierState& state) {
   encoder_.encode(state, key_);
   auto [it, inserted] = table_.try_emplace(key_);
   StateValues& values = it->second;
@@ -444,7 +444,7 @@ QLearner::StateValues& QLearner::current_values(const sched::FrontierState& stat
   return values;
 }
 
-int QLearner::behaviour_action(const StateValues& values, const sched::FrontierState& state) {
+int QLearner::behaviour_action(const StateValues& values, const scheduler::FrontierState& state) {
   if (rng_.uniform() < options_.epsilon) return values.legal[rng_.below(int(values.legal.size()))];
   // Greedy; equal Q values (e.g. untried actions) are broken by the fallback's
   // choice, so exploration starts from the policy the FSM falls back to.
@@ -476,7 +476,7 @@ void QLearner::update(const Step& step, double target) {
 void QLearner::run_episode(int episode) {
   const int n = options_.n_step;
   const double gamma = options_.gamma;
-  sched::FrontierState& state = episodes_[size_t(episode) % episodes_.size()]->state;
+  scheduler::FrontierState& state = episodes_[size_t(episode) % episodes_.size()]->state;
   state.reset();
   steps_.clear();
   StateValues* current = state.done() ? nullptr : &current_values(state);
@@ -864,4 +864,4 @@ FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_s
   }
 }
 
-}  // namespace vjit
+}  // namespace vjit::scheduler

@@ -71,7 +71,7 @@
 
 #include "scheduler/schedule.h"
 
-namespace vjit {
+namespace vjit::scheduler {
 
 // How the frontier G_t is encoded into a state (ED-Batch section 2.3):
 //   base      the set of types on the frontier;
@@ -95,16 +95,16 @@ class StateEncoder {
  public:
   explicit StateEncoder(StateEncoding encoding) : encoding_(encoding) {}
   // Reuses key's storage, so a scheduling loop does not allocate per step.
-  void encode(const sched::FrontierState& state, std::string& key);
+  void encode(const scheduler::FrontierState& state, std::string& key);
   // The same state packed into 64 bits (pack_state_key of its key), for the
   // scheduler's lookups; false when it does not fit.
-  bool encode_packed(const sched::FrontierState& state, uint64_t& code);
+  bool encode_packed(const scheduler::FrontierState& state, uint64_t& code);
   // Critical encoding: the first marked type of the state last encoded (the
   // fallback's choice); -1 for the other encodings.
   int critical_type() const { return critical_type_; }
 
  private:
-  void collect(const sched::FrontierState& state);
+  void collect(const scheduler::FrontierState& state);
 
   StateEncoding encoding_;
   std::vector<std::pair<int, int>> present_;  // (count, type) of the frontier's types, in key order
@@ -237,7 +237,7 @@ class FsmPolicy {
 // whose statistics this builds at the first fallback). `key` is scratch space
 // for states whose key does not pack. The critical encoding needs
 // state.tracks_heights().
-int fsm_step(const FsmPolicy& fsm, StateEncoder& encoder, sched::FrontierState& state, std::string& key,
+int fsm_step(const FsmPolicy& fsm, StateEncoder& encoder, scheduler::FrontierState& state, std::string& key,
              bool& fell_back);
 
-}  // namespace vjit
+}  // namespace vjit::scheduler

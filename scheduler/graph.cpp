@@ -183,7 +183,7 @@ std::vector<int> validate_sample(std::span<const TypeSignature> types, const Sam
 
 }  // namespace
 
-namespace sched {
+namespace scheduler {
 
 void validate_and_flatten(std::span<const TypeSignature> types, const GraphBatch& batch, bool with_heights,
                           FlatBatch& flat, std::vector<int>& order, std::vector<int>& scratch) {
@@ -211,7 +211,7 @@ void validate_and_flatten(std::span<const TypeSignature> types, const GraphBatch
   VJIT_INTERNAL_CHECK(false, "the flat batch has a cycle that no sample has");
 }
 
-}  // namespace sched
+}  // namespace scheduler
 
 std::vector<std::vector<int>> validate_and_order(const std::vector<TypeSignature>& types,
                                                  const GraphBatch& batch) {

@@ -8,7 +8,7 @@
 #include "scheduler/fsm.h"
 #include "vjit/error.h"
 
-namespace vjit {
+namespace vjit::scheduler {
 
 namespace {
 constexpr std::array<std::pair<Policy, const char*>, 5> kPolicyNames{{
@@ -42,8 +42,6 @@ const std::vector<Policy>& all_policies() {
   }();
   return policies;
 }
-
-namespace sched {
 
 // ---------------------------------------------------------------- FlatBatch
 
@@ -497,11 +495,7 @@ int choose_ratio(const FrontierState& state) {
   return best;
 }
 
-}  // namespace sched
-
 // ------------------------------------------------------------------ policies
-
-namespace sched {
 
 namespace {
 
@@ -602,14 +596,12 @@ void Scheduler::run(const FlatBatch& graph, Policy policy, const FsmPolicy* fsm,
   }
 }
 
-}  // namespace sched
-
 Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy, const FsmPolicy* fsm) {
-  sched::check_fsm(policy, fsm, num_types);
+  scheduler::check_fsm(policy, fsm, num_types);
   const auto start = std::chrono::steady_clock::now();
-  const sched::FlatBatch graph(batch, num_types, policy == Policy::Fsm && encoding_uses_heights(fsm->encoding()));
-  sched::Scheduler scheduler;
-  sched::FlatSchedule flat;
+  const scheduler::FlatBatch graph(batch, num_types, policy == Policy::Fsm && encoding_uses_heights(fsm->encoding()));
+  scheduler::Scheduler scheduler;
+  scheduler::FlatSchedule flat;
   scheduler.run(graph, policy, fsm, flat);
   Schedule schedule;
   schedule.fsm_fallbacks = flat.fsm_fallbacks;
@@ -620,13 +612,13 @@ Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy, co
     schedule.tasks.push_back(std::move(task));
   }
   schedule.schedule_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  schedule.lower_bound = sched::lower_bound(graph, flat.vertices);
+  schedule.lower_bound = scheduler::lower_bound(graph, flat.vertices);
   return schedule;
 }
 
 int batching_lower_bound(const GraphBatch& batch, int num_types) {
-  const sched::FlatBatch graph(batch, num_types);
-  return sched::lower_bound(graph, sched::topological_order(graph));
+  const scheduler::FlatBatch graph(batch, num_types);
+  return scheduler::lower_bound(graph, scheduler::topological_order(graph));
 }
 
-}  // namespace vjit
+}  // namespace vjit::scheduler

@@ -47,7 +47,7 @@
 
 #include "vjit/graph.h"
 
-namespace vjit {
+namespace vjit::scheduler {
 
 class FsmPolicy;
 
@@ -82,7 +82,7 @@ struct Schedule {
 // Schedules every vertex of `batch`. Vertex types must lie in [0, num_types).
 // Policy::Fsm needs `fsm`, learned for the same number of types. Throws
 // UserError for an out-of-range type or child, or a cycle. (The engine uses
-// sched::Scheduler over a batch it flattened once, without allocating.)
+// scheduler::Scheduler over a batch it flattened once, without allocating.)
 Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy,
                        const FsmPolicy* fsm = nullptr);
 
@@ -91,7 +91,6 @@ int batching_lower_bound(const GraphBatch& batch, int num_types);
 
 // ---------------------------------------------------------------------------
 // Building blocks shared by the policies and the FSM learner (scheduler/fsm.cpp).
-namespace sched {
 
 // The batch with vertices numbered globally: id = offset of the sample + vertex
 // index, so sorting ids sorts by (sample, vertex). Children and parents are kept
@@ -307,5 +306,4 @@ int choose_agenda(const FrontierState& state);
 // type index). Needs track_type_frontiers.
 int choose_ratio(const FrontierState& state);
 
-}  // namespace sched
-}  // namespace vjit
+}  // namespace vjit::scheduler

@@ -1,6 +1,7 @@
 // Data sets: the bracket-tree parser and writer, the vocabulary, the synthetic
 // generators, tree → GraphBatch conversion and the PTB / WikiNER / lattice
-// readers; plus optional checks of the real files in VJIT_SHARED_DATA_DIR.
+// readers and their PRNG (vjit/random.h); plus optional checks of the real
+// files in VJIT_SHARED_DATA_DIR.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "tests/user_error.h"
 #include "vjit/error.h"
 #include "vjit/graph.h"
+#include "vjit/random.h"
 
 namespace vjit {
 namespace {
@@ -484,6 +486,42 @@ TEST(Lattice, SyntheticLattices) {
   // The text form reads back the same.
   auto parsed = parse_lattices(format_lattices(lattices), "generated");
   EXPECT_EQ(format_lattices(parsed), format_lattices(lattices));
+}
+
+// ------------------------------------------------------------------------ PRNG
+
+TEST(Rng, IsSplitMix64) {
+  // The first outputs of SplitMix64 seeded with 0 (the reference C code).
+  Rng rng(0);
+  EXPECT_EQ(rng.next(), 0xE220A8397B1DCDAFull);
+  EXPECT_EQ(rng.next(), 0x6E789E6AA1B965F4ull);
+  EXPECT_EQ(rng.next(), 0x06C45D188009454Full);
+  EXPECT_EQ(mix64(0x9E3779B97F4A7C15ull), 0xE220A8397B1DCDAFull);
+}
+
+TEST(Rng, RangesAndShuffle) {
+  Rng rng(7);
+  bool low = false, high = false;
+  for (int i = 0; i < 1000; ++i) {
+    const int k = rng.uniform_int(-2, 3);
+    ASSERT_GE(k, -2);
+    ASSERT_LE(k, 3);
+    low |= k == -2;
+    high |= k == 3;
+    const double u = rng.uniform();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+  }
+  EXPECT_TRUE(low && high);
+  std::vector<int> a(50), b(50);
+  for (int i = 0; i < 50; ++i) a[size_t(i)] = b[size_t(i)] = i;
+  Rng(3).shuffle(a);
+  Rng(3).shuffle(b);
+  EXPECT_EQ(a, b) << "the order is a function of the seed";
+  std::vector<int> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(sorted[size_t(i)], i);
+  EXPECT_FALSE(std::is_sorted(a.begin(), a.end()));
 }
 
 // ------------------------------------------------------ the real data files

@@ -16,9 +16,11 @@
 #include "scheduler/schedule.h"
 #include "tests/figure_one.h"
 #include "tests/user_error.h"
+#include "vjit/batching.h"
 #include "vjit/error.h"
+#include "vjit/options.h"
 
-namespace vjit {
+namespace vjit::scheduler {
 namespace {
 
 using test_graphs::figure_one;
@@ -76,8 +78,8 @@ TEST(Fsm, EncodingNames) {
 TEST(Fsm, StateEncodings) {
   // Fig. 1 after the I leaves ran: I1 and four O vertices are ready.
   const GraphBatch batch = figure_one();
-  const sched::FlatBatch graph(batch, 3);
-  sched::FrontierState state(graph);
+  const scheduler::FlatBatch graph(batch, 3);
+  scheduler::FrontierState state(graph);
   std::vector<int> run;
   state.take_ready(kI, run);
   state.execute(run);
@@ -90,7 +92,7 @@ TEST(Fsm, StateEncodings) {
   EXPECT_EQ(key, "1,0");
   // Heights: I1 has I2, I3 and R above it (3); the ready O vertices only R (1).
   // With I1 marked the critical type is I, though O is more common.
-  const std::vector<int> height = sched::vertex_heights(graph);
+  const std::vector<int> height = scheduler::vertex_heights(graph);
   state.track_heights(height);
   StateEncoder critical(StateEncoding::Critical);
   critical.encode(state, key);
@@ -189,6 +191,48 @@ TEST(Fsm, SaveLoadRoundTrip) {
   std::filesystem::remove(again);
 }
 
+// The public handle (vjit/batching.h) wraps this policy: what it learns,
+// reports, saves and schedules is the scheduler's own.
+TEST(Fsm, PublicHandle) {
+  const GraphBatch data = two_type_trees(7, 64);
+  const vjit::FsmPolicy handle = vjit::FsmPolicy::learn(data, 3);
+  const FsmPolicy& table = handle.table();
+  EXPECT_EQ(table.num_states(), FsmPolicy::learn(data, 3).num_states()) << "the same learner, the same defaults";
+  const FsmPolicyInfo info = handle.info();
+  EXPECT_EQ(info.encoding, "critical");
+  EXPECT_EQ(info.num_types, 3);
+  EXPECT_EQ(info.states, int64_t(table.num_states()));
+  EXPECT_EQ(info.episodes, table.training().episodes);
+  EXPECT_EQ(info.instances, 32);
+  EXPECT_EQ(info.tasks, table.training().tasks);
+  EXPECT_EQ(info.lower_bound, table.training().lower_bound);
+  EXPECT_EQ(info.departures, table.training().departures);
+  EXPECT_NE(handle.describe().find(std::to_string(info.states) + " states"), std::string::npos) << handle.describe();
+
+  const std::string path = temp_path("public.json");
+  handle.save(path, "tree2");
+  const vjit::FsmPolicy loaded = vjit::FsmPolicy::load(path, "tree2");
+  EXPECT_EQ(loaded.info().states, info.states);
+  EXPECT_NE(user_error_of([&] { vjit::FsmPolicy::load(path, "fig1"); }).find("different program"), std::string::npos);
+  std::filesystem::remove(path);
+
+  const GraphBatch other = two_type_trees(8, 32);
+  ASSERT_EQ(option_values::policy.size(), all_policies().size());
+  for (size_t i = 0; i < all_policies().size(); ++i) {
+    const Policy p = all_policies()[i];
+    EXPECT_EQ(option_values::policy[i], policy_name(p)) << "the public names are the scheduler's, in its order";
+    const Schedule s = make_schedule(other, 3, p, &table);
+    const ScheduleSummary summary = summarize_schedule(other, 3, policy_name(p), &loaded);
+    EXPECT_EQ(summary.tasks, int(s.tasks.size())) << policy_name(p);
+    EXPECT_EQ(summary.lower_bound, s.lower_bound) << policy_name(p);
+    EXPECT_EQ(summary.fsm_fallbacks, s.fsm_fallbacks) << policy_name(p);
+  }
+  EXPECT_NE(user_error_of([&] { summarize_schedule(other, 3, "greedy"); }).find("valid policies: depth"),
+            std::string::npos);
+  EXPECT_NE(user_error_of([&] { summarize_schedule(other, 3, "fsm"); }).find("needs a learned FSM policy"),
+            std::string::npos);
+}
+
 TEST(Fsm, LoadRejectsMismatchesAndCorruption) {
   const FsmPolicy fsm = FsmPolicy::learn(figure_one(), 3);
   const std::string path = temp_path("reject.json");
@@ -279,9 +323,9 @@ TEST(Fsm, CriticalFallbackRunsTheCriticalPathFirst) {
   const GraphBatch batch = two_type_trees(9, 32);
   const FsmPolicy empty(StateEncoding::Critical, 3, {});
   const Schedule s = make_schedule(batch, 3, Policy::Fsm, &empty);
-  const sched::FlatBatch graph(batch, 3);
-  const std::vector<int> height = sched::vertex_heights(graph);
-  sched::FrontierState state(graph);
+  const scheduler::FlatBatch graph(batch, 3);
+  const std::vector<int> height = scheduler::vertex_heights(graph);
+  scheduler::FrontierState state(graph);
   std::vector<char> ran(graph.num_vertices(), 0);
   std::vector<int> run;
   int choices = 0;
@@ -534,4 +578,4 @@ TEST(Fsm, RejectsBadOptions) {
 }
 
 }  // namespace
-}  // namespace vjit
+}  // namespace vjit::scheduler

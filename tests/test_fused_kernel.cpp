@@ -742,7 +742,7 @@ KernelSpec small_spec(float scale) {
 
 TEST(KernelCache, SameSpecCompilesOnce) {
   const Isa isa = best_isa();
-  KernelCache cache;
+  jit::KernelCache cache;
   auto first = cache.get(small_spec(1.5f), isa);
   auto second = cache.get(small_spec(1.5f), isa);
   EXPECT_EQ(first.get(), second.get());
@@ -756,11 +756,11 @@ TEST(KernelCache, SameSpecCompilesOnce) {
 }
 
 TEST(KernelCache, EachIsaCompilesSeparately) {
-  KernelCache cache;
+  jit::KernelCache cache;
   std::vector<Isa> isas;
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
     if (cpu_has(isa)) isas.push_back(isa);
-  std::vector<std::shared_ptr<const CompiledKernel>> kernels;
+  std::vector<std::shared_ptr<const jit::CompiledKernel>> kernels;
   for (Isa isa : isas) kernels.push_back(cache.get(small_spec(1.0f), isa));
   for (Isa isa : isas) cache.get(small_spec(1.0f), isa);
   EXPECT_EQ(cache.counters().compiles, int64_t(isas.size()));
@@ -785,10 +785,10 @@ TEST(KernelCache, EachIsaCompilesSeparately) {
 
 TEST(KernelCache, ConcurrentMissesBuildOnce) {
   const Isa isa = best_isa();
-  KernelCache cache;
+  jit::KernelCache cache;
   constexpr int kThreads = 8;
   std::latch start(kThreads);
-  std::vector<std::shared_ptr<const CompiledKernel>> got(kThreads);
+  std::vector<std::shared_ptr<const jit::CompiledKernel>> got(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -805,7 +805,7 @@ TEST(KernelCache, ConcurrentMissesBuildOnce) {
 TEST(KernelCache, FailedBuildIsNotCached) {
   const Isa isa = best_isa();
   if (isa == Isa::Scalar) GTEST_SKIP() << "this CPU has no JIT ISA; the reference kernel cannot fail to build";
-  KernelCache cache;
+  jit::KernelCache cache;
   KernelSpec bad = small_spec(1.0f);
   bad.instrs[1].b = 17;  // operand out of range
   EXPECT_THROW(cache.get(bad, isa), InternalError);
@@ -820,7 +820,7 @@ TEST(KernelCache, FailedBuildIsNotCached) {
 TEST(KernelCache, ConcurrentWaitersOfAFailedBuildAllSeeTheError) {
   const Isa isa = best_isa();
   if (isa == Isa::Scalar) GTEST_SKIP() << "this CPU has no JIT ISA";
-  KernelCache cache;
+  jit::KernelCache cache;
   KernelSpec bad = small_spec(1.0f);
   bad.outputs = {9};
   constexpr int kThreads = 8;

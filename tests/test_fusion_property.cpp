@@ -199,9 +199,9 @@ TEST(FusionProperty, RandomDagsMatchTheReferenceOnEveryIsa) {
       options.fusion = true;
       options.isa = isa;
       options.threads = 1;
-      const KernelCacheCounters before = KernelCache::global().counters();
+      const jit::KernelCacheCounters before = jit::KernelCache::global().counters();
       Engine engine(*c.program, options);
-      const KernelCacheCounters after = KernelCache::global().counters();
+      const jit::KernelCacheCounters after = jit::KernelCache::global().counters();
       const int64_t requested = after.compiles + after.hits - before.compiles - before.hits;
       kernels_requested += requested;
       if (isa != "scalar") jit_kernels += requested;

@@ -29,7 +29,7 @@
 #include "runtime/thread_pool.h"
 #include "vjit/error.h"
 
-namespace vjit {
+namespace vjit::runtime {
 namespace {
 
 constexpr double kRelTol = 1e-5;
@@ -425,4 +425,4 @@ TEST(ParallelSgemm, AutoSplitChoices) {
 }
 
 }  // namespace
-}  // namespace vjit
+}  // namespace vjit::runtime

@@ -687,8 +687,8 @@ class CountingPool : public vjit::ParallelFor {
   int64_t runs = 0;
 
  private:
-  vjit::ThreadPool pool_;
-  vjit::PoolParallelFor parallel_;
+  vjit::runtime::ThreadPool pool_;
+  vjit::runtime::PoolParallelFor parallel_;
 };
 
 // A table of many chunks, and dense parameters of several chunks and of one.

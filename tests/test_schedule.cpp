@@ -16,7 +16,7 @@
 #include "tests/user_error.h"
 #include "vjit/error.h"
 
-namespace vjit {
+namespace vjit::scheduler {
 namespace {
 
 using test_graphs::figure_one;
@@ -171,8 +171,8 @@ TEST(Schedule, FigureOneRatioAndLowerBound) {
 
 TEST(Schedule, FigureOneRatioValues) {
   const GraphBatch batch = figure_one();
-  const sched::FlatBatch graph(batch, 3);
-  sched::FrontierState state(graph);
+  const scheduler::FlatBatch graph(batch, 3);
+  scheduler::FrontierState state(graph);
   state.track_type_frontiers();
   std::vector<int> run;
   for (int step = 0; step < 2; ++step) {  // the I leaves, then I1
@@ -183,7 +183,7 @@ TEST(Schedule, FigureOneRatioValues) {
   EXPECT_EQ(state.type_frontier(kO), 7);
   EXPECT_EQ(state.num_ready(kI), 1);
   EXPECT_EQ(state.type_frontier(kI), 1);
-  EXPECT_EQ(sched::choose_ratio(state), kI);
+  EXPECT_EQ(scheduler::choose_ratio(state), kI);
 }
 
 TEST(Schedule, ManySamplesBatchTogether) {
@@ -235,8 +235,8 @@ TEST(Schedule, RandomDagsGiveValidSchedules) {
     const Schedule fallback = make_schedule(batch, num_types, Policy::Fsm, &empty);
     const Schedule ratio = make_schedule(batch, num_types, Policy::Ratio);
     EXPECT_EQ(task_types(fallback), task_types(ratio)) << "case " << c;
-    const sched::FlatBatch graph(batch, num_types);
-    sched::FrontierState state(graph);
+    const scheduler::FlatBatch graph(batch, num_types);
+    scheduler::FrontierState state(graph);
     int choices = 0;
     std::vector<int> run;
     for (const Task& task : ratio.tasks) {
@@ -314,7 +314,7 @@ TEST(Schedule, HeightsBothWays) {
     const int num_types = 1 + c % 3;
     const GraphBatch shuffled = random_dag_batch(rng, num_types, 4, 25);
     for (const GraphBatch& batch : {shuffled, renumbered_children_first(shuffled)}) {
-      const sched::FlatBatch graph(batch, num_types, /*with_heights=*/true);
+      const scheduler::FlatBatch graph(batch, num_types, /*with_heights=*/true);
       std::vector<int> expected(graph.num_vertices(), -1);
       std::function<int(int)> height = [&](int v) {
         if (expected[v] < 0) {
@@ -325,8 +325,8 @@ TEST(Schedule, HeightsBothWays) {
       };
       for (int v = 0; v < graph.num_vertices(); ++v) height(v);
       EXPECT_EQ(graph.heights(), expected) << "case " << c << (graph.children_first() ? " (ids in order)" : "");
-      EXPECT_EQ(sched::vertex_heights(graph), expected) << "case " << c;
-      const std::vector<int> order = sched::topological_order(graph);
+      EXPECT_EQ(scheduler::vertex_heights(graph), expected) << "case " << c;
+      const std::vector<int> order = scheduler::topological_order(graph);
       std::vector<int> position(order.size());
       for (size_t i = 0; i < order.size(); ++i) position[order[i]] = int(i);
       for (int v = 0; v < graph.num_vertices(); ++v)
@@ -352,8 +352,8 @@ TEST(Schedule, TakeReadyGivesTheReadyVerticesSorted) {
       batch.samples.push_back(std::move(filler));
     }
     if (c % 2) batch = renumbered_children_first(batch);
-    const sched::FlatBatch graph(batch, num_types, true);
-    sched::FrontierState state(graph);
+    const scheduler::FlatBatch graph(batch, num_types, true);
+    scheduler::FrontierState state(graph);
     state.track_heights(graph.heights());
     std::vector<char> executed(graph.num_vertices(), 0);
     std::vector<int> run;
@@ -392,8 +392,8 @@ TEST(Schedule, RatioStatisticsStartedLateAgree) {
   for (int c = 0; c < 100; ++c) {
     const int num_types = 2 + c % 3;
     const GraphBatch batch = random_dag_batch(rng, num_types, 4, 30);
-    const sched::FlatBatch graph(batch, num_types);
-    sched::FrontierState early(graph), late(graph);
+    const scheduler::FlatBatch graph(batch, num_types);
+    scheduler::FrontierState early(graph), late(graph);
     early.track_type_frontiers();
     const int start = c % 5;
     auto expect_same = [&](const char* when, int step) {
@@ -404,7 +404,7 @@ TEST(Schedule, RatioStatisticsStartedLateAgree) {
     for (int step = 0; !early.done(); ++step) {
       if (step == start) late.track_type_frontiers();
       if (step >= start) expect_same("late", step);
-      const int type = sched::choose_ratio(early);
+      const int type = scheduler::choose_ratio(early);
       early.take_ready(type, run);
       late.take_ready(type, run);
       early.execute(run);
@@ -415,7 +415,7 @@ TEST(Schedule, RatioStatisticsStartedLateAgree) {
     late.reset();  // the late edges were partial: rebuilt for the whole batch
     for (int step = 0; !early.done(); ++step) {
       expect_same("after reset", step);
-      const int type = sched::choose_ratio(early);
+      const int type = scheduler::choose_ratio(early);
       early.take_ready(type, run);
       late.take_ready(type, run);
       early.execute(run);
@@ -470,4 +470,4 @@ TEST(Schedule, Errors) {
 }
 
 }  // namespace
-}  // namespace vjit
+}  // namespace vjit::scheduler

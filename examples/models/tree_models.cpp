@@ -5,7 +5,7 @@
 #include <span>
 
 #include "examples/models/common.h"
-#include "ir/dropout.h"
+#include "vjit/random.h"
 
 namespace vjit::models {
 
@@ -134,7 +134,7 @@ Bundle make_tree_lstm_2type(const Config& config) {
     for (size_t s = 0; s < split->size(); ++s)
       for (size_t v = 0; v < (*split)[s].vertices.size(); ++v) {
         Vertex& vertex = (*split)[s].vertices[v];
-        if (vertex.type == types.internal && (ir::mix64(config.seed ^ (s << 20) ^ v) & 1)) vertex.type = type_b;
+        if (vertex.type == types.internal && (mix64(config.seed ^ (s << 20) ^ v) & 1)) vertex.type = type_b;
       }
   bundle.classifier_types = {types.leaf, types.internal, type_b};
   return bundle;
@@ -225,7 +225,7 @@ Sample complete_tree(int leaves, int vocab, uint64_t seed, TreeTypes types, std:
   std::vector<int> level;
   int upper = 0;
   for (int i = 0; i < leaves; ++i) {
-    int token = int(ir::mix64(seed * 1315423911u + uint64_t(i)) % uint64_t(vocab));
+    int token = int(mix64(seed * 1315423911u + uint64_t(i)) % uint64_t(vocab));
     upper += token >= vocab / 2;
     level.push_back(sample.add_vertex(types.leaf, {}, token));
   }

@@ -12,15 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "vjit/batching.h"
 #include "vjit/graph.h"
 #include "vjit/optimizer.h"
 #include "vjit/options.h"
 #include "vjit/program.h"
-#include "vjit/reference.h"
+#include "vjit/run.h"
 
 namespace vjit {
-
-class FsmPolicy;
 
 // Counters and times, summed over the calls since the last reset_stats().
 struct EngineStats {

@@ -1,5 +1,6 @@
 #pragma once
 // The public API of vjit in one include.
+#include "vjit/batching.h"
 #include "vjit/engine.h"
 #include "vjit/error.h"
 #include "vjit/graph.h"
@@ -8,6 +9,8 @@
 #include "vjit/optimizer.h"
 #include "vjit/options.h"
 #include "vjit/program.h"
+#include "vjit/random.h"
 #include "vjit/reference.h"
+#include "vjit/run.h"
 #include "vjit/shape.h"
 #include "vjit/train.h"
