@@ -26,15 +26,13 @@ struct Engine::Impl {
         options(std::move(o)),
         plan(lower_and_count(program, options, compile_info)),
         pool(options.threads),
-        gemm(parse_gemm_backend(options.gemm)),
+        gemm(select_gemm_backend(options.gemm)),
         policy(parse_policy(options.policy)),
         executor(program, plan, pool, gemm, options.streaming) {
     VJIT_USER_CHECK(options.memplan == "copy", "VJIT_MEMPLAN=" << options.memplan
                                                                 << " is not available yet (valid here: copy)");
     VJIT_USER_CHECK(options.device == "cpu", "VJIT_DEVICE=" << options.device
                                                             << " is not available in this build (valid here: cpu)");
-    VJIT_USER_CHECK(gemm_backend_available(gemm), "VJIT_GEMM=" << options.gemm << ": "
-                                                               << gemm_backend_unavailable_reason(gemm));
     if (policy == Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
       fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(policy_cache_path(), program.signature_string()));
   }

@@ -132,7 +132,8 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
     std::vector<ir::FusionGroup> groups = ir::find_fusion_groups(function, plan.phases, keep);
     if (options.logs("passes")) std::cerr << "[vjit] fusion groups of " << function.name << "\n" << ir::to_string(function, groups);
     for (const ir::FusionGroup& group : groups) {
-      std::shared_ptr<const CompiledKernel> kernel = KernelCache::global().get(kernel_spec(function, group), isa);
+      std::shared_ptr<const CompiledKernel> kernel =
+          KernelCache::global().lookup(kernel_spec(function, group), isa, options.perf_map).kernel;
       int index = int(plan.fused.size());
       plan.fused.push_back({kernel->name, group.inputs, group.outputs, function[group.nodes[0]].shape.numel(),
                             [kernel](const KernelArgs& args) { kernel->run(args); }});
@@ -168,7 +169,7 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
   runtime::ExecPlan plan;
   codegen::Isa isa = isa_of(options);
   if (isa != codegen::Isa::Scalar) {
-    auto exp = std::make_shared<codegen::UnaryKernel>(isa, codegen::UnaryFn::Exp);
+    auto exp = std::make_shared<codegen::UnaryKernel>(isa, codegen::UnaryFn::Exp, options.perf_map);
     plan.exp = [exp](const float* src, float* dst, int64_t n) { (*exp)(src, dst, n); };
   }
   for (int t = 0; t < program.num_types(); ++t) {

@@ -29,10 +29,13 @@
 // | VJIT_CACHE_DIR   | cache_dir   | directory for the on-disk kernel cache;     | "" (memory   |
 // |                  |             | empty = kernels are cached in memory only   | only)        |
 // | VJIT_PROFILE     | profile     | bool: time every pipeline stage and kernel  | off          |
+// | VJIT_PERF_MAP    | perf_map    | bool: name JIT code in /tmp/perf-<pid>.map  | off          |
+// |                  |             | for `perf report`                           |              |
 // | VJIT_LOG         | log         | off | passes | schedule | kernels | all    | off          |
-// |                  |             | passes: IR before/after each pass;          |              |
-// |                  |             | schedule: tasks chosen per batch;           |              |
-// |                  |             | kernels: generated code and cache hits;     |              |
+// |                  |             | passes: the IR after each lowering pass;    |              |
+// |                  |             | schedule: the tasks chosen per batch;       |              |
+// |                  |             | kernels: each kernel compiled or found in   |              |
+// |                  |             | the cache (name, ISA, bytes);               |              |
 // |                  |             | all: everything                             |              |
 //
 // Bools accept 0/1/true/false/on/off (any case). Enumerated values match case-
@@ -71,6 +74,7 @@ struct Options {
   std::string gemm = "auto";        // VJIT_GEMM
   std::string cache_dir;            // VJIT_CACHE_DIR
   bool profile = false;             // VJIT_PROFILE
+  bool perf_map = false;            // VJIT_PERF_MAP
   std::string log = "off";          // VJIT_LOG
 
   // The built-in defaults, ignoring the environment.
