@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 
 #include "jit/kernel_cache.h"
 #include "jit/pipeline.h"
@@ -60,6 +61,7 @@ struct Engine::Impl {
     validate_and_order(program.signatures(), batch);
     if (policy == Policy::Fsm && !fsm) learn(batch);
     schedule = make_schedule(batch, program.num_types(), policy, fsm.get());
+    if (options.logs("schedule")) std::cerr << describe_schedule(schedule, program.signatures(), policy);
     stats.schedule_s += seconds_since(start);
     stats.batches += 1;
     stats.vertices += batch.num_vertices();

@@ -20,6 +20,20 @@ constexpr std::array<std::pair<Policy, const char*>, 5> kPolicyNames{{
 }};
 }  // namespace
 
+std::string describe_schedule(const Schedule& schedule, std::span<const TypeSignature> types, Policy policy) {
+  std::string out = std::string("[vjit] schedule: policy=") + policy_name(policy) +
+                    " tasks=" + std::to_string(schedule.tasks.size()) +
+                    " lower_bound=" + std::to_string(schedule.lower_bound) + "\n";
+  for (size_t i = 0; i < schedule.tasks.size(); ++i) {
+    const Task& task = schedule.tasks[i];
+    const bool named = task.type >= 0 && size_t(task.type) < types.size();
+    out += "[vjit]   task " + std::to_string(i) + ": " +
+           (named ? types[size_t(task.type)].name : "type " + std::to_string(task.type)) + " x " +
+           std::to_string(task.vertices.size()) + "\n";
+  }
+  return out;
+}
+
 const char* policy_name(Policy policy) {
   for (const auto& [value, name] : kPolicyNames)
     if (value == policy) return name;

@@ -88,6 +88,13 @@ Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy,
 // The ED-Batch lower bound on the number of tasks of any schedule of `batch`.
 int batching_lower_bound(const GraphBatch& batch, int num_types);
 
+// What VJIT_LOG=schedule prints for one batch: a header line with the policy,
+// the number of tasks and the lower bound, then one line per task in order,
+//   [vjit] schedule: policy=agenda tasks=3 lower_bound=3
+//   [vjit]   task 0: leaf x 12
+// `types` names each vertex type (their index is Task::type).
+std::string describe_schedule(const Schedule& schedule, std::span<const TypeSignature> types, Policy policy);
+
 // ---------------------------------------------------------------------------
 // Building blocks shared by the policies and the FSM learner (scheduler/fsm.cpp).
 namespace sched {
