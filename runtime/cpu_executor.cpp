@@ -134,7 +134,7 @@ void CpuExecutor::allocate(Pass pass) {
       const Node& n = (*fp.function)[id];
       if (ir::is_sink(n.op) || is_view(n.op) || fp.folded[size_t(id)]) continue;
       offsets[t][size_t(id)] = total;
-      total += aligned(type_rows_[t] * n.shape.numel());
+      total += aligned((n.uniform ? 1 : type_rows_[t]) * n.shape.numel());  // uniform: one row
     }
     const FunctionPlan& forward = function_plan(Pass::Forward, int(t));
     if (pass == Pass::Backward && forward.scatter_value >= 0) {
@@ -156,8 +156,31 @@ void CpuExecutor::allocate(Pass pass) {
     const ir::Function& f = function(pass, int(t));
     slots[t].resize(f.nodes.size());
     for (ValueId id = 0; id < f.size(); ++id) {
-      if (offsets[t][size_t(id)] >= 0) slots[t][size_t(id)] = {arena.data() + offsets[t][size_t(id)], f[id].shape.numel()};
+      if (offsets[t][size_t(id)] >= 0)
+        slots[t][size_t(id)] = {arena.data() + offsets[t][size_t(id)], f[id].uniform ? 0 : f[id].shape.numel()};
       else if (is_view(f[id].op)) slots[t][size_t(id)] = view_slot(pass, int(t), f[id]);
+    }
+  }
+  fill_uniform_values(pass);
+}
+
+// A uniform value other than a parameter is a Concat of parameters (stacked
+// weights, made by matmul merging): one row with ld 0 that changes with every
+// optimizer step, so it is filled here, once per pass, from the parameters'
+// current values, before any step reads it (run_node skips it).
+void CpuExecutor::fill_uniform_values(Pass pass) {
+  for (int t = 0; t < program_.num_types(); ++t) {
+    const ir::Function& f = function(pass, t);
+    for (ValueId id = 0; id < f.size(); ++id) {
+      const Node& n = f[id];
+      if (!n.uniform || n.op == Op::Param) continue;
+      VJIT_INTERNAL_CHECK(n.op == Op::Concat, "executor cannot compute uniform " << ir::to_string(f, id));
+      float* dst = slot(pass, t, id).data;
+      for (ValueId arg : n.args) {
+        const int64_t part = f[arg].shape.numel();
+        std::memcpy(dst, slot(pass, t, arg).data, size_t(part) * sizeof(float));
+        dst += part;
+      }
     }
   }
 }
@@ -338,7 +361,7 @@ void CpuExecutor::for_row_blocks(int64_t rows, int64_t width, const std::functio
 
 void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {
   const Node& n = function(pass, rows.type)[id];
-  if (is_view(n.op) || n.op == Op::Scatter) return;
+  if (is_view(n.op) || n.op == Op::Scatter || n.uniform) return;  // uniform: fill_uniform_values
   ++local_stats().kernels;
   const Slot& out = slot(pass, rows.type, id);
   if (is_copy(n.op)) {

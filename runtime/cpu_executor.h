@@ -77,6 +77,7 @@ class CpuExecutor {
   void assign_rows();
   void allocate(Pass pass);
   Slot view_slot(Pass pass, int type, const ir::Node& node) const;
+  void fill_uniform_values(Pass pass);  // stacked parameters (uniform Concat), once per pass
   void zero_gradients(std::vector<std::vector<float>>& grads);
   void run_phase(Pass pass, ir::Phase phase);
   void run_type_phase(Pass pass, ir::Phase phase, int type);

@@ -6,6 +6,7 @@
 // them without knowing how they were made. The jit pipeline makes plans
 // (jit/pipeline.h); an executor runs them.
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,8 @@ struct TypePlan {
 
 struct ExecPlan {
   std::vector<TypePlan> types;
+  // The lowered F and ∂F of every type (FunctionPlan::function points into them).
+  std::vector<std::shared_ptr<const ir::Function>> functions;
   // dst[i] = exp(src[i]) for i < n, vectorised: the softmax of the loss ops
   // runs through it (a std::exp loop where none is given).
   std::function<void(const float* src, float* dst, int64_t n)> exp;

@@ -1,5 +1,6 @@
 // The batched engine against the reference interpreter: every example model ×
-// every policy × batch sizes 1, 7 and 64, lazy batching on and off.
+// every policy × batch sizes 1, 7 and 64, lazy batching, fusion and matmul
+// merging on and off.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -38,6 +39,7 @@ struct EngineCase {
   bool fusion = true;
   std::string isa = "auto";
   bool streaming = false;
+  bool merge_matmuls = true;
 
   std::string name() const {
     std::string n = model + "_" + policy;
@@ -45,6 +47,7 @@ struct EngineCase {
     if (!fusion) n += "_nofusion";
     if (isa != "auto") n += "_" + isa;
     if (streaming) n += "_streaming";
+    if (!merge_matmuls) n += "_nomerge";
     return n;
   }
 };
@@ -62,6 +65,7 @@ TEST_P(EngineMatchesReference, ForEveryBatchSize) {
   options.fusion = c.fusion;
   options.isa = c.isa;
   options.streaming = c.streaming;
+  options.merge_matmuls = c.merge_matmuls;
   Engine engine(*bundle.program, options);
   for (int batch_size : {1, 7, 64}) {
     GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
@@ -71,7 +75,8 @@ TEST_P(EngineMatchesReference, ForEveryBatchSize) {
 }
 
 // Every policy with the default options; then, with agenda, each optimisation
-// off in turn and every ISA path this CPU has.
+// off in turn and every ISA path this CPU has (and for var_lstm_gates, every
+// policy with matmul merging off).
 std::vector<EngineCase> engine_cases() {
   std::vector<EngineCase> cases;
   for (const std::string& model : models::model_names()) {
@@ -86,6 +91,14 @@ std::vector<EngineCase> engine_cases() {
     add([](EngineCase& c) { c.lazy = false; });
     add([](EngineCase& c) { c.fusion = false; });
     add([](EngineCase& c) { c.streaming = true; });
+    add([](EngineCase& c) { c.merge_matmuls = false; });
+    // The model written for matmul merging: every policy without it too.
+    if (model == "var_lstm_gates")
+      for (const char* policy : {"depth", "frontier", "ratio", "fsm"})
+        add([&](EngineCase& c) {
+          c.policy = policy;
+          c.merge_matmuls = false;
+        });
     for (const char* isa : {"scalar", "avx2", "avx512"})
       if (codegen::cpu_has(codegen::parse_isa(isa)))
         add([&](EngineCase& c) { c.isa = isa; });

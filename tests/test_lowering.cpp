@@ -1,4 +1,7 @@
-// What an Engine logs: the VJIT_LOG=schedule lines of each batch.
+// Lowering (jit/pipeline.cpp) end to end: the pass list and what VJIT_LOG=passes
+// prints of it, matmul merging's effect on the GEMMs an Engine runs, the
+// VJIT_LOG=schedule lines. Equality of every model with the reference
+// interpreter, merging on and off, is in test_engine.cpp.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -31,6 +34,103 @@ std::vector<std::string> lines_of(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
+}
+
+// What VJIT_LOG=passes printed after the pass whose header is `header`, up to
+// the next header.
+std::string section(const std::string& log, const std::string& header) {
+  size_t begin = log.find(header + "\n");
+  if (begin == std::string::npos) return "";
+  begin += header.size() + 1;
+  size_t end = log.find("[vjit] after ", begin);
+  return log.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+int count(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// --- the pass list ---
+
+TEST(PassList, LogsTheIrAfterEachPassInOrder) {
+  models::Bundle bundle = models::make_model("var_lstm_gates", small_config());
+  Options options = Options::defaults();
+  options.log = "passes";
+  ::testing::internal::CaptureStderr();
+  Engine engine(*bundle.program, options);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::vector<std::string> expected = {
+      "merge_matmuls: cell (forward)",      "simplify: cell (forward)",
+      "differentiate: cell (backward)",     "simplify_slices: cell (backward)",
+      "simplify: cell (backward)",          "fold_outer_products: cell (forward)",
+      "classify_phases: cell (forward)",    "find_fusion_groups: cell (forward)",
+      "compile_kernels: cell (forward)",    "order_steps: cell (forward)",
+      "fold_outer_products: cell (backward)", "classify_phases: cell (backward)",
+      "find_fusion_groups: cell (backward)", "compile_kernels: cell (backward)",
+      "order_steps: cell (backward)"};
+  size_t at = 0;
+  for (const std::string& pass : expected) {
+    size_t found = log.find("[vjit] after " + pass + "\n", at);
+    ASSERT_NE(found, std::string::npos) << "no '" << pass << "' after offset " << at << " in\n" << log;
+    at = found + 1;
+  }
+  // The forward function keeps Program's value ids only where nothing changed:
+  // merging changed it, so its IR is printed, not "(unchanged)".
+  EXPECT_EQ(section(log, "[vjit] after merge_matmuls: cell (forward)").find("(unchanged)"), std::string::npos);
+}
+
+// The four gate products W_k·x become one, and so do the four U_k·h: three
+// matmuls (with W_out·h) where Program's F has nine.
+TEST(MergeMatmuls, IrAfterThePassShowsOneMatmulWhereThereWereFour) {
+  models::Bundle bundle = models::make_model("var_lstm_gates", small_config());
+  const std::string program_ir = ir::to_string(bundle.program->forward(0));
+  EXPECT_EQ(count(program_ir, "= matmul("), 9) << program_ir;
+  Options options = Options::defaults();
+  options.log = "passes";
+  ::testing::internal::CaptureStderr();
+  { Engine engine(*bundle.program, options); }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string merged = section(log, "[vjit] after merge_matmuls: cell (forward)");
+  EXPECT_EQ(count(merged, "= matmul("), 3) << merged;
+  EXPECT_EQ(count(merged, "= concat(") - count(program_ir, "= concat("), 2) << "the stacked W and U: " << merged;
+  EXPECT_EQ(count(merged, "[32,6] uniform"), 1) << "W_i..W_u stacked: " << merged;
+  EXPECT_EQ(count(merged, "[32,8] uniform"), 1) << "U_i..U_u stacked: " << merged;
+
+  options.merge_matmuls = false;
+  ::testing::internal::CaptureStderr();
+  { Engine engine(*bundle.program, options); }
+  const std::string unmerged = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(section(unmerged, "[vjit] after merge_matmuls: cell (forward)").find("off"), std::string::npos);
+  EXPECT_EQ(section(unmerged, "[vjit] after simplify: cell (forward)"), "(unchanged)\n")
+      << "simplify changes nothing of Program's F";
+}
+
+// Per task the four U_k·h are one GEMM; once per batch (eager) so are the four
+// W_k·x. Each weight gradient stays one GEMM of its own.
+TEST(MergeMatmuls, ForwardGemmsPerTaskDrop) {
+  models::Bundle bundle = models::make_model("var_lstm_gates", small_config());
+  GraphBatch batch = first_samples(bundle, 16);
+  auto run = [&](bool merge) {
+    Options options = Options::defaults();
+    options.merge_matmuls = merge;
+    Engine engine(*bundle.program, options);
+    engine.infer(batch);
+    EngineStats forward = engine.stats();
+    engine.reset_stats();
+    engine.forward(batch);
+    engine.backward();
+    return std::pair{forward, engine.stats()};
+  };
+  auto [merged, merged_train] = run(true);
+  auto [separate, separate_train] = run(false);
+  ASSERT_EQ(merged.tasks, separate.tasks);
+  ASSERT_GT(merged.tasks, 2);
+  EXPECT_EQ(separate.gemm_calls - merged.gemm_calls, 3 * merged.tasks + 3)
+      << "merged " << merged.gemm_calls << ", separate " << separate.gemm_calls << ", tasks " << merged.tasks;
+  EXPECT_EQ(merged_train.param_grad_gemms, separate_train.param_grad_gemms);
+  EXPECT_LT(merged_train.gemm_calls, separate_train.gemm_calls);
 }
 
 // --- VJIT_LOG=schedule ---

@@ -14,6 +14,10 @@
 // | VJIT_STREAMING   | streaming   | bool: eager forward steps on a second thread| off          |
 // |                  |             | while the tasks run (off by default: on two |              |
 // |                  |             | cores the GEMMs already use both, measured) |              |
+// | VJIT_MERGE_MATMULS | merge_matmuls | bool: matmul merging: products of one | on         |
+// |                  |             | operand by several parameters become one    |              |
+// |                  |             | GEMM over the stacked weights (ir/          |              |
+// |                  |             | merge_matmuls.h)                            |              |
 // | VJIT_POLICY      | policy      | depth | agenda | frontier | ratio | fsm     | agenda       |
 // |                  |             | (batching policy of the scheduler)          |              |
 // | VJIT_MEMPLAN     | memplan     | copy | pqtree (buffer layout: gather by     | copy         |
@@ -66,6 +70,7 @@ struct Options {
   bool fusion = true;               // VJIT_FUSION
   bool lazy = true;                 // VJIT_LAZY
   bool streaming = false;           // VJIT_STREAMING (measured: no gain on 2 cores; README)
+  bool merge_matmuls = true;        // VJIT_MERGE_MATMULS
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
