@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "codegen/x86_fused_kernel.h"
+#include "vjit/error.h"
 
 namespace vjit {
 
@@ -19,6 +20,10 @@ std::shared_ptr<const CompiledKernel> KernelCache::build(const codegen::KernelSp
     kernel->name = codegen::fused_kernel_name(spec, isa);  // "vjit_fused_scalar_w..."
     kernel->run = [spec](const KernelArgs& args) { codegen::run_reference_kernel(spec, args); };
     return kernel;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    VJIT_INTERNAL_CHECK(!refuse_ || !refuse_(spec), "kernel refused for testing (KernelCache::refuse_builds_for_testing)");
   }
   std::shared_ptr<const codegen::X86FusedKernel> code = codegen::compile_fused_kernel(spec, isa, perf_map);
   kernel->name = code->name();
@@ -58,6 +63,11 @@ KernelLookup KernelCache::lookup(const codegen::KernelSpec& spec, codegen::Isa i
     kernels_.erase(key);  // a failed build is not cached
     throw;
   }
+}
+
+void KernelCache::refuse_builds_for_testing(std::function<bool(const codegen::KernelSpec&)> refuse) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  refuse_ = std::move(refuse);
 }
 
 KernelCacheCounters KernelCache::counters() const {

@@ -51,12 +51,18 @@ class KernelCache {
   }
   KernelCacheCounters counters() const;
 
+  // For tests of the refusal path: while set, a JIT build (not Isa::Scalar)
+  // whose spec satisfies `refuse` throws InternalError as codegen would.
+  // Pass an empty function to clear it.
+  void refuse_builds_for_testing(std::function<bool(const codegen::KernelSpec&)> refuse);
+
  private:
   std::shared_ptr<const CompiledKernel> build(const codegen::KernelSpec& spec, codegen::Isa isa, bool perf_map);
 
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> kernels_;
   KernelCacheCounters counters_;
+  std::function<bool(const codegen::KernelSpec&)> refuse_;  // guarded by mutex_
 };
 
 }  // namespace vjit

@@ -15,16 +15,21 @@
 //   fold_outer_products  which Outer nodes a ParamGrad computes as one GEMM
 //   classify_phases      eager / core / lazy per node
 //   find_fusion_groups   elementwise groups (Options::fusion)
-//   compile_kernels      a kernel per group through the kernel cache
+//   compile_kernels      a kernel per group through the kernel cache; a group the
+//                        JIT refuses runs the reference kernel (logged once)
 //   order_steps          the plan's eager, core and lazy steps
-// VJIT_LOG=passes prints the IR (or the analysis) after each pass.
+// VJIT_LOG=passes prints the IR (or the analysis) after each pass;
+// VJIT_LOG=kernels prints each kernel compiled or found in the cache.
 #include "jit/pipeline.h"
 
 #include <algorithm>
 #include <iostream>
+#include <mutex>
 #include <queue>
+#include <set>
 #include <sstream>
 
+#include "codegen/x86_fused_kernel.h"
 #include "codegen/x86_unary_kernel.h"
 #include "ir/autodiff.h"
 #include "ir/fusion.h"
@@ -161,10 +166,34 @@ std::string flagged_nodes(const ir::Function& function, const std::vector<bool>&
   return out.empty() ? "  (none)\n" : out;
 }
 
-// The kernel of one fused group, through the kernel cache.
+// True the first time `key` is reported in this process.
+bool first_report(const std::string& key) {
+  static std::mutex mutex;
+  static std::set<std::string> reported;
+  std::lock_guard<std::mutex> lock(mutex);
+  return reported.insert(key).second;
+}
+
+// The kernel of one fused group: the JIT's for `isa`, or the reference kernel
+// (Isa::Scalar) when the JIT refuses the group (codegen throws). The refusal is
+// reported once per kernel per process; the kernel cache does not keep the
+// failed build, so a later lowering tries the JIT again.
 std::shared_ptr<const CompiledKernel> compile_kernel(const codegen::KernelSpec& spec, codegen::Isa isa,
                                                      const Options& options) {
-  return KernelCache::global().lookup(spec, isa, options.perf_map).kernel;
+  KernelLookup found;
+  try {
+    found = KernelCache::global().lookup(spec, isa, options.perf_map);
+  } catch (const Error& e) {
+    if (isa == codegen::Isa::Scalar) throw;
+    const std::string name = codegen::fused_kernel_name(spec, isa);
+    if (first_report(name))
+      std::cerr << "[vjit] kernel " << name << ": " << e.what() << "; using the reference kernel\n";
+    found = KernelCache::global().lookup(spec, codegen::Isa::Scalar);
+  }
+  if (options.logs("kernels"))
+    std::cerr << "[vjit] kernel " << found.kernel->name << " isa=" << codegen::isa_name(found.kernel->isa)
+              << " code_bytes=" << found.kernel->code_bytes << (found.hit ? " cache hit" : " compiled") << "\n";
+  return found.kernel;
 }
 
 // The passes from fold_outer_products on, for F or ∂F (see the list above).

@@ -1,17 +1,22 @@
 // Lowering (jit/pipeline.cpp) end to end: the pass list and what VJIT_LOG=passes
 // prints of it, matmul merging's effect on the GEMMs an Engine runs, the
-// VJIT_LOG=schedule lines. Equality of every model with the reference
+// VJIT_LOG=schedule and VJIT_LOG=kernels lines, and the reference kernel taking
+// over a group the JIT refuses. Equality of every model with the reference
 // interpreter, merging on and off, is in test_engine.cpp.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <sstream>
 
+#include "codegen/x86_isa.h"
 #include "examples/models/models.h"
+#include "jit/kernel_cache.h"
 #include "tests/engine_check.h"
 
 namespace vjit {
 namespace {
+
+constexpr double kTolerance = 1e-4;
 
 models::Config small_config() {
   models::Config config;
@@ -171,6 +176,87 @@ TEST(ScheduleLog, PrintsEveryTaskWithTypeVerticesAndPolicy) {
   ::testing::internal::CaptureStderr();
   quiet.forward(batch);
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
+
+// --- VJIT_LOG=kernels ---
+
+TEST(KernelsLog, PrintsEachKernelCompiledOrFoundInTheCache) {
+  models::Config config = small_config();
+  config.hidden = 13;  // kernels no other test in this process has compiled
+  models::Bundle bundle = models::make_model("tree_lstm", config);
+  Options options = Options::defaults();
+  options.log = "kernels";
+  auto kernel_lines = [&] {
+    ::testing::internal::CaptureStderr();
+    Engine engine(*bundle.program, options);
+    std::vector<std::string> lines = lines_of(::testing::internal::GetCapturedStderr());
+    EXPECT_EQ(int(lines.size()), engine.compile_info().fused_groups);
+    return lines;
+  };
+  const std::string isa = codegen::isa_name(codegen::parse_isa("auto"));
+  std::vector<std::string> first = kernel_lines();
+  ASSERT_GT(first.size(), 1u);
+  int compiled = 0;
+  for (const std::string& line : first) {
+    EXPECT_EQ(line.rfind("[vjit] kernel vjit_fused_" + isa + "_w", 0), 0u) << line;
+    EXPECT_NE(line.find(" isa=" + isa + " code_bytes="), std::string::npos) << line;
+    bool is_compiled = line.ends_with(" compiled");
+    EXPECT_TRUE(is_compiled || line.ends_with(" cache hit")) << line;
+    compiled += is_compiled;
+    if (is_compiled && isa != "scalar") {
+      EXPECT_EQ(line.find("code_bytes=0 "), std::string::npos) << line;
+    }
+  }
+  EXPECT_GT(compiled, 0);
+  for (const std::string& line : kernel_lines()) EXPECT_TRUE(line.ends_with(" cache hit")) << line;
+}
+
+// --- a group the JIT refuses ---
+
+// Makes the global kernel cache refuse every JIT build while it lives.
+class RefuseJitBuilds {
+ public:
+  RefuseJitBuilds() {
+    KernelCache::global().refuse_builds_for_testing([](const codegen::KernelSpec&) { return true; });
+  }
+  ~RefuseJitBuilds() { KernelCache::global().refuse_builds_for_testing({}); }
+};
+
+TEST(JitRefusal, FallsBackToTheReferenceKernelLoggedOnce) {
+  if (codegen::best_isa() == codegen::Isa::Scalar) GTEST_SKIP() << "no JIT ISA on this CPU: nothing to refuse";
+  models::Config config = small_config();
+  config.hidden = 11;  // kernels no other test in this process has compiled
+  models::Bundle bundle = models::make_model("tree_lstm", config);
+  GraphBatch batch = first_samples(bundle, 7);
+  std::string log;
+  {
+    RefuseJitBuilds refuse;
+    ::testing::internal::CaptureStderr();
+    Engine engine(*bundle.program, Options::defaults());
+    Engine again(*bundle.program, Options::defaults());  // retries the JIT: a failure is not cached
+    log = ::testing::internal::GetCapturedStderr();
+    ASSERT_GT(engine.compile_info().fused_groups, 1);
+    testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance, "refused JIT");
+    testing::expect_matches_reference(again, *bundle.program, batch, kTolerance, "refused JIT, second engine");
+  }
+  std::map<std::string, int> reports;
+  for (const std::string& line : lines_of(log)) {
+    ASSERT_EQ(line.rfind("[vjit] kernel vjit_fused_", 0), 0u) << line;
+    EXPECT_NE(line.find("refused for testing"), std::string::npos) << line;
+    ASSERT_TRUE(line.ends_with("; using the reference kernel")) << line;
+    ++reports[line.substr(0, line.find(':'))];
+  }
+  EXPECT_GT(reports.size(), 1u) << log;
+  for (const auto& [kernel, n] : reports) EXPECT_EQ(n, 1) << kernel << " reported " << n << " times";
+  // The refused builds were not cached: now the JIT compiles them.
+  Options options = Options::defaults();
+  options.log = "kernels";
+  ::testing::internal::CaptureStderr();
+  Engine jit(*bundle.program, options);
+  const std::string kernels = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(kernels.find("isa=scalar"), std::string::npos) << kernels;
+  EXPECT_NE(kernels.find(" compiled"), std::string::npos) << kernels;
+  testing::expect_matches_reference(jit, *bundle.program, batch, kTolerance, "JIT after the refusal");
 }
 
 }  // namespace
