@@ -112,10 +112,12 @@ void check_spec(const KernelSpec& spec) {
   }
 }
 
+}  // namespace
+
 // "vjit_fused_avx512_w64_sigmoid3_tanh2_mul3_add1_9f3c21d0": ISA, width, op
 // counts in order of first use (at most six kinds), and a hash of the key so
 // that different kernels have different names in a profile.
-std::string kernel_name(const KernelSpec& spec, Isa isa) {
+std::string fused_kernel_name(const KernelSpec& spec, Isa isa) {
   std::vector<std::pair<Op, int>> counts;
   for (const KernelInstr& in : spec.instrs) {
     auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == in.op; });
@@ -134,6 +136,8 @@ std::string kernel_name(const KernelSpec& spec, Isa isa) {
   name << "_" << std::hex << hash;
   return name.str();
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------
 // Register allocation over one vector step of the body
@@ -789,9 +793,9 @@ class FusedJit final : public JitGenerator {
 
 class FusedKernel final : public X86FusedKernel {
  public:
-  FusedKernel(const KernelSpec& spec, Isa isa)
-      : spec_(spec), jit_(std::make_unique<FusedJit>(spec_, make_plan(spec_, isa), kernel_name(spec_, isa))) {
-    jit_->create_kernel();
+  FusedKernel(const KernelSpec& spec, Isa isa, bool perf_map)
+      : spec_(spec), jit_(std::make_unique<FusedJit>(spec_, make_plan(spec_, isa), fused_kernel_name(spec_, isa))) {
+    jit_->create_kernel(perf_map);
     fn_ = jit_->entry<KernelFn>();
   }
 
@@ -808,13 +812,13 @@ class FusedKernel final : public X86FusedKernel {
 
 }  // namespace
 
-std::shared_ptr<const X86FusedKernel> compile_fused_kernel(const KernelSpec& spec, Isa isa) {
+std::shared_ptr<const X86FusedKernel> compile_fused_kernel(const KernelSpec& spec, Isa isa, bool perf_map) {
   VJIT_INTERNAL_CHECK(isa == Isa::Avx2 || isa == Isa::Avx512,
                       "compile_fused_kernel: no JIT for ISA '" << isa_name(isa)
                                                                << "' (the reference kernel runs it)");
   require_isa(isa);
   check_spec(spec);
-  return std::make_shared<FusedKernel>(spec, isa);
+  return std::make_shared<FusedKernel>(spec, isa, perf_map);
 }
 
 }  // namespace vjit::codegen

@@ -48,6 +48,11 @@ class X86FusedKernel {
 // malformed (an operand out of range or referring forward, an op that is not
 // elementwise, an output out of range, a width the generator cannot address)
 // or on a generator bug. Never emits code for a spec it has not checked.
-std::shared_ptr<const X86FusedKernel> compile_fused_kernel(const KernelSpec& spec, Isa isa);
+// With `perf_map` the code is named in the perf map (x86_jit_generator.h).
+std::shared_ptr<const X86FusedKernel> compile_fused_kernel(const KernelSpec& spec, Isa isa, bool perf_map = false);
+
+// The name compile_fused_kernel gives the kernel of `spec` for `isa`
+// ("vjit_fused_avx2_w64_sigmoid3_tanh2_mul3_add1_9f3c21d0"), for logs.
+std::string fused_kernel_name(const KernelSpec& spec, Isa isa);
 
 }  // namespace vjit::codegen

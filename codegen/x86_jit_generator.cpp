@@ -4,7 +4,6 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
 
 #include "vjit/error.h"
@@ -26,15 +25,6 @@ bool is_callee_saved(const Xbyak::Reg64& reg) {
   }
 }
 
-bool perf_map_enabled() {
-  const char* value = std::getenv("VJIT_PERF_MAP");
-  if (value == nullptr) return false;
-  const std::string v = value;
-  VJIT_USER_CHECK(v.empty() || v == "0" || v == "1",
-                  "VJIT_PERF_MAP='" << v << "' is not valid; valid values are: 0, 1");
-  return v == "1";
-}
-
 }  // namespace
 
 JitGenerator::JitGenerator(std::string name, std::size_t max_code_size)
@@ -42,7 +32,7 @@ JitGenerator::JitGenerator(std::string name, std::size_t max_code_size)
     // create_kernel() turns it read+execute.
     : Xbyak::CodeGenerator(max_code_size, Xbyak::DontSetProtectRWE), name_(std::move(name)) {}
 
-const std::uint8_t* JitGenerator::create_kernel() {
+const std::uint8_t* JitGenerator::create_kernel(bool perf_map) {
   VJIT_INTERNAL_CHECK(entry_ == nullptr, "kernel '" << name_ << "' generated twice");
   try {
     generate();
@@ -51,7 +41,7 @@ const std::uint8_t* JitGenerator::create_kernel() {
   }
   setProtectModeRE();
   entry_ = getCode();
-  register_perf_map(entry_, getSize(), name_);
+  if (perf_map) register_perf_map(entry_, getSize(), name_);
   return entry_;
 }
 
@@ -71,7 +61,6 @@ void JitGenerator::postamble() {
 }
 
 void register_perf_map(const void* code, std::size_t size, const std::string& name) {
-  if (!perf_map_enabled()) return;  // read each time: kernels are rare, tests toggle it
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   const std::string path = "/tmp/perf-" + std::to_string(::getpid()) + ".map";

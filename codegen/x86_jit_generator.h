@@ -30,9 +30,9 @@ class JitGenerator : public Xbyak::CodeGenerator {
 
   const std::string& name() const { return name_; }
 
-  // Runs generate(), seals the code (read+execute) and registers it with the
-  // perf map. Call once; returns the entry point.
-  const std::uint8_t* create_kernel();
+  // Runs generate(), seals the code (read+execute) and, with `perf_map`,
+  // registers it in the perf map. Call once; returns the entry point.
+  const std::uint8_t* create_kernel(bool perf_map = false);
 
   // The entry point as a function pointer; create_kernel() must have run.
   template <typename Fn>
@@ -64,9 +64,9 @@ class JitGenerator : public Xbyak::CodeGenerator {
   const std::uint8_t* entry_ = nullptr;
 };
 
-// When VJIT_PERF_MAP=1, appends "addr size name" (hex address and size) to
-// /tmp/perf-<pid>.map so `perf report` names JIT code. VJIT_PERF_MAP unset,
-// empty or "0" writes nothing; any other value is a vjit::UserError.
+// Appends "addr size name" (hex address and size) to /tmp/perf-<pid>.map so
+// `perf report` names JIT code. Kernels call it when built with perf_map set
+// (Options::perf_map, VJIT_PERF_MAP, parsed by the jit layer, not here).
 void register_perf_map(const void* code, std::size_t size, const std::string& name);
 
 }  // namespace vjit::codegen

@@ -155,7 +155,7 @@ float unary_reference(UnaryFn fn, float x) {
   return x;
 }
 
-UnaryKernel::UnaryKernel(Isa isa, UnaryFn fn)
+UnaryKernel::UnaryKernel(Isa isa, UnaryFn fn, bool perf_map)
     : isa_(isa),
       fn_(fn),
       name_(std::string("vjit_unary_") + unary_fn_name(fn) + "_" + isa_name(isa)) {
@@ -165,7 +165,7 @@ UnaryKernel::UnaryKernel(Isa isa, UnaryFn fn)
     return;
   }
   jit_ = std::make_unique<UnaryJit>(isa, fn, name_);
-  jit_->create_kernel();
+  jit_->create_kernel(perf_map);
   entry_ = jit_->entry<Entry>();
 }
 

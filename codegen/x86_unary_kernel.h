@@ -25,8 +25,9 @@ class UnaryKernel {
   using Entry = void (*)(const float* src, float* dst, std::int64_t n);
 
   // Compiles the kernel; throws vjit::UserError (require_isa) when this CPU
-  // lacks `isa`.
-  UnaryKernel(Isa isa, UnaryFn fn);
+  // lacks `isa`. With `perf_map` the code is named in the perf map
+  // (register_perf_map in x86_jit_generator.h).
+  UnaryKernel(Isa isa, UnaryFn fn, bool perf_map = false);
   ~UnaryKernel();
   UnaryKernel(UnaryKernel&&) noexcept;
   UnaryKernel& operator=(UnaryKernel&&) noexcept;

@@ -46,16 +46,28 @@ class Differentiator {
   }
   const Shape& shape_of(ValueId g) const { return out_[g].shape; }
 
-  // Forward value `id` inside ∂F: a parameter is read again, anything else via Fwd.
+  // Forward value `id` inside ∂F: a parameter is read again, and so is a uniform
+  // Concat of parameters (matmul merging's stacked weights: recomputed, not
+  // stored per vertex); anything else via Fwd.
   ValueId fwd(ValueId id) {
     auto it = fwd_.find(id);
     if (it != fwd_.end()) return it->second;
     const Node& n = f_[id];
-    ValueId v = n.op == Op::Param ? emit(Op::Param, n.shape, {}, [&](Node& p) {
-      p.param = n.param;
-      p.uniform = true;
-    })
-                                  : emit(Op::Fwd, n.shape, {}, [&](Node& p) { p.forward_value = id; });
+    ValueId v = -1;
+    if (n.op == Op::Param) {
+      v = emit(Op::Param, n.shape, {}, [&](Node& p) {
+        p.param = n.param;
+        p.uniform = true;
+      });
+    } else if (n.uniform) {
+      VJIT_INTERNAL_CHECK(n.op == Op::Concat,
+                          "no uniform values but parameters and their concatenations: " << to_string(f_, id));
+      std::vector<ValueId> parts;
+      for (ValueId arg : n.args) parts.push_back(fwd(arg));
+      v = emit(Op::Concat, n.shape, parts, [](Node& c) { c.uniform = true; });
+    } else {
+      v = emit(Op::Fwd, n.shape, {}, [&](Node& p) { p.forward_value = id; });
+    }
     fwd_.emplace(id, v);
     return v;
   }

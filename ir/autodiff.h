@@ -7,6 +7,8 @@
 // gradient slot, since a child may have several parents), ParamGrad (one per
 // use of a parameter, so each weight-gradient term stays a separate product the
 // runtime can batch across all vertices) and EmbeddingGrad (a sparse row update).
+// A uniform Concat of parameters (merge_matmuls' stacked weights) is read again
+// in ∂F like a parameter, and its gradient is sliced back to each parameter.
 #include "vjit/ir.h"
 
 namespace vjit::ir {

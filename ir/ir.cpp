@@ -154,8 +154,15 @@ void verify(const Function& function) {
                                 << text << " but it is " << n.field << " in " << to_string(function, id));
     VJIT_IR_ATTRS(VJIT_X)
 #undef VJIT_X
-    VJIT_INTERNAL_CHECK(!n.uniform || n.op == Op::Param,
-                        "verify " << function.name << ": only parameters are uniform: " << to_string(function, id));
+    if (n.uniform) {
+      // Parameters, and parameters stacked by a Concat (matmul merging).
+      bool stacked = n.op == Op::Concat;
+      for (ValueId arg : n.args) stacked = stacked && function[arg].uniform;
+      VJIT_INTERNAL_CHECK(n.op == Op::Param || stacked, "verify " << function.name
+                                                                  << ": only parameters and concatenations of them "
+                                                                     "are uniform: "
+                                                                  << to_string(function, id));
+    }
     if (is_elementwise(n.op) && n.op != Op::Step) {
       for (ValueId arg : n.args) {
         const Shape& s = function[arg].shape;

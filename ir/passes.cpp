@@ -86,4 +86,100 @@ Function simplify(const Function& function) {
   return dead_code_elimination(common_subexpression_elimination(function));
 }
 
+namespace {
+
+// Rebuilds a function node by node, rewriting slices and adds of pads as they
+// are emitted (their operands already rewritten).
+class SliceSimplifier {
+ public:
+  explicit SliceSimplifier(const Function& function) : f_(function) { out_.name = function.name; }
+
+  Function run() {
+    std::vector<ValueId> new_id(f_.nodes.size(), -1);
+    for (ValueId id = 0; id < f_.size(); ++id) {
+      Node node = f_[id];
+      for (ValueId& arg : node.args) arg = new_id[size_t(arg)];
+      new_id[size_t(id)] = emit(std::move(node));
+    }
+    return std::move(out_);
+  }
+
+ private:
+  ValueId emit(Node node) {
+    if (node.op == Op::Slice) return slice(std::move(node));
+    if (node.op == Op::Add) return add_of_pads(std::move(node));
+    if (node.op == Op::Pad && node.start == 0 && out_[node.args[0]].shape == node.shape) return node.args[0];
+    return out_.add(std::move(node));
+  }
+
+  ValueId slice_of(ValueId x, int start, Shape shape) {
+    Node s = Node::make(Op::Slice, shape, {x});
+    s.start = start;
+    return slice(std::move(s));
+  }
+
+  ValueId slice(Node node) {
+    const Node& x = out_[node.args[0]];
+    if (node.start == 0 && x.shape == node.shape) return node.args[0];
+    if (x.op == Op::Slice) return slice_of(x.args[0], x.start + node.start, node.shape);
+    if (x.op == Op::Concat) {
+      int64_t offset = 0;
+      for (ValueId part : x.args) {
+        if (offset == node.start && out_[part].shape == node.shape) return part;
+        offset += out_[part].shape.numel();
+      }
+    }
+    if (x.op == Op::Outer && node.shape.rank == 2) {
+      const int64_t cols = x.shape.dims[1];
+      if (node.shape.dims[1] == cols && node.start % cols == 0) {
+        ValueId rows = slice_of(x.args[0], int(node.start / cols), Shape::vec(node.shape.dims[0]));
+        return out_.add(Node::make(Op::Outer, node.shape, {rows, x.args[1]}));
+      }
+    }
+    return out_.add(std::move(node));
+  }
+
+  // add(pad(a) at s, pad(b) at s + |a|) of vectors → pad(concat(a, b)) at s.
+  ValueId add_of_pads(Node node) {
+    const Node* p = &out_[node.args[0]];
+    const Node* q = &out_[node.args[1]];
+    if (p->op != Op::Pad || q->op != Op::Pad || node.shape.rank != 1 || p->shape != node.shape ||
+        q->shape != node.shape)
+      return out_.add(std::move(node));
+    if (q->start < p->start) std::swap(p, q);
+    const Shape& a = out_[p->args[0]].shape;
+    const Shape& b = out_[q->args[0]].shape;
+    if (a.rank != 1 || b.rank != 1 || p->start + a.numel() != q->start) return out_.add(std::move(node));
+    const int start = p->start;
+    ValueId joined = out_.add(Node::make(Op::Concat, Shape::vec(int(a.numel() + b.numel())), {p->args[0], q->args[0]}));
+    if (start == 0 && out_[joined].shape == node.shape) return joined;
+    Node pad = Node::make(Op::Pad, node.shape, {joined});
+    pad.start = start;
+    return out_.add(std::move(pad));
+  }
+
+  const Function& f_;
+  Function out_;
+};
+
+}  // namespace
+
+Function simplify_slices(const Function& function) { return SliceSimplifier(function).run(); }
+
+std::vector<bool> fold_outer_products(const Function& backward) {
+  std::vector<int> readers(backward.nodes.size(), 0);
+  for (const Node& node : backward.nodes)
+    for (ValueId arg : node.args) ++readers[size_t(arg)];
+  std::vector<bool> folded(backward.nodes.size(), false);
+  for (const Node& node : backward.nodes) {
+    if (node.op != Op::ParamGrad) continue;
+    ValueId term = node.args[0];
+    const Node& outer = backward[term];
+    bool per_vertex_operands =
+        outer.op == Op::Outer && !backward[outer.args[0]].uniform && !backward[outer.args[1]].uniform;
+    if (per_vertex_operands && readers[size_t(term)] == 1) folded[size_t(term)] = true;
+  }
+  return folded;
+}
+
 }  // namespace vjit::ir

@@ -1,6 +1,9 @@
 #pragma once
 // IR passes. Each is a free function from a function to a new function; value
-// ids are renumbered, sinks are always kept.
+// ids are renumbered, sinks are always kept. Analyses at the end return facts
+// about a function without changing it.
+#include <vector>
+
 #include "vjit/ir.h"
 
 namespace vjit::ir {
@@ -16,5 +19,26 @@ Function common_subexpression_elimination(const Function& function);
 
 // CSE followed by DCE; what Program runs on F and ∂F.
 Function simplify(const Function& function);
+
+// Rewrites the slices and pads that stacking (merge_matmuls) leaves in ∂F, so a
+// stacked product's gradient splits back into per-part terms:
+//   slice(concat(x_1, ..., x_n)) that is exactly x_i     → x_i
+//   slice(slice(x))                                     → one slice of x
+//   slice(x) or pad(x) of all of x, at 0                → x
+//   slice(outer(a, b)) of whole rows r0..r1 of a bᵀ      → outer(slice(a, r0..r1), b)
+//   add(pad(a), pad(b)) of adjacent vectors             → pad(concat(a, b)), or
+//                                                         concat(a, b) when it covers the sum
+// Each part's ParamGrad then reads an Outer directly (one folded GEMM), and an
+// input gradient is one GEMM over concatenated pieces instead of a sum of
+// padded ones. The replaced nodes are left for DCE.
+// Precondition: the function verifies.
+Function simplify_slices(const Function& function);
+
+// --- analyses ---
+
+// The Outer products a ParamGrad computes itself: a bᵀ of per-vertex a and b
+// whose only reader is a ParamGrad, which sums them over its rows as one GEMM
+// (Aᵀ B), so the product needs no buffer of its own. One flag per node.
+std::vector<bool> fold_outer_products(const Function& backward);
 
 }  // namespace vjit::ir

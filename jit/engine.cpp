@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 
 #include "jit/kernel_cache.h"
 #include "jit/pipeline.h"
@@ -27,13 +28,11 @@ struct Engine::Impl {
         signatures(program.signatures()),
         num_params(program.model().size()),
         plan(lower_and_count(program, options, compile_info)),
-        gemm(runtime::parse_gemm_backend(options.gemm)),
+        gemm(runtime::select_gemm_backend(options.gemm)),
         policy(scheduler::parse_policy(options.policy)) {
     VJIT_USER_CHECK(options.memplan != "pqtree", "VJIT_MEMPLAN=pqtree is not available yet (valid here: copy, padded)");
     VJIT_USER_CHECK(options.device == "cpu", "VJIT_DEVICE=" << options.device
                                                             << " is not available in this build (valid here: cpu)");
-    VJIT_USER_CHECK(runtime::gemm_backend_available(gemm), "VJIT_GEMM=" << options.gemm << ": "
-                                                               << runtime::gemm_backend_unavailable_reason(gemm));
     planner = runtime::make_planner(options.memplan, plan, signatures);
     executor = std::make_unique<runtime::CpuExecutor>(program, plan, options.threads, gemm, options.streaming);
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
@@ -88,6 +87,7 @@ struct Engine::Impl {
       if (scheduler::encoding_uses_heights(fsm->table().encoding())) graph.assign(batch, int(signatures.size()), true);
     }
     scheduler.run(graph, policy, fsm ? &fsm->table() : nullptr, schedule);
+    if (options.logs("schedule")) std::cerr << scheduler::describe_schedule(schedule, signatures, policy);
     stats.schedule_s += seconds_since(start);
     if (lower_bound_tracked) stats.lower_bound += scheduler::lower_bound(graph, schedule.vertices);
     start = std::chrono::steady_clock::now();

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "codegen/x86_fused_kernel.h"
+#include "vjit/error.h"
 
 namespace vjit::jit {
 
@@ -18,18 +19,23 @@ void reference_entry(const KernelArgs* args) {
 }
 }  // namespace
 
-std::shared_ptr<const CompiledKernel> KernelCache::build(const codegen::KernelSpec& spec, codegen::Isa isa) {
+std::shared_ptr<const CompiledKernel> KernelCache::build(const codegen::KernelSpec& spec, codegen::Isa isa,
+                                                        bool perf_map) {
   auto kernel = std::make_shared<CompiledKernel>();
   kernel->isa = isa;
   if (isa == codegen::Isa::Scalar) {
     auto owned = std::make_shared<const codegen::KernelSpec>(spec);
-    kernel->name = "vjit_fused_reference";
+    kernel->name = codegen::fused_kernel_name(spec, isa);  // "vjit_fused_scalar_w..."
     kernel->entry = &reference_entry;
     kernel->context = owned.get();
     kernel->owner = owned;
     return kernel;
   }
-  std::shared_ptr<const codegen::X86FusedKernel> code = codegen::compile_fused_kernel(spec, isa);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    VJIT_INTERNAL_CHECK(!refuse_ || !refuse_(spec), "kernel refused for testing (KernelCache::refuse_builds_for_testing)");
+  }
+  std::shared_ptr<const codegen::X86FusedKernel> code = codegen::compile_fused_kernel(spec, isa, perf_map);
   kernel->name = code->name();
   kernel->code_bytes = code->code_bytes();
   kernel->entry = code->function();
@@ -37,7 +43,7 @@ std::shared_ptr<const CompiledKernel> KernelCache::build(const codegen::KernelSp
   return kernel;
 }
 
-std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec& spec, codegen::Isa isa) {
+KernelLookup KernelCache::lookup(const codegen::KernelSpec& spec, codegen::Isa isa, bool perf_map) {
   std::string key = std::string(codegen::isa_name(isa)) + " " + spec.key();
   std::promise<std::shared_ptr<const CompiledKernel>> promise;
   std::shared_future<std::shared_ptr<const CompiledKernel>> pending;
@@ -51,21 +57,26 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec
       kernels_.emplace(key, promise.get_future().share());
     }
   }
-  if (pending.valid()) return pending.get();  // built, or being built by another thread
+  if (pending.valid()) return {pending.get(), true};  // built, or being built by another thread
   auto start = std::chrono::steady_clock::now();
   try {
-    std::shared_ptr<const CompiledKernel> kernel = build(spec, isa);
+    std::shared_ptr<const CompiledKernel> kernel = build(spec, isa, perf_map);
     promise.set_value(kernel);
     std::lock_guard<std::mutex> lock(mutex_);
     ++counters_.compiles;
     counters_.compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return kernel;
+    return {kernel, false};
   } catch (...) {
     promise.set_exception(std::current_exception());
     std::lock_guard<std::mutex> lock(mutex_);
     kernels_.erase(key);  // a failed build is not cached
     throw;
   }
+}
+
+void KernelCache::refuse_builds_for_testing(std::function<bool(const codegen::KernelSpec&)> refuse) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  refuse_ = std::move(refuse);
 }
 
 KernelCacheCounters KernelCache::counters() const {

@@ -39,19 +39,38 @@ struct KernelCacheCounters {
   double compile_seconds = 0;
 };
 
+// A kernel and whether the cache already held it (or was building it).
+struct KernelLookup {
+  std::shared_ptr<const CompiledKernel> kernel;
+  bool hit = false;
+};
+
 class KernelCache {
  public:
   static KernelCache& global();
 
-  std::shared_ptr<const CompiledKernel> get(const codegen::KernelSpec& spec, codegen::Isa isa);
+  // The kernel of `spec` for `isa`, built on a miss. `perf_map` names code this
+  // call builds in the perf map (it is not part of the key: it does not change
+  // the code; a kernel found in the cache stays as it was built). Throws what
+  // the build throws (codegen refuses a spec with an InternalError).
+  KernelLookup lookup(const codegen::KernelSpec& spec, codegen::Isa isa, bool perf_map = false);
+  std::shared_ptr<const CompiledKernel> get(const codegen::KernelSpec& spec, codegen::Isa isa) {
+    return lookup(spec, isa).kernel;
+  }
   KernelCacheCounters counters() const;
 
+  // For tests of the refusal path: while set, a JIT build (not Isa::Scalar)
+  // whose spec satisfies `refuse` throws InternalError as codegen would.
+  // Pass an empty function to clear it.
+  void refuse_builds_for_testing(std::function<bool(const codegen::KernelSpec&)> refuse);
+
  private:
-  std::shared_ptr<const CompiledKernel> build(const codegen::KernelSpec& spec, codegen::Isa isa);
+  std::shared_ptr<const CompiledKernel> build(const codegen::KernelSpec& spec, codegen::Isa isa, bool perf_map);
 
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> kernels_;
   KernelCacheCounters counters_;
+  std::function<bool(const codegen::KernelSpec&)> refuse_;  // guarded by mutex_
 };
 
 }  // namespace vjit::jit

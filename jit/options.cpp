@@ -36,11 +36,12 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 12>& specs() {
-  static const std::array<Spec, 12> table{
+const std::array<Spec, 14>& specs() {
+  static const std::array<Spec, 14> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
       bool_spec("streaming", "VJIT_STREAMING", &Options::streaming),
+      bool_spec("merge_matmuls", "VJIT_MERGE_MATMULS", &Options::merge_matmuls),
       choice_spec("policy", "VJIT_POLICY", option_values::policy, &Options::policy),
       choice_spec("memplan", "VJIT_MEMPLAN", option_values::memplan, &Options::memplan),
       choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device),
@@ -49,6 +50,7 @@ const std::array<Spec, 12>& specs() {
       choice_spec("gemm", "VJIT_GEMM", option_values::gemm, &Options::gemm),
       Spec{"cache_dir", "VJIT_CACHE_DIR", Kind::String, {}, nullptr, nullptr, &Options::cache_dir},
       bool_spec("profile", "VJIT_PROFILE", &Options::profile),
+      bool_spec("perf_map", "VJIT_PERF_MAP", &Options::perf_map),
       choice_spec("log", "VJIT_LOG", option_values::log, &Options::log),
   };
   return table;
@@ -170,6 +172,7 @@ std::string Options::describe() const {
   out += "fusion=" + std::string(on_off(fusion));
   out += " lazy=" + std::string(on_off(lazy));
   out += " streaming=" + std::string(on_off(streaming));
+  out += " merge_matmuls=" + std::string(on_off(merge_matmuls));
   out += " policy=" + policy;
   out += " memplan=" + memplan;
   out += " device=" + device;
@@ -178,6 +181,7 @@ std::string Options::describe() const {
   out += " gemm=" + gemm;
   out += " cache_dir=" + (cache_dir.empty() ? std::string("(memory)") : cache_dir);
   out += " profile=" + std::string(on_off(profile));
+  out += " perf_map=" + std::string(on_off(perf_map));
   out += " log=" + log;
   return out;
 }

@@ -1,15 +1,41 @@
-// Lowering: classify each node's phase, fold weight-gradient outer products
-// into their GEMM, fuse elementwise groups into JIT kernels, and order the
-// resulting steps.
+// Lowering as one ordered list of passes (Halide's Lower.cpp): from the F that
+// Program holds for each vertex type (verified and simplified) to the
+// execution plan. The reference interpreter runs Program's F and ∂F as they
+// are, so every pass below is checked against the unoptimised program.
+//
+// For each vertex type:
+//   merge_matmuls        F → F     products of one operand by several parameters
+//                                  become one GEMM (Options::merge_matmuls)
+//   simplify             F → F     CSE, DCE; F's value ids are final after it
+//                                  (∂F's Fwd nodes name them)
+//   differentiate        F → ∂F
+//   simplify_slices      ∂F → ∂F   a stacked product's gradient back to per-part terms
+//   simplify             ∂F → ∂F   CSE, DCE
+// then for F and for ∂F:
+//   fold_outer_products  which Outer nodes a ParamGrad computes as one GEMM
+//   classify_phases      eager / core / lazy per node
+//   find_fusion_groups   elementwise groups (Options::fusion)
+//   compile_kernels      a kernel per group through the kernel cache; a group the
+//                        JIT refuses runs the reference kernel (logged once)
+//   order_steps          the plan's eager, core and lazy steps
+// VJIT_LOG=passes prints the IR (or the analysis) after each pass;
+// VJIT_LOG=kernels prints each kernel compiled or found in the cache.
 #include "jit/pipeline.h"
 
-#include <iostream>
 #include <algorithm>
+#include <iostream>
+#include <mutex>
 #include <queue>
+#include <set>
+#include <sstream>
 
+#include "codegen/x86_fused_kernel.h"
 #include "codegen/x86_unary_kernel.h"
+#include "ir/autodiff.h"
 #include "ir/fusion.h"
 #include "ir/op_semantics.h"
+#include "ir/merge_matmuls.h"
+#include "ir/passes.h"
 #include "jit/kernel_cache.h"
 #include "vjit/error.h"
 
@@ -33,6 +59,30 @@ codegen::Isa isa_of(const Options& options) {
   codegen::require_isa(isa);
   return isa;
 }
+
+// Prints, with VJIT_LOG=passes, what each pass made of one vertex type:
+// "[vjit] after merge_matmuls: cell (forward)" and the IR or the analysis.
+class PassLog {
+ public:
+  PassLog(const Options& options, std::string type) : on_(options.logs("passes")), type_(std::move(type)) {}
+
+  // The function after `pass`; "(unchanged)" when its text equals `before`'s.
+  void function(const char* pass, const char* which, const ir::Function& after,
+                const ir::Function* before = nullptr) const {
+    if (!on_) return;
+    std::string text = ir::to_string(after);
+    if (before != nullptr && ir::to_string(*before) == text) text = "(unchanged)\n";
+    print(pass, which, text);
+  }
+  void print(const char* pass, const char* which, const std::string& text) const {
+    if (on_) std::cerr << "[vjit] after " << pass << ": " << type_ << " (" << which << ")\n" << text;
+  }
+  bool on() const { return on_; }
+
+ private:
+  bool on_;
+  std::string type_;
+};
 
 // The kernel spec of a group: inputs first, then one instruction per node.
 codegen::KernelSpec kernel_spec(const ir::Function& f, const ir::FusionGroup& group) {
@@ -118,31 +168,74 @@ std::vector<runtime::Step> order_steps(const ir::Function& f, const runtime::Fun
   return order;
 }
 
+// The nodes of `function` flagged in `flags`, one per line, or "(none)".
+std::string flagged_nodes(const ir::Function& function, const std::vector<bool>& flags) {
+  std::string out;
+  for (ValueId id = 0; id < function.size(); ++id)
+    if (flags[size_t(id)]) out += "  " + ir::to_string(function, id) + "\n";
+  return out.empty() ? "  (none)\n" : out;
+}
+
+// True the first time `key` is reported in this process.
+bool first_report(const std::string& key) {
+  static std::mutex mutex;
+  static std::set<std::string> reported;
+  std::lock_guard<std::mutex> lock(mutex);
+  return reported.insert(key).second;
+}
+
+// The kernel of one fused group: the JIT's for `isa`, or the reference kernel
+// (Isa::Scalar) when the JIT refuses the group (codegen throws). The refusal is
+// reported once per kernel per process; the kernel cache does not keep the
+// failed build, so a later lowering tries the JIT again.
+std::shared_ptr<const CompiledKernel> compile_kernel(const codegen::KernelSpec& spec, codegen::Isa isa,
+                                                     const Options& options) {
+  KernelLookup found;
+  try {
+    found = KernelCache::global().lookup(spec, isa, options.perf_map);
+  } catch (const Error& e) {
+    if (isa == codegen::Isa::Scalar) throw;
+    const std::string name = codegen::fused_kernel_name(spec, isa);
+    if (first_report(name))
+      std::cerr << "[vjit] kernel " << name << ": " << e.what() << "; using the reference kernel\n";
+    found = KernelCache::global().lookup(spec, codegen::Isa::Scalar);
+  }
+  if (options.logs("kernels"))
+    std::cerr << "[vjit] kernel " << found.kernel->name << " isa=" << codegen::isa_name(found.kernel->isa)
+              << " code_bytes=" << found.kernel->code_bytes << (found.hit ? " cache hit" : " compiled") << "\n";
+  return found.kernel;
+}
+
+// The passes from fold_outer_products on, for F or ∂F (see the list above).
+// `keep` marks values written to memory even inside a fused group.
 runtime::FunctionPlan lower_function(const ir::Function& function, const Options& options,
-                                     const std::vector<bool>& keep) {
+                                     const std::vector<bool>& keep, const PassLog& log, const char* which) {
   runtime::FunctionPlan plan;
   plan.function = &function;
+  for (ValueId id = 0; id < function.size(); ++id)
+    if (function[id].op == ir::Op::Scatter) plan.scatter_value = function[id].args[0];
+
+  plan.folded = ir::fold_outer_products(function);
+  log.print("fold_outer_products", which, flagged_nodes(function, plan.folded));
+
   plan.phases = ir::classify_phases(function, options.lazy);
-  plan.folded.assign(function.nodes.size(), false);
-  std::vector<int> readers(function.nodes.size(), 0);
-  for (const ir::Node& node : function.nodes)
-    for (ValueId arg : node.args) ++readers[size_t(arg)];
-  for (ValueId id = 0; id < function.size(); ++id) {
-    const ir::Node& node = function[id];
-    if (node.op == ir::Op::Scatter) plan.scatter_value = node.args[0];
-    if (node.op != ir::Op::ParamGrad) continue;
-    const ir::Node& term = function[node.args[0]];
-    bool per_vertex_operands = term.op == ir::Op::Outer && !function[term.args[0]].uniform &&
-                               !function[term.args[1]].uniform;
-    if (per_vertex_operands && readers[size_t(node.args[0])] == 1) plan.folded[size_t(node.args[0])] = true;
+  if (log.on()) {
+    std::string text;
+    for (ValueId id = 0; id < function.size(); ++id)
+      text += std::string("  ") + ir::phase_name(plan.phases[size_t(id)]) + "\t" + ir::to_string(function, id) + "\n";
+    log.print("classify_phases", which, text);
   }
+
+  std::vector<ir::FusionGroup> groups;
+  if (options.fusion) groups = ir::find_fusion_groups(function, plan.phases, keep);
+  log.print("find_fusion_groups", which, options.fusion ? ir::to_string(function, groups) : "(off: fusion=off)\n");
+
   std::vector<int> group_of(function.nodes.size(), -1);
-  if (options.fusion) {
+  std::string compiled;
+  if (!groups.empty()) {
     codegen::Isa isa = isa_of(options);
-    std::vector<ir::FusionGroup> groups = ir::find_fusion_groups(function, plan.phases, keep);
-    if (options.logs("passes")) std::cerr << "[vjit] fusion groups of " << function.name << "\n" << ir::to_string(function, groups);
     for (const ir::FusionGroup& group : groups) {
-      std::shared_ptr<const CompiledKernel> kernel = KernelCache::global().get(kernel_spec(function, group), isa);
+      std::shared_ptr<const CompiledKernel> kernel = compile_kernel(kernel_spec(function, group), isa, options);
       int index = int(plan.fused.size());
       runtime::Kernel code{kernel->name, kernel_target(kernel->isa), kernel->entry, kernel->context, kernel};
       plan.fused.push_back({std::move(code), group.inputs, group.outputs, function[group.nodes[0]].shape.numel()});
@@ -150,16 +243,26 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
         group_of[size_t(id)] = index;
         plan.folded[size_t(id)] = std::find(group.outputs.begin(), group.outputs.end(), id) == group.outputs.end();
       }
+      compiled += "  group " + std::to_string(index) + ": " + kernel->name + " (" + codegen::isa_name(kernel->isa) + ")\n";
     }
   }
+  log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);
+
   plan.eager = order_steps(function, plan, ir::Phase::Eager, group_of);
   plan.core = order_steps(function, plan, ir::Phase::Core, group_of);
   plan.lazy = order_steps(function, plan, ir::Phase::Lazy, group_of);
-  if (options.logs("passes")) {
-    std::cerr << "[vjit] plan for " << function.name << "\n";
-    for (ValueId id = 0; id < function.size(); ++id)
-      std::cerr << "  " << (plan.folded[size_t(id)] ? "folded" : ir::phase_name(plan.phases[size_t(id)]))
-                << (group_of[size_t(id)] >= 0 ? " fused" : "") << "\t" << ir::to_string(function, id) << "\n";
+  if (log.on()) {
+    std::ostringstream text;
+    for (auto [phase, steps] : {std::pair{"eager", &plan.eager}, std::pair{"core", &plan.core},
+                                std::pair{"lazy", &plan.lazy}}) {
+      text << "  " << phase << ":";
+      for (const runtime::Step& step : *steps) {
+        if (step.fused >= 0) text << " fused" << step.fused;
+        else text << " %" << step.node;
+      }
+      text << "\n";
+    }
+    log.print("order_steps", which, text.str());
   }
   return plan;
 }
@@ -172,20 +275,55 @@ std::vector<bool> values_read_by_backward(const ir::Function& forward, const ir:
   return keep;
 }
 
+struct LoweredFunctions {
+  std::shared_ptr<const ir::Function> forward, backward;
+};
+
+// The passes from merge_matmuls to the simplification of ∂F.
+LoweredFunctions lower_functions(const ir::Function& program_forward, const Options& options, const PassLog& log) {
+  ir::Function forward = program_forward;
+  if (options.merge_matmuls) {
+    forward = ir::merge_matmuls(program_forward);
+    ir::verify(forward);
+    log.function("merge_matmuls", "forward", forward, &program_forward);
+  } else {
+    log.print("merge_matmuls", "forward", "(off: merge_matmuls=off)\n");
+  }
+  ir::Function simplified = ir::simplify(forward);
+  log.function("simplify", "forward", simplified, &forward);
+
+  ir::Function backward = ir::differentiate(simplified);
+  ir::verify(backward);
+  log.function("differentiate", "backward", backward);
+  ir::Function sliced = ir::simplify_slices(backward);
+  ir::verify(sliced);
+  log.function("simplify_slices", "backward", sliced, &backward);
+  ir::Function backward_simplified = ir::simplify(sliced);
+  ir::verify(backward_simplified);
+  log.function("simplify", "backward", backward_simplified, &sliced);
+  return {std::make_shared<const ir::Function>(std::move(simplified)),
+          std::make_shared<const ir::Function>(std::move(backward_simplified))};
+}
+
 }  // namespace
 
 runtime::ExecPlan lower_program(const Program& program, const Options& options) {
   runtime::ExecPlan plan;
   codegen::Isa isa = isa_of(options);
   if (isa != codegen::Isa::Scalar) {
-    auto exp = std::make_shared<codegen::UnaryKernel>(isa, codegen::UnaryFn::Exp);
+    auto exp = std::make_shared<codegen::UnaryKernel>(isa, codegen::UnaryFn::Exp, options.perf_map);
     plan.exp = {exp->entry(), exp};
   }
   for (int t = 0; t < program.num_types(); ++t) {
-    const ir::Function& forward = program.forward(t);
-    const ir::Function& backward = program.backward(t);
-    plan.types.push_back({lower_function(forward, options, values_read_by_backward(forward, backward)),
-                          lower_function(backward, options, std::vector<bool>(backward.nodes.size(), false))});
+    PassLog log(options, program.type_name(t));
+    LoweredFunctions lowered = lower_functions(program.forward(t), options, log);
+    plan.functions.push_back(lowered.forward);
+    plan.functions.push_back(lowered.backward);
+    const ir::Function& forward = *lowered.forward;
+    const ir::Function& backward = *lowered.backward;
+    plan.types.push_back({lower_function(forward, options, values_read_by_backward(forward, backward), log, "forward"),
+                          lower_function(backward, options, std::vector<bool>(backward.nodes.size(), false), log,
+                                         "backward")});
   }
   return plan;
 }

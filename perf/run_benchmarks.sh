@@ -22,6 +22,18 @@ if [ -f "$data/sst/train.txt" ]; then
   "$bench" --model tree_lstm --mode train --hidden 256 --batch 64 --data "$data/sst/train.txt" --compare-unbatched > "$out/tree_lstm_sst.jsonl"
   "$bench" --model tree_lstm --mode infer --hidden 256 --batch 64 --data "$data/sst/train.txt" >> "$out/tree_lstm_sst.jsonl"
 fi
+# Matmul merging: the Var-LSTM written with one weight per gate, merged (the
+# default) and not, at three sizes; on and off alternate, eight times, so that
+# the medians summarize.py prints see the same machine load (~3 min).
+: > "$out/merge_matmuls.jsonl"
+for rep in 1 2 3 4 5 6 7 8; do
+  for hidden in 64 128 256; do
+    for merge in on off; do
+      "$bench" --model var_lstm_gates --mode train --hidden "$hidden" --batch 64 --steps 20 --merge-matmuls "$merge" \
+        >> "$out/merge_matmuls.jsonl"
+    done
+  done
+done
 # Cavs Fig. 10 ablation.
 "$bench" --ablation --steps 5 > "$out/ablation.jsonl"
 # Batches per step of every policy (ED-Batch), and fsm against agenda end to end on lattices.

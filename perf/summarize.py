@@ -2,6 +2,7 @@
 """Prints the README's benchmark tables from perf/results/*.jsonl (run perf/run_benchmarks.sh first)."""
 import json
 import pathlib
+import statistics
 
 results = pathlib.Path(__file__).parent / "results"
 PEAK = 192.4  # two-core GEMM peak, perf/GEMM.md
@@ -32,6 +33,22 @@ print("|---|---|---|---|---|---|---|---|")
 for d in lines("ablation.jsonl"):
     print(f"| {d['model']} | {d['hidden']} | {d['config']} | {d['samples_per_s']:.0f} | {d['kernels']:.0f} | {d['fused_groups']} | "
           f"{d['param_grad_gemms']:.0f} | {ms(d, 'total')} / {ms(d, 'gemm')} / {ms(d, 'elementwise')} |")
+
+print()
+print("| model | hidden | merge_matmuls | runs | samples/s (median) | on/off (median of pairs) | GEMMs/step | weight-gradient GEMMs/step | ms per step (median): total / GEMM / elementwise |")
+print("|---|---|---|---|---|---|---|---|---|")
+runs = {}
+for d in lines("merge_matmuls.jsonl"):
+    merge = "on" if "merge_matmuls=on" in d["options"] else "off"
+    runs.setdefault((d["model"], d["hidden"], merge), []).append(d)
+for (model, hidden, merge), ds in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] == "off")):
+    pairs = zip(runs.get((model, hidden, "on"), []), runs.get((model, hidden, "off"), []))
+    ratio = statistics.median([a["samples_per_s"] / b["samples_per_s"] for a, b in pairs] or [float("nan")])
+    med = lambda f: statistics.median(f(d) for d in ds)
+    print(f"| {model} | {hidden} | {merge} | {len(ds)} | {med(lambda d: d['samples_per_s']):.0f} | "
+          f"{ratio:.3f} | {ds[0]['gemm_calls']:.0f} | {ds[0]['param_grad_gemms']:.0f} | "
+          f"{med(lambda d: d['time_s']['total']) * 1e3:.1f} / {med(lambda d: d['time_s']['gemm']) * 1e3:.1f} / "
+          f"{med(lambda d: d['time_s']['elementwise']) * 1e3:.1f} |")
 
 print()
 for d in lines("lattice_fsm.jsonl"):

@@ -218,6 +218,30 @@ void CpuExecutor::prepare_pushes(Evaluation<float>& result) {
   result.pushes.allocate();
 }
 
+// A uniform value other than a parameter is a Concat of parameters (stacked
+// weights, made by matmul merging): one row with ld 0 that changes with every
+// optimizer step, so it is filled here, once per pass, from the parameters'
+// current values, before any step reads it (run_node skips it).
+void CpuExecutor::fill_uniform_values(Pass pass) {
+  const BatchLayout& layout = *batch_.layout;
+  for (int t = 0; t < program_.num_types(); ++t) {
+    if (layout.type_rows[size_t(t)] == 0) continue;
+    const ir::Function& f = function(pass, t);
+    for (ValueId id = 0; id < f.size(); ++id) {
+      const Node& n = f[id];
+      if (!n.uniform || n.op == Op::Param) continue;
+      VJIT_INTERNAL_CHECK(n.op == Op::Concat, "executor cannot compute uniform " << ir::to_string(f, id));
+      float* dst = buffer_view(pass, t, id, 0).data;
+      for (ValueId arg : n.args) {
+        const int64_t part = f[arg].shape.numel();
+        const float* src = f[arg].op == Op::Param ? store_.value(f[arg].param) : buffer_view(pass, t, arg, 0).data;
+        std::memcpy(dst, src, size_t(part) * sizeof(float));
+        dst += part;
+      }
+    }
+  }
+}
+
 void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) {
   batch_ = batch;
   options_ = options;
@@ -228,6 +252,7 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   if (int64_t(arena.size()) < batch.layout->arena_floats[int(Pass::Forward)])
     arena.resize(size_t(batch.layout->arena_floats[int(Pass::Forward)]));
   stats_.tasks += batch.schedule->num_tasks();
+  fill_uniform_values(Pass::Forward);
   if (streaming_) {
     run_forward_streaming();
   } else {
@@ -251,6 +276,7 @@ void CpuExecutor::backward() {
     const ValueLayout& g = layout.scatter_grad[t];
     if (g.offset >= 0) std::fill_n(arena.data() + g.offset, size_t(layout.type_rows[t] * g.ld), 0.0f);
   }
+  fill_uniform_values(Pass::Backward);
   run_phase(Pass::Backward, ir::Phase::Eager, frame_);
   for (int t = batch_.schedule->num_tasks(); t-- > 0;) run_task(Pass::Backward, t, frame_);
   run_phase(Pass::Backward, ir::Phase::Lazy, frame_);
@@ -384,7 +410,7 @@ void CpuExecutor::for_row_blocks(const Frame& frame, int64_t rows, int64_t width
 
 void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame) {
   const Node& n = function(pass, rows.type)[id];
-  if (is_view(n.op) || n.op == Op::Scatter) return;
+  if (is_view(n.op) || n.op == Op::Scatter || n.uniform) return;  // uniform: fill_uniform_values
   ExecStats& stats = *frame.stats;
   ++stats.kernels;
   const View& out = frame.views[int(pass)][size_t(id)];

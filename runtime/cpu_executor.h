@@ -100,6 +100,7 @@ class CpuExecutor final : public Executor {
   void bind(Pass pass, const Rows& rows, Frame& frame);
 
   void prepare_pushes(Evaluation<float>& result);
+  void fill_uniform_values(Pass pass);  // stacked parameters (uniform Concat), once per pass
   void run_phase(Pass pass, ir::Phase phase, Frame& frame);
   void run_type_phase(Pass pass, ir::Phase phase, int type, Frame& frame);
   void run_task(Pass pass, int task, Frame& frame);

@@ -75,6 +75,8 @@ struct UnaryKernelRef {
 
 struct ExecPlan {
   std::vector<TypePlan> types;
+  // The lowered F and ∂F of every type (FunctionPlan::function points into them).
+  std::vector<std::shared_ptr<const ir::Function>> functions;
   // exp, vectorised: the softmax of the loss ops runs through it (a std::exp
   // loop where there is none).
   UnaryKernelRef exp;

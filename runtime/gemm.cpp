@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdlib>
 
 #include "runtime/gemm_backends.h"
 #include "vjit/error.h"
@@ -156,22 +155,22 @@ GemmBackend default_gemm_backend() {
   return GemmBackend::Reference;
 }
 
-GemmBackend gemm_backend_from_env() {
-  const char* value = std::getenv("VJIT_GEMM");
-  if (value == nullptr || *value == '\0') return default_gemm_backend();
+GemmBackend select_gemm_backend(std::string_view option) {
+  if (option.empty()) return default_gemm_backend();
+  const std::string value(option);
   GemmBackend backend;
   try {
     backend = parse_gemm_backend(value);
   } catch (const UserError&) {
-    throw UserError(std::string("VJIT_GEMM=") + value + ": unknown GEMM back end; valid values: " + valid_names());
+    throw UserError("VJIT_GEMM=" + value + ": unknown GEMM back end; valid values: " + valid_names());
   }
   const std::string why = gemm_backend_unavailable_reason(backend);
   if (!why.empty()) {
     std::string usable = "auto";
     for (GemmBackend b : kGemmBackends)
       if (gemm_backend_available(b)) usable += std::string(", ") + gemm_backend_name(b);
-    throw UserError(std::string("VJIT_GEMM=") + value + ": back end '" + gemm_backend_name(backend) +
-                    "' cannot be used: " + why + "; usable here: " + usable);
+    throw UserError("VJIT_GEMM=" + value + ": back end '" + gemm_backend_name(backend) + "' cannot be used: " + why +
+                    "; usable here: " + usable);
   }
   return backend;
 }

@@ -67,10 +67,11 @@ std::string gemm_backend_info(GemmBackend backend);
 // available back end of the dispatch list (Reference at worst).
 GemmBackend default_gemm_backend();
 
-// VJIT_GEMM when set and non-empty ("auto" = default_gemm_backend()), else the
-// default. An unknown name, or a back end that is not available, is a UserError
-// naming the variable, the value and the valid values.
-GemmBackend gemm_backend_from_env();
+// The back end Options::gemm (VJIT_GEMM) names: "auto" or empty =
+// default_gemm_backend(). An unknown name, or a back end that is not available,
+// is a UserError naming VJIT_GEMM, the value and the valid (or usable) values.
+// The runtime never reads the environment; jit/options.cpp does.
+GemmBackend select_gemm_backend(std::string_view option);
 
 // Throws the UserError sgemm() would throw for these arguments (sizes, leading
 // dimensions, null pointers, unavailable back end); does nothing when they are valid.

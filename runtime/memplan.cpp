@@ -130,7 +130,13 @@ class RowPlanner : public Planner {
       const int64_t rows = out.type_rows[t];
       for (ValueId id = 0; id < fp.function->size(); ++id) {
         if (!has_buffer(fp, id)) continue;
-        int64_t ld = ld_of((*fp.function)[id].shape.numel());
+        const Node& n = (*fp.function)[id];
+        if (n.uniform) {  // stacked parameters (matmul merging): one row, read by every vertex
+          values[size_t(begin[t] + id)] = {total, 0};
+          total += aligned(n.shape.numel());
+          continue;
+        }
+        int64_t ld = ld_of(n.shape.numel());
         values[size_t(begin[t] + id)] = {total, ld};
         total += aligned(rows * ld);
       }

@@ -20,6 +20,19 @@ constexpr std::array<std::pair<Policy, const char*>, 5> kPolicyNames{{
 }};
 }  // namespace
 
+std::string describe_schedule(const FlatSchedule& schedule, std::span<const TypeSignature> types, Policy policy) {
+  std::string out = std::string("[vjit] schedule: policy=") + policy_name(policy) +
+                    " tasks=" + std::to_string(schedule.num_tasks()) + "\n";
+  for (int t = 0; t < schedule.num_tasks(); ++t) {
+    const int type = schedule.task_type[size_t(t)];
+    const bool named = type >= 0 && size_t(type) < types.size();
+    out += "[vjit]   task " + std::to_string(t) + ": " +
+           (named ? types[size_t(type)].name : "type " + std::to_string(type)) + " x " +
+           std::to_string(schedule.task(t).size()) + "\n";
+  }
+  return out;
+}
+
 const char* policy_name(Policy policy) {
   for (const auto& [value, name] : kPolicyNames)
     if (value == policy) return name;

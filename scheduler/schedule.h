@@ -89,6 +89,8 @@ Schedule make_schedule(const GraphBatch& batch, int num_types, Policy policy,
 // The ED-Batch lower bound on the number of tasks of any schedule of `batch`.
 int batching_lower_bound(const GraphBatch& batch, int num_types);
 
+
+
 // ---------------------------------------------------------------------------
 // Building blocks shared by the policies and the FSM learner (scheduler/fsm.cpp).
 
@@ -284,6 +286,13 @@ struct FlatSchedule {
     task_begin.push_back(int(vertices.size()));
   }
 };
+
+// What VJIT_LOG=schedule prints for one batch: a header line with the policy
+// and the number of tasks, then one line per task in order,
+//   [vjit] schedule: policy=agenda tasks=3
+//   [vjit]   task 0: leaf x 12
+// `types` names each vertex type (their index is the task's type).
+std::string describe_schedule(const FlatSchedule& schedule, std::span<const TypeSignature> types, Policy policy);
 
 // Runs a batching policy over flattened batches, keeping its working memory
 // between batches: with the depth, agenda and frontier policies a batch no

@@ -1,6 +1,6 @@
 // The batched engine against the reference interpreter: every example model ×
-// every policy × batch sizes 1, 7 and 64, lazy batching on and off, and the
-// memory layouts of every planner.
+// every policy × batch sizes 1, 7 and 64, lazy batching, fusion and matmul
+// merging on and off, and the memory layouts of every planner.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -41,6 +41,7 @@ struct EngineCase {
   std::string isa = "auto";
   bool streaming = false;
   std::string memplan = "copy";
+  bool merge_matmuls = true;
 
   std::string name() const {
     std::string n = model + "_" + policy;
@@ -49,6 +50,7 @@ struct EngineCase {
     if (isa != "auto") n += "_" + isa;
     if (streaming) n += "_streaming";
     if (memplan != "copy") n += "_" + memplan;
+    if (!merge_matmuls) n += "_nomerge";
     return n;
   }
 };
@@ -67,6 +69,7 @@ TEST_P(EngineMatchesReference, ForEveryBatchSize) {
   options.isa = c.isa;
   options.streaming = c.streaming;
   options.memplan = c.memplan;
+  options.merge_matmuls = c.merge_matmuls;
   Engine engine(*bundle.program, options);
   for (int batch_size : {1, 7, 64}) {
     GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
@@ -76,7 +79,8 @@ TEST_P(EngineMatchesReference, ForEveryBatchSize) {
 }
 
 // Every policy with the default options; then, with agenda, each optimisation
-// off in turn and every ISA path this CPU has.
+// off in turn and every ISA path this CPU has (and for var_lstm_gates, every
+// policy with matmul merging off).
 std::vector<EngineCase> engine_cases() {
   std::vector<EngineCase> cases;
   for (const std::string& model : models::model_names()) {
@@ -98,6 +102,14 @@ std::vector<EngineCase> engine_cases() {
       c.memplan = "padded";
       c.fusion = false;
     });
+    add([](EngineCase& c) { c.merge_matmuls = false; });
+    // The model written for matmul merging: every policy without it too.
+    if (model == "var_lstm_gates")
+      for (const char* policy : {"depth", "frontier", "ratio", "fsm"})
+        add([&](EngineCase& c) {
+          c.policy = policy;
+          c.merge_matmuls = false;
+        });
     for (const char* isa : {"scalar", "avx2", "avx512"})
       if (codegen::cpu_has(codegen::parse_isa(isa)))
         add([&](EngineCase& c) { c.isa = isa; });

@@ -671,9 +671,7 @@ TEST_P(FusedKernelTest, NamedForProfilers) {
   spec.outputs = {1};
   const std::string path = "/tmp/perf-" + std::to_string(::getpid()) + ".map";
   std::remove(path.c_str());
-  setenv("VJIT_PERF_MAP", "1", 1);
-  std::shared_ptr<const X86FusedKernel> kernel = compile_fused_kernel(spec, isa);
-  unsetenv("VJIT_PERF_MAP");
+  std::shared_ptr<const X86FusedKernel> kernel = compile_fused_kernel(spec, isa, /*perf_map=*/true);
   EXPECT_EQ(kernel->name().rfind(std::string("vjit_fused_") + isa_name(isa) + "_w64_sigmoid1_mul1_", 0), 0u)
       << kernel->name();
   std::ifstream in(path);

@@ -28,6 +28,7 @@
 #include "runtime/gemm.h"
 #include "runtime/thread_pool.h"
 #include "vjit/error.h"
+#include "vjit/vjit.h"
 
 namespace vjit::runtime {
 namespace {
@@ -148,65 +149,37 @@ TEST(GemmNames, DefaultIsAvailable) {
   for (GemmBackend b : available_backends()) EXPECT_FALSE(gemm_backend_info(b).empty()) << gemm_backend_name(b);
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
+// Options::gemm (VJIT_GEMM, parsed by jit/options.cpp) picks the back end; the
+// runtime itself reads no environment variable.
+TEST(GemmNames, OptionSelectsTheBackEnd) {
+  EXPECT_EQ(select_gemm_backend(""), default_gemm_backend());
+  EXPECT_EQ(select_gemm_backend("auto"), default_gemm_backend());
+  EXPECT_EQ(select_gemm_backend("Reference"), GemmBackend::Reference);
+  for (GemmBackend b : available_backends()) EXPECT_EQ(select_gemm_backend(gemm_backend_name(b)), b);
+  try {
+    select_gemm_backend("cublas");
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("VJIT_GEMM=cublas"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("onednn"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reference"), std::string::npos) << msg;
   }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
+}
 
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
-
-TEST(GemmNames, EnvironmentOverride) {
-  {
-    ScopedEnv env("VJIT_GEMM", nullptr);
-    EXPECT_EQ(gemm_backend_from_env(), default_gemm_backend());
-  }
-  {
-    ScopedEnv env("VJIT_GEMM", "");
-    EXPECT_EQ(gemm_backend_from_env(), default_gemm_backend());
-  }
-  {
-    ScopedEnv env("VJIT_GEMM", "auto");
-    EXPECT_EQ(gemm_backend_from_env(), default_gemm_backend());
-  }
-  {
-    ScopedEnv env("VJIT_GEMM", "Reference");
-    EXPECT_EQ(gemm_backend_from_env(), GemmBackend::Reference);
-  }
-  for (GemmBackend b : available_backends()) {
-    ScopedEnv env("VJIT_GEMM", gemm_backend_name(b));
-    EXPECT_EQ(gemm_backend_from_env(), b);
-  }
-  {
-    ScopedEnv env("VJIT_GEMM", "cublas");
-    try {
-      gemm_backend_from_env();
-      FAIL() << "expected UserError";
-    } catch (const UserError& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find("VJIT_GEMM=cublas"), std::string::npos) << msg;
-      EXPECT_NE(msg.find("onednn"), std::string::npos) << msg;
-      EXPECT_NE(msg.find("reference"), std::string::npos) << msg;
-    }
-  }
+// The Engine takes the back end from its Options, whatever the environment says.
+TEST(GemmNames, EngineUsesTheOption) {
+  setenv("VJIT_GEMM", "no-such-backend", 1);
+  Model model(1);
+  Param w = model.add("W", vjit::Shape::mat(3, 4));
+  Program program(model);
+  program.add_type("leaf", [&](Builder& b) { b.add_loss(b.sum(b.matmul(w, b.pull(4)))); });
+  Options options = Options::defaults();
+  options.gemm = "reference";
+  EXPECT_NO_THROW({ Engine engine(program, options); });
+  options.gemm = "auto";
+  EXPECT_NO_THROW({ Engine engine(program, options); });
+  unsetenv("VJIT_GEMM");
 }
 
 TEST(GemmNames, UnbuiltBackendIsAClearUserError) {
@@ -225,8 +198,7 @@ TEST(GemmNames, UnbuiltBackendIsAClearUserError) {
         EXPECT_NE(msg.find("not built"), std::string::npos) << msg;
       }
     }
-    ScopedEnv env("VJIT_GEMM", gemm_backend_name(b));
-    EXPECT_THROW(gemm_backend_from_env(), UserError);
+    EXPECT_THROW(select_gemm_backend(gemm_backend_name(b)), UserError);
   }
   if (unbuilt == 0)
     GTEST_SKIP() << "every back end is built here; configure with e.g. "

@@ -1,6 +1,6 @@
 // The Builder's shape checks and their messages, the op table, the verifier,
-// the printer, DCE and CSE, and the eager/core/lazy classification and fusion
-// grouping.
+// the printer, DCE and CSE, matmul merging and the slice simplifications, the
+// eager/core/lazy classification and fusion grouping.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "ir/autodiff.h"
 #include "ir/classify.h"
 #include "ir/fusion.h"
+#include "ir/merge_matmuls.h"
 #include "ir/op_semantics.h"
 #include "ir/passes.h"
 #include "tests/user_error.h"
@@ -144,6 +146,154 @@ TEST(Autodiff, GatherGradientIsAScatterAddIntoTheChildSlot) {
   EXPECT_CONTAINS(text, "scattergrad()");
   EXPECT_CONTAINS(text, "paramgrad(%");
   EXPECT_CONTAINS(text, "outer(%");
+}
+
+// --- matmul merging ---
+
+int count_ops(const ir::Function& f, ir::Op op) {
+  int n = 0;
+  for (const ir::Node& node : f.nodes) n += node.op == op;
+  return n;
+}
+
+// An LSTM-like cell written one weight per gate: W_k·x for k = i, f, o, u, plus
+// V·y, the only product of its operand, which stays as it is.
+struct GateCell {
+  Model model{1};
+  std::vector<Param> w;
+  Param v;
+  Program program{model};
+  int type = -1;
+  GateCell() {
+    for (const char* gate : {"W_i", "W_f", "W_o", "W_u"}) w.push_back(model.add(gate, Shape::mat(3, 5)));
+    v = model.add("V", Shape::mat(3, 4));
+    type = program.add_type("cell", [&](Builder& b) {
+      Value x = b.gather_sum(Shape::vec(5));
+      Value h = b.matmul(v, b.pull(4));
+      for (Param p : w) h = b.mul(h, b.sigmoid(b.matmul(p, x)));
+      b.add_loss(b.sum(h));
+      b.scatter(b.concat({h, b.slice(x, 0, 2)}));
+    });
+  }
+};
+
+TEST(MergeMatmuls, ProductsOfOneOperandBecomeOneOverStackedWeights) {
+  GateCell cell;
+  const ir::Function& f = cell.program.forward(cell.type);
+  ASSERT_EQ(count_ops(f, ir::Op::MatMul), 5) << ir::to_string(f);
+  ir::Function merged = ir::simplify(ir::merge_matmuls(f));
+  ir::verify(merged);
+  EXPECT_EQ(count_ops(merged, ir::Op::MatMul), 2) << ir::to_string(merged);
+  ir::ValueId stacked = -1;
+  for (ir::ValueId id = 0; id < merged.size(); ++id)
+    if (merged[id].op == ir::Op::Concat && merged[id].uniform) stacked = id;
+  ASSERT_GE(stacked, 0) << ir::to_string(merged);
+  EXPECT_EQ(merged[stacked].shape, Shape::mat(12, 5));
+  ASSERT_EQ(merged[stacked].args.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(merged[merged[stacked].args[k]].param, cell.w[k].id) << k;
+  std::vector<int> starts;
+  for (const ir::Node& n : merged.nodes) {
+    if (n.op == ir::Op::MatMul && merged[n.args[0]].op == ir::Op::Param) {
+      EXPECT_EQ(merged[n.args[0]].param, cell.v.id) << "V·y is the only product of its operand";
+    }
+    if (n.op == ir::Op::Slice && merged[n.args[0]].op == ir::Op::MatMul) starts.push_back(n.start);
+  }
+  EXPECT_EQ(starts, (std::vector<int>{0, 3, 6, 9}));
+}
+
+TEST(MergeMatmuls, StackedGradientSplitsBackIntoOneFoldedGemmPerParameter) {
+  GateCell cell;
+  ir::Function forward = ir::simplify(ir::merge_matmuls(cell.program.forward(cell.type)));
+  ir::Function raw = ir::differentiate(forward);
+  ir::verify(raw);
+  ir::Function backward = ir::simplify(ir::simplify_slices(raw));
+  ir::verify(backward);
+  std::vector<bool> folded = ir::fold_outer_products(backward);
+  std::vector<int> weights_seen;
+  for (const ir::Node& n : raw.nodes)
+    if (n.op == ir::Op::ParamGrad && n.param != cell.v.id) {
+      EXPECT_EQ(raw[n.args[0]].op, ir::Op::Slice) << "without simplify_slices each part reads a slice";
+    }
+  for (const ir::Node& n : backward.nodes) {
+    if (n.op != ir::Op::ParamGrad) continue;
+    weights_seen.push_back(n.param);
+    EXPECT_EQ(backward[n.args[0]].op, ir::Op::Outer) << ir::to_string(backward);
+    EXPECT_TRUE(folded[size_t(n.args[0])]) << "param " << n.param << ": " << ir::to_string(backward);
+  }
+  std::sort(weights_seen.begin(), weights_seen.end());
+  EXPECT_EQ(weights_seen, (std::vector<int>{0, 1, 2, 3, 4}));
+  // The input gradient is one GEMM by the stacked weights, transposed.
+  int stacked_products = 0;
+  for (const ir::Node& n : backward.nodes)
+    if (n.op == ir::Op::MatMul && backward[n.args[0]].uniform && backward[n.args[0]].op == ir::Op::Concat) {
+      ++stacked_products;
+      EXPECT_TRUE(n.trans_a);
+      EXPECT_EQ(backward[n.args[1]].op, ir::Op::Concat) << "the gate gradients, concatenated";
+    }
+  EXPECT_EQ(stacked_products, 1) << ir::to_string(backward);
+}
+
+TEST(Verifier, UniformOnlyForParametersAndTheirConcatenation) {
+  ir::Function f;
+  f.name = "f";
+  ir::Node p = ir::Node::make(ir::Op::Param, Shape::mat(2, 3));
+  p.param = 0;
+  p.uniform = true;
+  ir::ValueId a = f.add(p);
+  ir::ValueId x = f.add(ir::Node::make(ir::Op::Pull, Shape::mat(2, 3)));
+  ir::Node stacked = ir::Node::make(ir::Op::Concat, Shape::mat(4, 3), {a, a});
+  stacked.uniform = true;
+  f.add(stacked);
+  EXPECT_NO_THROW(ir::verify(f));
+  ir::Node mixed = ir::Node::make(ir::Op::Concat, Shape::mat(4, 3), {a, x});
+  mixed.uniform = true;
+  f.add(mixed);
+  EXPECT_THROW(ir::verify(f), InternalError);
+}
+
+// --- slice simplification ---
+
+TEST(SimplifySlices, AdjacentPadsBecomeAConcatSlicesOfConcatsAndOuters) {
+  ir::Function f;
+  f.name = "f";
+  ir::ValueId a = f.add(ir::Node::make(ir::Op::Pull, Shape::vec(2)));
+  ir::ValueId b = f.add(ir::Node::make(ir::Op::Pull, Shape::vec(2)));
+  ir::Node pa = ir::Node::make(ir::Op::Pad, Shape::vec(4), {a});
+  ir::Node pb = ir::Node::make(ir::Op::Pad, Shape::vec(4), {b});
+  pb.start = 2;
+  ir::ValueId sum = f.add(ir::Node::make(ir::Op::Add, Shape::vec(4), {f.add(pb), f.add(pa)}));
+  f.add(ir::Node::make(ir::Op::Push, Shape::scalar(), {sum}));
+  ir::ValueId cat = f.add(ir::Node::make(ir::Op::Concat, Shape::vec(4), {a, b}));
+  ir::Node second = ir::Node::make(ir::Op::Slice, Shape::vec(2), {cat});
+  second.start = 2;
+  f.add(ir::Node::make(ir::Op::Push, Shape::scalar(), {f.add(second)}));
+  ir::ValueId outer = f.add(ir::Node::make(ir::Op::Outer, Shape::mat(4, 2), {cat, a}));
+  ir::Node rows = ir::Node::make(ir::Op::Slice, Shape::mat(2, 2), {outer});
+  rows.start = 4;  // rows 2..3
+  f.add(ir::Node::make(ir::Op::Push, Shape::scalar(), {f.add(rows)}));
+  ir::Node unaligned = ir::Node::make(ir::Op::Slice, Shape::vec(3), {outer});
+  unaligned.start = 1;
+  f.add(ir::Node::make(ir::Op::Push, Shape::scalar(), {f.add(unaligned)}));
+  ir::verify(f);
+
+  ir::Function g = ir::simplify(ir::simplify_slices(f));
+  ir::verify(g);
+  std::vector<const ir::Node*> pushed;
+  for (const ir::Node& n : g.nodes)
+    if (n.op == ir::Op::Push) pushed.push_back(&g[n.args[0]]);
+  ASSERT_EQ(pushed.size(), 4u) << ir::to_string(g);
+  // pad(a) + pad(b) → concat(a, b), whatever the order of the operands.
+  EXPECT_EQ(pushed[0]->op, ir::Op::Concat) << ir::to_string(g);
+  EXPECT_EQ(g[pushed[0]->args[0]].op, ir::Op::Pull);
+  EXPECT_EQ(count_ops(g, ir::Op::Pad), 0) << ir::to_string(g);
+  // slice(concat(a, b)) at b → b.
+  EXPECT_EQ(pushed[1]->op, ir::Op::Pull);
+  // slice of rows 2..3 of cat·aᵀ → outer(slice(cat) start=2, a), which is outer(b, a).
+  ASSERT_EQ(pushed[2]->op, ir::Op::Outer) << ir::to_string(g);
+  EXPECT_EQ(g[pushed[2]->args[0]].op, ir::Op::Pull) << ir::to_string(g);
+  EXPECT_EQ(pushed[2]->shape, Shape::mat(2, 2));
+  // Not whole rows: left as it was.
+  EXPECT_EQ(pushed[3]->op, ir::Op::Slice);
 }
 
 TEST(Classify, InputProjectionIsEagerRecurrenceIsCoreGradientsAreLazy) {

@@ -13,8 +13,9 @@
 namespace {
 
 const std::vector<std::string> kVariables = {
-    "VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_POLICY",    "VJIT_MEMPLAN", "VJIT_DEVICE",
-    "VJIT_THREADS", "VJIT_ISA", "VJIT_GEMM",      "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_LOG",
+    "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
+    "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM",
+    "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_LOG",
 };
 
 // Clears every VJIT_* variable for the test and restores them afterwards.
@@ -58,6 +59,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_TRUE(o.fusion);
   EXPECT_TRUE(o.lazy);
   EXPECT_FALSE(o.streaming);
+  EXPECT_TRUE(o.merge_matmuls);
   EXPECT_EQ(o.policy, "agenda");
   EXPECT_EQ(o.memplan, "copy");
   EXPECT_EQ(o.device, "cpu");
@@ -67,6 +69,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(o.gemm, "auto");
   EXPECT_EQ(o.cache_dir, "");
   EXPECT_FALSE(o.profile);
+  EXPECT_FALSE(o.perf_map);
   EXPECT_EQ(o.log, "off");
   EXPECT_NO_THROW(o.validate());
 }
@@ -75,6 +78,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_FUSION", "0");
   set("VJIT_LAZY", "off");
   set("VJIT_STREAMING", "true");
+  set("VJIT_MERGE_MATMULS", "off");
   set("VJIT_POLICY", "fsm");
   set("VJIT_MEMPLAN", "pqtree");
   set("VJIT_DEVICE", "cuda");
@@ -83,11 +87,13 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_GEMM", "openblas");
   set("VJIT_CACHE_DIR", "/tmp/vjit cache");
   set("VJIT_PROFILE", "on");
+  set("VJIT_PERF_MAP", "1");
   set("VJIT_LOG", "schedule");
   vjit::Options o = vjit::Options::from_env();
   EXPECT_FALSE(o.fusion);
   EXPECT_FALSE(o.lazy);
   EXPECT_TRUE(o.streaming);
+  EXPECT_FALSE(o.merge_matmuls);
   EXPECT_EQ(o.policy, "fsm");
   EXPECT_EQ(o.memplan, "pqtree");
   EXPECT_EQ(o.device, "cuda");
@@ -96,6 +102,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_EQ(o.gemm, "openblas");
   EXPECT_EQ(o.cache_dir, "/tmp/vjit cache");
   EXPECT_TRUE(o.profile);
+  EXPECT_TRUE(o.perf_map);
   EXPECT_EQ(o.log, "schedule");
   EXPECT_NO_THROW(o.validate());
 }
@@ -165,7 +172,8 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
 }
 
 TEST_F(OptionsEnv, MalformedBoolIsRejected) {
-  for (const char* variable : {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_PROFILE"}) {
+  for (const char* variable :
+       {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_PROFILE", "VJIT_PERF_MAP"}) {
     set(variable, "yes please");
     const std::string message = env_error();
     EXPECT_NE(message.find(variable), std::string::npos) << message;

@@ -11,7 +11,7 @@ const std::map<std::string, std::function<Bundle(const Config&)>>& registry() {
       {"tree_lstm", make_tree_lstm},         {"tree_fc", make_tree_fc},
       {"tree_gru", make_tree_gru},           {"mv_rnn", make_mv_rnn},
       {"tree_lstm_2type", make_tree_lstm_2type}, {"tree_lstm_outputs", make_tree_lstm_outputs},
-      {"var_lstm", make_var_lstm},
+      {"var_lstm", make_var_lstm},           {"var_lstm_gates", make_var_lstm_gates},
       {"fixed_lstm", make_fixed_lstm},       {"bilstm_tagger", make_bilstm_tagger},
       {"lattice_lstm", make_lattice_lstm},
   };

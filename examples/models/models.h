@@ -36,7 +36,7 @@ struct Bundle {
   std::vector<int> classifier_types;
 };
 
-// Names: tree_lstm, tree_fc, var_lstm, fixed_lstm, bilstm_tagger, tree_gru,
+// Names: tree_lstm, tree_fc, var_lstm, var_lstm_gates, fixed_lstm, bilstm_tagger, tree_gru,
 // mv_rnn, tree_lstm_2type, tree_lstm_outputs, lattice_lstm. Throws UserError listing them for an
 // unknown name.
 Bundle make_model(const std::string& name, const Config& config);
@@ -53,6 +53,7 @@ Bundle make_mv_rnn(const Config& config);
 Bundle make_tree_lstm_2type(const Config& config);
 Bundle make_tree_lstm_outputs(const Config& config);
 Bundle make_var_lstm(const Config& config);
+Bundle make_var_lstm_gates(const Config& config);  // var_lstm with one weight per gate
 Bundle make_fixed_lstm(const Config& config);
 Bundle make_bilstm_tagger(const Config& config);
 Bundle make_lattice_lstm(const Config& config);

@@ -1,6 +1,8 @@
-// Sequence models: the Var-LSTM and Fixed-LSTM language models over chains,
+// Sequence models: the Var-LSTM and Fixed-LSTM language models over chains
+// (and the Var-LSTM with one weight per gate),
 // the BiLSTM tagger (three vertex types in one DAG) and the Lattice-LSTM.
 #include <algorithm>
+#include <array>
 #include <optional>
 
 #include "examples/models/common.h"
@@ -32,20 +34,49 @@ struct LstmCell {
   }
 };
 
+// The same LSTM step written with one weight per gate, as papers write it:
+// i = σ(W_i x + U_i h + b_i), f and o likewise, u = tanh(W_u x + U_u h + b_u).
+// Matmul merging (ir/merge_matmuls.h) turns the four W_k x, and the four U_k h,
+// into one product each; this cell is its test and benchmark.
+struct GateLstmCell {
+  int hidden;
+  std::array<Param, 4> w, u, b;  // gates i, f, o, u
+  GateLstmCell(Model& m, const std::string& prefix, int input, int hidden_size) : hidden(hidden_size) {
+    const char* gates[] = {"i", "f", "o", "u"};
+    for (size_t k = 0; k < 4; ++k) {
+      w[k] = m.add(prefix + "W_" + gates[k], mat(hidden, input));
+      u[k] = m.add(prefix + "U_" + gates[k], mat(hidden, hidden));
+      b[k] = m.add(prefix + "b_" + gates[k], vec(hidden), Init::Zeros);
+    }
+  }
+  std::pair<Value, Value> step(Builder& bl, Value x, Value state) const {
+    auto [h, c] = split_state(bl, state, hidden);
+    auto gate = [&](size_t k) { return bl.add(bl.add(bl.matmul(w[k], x), bl.matmul(u[k], h)), b[k]); };
+    Value i = bl.sigmoid(gate(0)), f = bl.sigmoid(gate(1)), o = bl.sigmoid(gate(2)), g = bl.tanh(gate(3));
+    Value c_next = bl.add(bl.mul(f, c), bl.mul(i, g));
+    return {bl.mul(o, bl.tanh(c_next)), c_next};
+  }
+};
+
 // Language model: one "cell" type; gather_sum reads the previous step's state
-// (zeros at the first word); each step predicts the next word.
+// (zeros at the first word); each step predicts the next word. With
+// `separate_gates`, the cell is a GateLstmCell.
 Bundle language_model(const Config& config, std::vector<std::vector<int>> train, std::vector<std::vector<int>> test,
-                      int vocab) {
+                      int vocab, bool separate_gates = false) {
   Bundle bundle;
   Model& m = start_bundle(bundle, config);
   int H = config.hidden;
   Param embedding = m.add("embedding", mat(vocab, config.embed_size()), Init::Uniform, 0.1f);
-  LstmCell lstm(m, "", config.embed_size(), H);
+  std::optional<LstmCell> lstm;
+  std::optional<GateLstmCell> gate_lstm;
+  if (separate_gates) gate_lstm.emplace(m, "", config.embed_size(), H);
+  else lstm.emplace(m, "", config.embed_size(), H);
   Param w_out = m.add("W_out", mat(vocab, H));
   int cell = bundle.program->add_type("cell", [&](Builder& b) {
     Value x = b.pull_embedding(embedding);
     if (config.dropout > 0) x = b.dropout(x, config.dropout);
-    auto [h, c] = lstm.step(b, x, b.gather_sum(vec(2 * H)));
+    auto [h, c] = separate_gates ? gate_lstm->step(b, x, b.gather_sum(vec(2 * H)))
+                                 : lstm->step(b, x, b.gather_sum(vec(2 * H)));
     classify(b, w_out, h, vocab);
     b.scatter(b.concat({h, c}));
   });
@@ -66,21 +97,26 @@ Bundle language_model(const Config& config, std::vector<std::vector<int>> train,
 
 constexpr int kSyntheticVocab = 1000;
 
-}  // namespace
-
-Bundle make_var_lstm(const Config& config) {
+// The Var-LSTM on PTB-format text (Config::data_path) or built-in sentences.
+Bundle var_lstm(const Config& config, bool separate_gates) {
   if (!config.data_path.empty()) {
     Vocabulary vocab;
     std::vector<std::vector<int>> train = read_ptb_file(config.data_path, vocab);
     std::vector<std::vector<int>> test;
     if (!config.test_path.empty()) test = read_ptb_file(config.test_path, vocab, false);
-    return language_model(config, train, test, vocab.size());
+    return language_model(config, train, test, vocab.size(), separate_gates);
   }
   SyntheticTextOptions text;
   text.vocab_size = kSyntheticVocab;
   return language_model(config, make_synthetic_sentences(config.train_samples, config.seed, text),
-                        make_synthetic_sentences(config.test_samples, config.seed + 1000003, text), kSyntheticVocab);
+                        make_synthetic_sentences(config.test_samples, config.seed + 1000003, text), kSyntheticVocab,
+                        separate_gates);
 }
+
+}  // namespace
+
+Bundle make_var_lstm(const Config& config) { return var_lstm(config, false); }
+Bundle make_var_lstm_gates(const Config& config) { return var_lstm(config, true); }
 
 Bundle make_fixed_lstm(const Config& config) {
   constexpr int kLength = 64;

@@ -1,7 +1,7 @@
 #pragma once
 // vjit's IR: one vertex function in SSA form. Node i defines value i; values are
-// per-vertex tensors (the batch dimension is implicit) except Param nodes, which
-// are uniform across vertices. Sink nodes (scatter, push, loss and the
+// per-vertex tensors (the batch dimension is implicit) except Param nodes and
+// Concats of them (stacked weights), which are uniform across vertices. Sink nodes (scatter, push, loss and the
 // gradient sinks of the backward function) define no value and are never
 // removed by DCE.
 #include <cstddef>
@@ -221,7 +221,7 @@ using ValueId = int;
 struct Node {
   Op op = Op::Constant;
   Shape shape;           // per-vertex shape of the value (scalar for sinks)
-  bool uniform = false;  // same for every vertex (Param only)
+  bool uniform = false;  // same for every vertex: a Param, or a Concat of uniform values (merge_matmuls)
   std::vector<ValueId> args;
   // Attributes. An op reads only those its table row lists; the others keep
   // these defaults.

@@ -14,6 +14,10 @@
 // | VJIT_STREAMING   | streaming   | bool: eager forward steps on a second thread| off          |
 // |                  |             | while the tasks run (off by default: on two |              |
 // |                  |             | cores the GEMMs already use both, measured) |              |
+// | VJIT_MERGE_MATMULS | merge_matmuls | bool: matmul merging: products of one | on         |
+// |                  |             | operand by several parameters become one    |              |
+// |                  |             | GEMM over the stacked weights (ir/          |              |
+// |                  |             | merge_matmuls.h)                            |              |
 // | VJIT_POLICY      | policy      | depth | agenda | frontier | ratio | fsm     | agenda       |
 // |                  |             | (batching policy of the scheduler)          |              |
 // | VJIT_MEMPLAN     | memplan     | copy | pqtree (buffer layout: gather by     | copy         |
@@ -29,10 +33,13 @@
 // | VJIT_CACHE_DIR   | cache_dir   | directory for the on-disk kernel cache;     | "" (memory   |
 // |                  |             | empty = kernels are cached in memory only   | only)        |
 // | VJIT_PROFILE     | profile     | bool: time every pipeline stage and kernel  | off          |
+// | VJIT_PERF_MAP    | perf_map    | bool: name JIT code in /tmp/perf-<pid>.map  | off          |
+// |                  |             | for `perf report`                           |              |
 // | VJIT_LOG         | log         | off | passes | schedule | kernels | all    | off          |
-// |                  |             | passes: IR before/after each pass;          |              |
-// |                  |             | schedule: tasks chosen per batch;           |              |
-// |                  |             | kernels: generated code and cache hits;     |              |
+// |                  |             | passes: the IR after each lowering pass;    |              |
+// |                  |             | schedule: the tasks chosen per batch;       |              |
+// |                  |             | kernels: each kernel compiled or found in   |              |
+// |                  |             | the cache (name, ISA, bytes);               |              |
 // |                  |             | all: everything                             |              |
 //
 // Bools accept 0/1/true/false/on/off (any case). Enumerated values match case-
@@ -63,6 +70,7 @@ struct Options {
   bool fusion = true;               // VJIT_FUSION
   bool lazy = true;                 // VJIT_LAZY
   bool streaming = false;           // VJIT_STREAMING (measured: no gain on 2 cores; README)
+  bool merge_matmuls = true;        // VJIT_MERGE_MATMULS
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
@@ -71,6 +79,7 @@ struct Options {
   std::string gemm = "auto";        // VJIT_GEMM
   std::string cache_dir;            // VJIT_CACHE_DIR
   bool profile = false;             // VJIT_PROFILE
+  bool perf_map = false;            // VJIT_PERF_MAP
   std::string log = "off";          // VJIT_LOG
 
   // The built-in defaults, ignoring the environment.

@@ -1,0 +1,263 @@
+// Lowering (jit/pipeline.cpp) end to end: the pass list and what VJIT_LOG=passes
+// prints of it, matmul merging's effect on the GEMMs an Engine runs, the
+// VJIT_LOG=schedule and VJIT_LOG=kernels lines, and the reference kernel taking
+// over a group the JIT refuses. Equality of every model with the reference
+// interpreter, merging on and off, is in test_engine.cpp.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+
+#include "codegen/x86_isa.h"
+#include "examples/models/models.h"
+#include "jit/kernel_cache.h"
+#include "tests/engine_check.h"
+
+namespace vjit {
+namespace {
+
+constexpr double kTolerance = 1e-4;
+
+models::Config small_config() {
+  models::Config config;
+  config.hidden = 8;
+  config.embed = 6;
+  config.train_samples = 32;
+  config.test_samples = 0;
+  config.dropout = 0.25;
+  return config;
+}
+
+GraphBatch first_samples(const models::Bundle& bundle, int n) {
+  std::vector<int> indices;
+  for (int i = 0; i < n; ++i) indices.push_back(i);
+  return models::make_batch(bundle.train, indices);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// What VJIT_LOG=passes printed after the pass whose header is `header`, up to
+// the next header.
+std::string section(const std::string& log, const std::string& header) {
+  size_t begin = log.find(header + "\n");
+  if (begin == std::string::npos) return "";
+  begin += header.size() + 1;
+  size_t end = log.find("[vjit] after ", begin);
+  return log.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+int count(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// --- the pass list ---
+
+TEST(PassList, LogsTheIrAfterEachPassInOrder) {
+  models::Bundle bundle = models::make_model("var_lstm_gates", small_config());
+  Options options = Options::defaults();
+  options.log = "passes";
+  ::testing::internal::CaptureStderr();
+  Engine engine(*bundle.program, options);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::vector<std::string> expected = {
+      "merge_matmuls: cell (forward)",      "simplify: cell (forward)",
+      "differentiate: cell (backward)",     "simplify_slices: cell (backward)",
+      "simplify: cell (backward)",          "fold_outer_products: cell (forward)",
+      "classify_phases: cell (forward)",    "find_fusion_groups: cell (forward)",
+      "compile_kernels: cell (forward)",    "order_steps: cell (forward)",
+      "fold_outer_products: cell (backward)", "classify_phases: cell (backward)",
+      "find_fusion_groups: cell (backward)", "compile_kernels: cell (backward)",
+      "order_steps: cell (backward)"};
+  size_t at = 0;
+  for (const std::string& pass : expected) {
+    size_t found = log.find("[vjit] after " + pass + "\n", at);
+    ASSERT_NE(found, std::string::npos) << "no '" << pass << "' after offset " << at << " in\n" << log;
+    at = found + 1;
+  }
+  // The forward function keeps Program's value ids only where nothing changed:
+  // merging changed it, so its IR is printed, not "(unchanged)".
+  EXPECT_EQ(section(log, "[vjit] after merge_matmuls: cell (forward)").find("(unchanged)"), std::string::npos);
+}
+
+// The four gate products W_k·x become one, and so do the four U_k·h: three
+// matmuls (with W_out·h) where Program's F has nine.
+TEST(MergeMatmuls, IrAfterThePassShowsOneMatmulWhereThereWereFour) {
+  models::Bundle bundle = models::make_model("var_lstm_gates", small_config());
+  const std::string program_ir = ir::to_string(bundle.program->forward(0));
+  EXPECT_EQ(count(program_ir, "= matmul("), 9) << program_ir;
+  Options options = Options::defaults();
+  options.log = "passes";
+  ::testing::internal::CaptureStderr();
+  { Engine engine(*bundle.program, options); }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string merged = section(log, "[vjit] after merge_matmuls: cell (forward)");
+  EXPECT_EQ(count(merged, "= matmul("), 3) << merged;
+  EXPECT_EQ(count(merged, "= concat(") - count(program_ir, "= concat("), 2) << "the stacked W and U: " << merged;
+  EXPECT_EQ(count(merged, "[32,6] uniform"), 1) << "W_i..W_u stacked: " << merged;
+  EXPECT_EQ(count(merged, "[32,8] uniform"), 1) << "U_i..U_u stacked: " << merged;
+
+  options.merge_matmuls = false;
+  ::testing::internal::CaptureStderr();
+  { Engine engine(*bundle.program, options); }
+  const std::string unmerged = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(section(unmerged, "[vjit] after merge_matmuls: cell (forward)").find("off"), std::string::npos);
+  EXPECT_EQ(section(unmerged, "[vjit] after simplify: cell (forward)"), "(unchanged)\n")
+      << "simplify changes nothing of Program's F";
+}
+
+// Per task the four U_k·h are one GEMM; once per batch (eager) so are the four
+// W_k·x. Each weight gradient stays one GEMM of its own.
+TEST(MergeMatmuls, ForwardGemmsPerTaskDrop) {
+  models::Bundle bundle = models::make_model("var_lstm_gates", small_config());
+  GraphBatch batch = first_samples(bundle, 16);
+  auto run = [&](bool merge) {
+    Options options = Options::defaults();
+    options.merge_matmuls = merge;
+    Engine engine(*bundle.program, options);
+    engine.infer(batch);
+    EngineStats forward = engine.stats();
+    engine.reset_stats();
+    engine.forward(batch);
+    engine.backward();
+    return std::pair{forward, engine.stats()};
+  };
+  auto [merged, merged_train] = run(true);
+  auto [separate, separate_train] = run(false);
+  ASSERT_EQ(merged.tasks, separate.tasks);
+  ASSERT_GT(merged.tasks, 2);
+  EXPECT_EQ(separate.gemm_calls - merged.gemm_calls, 3 * merged.tasks + 3)
+      << "merged " << merged.gemm_calls << ", separate " << separate.gemm_calls << ", tasks " << merged.tasks;
+  EXPECT_EQ(merged_train.param_grad_gemms, separate_train.param_grad_gemms);
+  EXPECT_LT(merged_train.gemm_calls, separate_train.gemm_calls);
+}
+
+// --- VJIT_LOG=schedule ---
+
+TEST(ScheduleLog, PrintsEveryTaskWithTypeVerticesAndPolicy) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  GraphBatch batch = first_samples(bundle, 8);
+  Options options = Options::defaults();
+  options.log = "schedule";
+  options.policy = "depth";
+  Engine engine(*bundle.program, options);
+  ::testing::internal::CaptureStderr();
+  engine.forward(batch);
+  const std::vector<std::string> lines = lines_of(::testing::internal::GetCapturedStderr());
+  const int64_t tasks = engine.stats().tasks;
+  ASSERT_EQ(int64_t(lines.size()), tasks + 1);
+  EXPECT_EQ(lines[0].rfind("[vjit] schedule: policy=depth tasks=" + std::to_string(tasks), 0), 0u)
+      << lines[0];
+  int64_t vertices = 0;
+  std::map<std::string, int> tasks_of_type;
+  for (int64_t i = 0; i < tasks; ++i) {
+    std::istringstream fields(lines[size_t(i + 1)]);
+    std::string tag, task, index, type, times;
+    int64_t n = 0;
+    fields >> tag >> task >> index >> type >> times >> n;
+    EXPECT_EQ(tag + " " + task + " " + index, "[vjit] task " + std::to_string(i) + ":") << lines[size_t(i + 1)];
+    EXPECT_EQ(times, "x");
+    EXPECT_GT(n, 0);
+    vertices += n;
+    ++tasks_of_type[type];
+  }
+  EXPECT_EQ(vertices, batch.num_vertices());
+  EXPECT_EQ(tasks_of_type.size(), 2u);
+  EXPECT_GT(tasks_of_type["leaf"], 0);
+  EXPECT_GT(tasks_of_type["internal"], 0);
+  // Nothing when the topic is off.
+  Engine quiet(*bundle.program, Options::defaults());
+  ::testing::internal::CaptureStderr();
+  quiet.forward(batch);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
+
+// --- VJIT_LOG=kernels ---
+
+TEST(KernelsLog, PrintsEachKernelCompiledOrFoundInTheCache) {
+  models::Config config = small_config();
+  config.hidden = 13;  // kernels no other test in this process has compiled
+  models::Bundle bundle = models::make_model("tree_lstm", config);
+  Options options = Options::defaults();
+  options.log = "kernels";
+  auto kernel_lines = [&] {
+    ::testing::internal::CaptureStderr();
+    Engine engine(*bundle.program, options);
+    std::vector<std::string> lines = lines_of(::testing::internal::GetCapturedStderr());
+    EXPECT_EQ(int(lines.size()), engine.compile_info().fused_groups);
+    return lines;
+  };
+  const std::string isa = codegen::isa_name(codegen::parse_isa("auto"));
+  std::vector<std::string> first = kernel_lines();
+  ASSERT_GT(first.size(), 1u);
+  int compiled = 0;
+  for (const std::string& line : first) {
+    EXPECT_EQ(line.rfind("[vjit] kernel vjit_fused_" + isa + "_w", 0), 0u) << line;
+    EXPECT_NE(line.find(" isa=" + isa + " code_bytes="), std::string::npos) << line;
+    bool is_compiled = line.ends_with(" compiled");
+    EXPECT_TRUE(is_compiled || line.ends_with(" cache hit")) << line;
+    compiled += is_compiled;
+    if (is_compiled && isa != "scalar") {
+      EXPECT_EQ(line.find("code_bytes=0 "), std::string::npos) << line;
+    }
+  }
+  EXPECT_GT(compiled, 0);
+  for (const std::string& line : kernel_lines()) EXPECT_TRUE(line.ends_with(" cache hit")) << line;
+}
+
+// --- a group the JIT refuses ---
+
+// Makes the global kernel cache refuse every JIT build while it lives.
+class RefuseJitBuilds {
+ public:
+  RefuseJitBuilds() {
+    jit::KernelCache::global().refuse_builds_for_testing([](const codegen::KernelSpec&) { return true; });
+  }
+  ~RefuseJitBuilds() { jit::KernelCache::global().refuse_builds_for_testing({}); }
+};
+
+TEST(JitRefusal, FallsBackToTheReferenceKernelLoggedOnce) {
+  if (codegen::best_isa() == codegen::Isa::Scalar) GTEST_SKIP() << "no JIT ISA on this CPU: nothing to refuse";
+  models::Config config = small_config();
+  config.hidden = 11;  // kernels no other test in this process has compiled
+  models::Bundle bundle = models::make_model("tree_lstm", config);
+  GraphBatch batch = first_samples(bundle, 7);
+  std::string log;
+  {
+    RefuseJitBuilds refuse;
+    ::testing::internal::CaptureStderr();
+    Engine engine(*bundle.program, Options::defaults());
+    Engine again(*bundle.program, Options::defaults());  // retries the JIT: a failure is not cached
+    log = ::testing::internal::GetCapturedStderr();
+    ASSERT_GT(engine.compile_info().fused_groups, 1);
+    testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance, "refused JIT");
+    testing::expect_matches_reference(again, *bundle.program, batch, kTolerance, "refused JIT, second engine");
+  }
+  std::map<std::string, int> reports;
+  for (const std::string& line : lines_of(log)) {
+    ASSERT_EQ(line.rfind("[vjit] kernel vjit_fused_", 0), 0u) << line;
+    EXPECT_NE(line.find("refused for testing"), std::string::npos) << line;
+    ASSERT_TRUE(line.ends_with("; using the reference kernel")) << line;
+    ++reports[line.substr(0, line.find(':'))];
+  }
+  EXPECT_GT(reports.size(), 1u) << log;
+  for (const auto& [kernel, n] : reports) EXPECT_EQ(n, 1) << kernel << " reported " << n << " times";
+  // The refused builds were not cached: now the JIT compiles them.
+  Options options = Options::defaults();
+  options.log = "kernels";
+  ::testing::internal::CaptureStderr();
+  Engine jit(*bundle.program, options);
+  const std::string kernels = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(kernels.find("isa=scalar"), std::string::npos) << kernels;
+  EXPECT_NE(kernels.find(" compiled"), std::string::npos) << kernels;
+  testing::expect_matches_reference(jit, *bundle.program, batch, kTolerance, "JIT after the refusal");
+}
+
+}  // namespace
+}  // namespace vjit
