@@ -188,22 +188,14 @@ namespace scheduler {
 void validate_and_flatten(std::span<const TypeSignature> types, const GraphBatch& batch, bool with_heights,
                           FlatBatch& flat, std::vector<int>& order, std::vector<int>& scratch) {
   for (size_t i = 0; i < batch.samples.size(); ++i) check_sample(SampleContext{types, batch.samples[i], i});
-  flat.assign(batch, int(types.size()), with_heights);
-  // Kahn's algorithm over the whole batch finds whether there is a cycle; the
-  // sample that has one is then ordered alone, which names the cycle.
-  const int n = flat.num_vertices();
-  order.resize(size_t(n));
-  scratch.resize(size_t(n));
-  size_t tail = 0;
-  for (int v = 0; v < n; ++v) {
-    scratch[size_t(v)] = int(flat.children(v).size());
-    if (scratch[size_t(v)] == 0) order[tail++] = v;
+  flat.assign(batch, int(types.size()));
+  // Whether there is a cycle; the sample that has one is then ordered alone,
+  // which names the cycle. Heights need an acyclic graph, so they come after.
+  if (try_topological_order(flat, order, scratch)) {
+    if (with_heights) flat.assign(batch, int(types.size()), true);
+    return;
   }
-  for (size_t head = 0; head < tail; ++head)
-    for (int parent : flat.parents(order[head]))
-      if (--scratch[size_t(parent)] == 0) order[tail++] = parent;
-  if (int(tail) == n) return;
-  for (int v = 0; v < n; ++v) {
+  for (int v = 0; v < flat.num_vertices(); ++v) {
     if (scratch[size_t(v)] == 0) continue;
     const size_t s = size_t(flat.ref(v).sample);
     validate_sample(types, batch.samples[s], s);  // throws, naming the cycle

@@ -149,15 +149,15 @@ std::string FlatBatch::describe(int v) const {
 
 // ------------------------------------------------------- depths, lower bound
 
-void topological_order(const FlatBatch& graph, std::vector<int>& order, std::vector<int>& pending) {
+bool try_topological_order(const FlatBatch& graph, std::vector<int>& order, std::vector<int>& pending) {
   const int n = graph.num_vertices();
   order.resize(size_t(n));
+  pending.assign(size_t(n), 0);
   if (graph.children_first()) {  // the ids themselves (samples built bottom-up)
     for (int v = 0; v < n; ++v) order[size_t(v)] = v;
-    return;
+    return true;
   }
   // Kahn's algorithm upwards from the leaves.
-  pending.resize(size_t(n));
   size_t tail = 0;
   for (int v = 0; v < n; ++v) {
     pending[size_t(v)] = int(graph.children(v).size());
@@ -166,11 +166,14 @@ void topological_order(const FlatBatch& graph, std::vector<int>& order, std::vec
   for (size_t head = 0; head < tail; ++head)
     for (int parent : graph.parents(order[head]))
       if (--pending[size_t(parent)] == 0) order[tail++] = parent;
-  if (int(tail) != n) {
-    for (int v = 0; v < n; ++v)
-      VJIT_USER_CHECK(pending[size_t(v)] == 0, "the input graph has a cycle: " << graph.describe(v)
-                                                                             << " is on or above a cycle");
-  }
+  return int(tail) == n;
+}
+
+void topological_order(const FlatBatch& graph, std::vector<int>& order, std::vector<int>& pending) {
+  if (try_topological_order(graph, order, pending)) return;
+  for (int v = 0; v < graph.num_vertices(); ++v)
+    VJIT_USER_CHECK(pending[size_t(v)] == 0, "the input graph has a cycle: " << graph.describe(v)
+                                                                           << " is on or above a cycle");
 }
 
 std::vector<int> topological_order(const FlatBatch& graph) {

@@ -260,6 +260,9 @@ class FrontierState {
 void vertex_depths(const FlatBatch& graph, std::vector<int>& depth, std::vector<int>& order_scratch);
 // Children before parents, into `order`; throws UserError on a cycle.
 void topological_order(const FlatBatch& graph, std::vector<int>& order, std::vector<int>& pending_scratch);
+// The same without throwing: false on a cycle, and then pending[v] > 0 for
+// every vertex on or above one.
+bool try_topological_order(const FlatBatch& graph, std::vector<int>& order, std::vector<int>& pending);
 
 // A schedule in flat form: task t runs vertices[task_begin[t], task_begin[t+1])
 // (FlatBatch ids, ascending), all of type task_type[t]. `vertices` is the

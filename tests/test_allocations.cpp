@@ -6,39 +6,10 @@
 // scratch, is not counted: only C++ allocations are.)
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
-
 #include "examples/models/models.h"
+#include "tests/allocation_counter.h"
 #include "vjit/vjit.h"
 
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<int64_t> g_allocations{0};
-
-void* counted_alloc(std::size_t size, std::size_t align) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (size == 0) size = 1;
-  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (size + align - 1) / align * align)
-                                              : std::malloc(size);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return counted_alloc(size, 0); }
-void* operator new[](std::size_t size) { return counted_alloc(size, 0); }
-void* operator new(std::size_t size, std::align_val_t align) { return counted_alloc(size, std::size_t(align)); }
-void* operator new[](std::size_t size, std::align_val_t align) { return counted_alloc(size, std::size_t(align)); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace vjit {
 namespace {
@@ -64,20 +35,21 @@ int64_t steady_state_allocations(const std::string& model, const Options& option
   Adam adam(1e-3f);
   engine.train_step(a, adam);
   engine.train_step(b, adam);
-  g_allocations = 0;
-  g_counting = true;
+  test_util::AllocationCounter counter;
   for (int step = 3; step <= 10; ++step) engine.train_step(step % 2 ? a : b, adam);
-  g_counting = false;
-  return g_allocations.load();
+  return counter.count();
 }
 
 TEST(SteadyState, CountingReallyCounts) {
-  g_allocations = 0;
-  g_counting = true;
-  auto* p = new std::vector<int>(100);
-  g_counting = false;
+  int64_t count = 0;
+  std::vector<int>* p = nullptr;
+  {
+    test_util::AllocationCounter counter;
+    p = new std::vector<int>(100);
+    count = counter.count();
+  }
   delete p;
-  EXPECT_EQ(g_allocations.load(), 2);  // the vector object and its elements
+  EXPECT_EQ(count, 2);  // the vector object and its elements
 }
 
 // The counter sees the engine's own allocations: its first step grows every buffer.
@@ -90,11 +62,9 @@ TEST(SteadyState, FirstStepAllocates) {
   GraphBatch batch = models::make_batch(bundle.train, range(0, 16));
   Engine engine(*bundle.program, Options::defaults());
   Adam adam(1e-3f);
-  g_allocations = 0;
-  g_counting = true;
+  test_util::AllocationCounter counter;
   engine.train_step(batch, adam);
-  g_counting = false;
-  EXPECT_GT(g_allocations.load(), 10);
+  EXPECT_GT(counter.count(), 10);
 }
 
 TEST(SteadyState, TreeLstmTrainingStepAllocatesNothing) {

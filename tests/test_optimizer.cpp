@@ -16,50 +16,15 @@
 
 #include "runtime/pool_parallel_for.h"
 #include "runtime/thread_pool.h"
+#include "tests/allocation_counter.h"
 #include "tests/user_error.h"
 #include "vjit/error.h"
 #include "vjit/model.h"
 #include "vjit/program.h"
 #include "vjit/train.h"
 
-// --- allocation counting: this program's operator new, on every thread ---
-
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<int64_t> g_allocations{0};
-
-void* counted_alloc(std::size_t size, std::size_t align = 0) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (size == 0) size = 1;
-  void* p = align == 0 ? std::malloc(size) : std::aligned_alloc(align, (size + align - 1) / align * align);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
-
-// Counts the allocations any thread makes while it lives.
-class AllocationCounter {
- public:
-  AllocationCounter() {
-    g_allocations.store(0);
-    g_counting.store(true);
-  }
-  ~AllocationCounter() { g_counting.store(false); }
-  int64_t count() const { return g_allocations.load(); }
-};
-}  // namespace
-
-void* operator new(std::size_t size) { return counted_alloc(size); }
-void* operator new[](std::size_t size) { return counted_alloc(size); }
-void* operator new(std::size_t size, std::align_val_t align) { return counted_alloc(size, std::size_t(align)); }
-void* operator new[](std::size_t size, std::align_val_t align) { return counted_alloc(size, std::size_t(align)); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+// Allocation counting: this program's operator new, on every thread.
+using vjit::test_util::AllocationCounter;
 
 namespace {
 

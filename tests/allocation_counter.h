@@ -1,0 +1,55 @@
+#pragma once
+// Replaces the global operator new and delete of the test program that
+// includes this header (include it from exactly one file of a program) with
+// ones that count allocations, on every thread, while an AllocationCounter
+// lives. Memory a C library takes with malloc is not counted.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+namespace vjit::test_util {
+
+inline std::atomic<bool> g_counting{false};
+inline std::atomic<int64_t> g_allocations{0};
+
+inline void* counted_alloc(std::size_t size, std::size_t align = 0) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (size == 0) size = 1;
+  void* p = align == 0 ? std::malloc(size) : std::aligned_alloc(align, (size + align - 1) / align * align);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+// Counts the allocations any thread makes while it lives.
+class AllocationCounter {
+ public:
+  AllocationCounter() {
+    g_allocations.store(0);
+    g_counting.store(true);
+  }
+  ~AllocationCounter() { g_counting.store(false); }
+  AllocationCounter(const AllocationCounter&) = delete;
+  AllocationCounter& operator=(const AllocationCounter&) = delete;
+  int64_t count() const { return g_allocations.load(); }
+};
+
+}  // namespace vjit::test_util
+
+void* operator new(std::size_t size) { return vjit::test_util::counted_alloc(size); }
+void* operator new[](std::size_t size) { return vjit::test_util::counted_alloc(size); }
+void* operator new(std::size_t size, std::align_val_t align) {
+  return vjit::test_util::counted_alloc(size, std::size_t(align));
+}
+void* operator new[](std::size_t size, std::align_val_t align) {
+  return vjit::test_util::counted_alloc(size, std::size_t(align));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
