@@ -4,7 +4,7 @@
     perf/compare_binaries.py OLD_REV [--rounds N] -- VJIT_BENCH_ARGS...
 
 Builds OLD_REV (Release) in a git worktree under build-compare/ (once; reused
-when it exists), builds this checkout (scripts/build.sh Release), then runs the
+when it exists; build output goes to stderr), builds this checkout (scripts/build.sh Release), then runs the
 old and the new vjit-bench alternately, N rounds each (default 3), so that both
 see the same machine load. Prints every run as a JSON line with "binary": "old"
 or "new", then one summary line: the median samples/s of each, their ratio,
@@ -23,8 +23,8 @@ def build_old(rev):
     sha = subprocess.check_output(["git", "rev-parse", "--short", rev], cwd=ROOT, text=True).strip()
     tree = os.path.join(ROOT, "build-compare", sha)
     if not os.path.isdir(tree):
-        subprocess.check_call(["git", "worktree", "add", "--detach", tree, sha], cwd=ROOT)
-    subprocess.check_call(["scripts/build.sh", "Release", "vjit_bench"], cwd=tree)
+        subprocess.check_call(["git", "worktree", "add", "--detach", tree, sha], cwd=ROOT, stdout=sys.stderr)
+    subprocess.check_call(["scripts/build.sh", "Release", "vjit_bench"], cwd=tree, stdout=sys.stderr)
     return sha, os.path.join(tree, "build", "perf", "vjit-bench")
 
 
@@ -40,7 +40,7 @@ def main():
     if rest[:1] == ["--rounds"]:
         rounds = int(rest[1])
     sha, old = build_old(rev)
-    subprocess.check_call(["scripts/build.sh", "Release", "vjit_bench"], cwd=ROOT)
+    subprocess.check_call(["scripts/build.sh", "Release", "vjit_bench"], cwd=ROOT, stdout=sys.stderr)
     new = os.path.join(ROOT, "build", "perf", "vjit-bench")
     runs = {"old": [], "new": []}
     for _ in range(rounds):
