@@ -75,6 +75,16 @@ TEST(SteadyState, LatticeLstmTrainingStepAllocatesNothing) {
   EXPECT_EQ(steady_state_allocations("lattice_lstm", Options::defaults()), 0);
 }
 
+// The other policies whose scheduler keeps its memory (fsm and ratio do not yet:
+// docs/architecture.md).
+TEST(SteadyState, DepthAndFrontierPoliciesAllocateNothing) {
+  for (const char* policy : {"depth", "frontier"}) {
+    Options options = Options::defaults();
+    options.policy = policy;
+    EXPECT_EQ(steady_state_allocations("lattice_lstm", options), 0) << policy;
+  }
+}
+
 TEST(SteadyState, PaddedLayoutAndUnfusedStepsAllocateNothing) {
   Options options = Options::defaults();
   options.memplan = "padded";

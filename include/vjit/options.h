@@ -20,8 +20,11 @@
 // |                  |             | merge_matmuls.h)                            |              |
 // | VJIT_POLICY      | policy      | depth | agenda | frontier | ratio | fsm     | agenda       |
 // |                  |             | (batching policy of the scheduler)          |              |
-// | VJIT_MEMPLAN     | memplan     | copy | pqtree (buffer layout: gather by     | copy         |
-// |                  |             | copying, or PQ-tree contiguous layout)      |              |
+// | VJIT_MEMPLAN     | memplan     | copy | padded | pqtree (the memory      | copy         |
+// |                  |             | planner, runtime/memplan.h: copy gathers    |              |
+// |                  |             | unless the rows lie in place; padded is a   |              |
+// |                  |             | test layout; pqtree is refused until it     |              |
+// |                  |             | exists)                                     |              |
 // | VJIT_DEVICE      | device      | cpu | cuda                                   | cpu          |
 // | VJIT_THREADS     | threads     | positive integer (CPU worker threads)       | hardware     |
 // |                  |             |                                             | concurrency  |
