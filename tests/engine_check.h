@@ -6,9 +6,23 @@
 #include <cmath>
 #include <limits>
 
+#include "examples/models/models.h"
 #include "vjit/vjit.h"
 
 namespace vjit::testing {
+
+// Example models small enough to check against the double reference in
+// milliseconds: hidden 8, `train_samples` built-in samples, dropout on.
+inline models::Config small_config(int train_samples = 64) {
+  models::Config config;
+  config.hidden = 8;
+  config.embed = 6;
+  config.train_samples = train_samples;
+  config.test_samples = 0;
+  config.tree_fc_leaves = 16;
+  config.dropout = 0.25;
+  return config;
+}
 
 // ‖a − b‖∞ / max(‖b‖∞, 1e-6): a tensor's relative error; infinite when the
 // sizes differ.

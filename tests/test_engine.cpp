@@ -16,16 +16,7 @@ namespace {
 
 constexpr double kTolerance = 1e-4;
 
-models::Config small_config() {
-  models::Config config;
-  config.hidden = 8;
-  config.embed = 6;
-  config.train_samples = 64;
-  config.test_samples = 0;
-  config.tree_fc_leaves = 16;
-  config.dropout = 0.25;
-  return config;
-}
+using testing::small_config;
 
 std::vector<int> first_indices(int n) {
   std::vector<int> indices(static_cast<size_t>(n));

@@ -18,15 +18,7 @@ namespace {
 
 constexpr double kTolerance = 1e-4;
 
-models::Config small_config() {
-  models::Config config;
-  config.hidden = 8;
-  config.embed = 6;
-  config.train_samples = 32;
-  config.test_samples = 0;
-  config.dropout = 0.25;
-  return config;
-}
+models::Config small_config() { return testing::small_config(32); }
 
 GraphBatch first_samples(const models::Bundle& bundle, int n) {
   std::vector<int> indices;
