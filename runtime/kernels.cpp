@@ -1,6 +1,5 @@
 #include "runtime/kernels.h"
 
-#include <cstring>
 
 #include "ir/op_semantics.h"
 
@@ -57,18 +56,6 @@ void binary_rows(ir::Op op, int64_t rows, int64_t width, Operand a, Operand b, f
     map_binary(rows, width, a, b, out, ld_out,
                [](float x, float y) { return ir::apply_binary<decltype(o)::value>(x, y); });
   });
-}
-
-void copy_rows(int64_t width, std::span<const float* const> src, float* out, int64_t ld_out) {
-  for (size_t r = 0; r < src.size(); ++r) std::memcpy(out + int64_t(r) * ld_out, src[r], size_t(width) * sizeof(float));
-}
-
-void add_rows_into(int64_t width, const float* src, int64_t ld_src, std::span<float* const> dst) {
-  for (size_t r = 0; r < dst.size(); ++r) {
-    const float* s = src + int64_t(r) * ld_src;
-    float* d = dst[r];
-    for (int64_t i = 0; i < width; ++i) d[i] += s[i];
-  }
 }
 
 void fill_rows(int64_t rows, int64_t width, float value, float* out, int64_t ld_out) {

@@ -3,7 +3,6 @@
 // value is `rows` rows of `width` floats, row r at data + r·ld. Fused JIT
 // kernels replace the elementwise ones where fusion is on.
 #include <cstdint>
-#include <span>
 
 #include "vjit/ir.h"
 
@@ -26,10 +25,6 @@ struct Operand {
 void unary_rows(const ir::Node& node, int64_t rows, int64_t width, Operand x, float* out, int64_t ld_out);
 void binary_rows(ir::Op op, int64_t rows, int64_t width, Operand a, Operand b, float* out, int64_t ld_out);
 
-// out[r] = src[r][0, width) for every r: one copy call moving many rows.
-void copy_rows(int64_t width, std::span<const float* const> src, float* out, int64_t ld_out);
-// dst[r][0, width) += src row r.
-void add_rows_into(int64_t width, const float* src, int64_t ld_src, std::span<float* const> dst);
 void fill_rows(int64_t rows, int64_t width, float value, float* out, int64_t ld_out);
 
 }  // namespace vjit::runtime
