@@ -126,6 +126,8 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, int threa
       }
     }
     const ir::Function& f = *plan.types[t].forward.function;
+    const ValueId scattered = plan.types[t].forward.scatter_value;
+    scatter_width_.push_back(scattered >= 0 ? f[scattered].shape.numel() : 0);
     push_index_[t].assign(f.nodes.size(), -1);
     for (ValueId id = 0; id < f.size(); ++id) {
       if (f[id].op != Op::Push) continue;
@@ -754,7 +756,7 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
         int child = graph.children(rows.vertices[r])[size_t(node.child_slot)];
         dst = {graph.type(child), layout.vertex_row[size_t(child)]};
       }
-      int64_t width = function(Pass::Forward, dst.type)[function_plan(Pass::Forward, dst.type).scatter_value].shape.numel();
+      int64_t width = scatter_width_[size_t(dst.type)];
       add_row(g.data + r * g.ld, grad_row(dst.type, dst.row), width);
       stats.copy_bytes += width * int64_t(sizeof(float));
     }
@@ -768,7 +770,7 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
     for (size_t k = first; k < children.size(); ++k) {
       int child = children[k];
       int type = graph.type(child);
-      int64_t width = function(Pass::Forward, type)[function_plan(Pass::Forward, type).scatter_value].shape.numel();
+      int64_t width = scatter_width_[size_t(type)];
       const float* part = node.target == ir::GatherGradTarget::VariadicRows ? src + int64_t(k - first) * width : src;
       add_row(part, grad_row(type, layout.vertex_row[size_t(child)]), width);
       stats.copy_bytes += width * int64_t(sizeof(float));

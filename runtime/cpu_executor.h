@@ -142,6 +142,7 @@ class CpuExecutor final : public Executor {
   Frame stream_frame_;      // the streaming thread's
   std::vector<std::vector<int64_t>> push_widths_;  // per type: the width of each push, in function order
   std::vector<std::vector<int>> push_index_;       // per type, per forward value id: which push it is (-1)
+  std::vector<int64_t> scatter_width_;             // per type: floats per row of what it scatters (0: none)
 
   // The batch being run.
   PlannedBatch batch_;
