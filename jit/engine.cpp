@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "ir/flops.h"
 #include "jit/kernel_cache.h"
 #include "jit/pipeline.h"
 #include "runtime/cpu_executor.h"
@@ -33,6 +34,10 @@ struct Engine::Impl {
     VJIT_USER_CHECK(options.memplan != "pqtree", "VJIT_MEMPLAN=pqtree is not available yet (valid here: copy, padded)");
     VJIT_USER_CHECK(options.device == "cpu", "VJIT_DEVICE=" << options.device
                                                             << " is not available in this build (valid here: cpu)");
+    for (int t = 0; t < program.num_types(); ++t) {
+      forward_flops.push_back(double(ir::flops_per_vertex(program.forward(t))));
+      backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
+    }
     planner = runtime::make_planner(options.memplan, plan, signatures);
     executor = std::make_unique<runtime::CpuExecutor>(program, plan, options.threads, gemm, options.streaming);
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
@@ -97,6 +102,7 @@ struct Engine::Impl {
     stats.vertices += graph.num_vertices();
     stats.tasks += schedule.num_tasks();
     stats.fsm_fallbacks += schedule.fsm_fallbacks;
+    stats.useful_flops += schedule_flops(forward_flops);
     has_result = false;
     executor->forward({&graph, &schedule, &layout}, run, result);
     has_result = true;
@@ -108,8 +114,18 @@ struct Engine::Impl {
     VJIT_USER_CHECK(has_forward, "Engine::backward needs a forward() with RunOptions::backward set before it");
     has_forward = false;
     executor->backward();
+    stats.useful_flops += schedule_flops(backward_flops);
     has_gradients = true;
     collect();
+  }
+
+  // Σ over the schedule's tasks of (vertices × the per-vertex flops of the task's type).
+  double schedule_flops(const std::vector<double>& per_vertex) const {
+    double total = 0;
+    for (int t = 0; t < schedule.num_tasks(); ++t)
+      total += double(schedule.task_begin[size_t(t) + 1] - schedule.task_begin[size_t(t)]) *
+               per_vertex[size_t(schedule.task_type[size_t(t)])];
+    return total;
   }
 
   // Moves the executor's counters into the engine's stats.
@@ -151,6 +167,8 @@ struct Engine::Impl {
   std::unique_ptr<runtime::Planner> planner;
   std::unique_ptr<runtime::Executor> executor;
   std::shared_ptr<const FsmPolicy> fsm;
+  // Useful flops of one vertex of each type, F and ∂F (ir/flops.h).
+  std::vector<double> forward_flops, backward_flops;
 
   // The batch being run, reused from batch to batch.
   scheduler::FlatBatch graph;

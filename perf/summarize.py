@@ -5,7 +5,6 @@ import pathlib
 import statistics
 
 results = pathlib.Path(__file__).parent / "results"
-PEAK = 192.4  # two-core GEMM peak, perf/GEMM.md
 
 
 def lines(name):
@@ -17,14 +16,28 @@ def ms(d, key):
     return f"{d['time_s'][key] * 1e3:.1f}"
 
 
-print("| model | data | mode | hidden | samples/s | per-sample samples/s | batching speedup | tasks | lower bound | GEMM GFLOP/s (% of 2-core peak) | ms per step: total / GEMM / elementwise / copy / optimizer / schedule |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
-for d in lines("models.jsonl") + lines("tree_lstm_sst.jsonl"):
+def pct(x, d):
+    """x GFLOP/s as a percentage of the GEMM peak measured in the same process as line d."""
+    return f"{100 * x / d['peak_gflops_per_s']:.0f}%"
+
+
+throughput = lines("models.jsonl") + lines("tree_lstm_sst.jsonl")
+if throughput:
+    peaks = [d["peak_gflops_per_s"] for d in throughput]
+    one = [d["peak_gflops_per_s_one_thread"] for d in throughput]
+    print(f"GEMM peak measured in each process ({throughput[0]['peak_gemm']['backend']}, "
+          f"{throughput[0]['peak_gemm']['size']}³): {min(peaks):.0f}–{max(peaks):.0f} GFLOP/s on "
+          f"{throughput[0]['peak_gemm']['threads']} threads, {min(one):.0f}–{max(one):.0f} on one.")
+    print()
+print("| model | data | mode | hidden | samples/s | per-sample samples/s | batching speedup | tasks | lower bound | GEMM GFLOP/s (% of peak) | useful GFLOP/s | roofline ratio | ms per step: total / GEMM / elementwise / copy / optimizer / schedule |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for d in throughput:
     data = "built-in" if d["data"] == "built-in" else pathlib.Path(d["data"]).parent.name
     speed = f"{d['batching_speedup']:.1f}x" if "batching_speedup" in d else "-"
     unbatched = f"{d['unbatched_samples_per_s']:.0f}" if "unbatched_samples_per_s" in d else "-"
     print(f"| {d['model']} | {data} | {d['mode']} | {d['hidden']} | {d['samples_per_s']:.0f} | {unbatched} | {speed} | "
-          f"{d['tasks']:.1f} | {d['lower_bound']:.1f} | {d['gemm_gflops_per_s']:.1f} ({100 * d['gemm_gflops_per_s'] / PEAK:.0f}%) | "
+          f"{d['tasks']:.1f} | {d['lower_bound']:.1f} | {d['gemm_gflops_per_s']:.1f} ({pct(d['gemm_gflops_per_s'], d)}) | "
+          f"{d['useful_gflops_per_s']:.1f} | {100 * d['roofline_ratio']:.0f}% | "
           f"{ms(d, 'total')} / {ms(d, 'gemm')} / {ms(d, 'elementwise')} / {ms(d, 'copy')} / {ms(d, 'optimizer')} / {ms(d, 'schedule')} |")
 
 print()

@@ -8,10 +8,14 @@
 // (--policy agenda, --no-lazy, ...). --ablation runs the Cavs Fig. 10 study
 // (one line per configuration, with a "config" field). Results are checked before they are timed:
 // the first batch is compared with the reference interpreter (--no-check skips it).
+// Each process measures its GEMM peak once (measure_gemm_peak, --peak-seconds,
+// default 1.5: half on one thread, half on all) and every line reports the
+// model's useful flops per second against it (roofline_ratio).
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "examples/models/models.h"
@@ -32,8 +36,33 @@ struct BenchArgs {
   bool check = true;
   bool ablation = false;
   std::string compare_policy;  // also time this policy; report the speedup over it
+  double peak_seconds = 1.5;   // the GEMM peak: half on one thread, half on all threads
   models::Config config;
 };
+
+// The GEMM peak of this process, measured once (by the first run(), after its
+// warm-up and before its timed steps) and reported in every line: every run of
+// one process uses the same back end and thread count.
+std::optional<GemmPeak> g_peak;
+
+const GemmPeak& peak_of(const BenchArgs& args, const Options& options) {
+  if (!g_peak) {
+    GemmPeakOptions peak;
+    peak.seconds = args.peak_seconds / 2;
+    g_peak = measure_gemm_peak(options, peak);
+  }
+  return *g_peak;
+}
+
+double seconds_flag(const std::string& flag, const std::string& value) {
+  try {
+    size_t used = 0;
+    double v = std::stod(value, &used);
+    if (used == value.size() && v > 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw UserError(flag + " needs a positive number of seconds, got '" + value + "'");
+}
 
 int int_flag(const std::string& flag, const std::string& value) {
   try {
@@ -65,6 +94,7 @@ BenchArgs parse(const std::vector<std::string>& args) {
     else if (flag == "--data") b.config.data_path = value;
     else if (flag == "--seed") b.config.seed = uint64_t(int_flag(flag, value));
     else if (flag == "--compare-policy") b.compare_policy = value;
+    else if (flag == "--peak-seconds") b.peak_seconds = seconds_flag(flag, value);
     else throw UserError("unknown flag " + flag);
   }
   if (b.mode != "train" && b.mode != "infer") throw UserError("--mode must be train or infer, got '" + b.mode + "'");
@@ -122,6 +152,7 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
   for (int i = 0; i < args.warmup; ++i) step(models::make_batch(bundle.train, batches[size_t(i)]));
   std::vector<GraphBatch> timed;
   for (int i = 0; i < steps; ++i) timed.push_back(models::make_batch(bundle.train, batches[size_t(args.warmup + i)]));
+  peak_of(args, options);
   engine.reset_stats();
   Timer timer;
   for (const GraphBatch& batch : timed) step(batch);
@@ -139,6 +170,8 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
 json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
   const EngineStats& s = t.stats;
   double steps = double(s.batches);
+  const GemmPeak& peak = peak_of(args, options);
+  double useful = s.useful_flops / t.seconds * 1e-9;
   return json{{"model", args.model},
               {"data", args.config.data_path.empty() ? std::string("built-in") : args.config.data_path},
               {"mode", args.mode},
@@ -155,6 +188,11 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"copy_bytes", double(s.copy_bytes) / steps},
               {"gather_views", double(s.gather_views) / steps},
               {"gemm_gflops_per_s", s.gemm_flops / t.seconds * 1e-9},
+              {"useful_gflops_per_s", useful},
+              {"peak_gflops_per_s", peak.all_threads_gflops_per_s},
+              {"peak_gflops_per_s_one_thread", peak.one_thread_gflops_per_s},
+              {"peak_gemm", {{"backend", peak.backend}, {"size", peak.size}, {"threads", peak.threads}}},
+              {"roofline_ratio", useful / peak.all_threads_gflops_per_s},
               {"threads", options.threads},
               {"fused_groups", t.compile.fused_groups},
               {"jit_compiles", t.compile.jit_compiles},

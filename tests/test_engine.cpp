@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "codegen/x86_isa.h"
 #include "examples/models/models.h"
+#include "ir/flops.h"
 #include "tests/engine_check.h"
 #include "tests/user_error.h"
 
@@ -359,6 +361,55 @@ TEST(FsmPolicyFiles, CacheDirKeepsThePolicyAcrossEngines) {
   Engine second(*bundle.program, options);
   ASSERT_TRUE(second.fsm_policy()) << "loaded at engine start";
   std::filesystem::remove_all(options.cache_dir);
+}
+
+// useful_flops: each vertex counts its type's F, and ∂F once backward() ran,
+// however the engine batched, merged or fused them.
+TEST(EngineStats, UsefulFlopsAreThePerTypeCountsTimesTheVertices) {
+  Model model;
+  Param w = model.add("w", Shape::mat(4, 3));
+  Program program(model);
+  int leaf = program.add_type("leaf", [&](Builder& b) { b.scatter(b.tanh(b.matmul(w, b.pull(3)))); });
+  int node = program.add_type("node", [&](Builder& b) { b.add_loss(b.sum(b.sigmoid(b.gather(0, Shape::vec(4))))); });
+  // F by hand: leaf 2·4·3 (matmul) + 4 (tanh); node 4 (sigmoid) + 4 (sum).
+  EXPECT_EQ(ir::flops_per_vertex(program.forward(leaf)), 28);
+  EXPECT_EQ(ir::flops_per_vertex(program.forward(node)), 8);
+  GraphBatch batch;
+  for (int i = 0; i < 5; ++i) {
+    Sample sample;
+    int l = sample.add_vertex(leaf);
+    sample.vertices[size_t(l)].features = {1.0f, float(i), -0.5f};
+    sample.add_vertex(node, {l});
+    batch.samples.push_back(sample);
+  }
+  Engine engine(program, Options::defaults());
+  engine.infer(batch);
+  EXPECT_EQ(engine.stats().useful_flops, 5.0 * (28 + 8));
+  engine.reset_stats();
+  engine.forward(batch);
+  engine.backward();
+  double backward = double(ir::flops_per_vertex(program.backward(leaf)) + ir::flops_per_vertex(program.backward(node)));
+  EXPECT_GE(backward, 2.0 * 4 * 3);  // at least the weight gradient's multiply-add
+  EXPECT_EQ(engine.stats().useful_flops, 5.0 * (28 + 8 + backward));
+}
+
+// The peak measurement: sane numbers only; no speed is asserted.
+TEST(Roofline, GemmPeakReturnsFinitePositiveFiguresForTheThreadCount) {
+  Options options = Options::defaults();
+  options.threads = 2;
+  GemmPeakOptions peak;
+  peak.seconds = 0.001;
+  peak.size = 64;
+  GemmPeak result = measure_gemm_peak(options, peak);
+  EXPECT_EQ(result.threads, 2);
+  EXPECT_EQ(result.size, 64);
+  EXPECT_FALSE(result.backend.empty());
+  EXPECT_TRUE(std::isfinite(result.one_thread_gflops_per_s));
+  EXPECT_TRUE(std::isfinite(result.all_threads_gflops_per_s));
+  EXPECT_GT(result.one_thread_gflops_per_s, 0);
+  EXPECT_GT(result.all_threads_gflops_per_s, 0);
+  peak.size = -1;
+  EXPECT_THROW(measure_gemm_peak(options, peak), UserError);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "ir/autodiff.h"
 #include "ir/classify.h"
+#include "ir/flops.h"
 #include "ir/fusion.h"
 #include "ir/merge_matmuls.h"
 #include "ir/op_semantics.h"
@@ -609,6 +610,81 @@ TEST(Printer, ShowsEachUsedAttributeByName) {
   EXPECT_CONTAINS(backward, "gathergrad(%");
   EXPECT_CONTAINS(backward, ") target=variadic_rows\n");
   EXPECT_CONTAINS(backward, "fwd() forward=");
+}
+
+// Useful flops (ir/flops.h), each checked against a count made by hand.
+TEST(Flops, MatMulIsTwoMNK) {
+  using ir::Node;
+  using ir::Op;
+  ir::Function f;
+  ir::ValueId w = f.add(Node::make(Op::Param, Shape::mat(4, 3)));
+  ir::ValueId x = f.add(Node::make(Op::Pull, Shape::vec(3)));
+  ir::ValueId y = f.add(Node::make(Op::MatMul, Shape::vec(4), {w, x}));  // [4,3]·[3]: 2·4·1·3
+  f.add(Node::make(Op::Scatter, Shape{}, {y}));
+  EXPECT_EQ(ir::flops_of_node(f, y), 24);
+  EXPECT_EQ(ir::flops_per_vertex(f), 24);
+
+  // op(a) = aᵀ: a stored [3,2], b [3,5] → [2,5], contracted over 3: 2·2·5·3.
+  ir::Function g;
+  ir::ValueId a = g.add(Node::make(Op::Pull, Shape::mat(3, 2)));
+  ir::ValueId b = g.add(Node::make(Op::Pull, Shape::mat(3, 5)));
+  Node m = Node::make(Op::MatMul, Shape::mat(2, 5), {a, b});
+  m.trans_a = true;
+  ir::ValueId c = g.add(m);
+  g.add(Node::make(Op::Scatter, Shape{}, {c}));
+  EXPECT_EQ(ir::flops_per_vertex(g), 60);
+
+  // A row vector on the left: [3]·[3,5] → [5], 2·5·3.
+  ir::Function h;
+  ir::ValueId v = h.add(Node::make(Op::Pull, Shape::vec(3)));
+  ir::ValueId p = h.add(Node::make(Op::Param, Shape::mat(3, 5)));
+  ir::ValueId r = h.add(Node::make(Op::MatMul, Shape::vec(5), {v, p}));
+  h.add(Node::make(Op::Scatter, Shape{}, {r}));
+  EXPECT_EQ(ir::flops_per_vertex(h), 30);
+}
+
+TEST(Flops, ElementwiseChainIsOnePerElementAndMovementIsFree) {
+  using ir::Node;
+  using ir::Op;
+  ir::Function f;
+  ir::ValueId x = f.add(Node::make(Op::Gather, Shape::vec(6)));          // 0
+  ir::ValueId s = f.add(Node::make(Op::Sigmoid, Shape::vec(6), {x}));    // 6
+  ir::ValueId t = f.add(Node::make(Op::Tanh, Shape::vec(6), {x}));       // 6
+  ir::ValueId m = f.add(Node::make(Op::Mul, Shape::vec(6), {s, t}));     // 6
+  ir::ValueId a = f.add(Node::make(Op::AddScalar, Shape::vec(6), {m}));  // 6
+  Node slice = Node::make(Op::Slice, Shape::vec(2), {a});                // 0
+  slice.start = 1;
+  ir::ValueId sl = f.add(slice);
+  ir::ValueId cat = f.add(Node::make(Op::Concat, Shape::vec(8), {a, sl}));  // 0
+  ir::ValueId sum = f.add(Node::make(Op::Sum, Shape{}, {cat}));             // 8
+  f.add(Node::make(Op::Loss, Shape{}, {sum}));                              // 0
+  f.add(Node::make(Op::Scatter, Shape{}, {a}));                             // 0
+  EXPECT_EQ(ir::flops_per_vertex(f), 4 * 6 + 8);
+}
+
+TEST(Flops, WeightGradientIsTheMultiplyAddOfAnOuterProduct) {
+  using ir::Node;
+  using ir::Op;
+  ir::Function f;
+  ir::ValueId g = f.add(Node::make(Op::ScatterGrad, Shape::vec(4)));
+  ir::ValueId x = f.add(Node::make(Op::Pull, Shape::vec(3)));
+  ir::ValueId o = f.add(Node::make(Op::Outer, Shape::mat(4, 3), {g, x}));  // 4·3 products
+  Node grad = Node::make(Op::ParamGrad, Shape{}, {o});                     // 4·3 adds
+  grad.param = 0;
+  ir::ValueId pg = f.add(grad);
+  EXPECT_EQ(ir::flops_of_node(f, o), 12);
+  EXPECT_EQ(ir::flops_of_node(f, pg), 12);
+  EXPECT_EQ(ir::flops_per_vertex(f), 2 * 4 * 3);
+}
+
+TEST(Flops, SoftmaxCountsAConstantPerClass) {
+  using ir::Node;
+  using ir::Op;
+  ir::Function f;
+  ir::ValueId logits = f.add(Node::make(Op::Pull, Shape::vec(5)));
+  ir::ValueId ce = f.add(Node::make(Op::SoftmaxCE, Shape{}, {logits}));
+  f.add(Node::make(Op::Loss, Shape{}, {ce}));
+  EXPECT_EQ(ir::flops_per_vertex(f), ir::kSoftmaxFlopsPerClass * 5);
 }
 
 }  // namespace

@@ -32,6 +32,12 @@ struct EngineStats {
   int64_t kernels = 0;           // node executions that did work, forward and backward
   int64_t gemm_calls = 0;
   double gemm_flops = 0;         // 2·m·n·k summed over every GEMM
+  // What the batches needed, not what was executed: for each vertex, the flops
+  // of its type's F (and of ∂F when backward() ran), counted on the Program's
+  // own functions before any merging, fusion or recomputation (rule in
+  // ir/flops.h: MatMul 2·m·n·k, Outer m·n, a weight gradient's add m·n,
+  // elementwise 1 per element, softmax 4 per class, data movement 0).
+  double useful_flops = 0;
   int64_t param_grad_gemms = 0;  // GEMMs accumulating weight gradients
   int64_t copy_calls = 0;
   int64_t copy_bytes = 0;

@@ -11,6 +11,7 @@
 #include "vjit/program.h"
 #include "vjit/random.h"
 #include "vjit/reference.h"
+#include "vjit/roofline.h"
 #include "vjit/run.h"
 #include "vjit/shape.h"
 #include "vjit/train.h"
