@@ -285,9 +285,10 @@ void CpuExecutor::backward() {
   store_.finish_touched();
 }
 
-// Only the rows of the embedding tables the batch looked up, on the pool's threads.
+// Only the rows of the embedding tables the batch looked up, on the pool's
+// threads, with the optimizer state this executor's store keeps.
 void CpuExecutor::update(Optimizer& optimizer) {
-  optimizer.step(store_.model(), store_.gradients(), store_.gradient_rows(), &parallel_);
+  optimizer.step(store_.model(), store_.gradients(), store_.gradient_rows(), &parallel_, &store_.optimizer_state());
 }
 
 void CpuExecutor::run_phase(Pass pass, ir::Phase phase, Frame& frame) {

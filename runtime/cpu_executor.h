@@ -45,9 +45,13 @@ class CpuParameterStore final : public ParameterStore {
   }
   // Sorts the touched rows, after a backward.
   void finish_touched();
+  // The optimizer's state for these parameters (moments, step count), in host
+  // memory beside them; every train_step reads and updates it.
+  OptimizerState& optimizer_state() { return optimizer_state_; }
 
  private:
   Model& model_;
+  OptimizerState optimizer_state_;
   std::vector<std::vector<float>> gradients_;
   // Per parameter: rows.all for a dense one; an embedding table has room for
   // every row reserved, and row_written marks the rows listed, so that

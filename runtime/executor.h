@@ -55,7 +55,8 @@ struct PlannedBatch {
   const BatchLayout* layout = nullptr;
 };
 
-// Parameters, gradients and touched rows, resident where the executor runs.
+// Parameters, gradients, touched rows and the optimizer state, resident where
+// the executor runs.
 // Upload copies the Model's values in; download copies them back out. On the
 // CPU the store reads and writes the Model's own memory, so both are no-ops
 // there; a device executor copies.
@@ -81,7 +82,8 @@ class Executor {
   virtual void forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) = 0;
   // Runs ∂F for the last forward; the gradients are then in parameters().
   virtual void backward() = 0;
-  // One optimizer step over the parameters with the last gradients.
+  // One optimizer step over the parameters with the last gradients and the
+  // optimizer state the parameter store keeps.
   virtual void update(Optimizer& optimizer) = 0;
   virtual ParameterStore& parameters() = 0;
   // Counters since the last take_stats(), which resets them.

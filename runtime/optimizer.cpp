@@ -128,22 +128,39 @@ void Optimizer::set_lr(float lr) {
 void Optimizer::reset() {
   steps_ = 0;
   last_grad_norm_ = 0.0;
-  state_shapes_.clear();
+  own_state_ = {};
+  ++generation_;
+}
+
+bool Optimizer::made(const OptimizerState& state) const {
+  return state.owner == this && state.generation == generation_ && !state.shapes.empty();
+}
+
+void Optimizer::make_state(const Model& model, OptimizerState& state) const {
+  state.slots.assign(size_t(model.size()), {});
+  state.shapes.clear();
+  for (int i = 0; i < model.size(); ++i) {
+    state.slots[size_t(i)].assign(size_t(state_slots()), std::vector<float>(size_t(model.param(i).shape.numel()), 0.0f));
+    state.shapes.push_back(model.param(i).shape);
+  }
+  state.steps = 0;
+  state.owner = this;
+  state.generation = generation_;
 }
 
 void Optimizer::validate(const Model& model, const std::vector<std::vector<float>>& grads,
-                         const std::vector<GradientRows>& rows) const {
+                         const std::vector<GradientRows>& rows, const OptimizerState& state) const {
   VJIT_USER_CHECK(int(grads.size()) == model.size(), "Optimizer::step: got " << grads.size()
                                                                              << " gradients for a model with "
                                                                              << model.size() << " parameters");
   VJIT_USER_CHECK(rows.empty() || int(rows.size()) == model.size(),
                   "Optimizer::step: got " << rows.size() << " GradientRows for a model with " << model.size()
                                           << " parameters (one per parameter, or none for all dense)");
-  if (!state_shapes_.empty()) {
-    bool same = int(state_shapes_.size()) == model.size();
-    for (int i = 0; same && i < model.size(); ++i) same = state_shapes_[size_t(i)] == model.param(i).shape;
+  if (made(state)) {
+    bool same = int(state.shapes.size()) == model.size();
+    for (int i = 0; same && i < model.size(); ++i) same = state.shapes[size_t(i)] == model.param(i).shape;
     VJIT_USER_CHECK(same, "Optimizer::step: the optimizer state was made for a model with "
-                              << state_shapes_.size()
+                              << state.shapes.size()
                               << " parameters of other shapes; use one optimizer per model or call reset()");
   }
   for (int i = 0; i < model.size(); ++i) {
@@ -256,11 +273,11 @@ double Optimizer::chunk_sum_of_squares(const Chunk& chunk, const std::vector<flo
   return sum;
 }
 
-void Optimizer::update_chunk(const Chunk& chunk, float* w, const float* g, const GradientRows* rows, int64_t cols,
-                             float grad_scale) {
+void Optimizer::update_chunk(const Chunk& chunk, float* w, float* const* state, const float* g,
+                             const GradientRows* rows, int64_t cols, float grad_scale) {
   const int index = chunk.param;
   if (!chunk.by_rows) {
-    update(index, w, g, chunk.begin, chunk.end, grad_scale);
+    update(index, w, state, g, chunk.begin, chunk.end, grad_scale);
     return;
   }
   // Runs of consecutive listed rows are one call; under dense updates the rows
@@ -271,11 +288,12 @@ void Optimizer::update_chunk(const Chunk& chunk, float* w, const float* g, const
     const int64_t run_begin = listed[t];
     int64_t run_end = run_begin + 1;
     for (++t; t < chunk.last && listed[t] == run_end; ++t) ++run_end;
-    if (dense_updates_ && next < run_begin) update(index, w, nullptr, next * cols, run_begin * cols, grad_scale);
-    update(index, w, g, run_begin * cols, run_end * cols, grad_scale);
+    if (dense_updates_ && next < run_begin)
+      update(index, w, state, nullptr, next * cols, run_begin * cols, grad_scale);
+    update(index, w, state, g, run_begin * cols, run_end * cols, grad_scale);
     next = run_end;
   }
-  if (dense_updates_ && next < chunk.end) update(index, w, nullptr, next * cols, chunk.end * cols, grad_scale);
+  if (dense_updates_ && next < chunk.end) update(index, w, state, nullptr, next * cols, chunk.end * cols, grad_scale);
 }
 
 void Optimizer::throw_non_finite(const Model& model, const std::vector<std::vector<float>>& grads,
@@ -307,12 +325,13 @@ void Optimizer::throw_non_finite(const Model& model, const std::vector<std::vect
 
 void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads) {
   static const std::vector<GradientRows> kAllDense;
-  step(model, grads, kAllDense, nullptr);
+  step(model, grads, kAllDense, nullptr, nullptr);
 }
 
 void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads,
-                     const std::vector<GradientRows>& rows, ParallelFor* parallel) {
-  validate(model, grads, rows);  // throws before anything changes
+                     const std::vector<GradientRows>& rows, ParallelFor* parallel, OptimizerState* given) {
+  OptimizerState& state = given ? *given : own_state_;
+  validate(model, grads, rows, state);  // throws before anything changes
   const int64_t work = plan_chunks(model, rows);
   auto rows_of = [&](int param) { return rows.empty() ? nullptr : &rows[size_t(param)]; };
 
@@ -335,21 +354,21 @@ void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads,
     while (scale > 0.0f && double(scale) * norm > double(clip_norm_)) scale = std::nextafter(scale, 0.0f);
   }
 
-  if (state_shapes_.empty()) {
-    init_state(model);
-    state_shapes_.clear();
-    for (int i = 0; i < model.size(); ++i) state_shapes_.push_back(model.param(i).shape);
-  }
+  if (!made(state)) make_state(model, state);
+  const size_t slots = size_t(state_slots());
+  slot_pointers_.resize(size_t(model.size()) * slots);
+  for (size_t p = 0; p < size_t(model.size()); ++p)
+    for (size_t k = 0; k < slots; ++k) slot_pointers_[p * slots + k] = state.slots[p][k].data();
   last_grad_norm_ = norm;
   ++steps_;
-  begin_update();
+  begin_update(++state.steps);
 
   // Pass 2: the updates, each chunk writing only its own elements.
   auto update_one = [&](int64_t c) {
     const Chunk& chunk = chunks_[size_t(c)];
     ParamData& param = model.param(chunk.param);
-    update_chunk(chunk, param.value.data(), grads[size_t(chunk.param)].data(), rows_of(chunk.param),
-                 param.shape.cols(), scale);
+    update_chunk(chunk, param.value.data(), slot_pointers_.data() + size_t(chunk.param) * slots,
+                 grads[size_t(chunk.param)].data(), rows_of(chunk.param), param.shape.cols(), scale);
   };
   for_each_chunk(parallel, work, update_one);
 }
@@ -364,22 +383,11 @@ SGD::SGD(float lr, float momentum, float weight_decay, float clip_norm)
               "a finite value >= 0");
 }
 
-void SGD::reset() {
-  Optimizer::reset();
-  velocity_.clear();
-}
-
-void SGD::init_state(const Model& model) {
-  velocity_.assign(size_t(model.size()), {});
-  if (momentum_ > 0.0f)
-    for (int i = 0; i < model.size(); ++i) velocity_[size_t(i)].assign(size_t(model.param(i).shape.numel()), 0.0f);
-}
-
-void SGD::update(int index, float* w, const float* g, int64_t begin, int64_t end, float grad_scale) {
+void SGD::update(int, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+                 float grad_scale) {
   const float* gb = g ? g + begin : nullptr;
   if (momentum_ > 0.0f)
-    sgd_momentum(w + begin, velocity_[size_t(index)].data() + begin, gb, end - begin, lr(), grad_scale,
-                 weight_decay_, momentum_);
+    sgd_momentum(w + begin, state[0] + begin, gb, end - begin, lr(), grad_scale, weight_decay_, momentum_);
   else
     sgd_plain(w + begin, gb, end - begin, lr(), grad_scale, weight_decay_);
 }
@@ -395,32 +403,17 @@ Adam::Adam(float lr, float beta1, float beta2, float eps, float weight_decay, fl
               "a finite value >= 0");
 }
 
-void Adam::reset() {
-  Optimizer::reset();
-  m_.clear();
-  v_.clear();
-}
-
-void Adam::init_state(const Model& model) {
-  m_.assign(size_t(model.size()), {});
-  v_.assign(size_t(model.size()), {});
-  for (int i = 0; i < model.size(); ++i) {
-    m_[size_t(i)].assign(size_t(model.param(i).shape.numel()), 0.0f);
-    v_[size_t(i)].assign(size_t(model.param(i).shape.numel()), 0.0f);
-  }
-}
-
-void Adam::begin_update() {
-  const double t = double(steps());
+void Adam::begin_update(int64_t steps) {
+  const double t = double(steps);
   correction1_ = float(1.0 - std::pow(double(beta1_), t));
   correction2_ = float(1.0 - std::pow(double(beta2_), t));
 }
 
-void Adam::update(int index, float* w, const float* g, int64_t begin, int64_t end, float grad_scale) {
+void Adam::update(int, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+                  float grad_scale) {
   const AdamConstants c{beta1_, beta2_,  1.0f - beta1_, 1.0f - beta2_, correction1_, correction2_, lr(),
                         1.0f - lr() * weight_decay_, eps_, grad_scale};
-  adam_update(w + begin, m_[size_t(index)].data() + begin, v_[size_t(index)].data() + begin,
-              g ? g + begin : nullptr, end - begin, c);
+  adam_update(w + begin, state[0] + begin, state[1] + begin, g ? g + begin : nullptr, end - begin, c);
 }
 
 }  // namespace vjit

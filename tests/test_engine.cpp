@@ -247,6 +247,42 @@ TEST(MemoryPlan, StridedChildrenAreGatheredInPlace) {
   EXPECT_DOUBLE_EQ(copy.last_result().objective, padded.last_result().objective);
 }
 
+// The optimizer state (Adam's moments and t) lives in each engine's parameter
+// store: one Adam driving two engines steps each exactly as its own Adam would,
+// and reset() makes the engines' states start over.
+TEST(OptimizerState, LivesInTheEnginesParameterStore) {
+  models::Config config = small_config();
+  config.dropout = 0;
+  auto weights = [](const models::Bundle& b) {
+    std::vector<std::vector<float>> w;
+    for (int p = 0; p < b.model->size(); ++p) w.push_back(b.model->param(p).value);
+    return w;
+  };
+  models::Bundle a = models::make_model("tree_lstm", config), b = models::make_model("tree_lstm", config);
+  models::Bundle a2 = models::make_model("tree_lstm", config), b2 = models::make_model("tree_lstm", config);
+  Engine ea(*a.program, Options::defaults()), eb(*b.program, Options::defaults());
+  Engine ea2(*a2.program, Options::defaults()), eb2(*b2.program, Options::defaults());
+  Adam shared(0.01f), own_a(0.01f), own_b(0.01f);
+  GraphBatch first = models::make_batch(a.train, first_indices(8));
+  GraphBatch second = models::make_batch(a.train, {8, 9, 10, 11, 12});
+  for (const GraphBatch* batch : {&first, &second, &first}) {
+    ea.train_step(*batch, shared);
+    eb.train_step(batch == &first ? second : first, shared);
+    ea2.train_step(*batch, own_a);
+    eb2.train_step(batch == &first ? second : first, own_b);
+  }
+  EXPECT_EQ(weights(a), weights(a2));
+  EXPECT_EQ(weights(b), weights(b2));
+  EXPECT_EQ(shared.steps(), 6);
+
+  // After reset() the engine's next step is a first step of Adam again.
+  shared.reset();
+  Adam fresh(0.01f);
+  ea.train_step(second, shared);
+  ea2.train_step(second, fresh);
+  EXPECT_EQ(weights(a), weights(a2));
+}
+
 TEST(Engine, TrainingLowersTheLoss) {
   models::Config config = small_config();
   config.dropout = 0;

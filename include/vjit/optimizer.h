@@ -32,10 +32,16 @@
 // is updated by the same float operations, and the norm is summed in double, per
 // chunk, the chunk partials then added in chunk order.
 //
-// Memory. State (momentum, Adam moments) and scratch are allocated on the first
-// step for the model it sees; later steps allocate nothing (unless they throw).
-// A later step with a model of other parameter shapes is a UserError (call
-// reset() to start over).
+// State. What an optimizer remembers between steps (momentum, Adam moments,
+// the step count t) is an OptimizerState. A standalone step() uses the
+// optimizer's own; an Engine keeps one in its executor's parameter store, next
+// to the parameters and gradients it belongs to, and passes it to every step —
+// so one optimizer object driving two engines keeps two separate states. A
+// state is made (zeros, t = 0) on the first step an optimizer takes with it, and
+// made again after reset() or when another optimizer used it last. State and
+// scratch are allocated on that first step; later steps allocate nothing
+// (unless they throw). A later step with a model of other parameter shapes is a
+// UserError (call reset() to start over).
 //
 // Update loops are vectorised for the CPU they run on (AVX-512, AVX2 or SSE2,
 // chosen at load time).
@@ -89,6 +95,19 @@ class ParallelFor {
   virtual void run(int64_t n, TaskRef fn) = 0;
 };
 
+// An optimizer's memory between steps: per parameter, its state slots (Adam: m
+// and v; SGD with momentum: the velocity), each as many floats as the
+// parameter; the number of steps taken with it (Adam's t); the shapes it was
+// made for; and which optimizer made it (its identity and reset count), so a
+// state left by another optimizer or before a reset() is made again.
+struct OptimizerState {
+  std::vector<std::vector<std::vector<float>>> slots;  // [param][slot]
+  std::vector<Shape> shapes;
+  int64_t steps = 0;
+  const void* owner = nullptr;
+  uint64_t generation = 0;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -99,17 +118,21 @@ class Optimizer {
   void step(Model& model, const std::vector<std::vector<float>>& grads);
   // One update where rows[i] says which rows of grads[i] may be non-zero (see
   // GradientRows; an empty `rows` means every parameter is dense). `parallel`,
-  // when given, runs the work on its threads. Also throws UserError for rows
-  // that are not one per parameter, not sorted and unique, or out of range.
+  // when given, runs the work on its threads. `state`, when given, is the state
+  // to read and update (the Engine passes its parameter store's); otherwise the
+  // optimizer's own. Also throws UserError for rows that are not one per
+  // parameter, not sorted and unique, or out of range.
   void step(Model& model, const std::vector<std::vector<float>>& grads, const std::vector<GradientRows>& rows,
-            ParallelFor* parallel = nullptr);
+            ParallelFor* parallel = nullptr, OptimizerState* state = nullptr);
 
-  // Forgets the state (moments, step count).
-  virtual void reset();
+  // Forgets the state (moments, step count): its own, and every state it used
+  // before, which is made again on its next step.
+  void reset();
 
   float lr() const { return lr_; }
   void set_lr(float lr);  // for schedules; must be finite and > 0
   float clip_norm() const { return clip_norm_; }
+  // Steps taken since construction or reset(), with any state.
   int64_t steps() const { return steps_; }
   // The global L2 norm of the last step's gradients, before clipping.
   double last_grad_norm() const { return last_grad_norm_; }
@@ -123,18 +146,21 @@ class Optimizer {
  protected:
   Optimizer(float lr, float clip_norm);
 
-  // Allocates per-parameter state for `model` (called on the first step, after reset()).
-  virtual void init_state(const Model& /*model*/) {}
-  // Called once per step after the check, before any update(); steps() already
-  // counts this step. For per-step constants (Adam's bias corrections).
-  virtual void begin_update() {}
+  // How many state slots (arrays of the parameter's size) each parameter needs.
+  virtual int state_slots() const { return 0; }
+  // Called once per step after the check, before any update(); t counts this
+  // step in the state being updated (1 on its first). For per-step constants
+  // (Adam's bias corrections).
+  virtual void begin_update(int64_t /*t*/) {}
   // Updates elements [begin, end) of parameter `index`, whose values are w[0,
-  // numel), with the gradient g[begin, end) times `grad_scale` (the clipping
-  // factor, 1 when not clipped) — or with a zero gradient when g is null (rows
-  // a GradientRows leaves out, under dense_updates()). Called concurrently from
-  // several threads for disjoint ranges: it must touch only those elements of w
-  // and of its state, and must not allocate.
-  virtual void update(int index, float* w, const float* g, int64_t begin, int64_t end, float grad_scale) = 0;
+  // numel) and whose state slots are state[0..state_slots()), with the gradient
+  // g[begin, end) times `grad_scale` (the clipping factor, 1 when not clipped)
+  // — or with a zero gradient when g is null (rows a GradientRows leaves out,
+  // under dense_updates()). Called concurrently from several threads for
+  // disjoint ranges: it must touch only those elements of w and of its state,
+  // and must not allocate.
+  virtual void update(int index, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+                      float grad_scale) = 0;
 
  private:
   // A unit of work: a range of a parameter's elements (dense), or a run of its
@@ -148,15 +174,19 @@ class Optimizer {
 
   // Throws UserError on a wrong count, size or state shape, or bad rows.
   void validate(const Model& model, const std::vector<std::vector<float>>& grads,
-                const std::vector<GradientRows>& rows) const;
+                const std::vector<GradientRows>& rows, const OptimizerState& state) const;
+  // Whether `state` was made by this optimizer since its last reset().
+  bool made(const OptimizerState& state) const;
+  // Makes `state` for `model`: zeros, t = 0, owned by this optimizer.
+  void make_state(const Model& model, OptimizerState& state) const;
   // Fills chunks_ for this step; returns the number of elements they read or update.
   int64_t plan_chunks(const Model& model, const std::vector<GradientRows>& rows);
   // Runs fn(c) for every chunk, on `parallel` when the work is worth it.
   void for_each_chunk(ParallelFor* parallel, int64_t work, TaskRef fn);
   double chunk_sum_of_squares(const Chunk& chunk, const std::vector<float>& g, const GradientRows* rows,
                               int64_t cols) const;
-  void update_chunk(const Chunk& chunk, float* w, const float* g, const GradientRows* rows, int64_t cols,
-                    float grad_scale);
+  void update_chunk(const Chunk& chunk, float* w, float* const* state, const float* g, const GradientRows* rows,
+                    int64_t cols, float grad_scale);
   // Throws the UserError naming the first non-finite listed gradient value.
   [[noreturn]] void throw_non_finite(const Model& model, const std::vector<std::vector<float>>& grads,
                                      const std::vector<GradientRows>& rows) const;
@@ -166,7 +196,9 @@ class Optimizer {
   bool dense_updates_ = false;
   int64_t steps_ = 0;
   double last_grad_norm_ = 0.0;
-  std::vector<Shape> state_shapes_;  // the parameter shapes the state was made for
+  OptimizerState own_state_;        // a standalone step's
+  uint64_t generation_ = 0;          // reset() count: states made before are made again
+  std::vector<float*> slot_pointers_;  // scratch: [param][slot] of the step's state
   std::vector<Chunk> chunks_;        // scratch, capacity kept between steps
   std::vector<double> partial_;      // per chunk: Σ g² of its listed elements
 };
@@ -184,16 +216,15 @@ class SGD : public Optimizer {
 
   float momentum() const { return momentum_; }
   float weight_decay() const { return weight_decay_; }
-  void reset() override;
 
  protected:
-  void init_state(const Model& model) override;
-  void update(int index, float* w, const float* g, int64_t begin, int64_t end, float grad_scale) override;
+  int state_slots() const override { return momentum_ > 0.0f ? 1 : 0; }  // the velocity
+  void update(int index, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+              float grad_scale) override;
 
  private:
   float momentum_;
   float weight_decay_;
-  std::vector<std::vector<float>> velocity_;
 };
 
 // Adam with decoupled weight decay (AdamW, Loshchilov & Hutter): the decay is not
@@ -218,12 +249,12 @@ class Adam : public Optimizer {
   float beta2() const { return beta2_; }
   float eps() const { return eps_; }
   float weight_decay() const { return weight_decay_; }
-  void reset() override;
 
  protected:
-  void init_state(const Model& model) override;
-  void begin_update() override;
-  void update(int index, float* w, const float* g, int64_t begin, int64_t end, float grad_scale) override;
+  int state_slots() const override { return 2; }  // m, v
+  void begin_update(int64_t t) override;
+  void update(int index, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+              float grad_scale) override;
 
  private:
   float beta1_;
@@ -231,8 +262,6 @@ class Adam : public Optimizer {
   float eps_;
   float weight_decay_;
   float correction1_ = 1.0f, correction2_ = 1.0f;  // 1 − β1ᵗ, 1 − β2ᵗ of the current step
-  std::vector<std::vector<float>> m_;
-  std::vector<std::vector<float>> v_;
 };
 
 }  // namespace vjit
