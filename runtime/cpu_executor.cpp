@@ -32,10 +32,6 @@ class ScopedTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-// Set on the streaming thread: it runs its steps on itself alone (the pool
-// belongs to the task thread).
-thread_local bool t_on_streaming_thread = false;
-
 // Softmax scratch of the calling thread (grows to the widest logits, once).
 thread_local std::vector<float> t_softmax;
 
@@ -147,7 +143,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, int threa
   }
   frame_.stats = &stats_;
   stream_frame_.stats = &stream_stats_;
-  stream_frame_.use_pool = false;
+  stream_frame_.use_pool = false;  // the pool belongs to the thread running the tasks
 }
 
 ExecStats CpuExecutor::take_stats() {
@@ -327,7 +323,6 @@ void CpuExecutor::run_forward_streaming() {
   for (auto& d : done) d.store(false);
   std::exception_ptr error;
   std::thread streamer([&] {
-    t_on_streaming_thread = true;
     try {
       for (int t : order) {
         run_type_phase(Pass::Forward, ir::Phase::Eager, t, stream_frame_);
@@ -337,7 +332,6 @@ void CpuExecutor::run_forward_streaming() {
       error = std::current_exception();
     }
     for (auto& d : done) d.store(true, std::memory_order_release);  // never leave a waiter behind
-    t_on_streaming_thread = false;
   });
   auto wait_for = [&](int type) {
     while (!done[size_t(type)].load(std::memory_order_acquire)) std::this_thread::yield();

@@ -190,12 +190,6 @@ void vertex_depths(const FlatBatch& graph, std::vector<int>& depth, std::vector<
     for (int child : graph.children(v)) depth[size_t(v)] = std::max(depth[size_t(v)], depth[size_t(child)] + 1);
 }
 
-std::vector<int> vertex_depths(const FlatBatch& graph) {
-  std::vector<int> depth, order;
-  vertex_depths(graph, depth, order);
-  return depth;
-}
-
 std::vector<int> vertex_heights(const FlatBatch& graph) {
   std::vector<int> height(graph.num_vertices(), 0);
   if (graph.children_first()) {  // parents before children: descending ids

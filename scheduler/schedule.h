@@ -162,9 +162,6 @@ void validate_and_flatten(std::span<const TypeSignature> types, const GraphBatch
 // Throws UserError on a cycle.
 std::vector<int> topological_order(const FlatBatch& graph);
 
-// Longest path from each vertex down to a leaf (leaves: 0). Throws on a cycle.
-std::vector<int> vertex_depths(const FlatBatch& graph);
-
 // Longest path from each vertex up to a vertex without parents (those: 0).
 // Throws on a cycle.
 std::vector<int> vertex_heights(const FlatBatch& graph);
@@ -256,7 +253,8 @@ class FrontierState {
   std::vector<int> type_frontier_;
 };
 
-// Longest path from each vertex down to a leaf, into `depth` (resized).
+// Longest path from each vertex down to a leaf (leaves: 0), into `depth`
+// (resized). Throws on a cycle.
 void vertex_depths(const FlatBatch& graph, std::vector<int>& depth, std::vector<int>& order_scratch);
 // Children before parents, into `order`; throws UserError on a cycle.
 void topological_order(const FlatBatch& graph, std::vector<int>& order, std::vector<int>& pending_scratch);
