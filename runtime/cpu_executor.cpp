@@ -98,14 +98,14 @@ void CpuParameterStore::finish_touched() {
 
 // --- executor ---
 
-CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, int threads, GemmBackend gemm,
-                         bool streaming)
+CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config)
     : program_(program),
       plan_(plan),
-      pool_(threads),
+      pool_(config.threads),
       parallel_(pool_),
-      gemm_backend_(gemm),
-      streaming_(streaming),
+      gemm_backend_(config.gemm),
+      streaming_(config.streaming),
+      profile_(config.profile),
       store_(program.model(), plan) {
   size_t max_values = 0, max_inputs = 0, max_outputs = 0;
   push_widths_.resize(plan.types.size());
@@ -365,11 +365,49 @@ void CpuExecutor::run_task(Pass pass, int task, Frame& frame) {
 }
 
 void CpuExecutor::run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps, Frame& frame) {
-  const FunctionPlan& fp = function_plan(pass, rows.type);
   for (const Step& step : steps) {
-    if (step.fused >= 0) run_fused(pass, rows, fp.fused[size_t(step.fused)], frame);
-    else run_node(pass, rows, step.node, frame);
+    if (profile_) run_step_profiled(pass, rows, step, frame);
+    else run_step(pass, rows, step, frame);
   }
+}
+
+void CpuExecutor::run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame) {
+  if (step.fused >= 0) run_fused(pass, rows, function_plan(pass, rows.type).fused[size_t(step.fused)], frame);
+  else run_node(pass, rows, step.node, frame);
+}
+
+void CpuExecutor::run_step_profiled(Pass pass, const Rows& rows, const Step& step, Frame& frame) {
+  auto start = std::chrono::steady_clock::now();
+  run_step(pass, rows, step, frame);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(step_accounts_mutex_);
+  StepAccount& account = step_accounts_[&step];
+  account.pass = pass;
+  account.type = rows.type;
+  account.seconds += seconds;
+  account.calls += 1;
+  account.rows += rows.count;
+}
+
+std::vector<StepTime> CpuExecutor::step_profile() const {
+  std::vector<StepTime> out;
+  for (const auto& [step, account] : step_accounts_) {
+    const FunctionPlan& fp = function_plan(account.pass, account.type);
+    const char* phase = step >= fp.core.data() && step < fp.core.data() + fp.core.size()   ? "core"
+                        : step >= fp.eager.data() && step < fp.eager.data() + fp.eager.size() ? "eager"
+                                                                                               : "lazy";
+    std::string label = std::string(account.pass == Pass::Forward ? "forward " : "backward ") +
+                        program_.type_name(account.type) + " " + phase + " ";
+    if (step->fused >= 0) {
+      label += fp.fused[size_t(step->fused)].kernel.name;
+    } else {
+      const Node& n = (*fp.function)[step->node];
+      label += "%" + std::to_string(step->node) + " " + ir::op_name(n.op) + " " + n.shape.str();
+    }
+    out.push_back({std::move(label), account.seconds, account.calls, account.rows});
+  }
+  std::sort(out.begin(), out.end(), [](const StepTime& a, const StepTime& b) { return a.seconds > b.seconds; });
+  return out;
 }
 
 void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame) {
@@ -545,7 +583,28 @@ void CpuExecutor::dropout(const Rows& rows, const Node& node, const View& x, con
   }
 }
 
+// Copies each argument into its columns of the Concat's rows, except the
+// arguments the planner laid out there already (concat in place).
+void CpuExecutor::concat(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
+  int64_t column = 0;
+  for (ValueId arg : node.args) {
+    const View& src = views[size_t(arg)];
+    const int64_t part = f[arg].shape.numel();
+    if (src.data != out.data + column || src.ld != out.ld) {
+      for (int64_t r = 0; r < rows.count; ++r)
+        std::memcpy(out.data + r * out.ld + column, src.data + r * src.ld, size_t(part) * sizeof(float));
+    }
+    column += part;
+  }
+}
+
 void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  if (node.op == Op::Concat) {
+    concat(pass, rows, node, out, frame);
+    return;
+  }
   const ir::Function& f = function(pass, rows.type);
   const std::vector<View>& views = frame.views[int(pass)];
   const int64_t width = node.shape.numel();
@@ -553,15 +612,6 @@ void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, co
   for (int64_t r = 0; r < rows.count; ++r) {
     float* dst = out.data + r * out.ld;
     switch (node.op) {
-      case Op::Concat: {
-        int64_t offset = 0;
-        for (size_t i = 0; i < node.args.size(); ++i) {
-          int64_t part = f[node.args[i]].shape.numel();
-          std::memcpy(dst + offset, arg_row(i, r), size_t(part) * sizeof(float));
-          offset += part;
-        }
-        break;
-      }
       case Op::Pad: {
         std::fill_n(dst, size_t(width), 0.0f);
         int64_t part = f[node.args[0]].shape.numel();

@@ -35,6 +35,7 @@ struct EngineCase {
   bool streaming = false;
   std::string memplan = "copy";
   bool merge_matmuls = true;
+  bool inplace_concat = true;
 
   std::string name() const {
     std::string n = model + "_" + policy;
@@ -44,6 +45,7 @@ struct EngineCase {
     if (streaming) n += "_streaming";
     if (memplan != "copy") n += "_" + memplan;
     if (!merge_matmuls) n += "_nomerge";
+    if (!inplace_concat) n += "_noinplace";
     return n;
   }
 };
@@ -63,6 +65,7 @@ TEST_P(EngineMatchesReference, ForEveryBatchSize) {
   options.streaming = c.streaming;
   options.memplan = c.memplan;
   options.merge_matmuls = c.merge_matmuls;
+  options.inplace_concat = c.inplace_concat;
   Engine engine(*bundle.program, options);
   for (int batch_size : {1, 7, 64}) {
     GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
@@ -96,6 +99,7 @@ std::vector<EngineCase> engine_cases() {
       c.fusion = false;
     });
     add([](EngineCase& c) { c.merge_matmuls = false; });
+    add([](EngineCase& c) { c.inplace_concat = false; });
     // The model written for matmul merging: every policy without it too.
     if (model == "var_lstm_gates")
       for (const char* policy : {"depth", "frontier", "ratio", "fsm"})

@@ -18,6 +18,9 @@
 // |                  |             | operand by several parameters become one    |              |
 // |                  |             | GEMM over the stacked weights (ir/          |              |
 // |                  |             | merge_matmuls.h)                            |              |
+// | VJIT_INPLACE_CONCAT | inplace_concat | bool: values a Concat reads are | on      |
+// |                  |             | written into its buffer, so it copies       |              |
+// |                  |             | nothing (runtime/memplan.h)                 |              |
 // | VJIT_POLICY      | policy      | depth | agenda | frontier | ratio | fsm     | agenda       |
 // |                  |             | (batching policy of the scheduler)          |              |
 // | VJIT_MEMPLAN     | memplan     | copy | padded | pqtree (the memory      | copy         |
@@ -74,6 +77,7 @@ struct Options {
   bool lazy = true;                 // VJIT_LAZY
   bool streaming = false;           // VJIT_STREAMING (measured: no gain on 2 cores; README)
   bool merge_matmuls = true;        // VJIT_MERGE_MATMULS
+  bool inplace_concat = true;       // VJIT_INPLACE_CONCAT
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
