@@ -203,7 +203,11 @@ Engine::~Engine() {
   // The costliest steps, to see which op of which vertex function a change should target.
   std::vector<runtime::StepTime> steps = impl_->executor->step_profile();
   constexpr size_t kShown = 30;
-  if (!steps.empty()) std::fprintf(stderr, "[vjit profile] costliest steps: seconds, calls, rows per call, step\n");
+  double all_steps = 0;
+  for (const runtime::StepTime& step : steps) all_steps += step.seconds;
+  if (!steps.empty())
+    std::fprintf(stderr, "[vjit profile] %zu steps took %.4f s in all; the costliest: seconds, calls, rows per call, step\n",
+                 steps.size(), all_steps);
   for (size_t i = 0; i < std::min(steps.size(), kShown); ++i)
     std::fprintf(stderr, "[vjit profile] %9.4f %6lld %8.1f  %s\n", steps[i].seconds,
                  static_cast<long long>(steps[i].calls), double(steps[i].rows) / double(std::max<int64_t>(1, steps[i].calls)),

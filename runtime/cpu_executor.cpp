@@ -98,6 +98,17 @@ void CpuParameterStore::finish_touched() {
 
 // --- executor ---
 
+float* CpuExecutor::Arena::reserve(int64_t floats) {
+  if (floats > capacity_) {
+    // Geometric growth: a run whose batches grow by a little each time
+    // reallocates (and faults fresh pages in) only a few times. The old
+    // contents are dead between batches, so nothing is copied or zeroed.
+    capacity_ = std::max(floats, capacity_ + capacity_ / 2);
+    data_ = std::make_unique_for_overwrite<float[]>(size_t(capacity_));
+  }
+  return data_.get();
+}
+
 CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config)
     : program_(program),
       plan_(plan),
@@ -246,9 +257,7 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   has_batch_ = false;
   result_ = &result;
   prepare_pushes(result);
-  std::vector<float>& arena = arena_[int(Pass::Forward)];
-  if (int64_t(arena.size()) < batch.layout->arena_floats[int(Pass::Forward)])
-    arena.resize(size_t(batch.layout->arena_floats[int(Pass::Forward)]));
+  arena_[int(Pass::Forward)].reserve(batch.layout->arena_floats[int(Pass::Forward)]);
   stats_.tasks += batch.schedule->num_tasks();
   fill_uniform_values(Pass::Forward);
   if (streaming_) {
@@ -266,13 +275,11 @@ void CpuExecutor::backward() {
   VJIT_USER_CHECK(has_batch_, "backward() needs a forward() with RunOptions::backward set before it");
   has_batch_ = false;
   store_.zero_gradients();
-  std::vector<float>& arena = arena_[int(Pass::Backward)];
   const BatchLayout& layout = *batch_.layout;
-  if (int64_t(arena.size()) < layout.arena_floats[int(Pass::Backward)])
-    arena.resize(size_t(layout.arena_floats[int(Pass::Backward)]));
+  float* arena = arena_[int(Pass::Backward)].reserve(layout.arena_floats[int(Pass::Backward)]);
   for (size_t t = 0; t < layout.scatter_grad.size(); ++t) {
     const ValueLayout& g = layout.scatter_grad[t];
-    if (g.offset >= 0) std::fill_n(arena.data() + g.offset, size_t(layout.type_rows[t] * g.ld), 0.0f);
+    if (g.offset >= 0) std::fill_n(arena + g.offset, size_t(layout.type_rows[t] * g.ld), 0.0f);
   }
   fill_uniform_values(Pass::Backward);
   run_phase(Pass::Backward, ir::Phase::Eager, frame_);
@@ -428,10 +435,10 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
 }
 
 template <typename Fn>
-void CpuExecutor::for_row_blocks(const Frame& frame, int64_t rows, int64_t width, Fn&& fn) {
+void CpuExecutor::for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn) {
   // Below this many elements waking a second thread costs more than it saves.
   constexpr int64_t kParallelElements = 16384;
-  bool parallel = frame.use_pool && rows * width >= kParallelElements;
+  bool parallel = frame.use_pool && rows * work_per_row >= kParallelElements;
   int64_t blocks = parallel ? std::min<int64_t>(pool_.size(), rows) : 1;
   if (blocks <= 1) {
     fn(int64_t(0), rows, 0);
@@ -675,12 +682,14 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   int64_t b_rows = sb.dims[0], b_cols = sb.rank == 2 ? sb.dims[1] : 1;
   int64_t m = node.trans_a ? a_cols : a_rows, k = node.trans_a ? a_rows : a_cols;
   int64_t n = node.trans_b ? b_rows : b_cols;
-  for (int64_t r = 0; r < R; ++r) {
-    ++frame.stats->gemm_calls;
-    frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k);
-    sgemm(gemm_backend_, node.trans_a, node.trans_b, m, n, k, 1.0f, a.data + r * a.ld, a_cols, b.data + r * b.ld,
-          b_cols, 0.0f, out.data + r * out.ld, n);
-  }
+  frame.stats->gemm_calls += R;
+  frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k) * double(R);
+  // The rows' products are independent: blocks of rows run on the pool's threads.
+  for_row_blocks(frame, R, m * n * k, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r)
+      sgemm(gemm_backend_, node.trans_a, node.trans_b, m, n, k, 1.0f, a.data + r * a.ld, a_cols, b.data + r * b.ld,
+            b_cols, 0.0f, out.data + r * out.ld, n);
+  });
 }
 
 void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
@@ -688,13 +697,15 @@ void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const Vie
   const View& a = frame.views[int(pass)][size_t(node.args[0])];
   const View& b = frame.views[int(pass)][size_t(node.args[1])];
   int64_t m = f[node.args[0]].shape.numel(), n = f[node.args[1]].shape.numel();
-  for (int64_t r = 0; r < rows.count; ++r) {
-    const float* pa = a.data + r * a.ld;
-    const float* pb = b.data + r * b.ld;
-    float* dst = out.data + r * out.ld;
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) dst[i * n + j] = pa[i] * pb[j];
-  }
+  for_row_blocks(frame, rows.count, m * n, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      const float* pa = a.data + r * a.ld;
+      const float* pb = b.data + r * b.ld;
+      float* dst = out.data + r * out.ld;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) dst[i * n + j] = pa[i] * pb[j];
+    }
+  });
 }
 
 void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {

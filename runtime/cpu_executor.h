@@ -11,6 +11,7 @@
 // Each thread that runs steps has its own Frame. A steady-state step (a batch
 // no larger than one seen before) allocates nothing.
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -109,6 +110,16 @@ class CpuExecutor final : public Executor {
   const FunctionPlan& function_plan(Pass pass, int type) const;
   const ir::Function& function(Pass pass, int type) const { return *function_plan(pass, type).function; }
   float* arena(Pass pass) { return arena_[int(pass)].data(); }
+  // The buffers of one pass: uninitialised floats, grown geometrically.
+  class Arena {
+   public:
+    float* reserve(int64_t floats);  // at least `floats`; invalidates earlier pointers when it grows
+    float* data() const { return data_.get(); }
+
+   private:
+    std::unique_ptr<float[]> data_;
+    int64_t capacity_ = 0;
+  };
   View buffer_view(Pass pass, int type, ir::ValueId id, int64_t begin);
   View scattered_rows(int type, int64_t row);  // forward: what `type` scatters, at `row`
   void bind(Pass pass, const Rows& rows, Frame& frame);
@@ -124,10 +135,10 @@ class CpuExecutor final : public Executor {
   void run_step_profiled(Pass pass, const Rows& rows, const Step& step, Frame& frame);
   void run_node(Pass pass, const Rows& rows, ir::ValueId id, Frame& frame);
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame);
-  // Calls fn(begin, count) over blocks of rows, on the pool's threads when the
-  // work is large enough.
+  // Calls fn(begin, count, block) over blocks of rows, on the pool's threads
+  // when rows × work_per_row (elements, or multiply-adds) is large enough.
   template <typename Fn>
-  void for_row_blocks(const Frame& frame, int64_t rows, int64_t width, Fn&& fn);
+  void for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn);
 
   // Node kinds.
   void gather(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
@@ -167,7 +178,7 @@ class CpuExecutor final : public Executor {
   RunOptions options_;
   Evaluation<float>* result_ = nullptr;
   bool has_batch_ = false;
-  std::vector<float> arena_[2];
+  Arena arena_[2];
 
   // VJIT_PROFILE: time and calls per step, keyed by the step's address in the
   // plan (stable: the plan outlives the executor's use of it).
