@@ -17,6 +17,7 @@
 //   find_fusion_groups   elementwise groups (Options::fusion)
 //   compile_kernels      a kernel per group through the kernel cache; a group the
 //                        JIT refuses runs the reference kernel (logged once)
+//   fold_bias_adds       bias adds the GEMM does in its epilogue (Options::epilogue)
 //   order_steps          the plan's eager, core and lazy steps
 // VJIT_LOG=passes prints the IR (or the analysis) after each pass;
 // VJIT_LOG=kernels prints each kernel compiled or found in the cache.
@@ -247,6 +248,15 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
     }
   }
   log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);
+
+  if (options.epilogue) {
+    std::vector<bool> products = ir::fold_bias_adds(function, plan.phases, group_of, keep);
+    for (ValueId id = 0; id < function.size(); ++id)
+      if (products[size_t(id)]) plan.folded[size_t(id)] = true;
+    log.print("fold_bias_adds", which, flagged_nodes(function, products));
+  } else {
+    log.print("fold_bias_adds", which, "(off: epilogue=off)\n");
+  }
 
   plan.eager = order_steps(function, plan, ir::Phase::Eager, group_of);
   plan.core = order_steps(function, plan, ir::Phase::Core, group_of);

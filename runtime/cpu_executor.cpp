@@ -475,6 +475,7 @@ void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame
     else param_grad(pass, rows, n, frame);
     return;
   }
+  if (n.op == Op::Add && bias_add(pass, rows, n, out, frame)) return;
   ScopedTimer timer(stats.elementwise_s);
   switch (ir::op_kind(n.op)) {
     case ir::OpKind::Unary:
@@ -657,7 +658,24 @@ void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int
   else parallel_sgemm(pool_, gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
-void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+// The GEMM epilogue (ir::fold_bias_adds): out = product + bias, where the
+// plan folded the product into this add. The rows start as the bias; the GEMM
+// adds the product to them (beta = 1). False when this add is a plain one.
+bool CpuExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const FunctionPlan& fp = function_plan(pass, rows.type);
+  const int side = fp.folded[size_t(node.args[0])] ? 0 : fp.folded[size_t(node.args[1])] ? 1 : -1;
+  if (side < 0) return false;
+  ScopedTimer timer(frame.stats->gemm_s);
+  const ir::Function& f = *fp.function;
+  const Node& product = f[node.args[size_t(side)]];
+  const float* bias = frame.views[int(pass)][size_t(node.args[size_t(1 - side)])].data;
+  const int64_t width = node.shape.numel();
+  for (int64_t r = 0; r < rows.count; ++r) std::memcpy(out.data + r * out.ld, bias, size_t(width) * sizeof(float));
+  matmul(pass, rows, product, out, frame, 1.0f);
+  return true;
+}
+
+void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame, float beta) {
   const ir::Function& f = function(pass, rows.type);
   const std::vector<View>& views = frame.views[int(pass)];
   const Shape& sa = f[node.args[0]].shape;
@@ -668,14 +686,15 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   // Every vertex times one parameter matrix: a single GEMM over the rows.
   if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x  →  Y = X op(W)ᵀ
     int64_t m = node.trans_a ? sa.dims[1] : sa.dims[0], k = node.trans_a ? sa.dims[0] : sa.dims[1];
-    gemm(frame, false, !node.trans_a, R, m, k, b.data, b.ld, a.data, sa.dims[1], 0.0f, out.data, out.ld);
+    gemm(frame, false, !node.trans_a, R, m, k, b.data, b.ld, a.data, sa.dims[1], beta, out.data, out.ld);
     return;
   }
   if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)  →  Y = X op(W)
     int64_t n = node.trans_b ? sb.dims[0] : sb.dims[1], k = node.trans_b ? sb.dims[1] : sb.dims[0];
-    gemm(frame, false, node.trans_b, R, n, k, a.data, a.ld, b.data, sb.dims[1], 0.0f, out.data, out.ld);
+    gemm(frame, false, node.trans_b, R, n, k, a.data, a.ld, b.data, sb.dims[1], beta, out.data, out.ld);
     return;
   }
+  VJIT_INTERNAL_CHECK(beta == 0.0f, "a per-vertex product cannot accumulate");
   // Per-vertex matrices (MV-RNN): one small product per row. A vector is a row
   // on the left ([1, k]) and a column on the right ([k, 1]).
   int64_t a_rows = sa.rank == 2 ? sa.dims[0] : 1, a_cols = sa.rank == 2 ? sa.dims[1] : sa.dims[0];

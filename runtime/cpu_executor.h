@@ -148,7 +148,10 @@ class CpuExecutor final : public Executor {
   void dropout(const Rows& rows, const ir::Node& node, const View& x, const View& out);
   void concat(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void reshape_data(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  // beta = 1 adds the product to `out` (the bias epilogue); only a product
+  // of a uniform weight and per-vertex vectors (one GEMM) may accumulate.
+  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame, float beta = 0.0f);
+  bool bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void sink(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);

@@ -36,6 +36,7 @@ struct EngineCase {
   std::string memplan = "copy";
   bool merge_matmuls = true;
   bool inplace_concat = true;
+  bool epilogue = true;
 
   std::string name() const {
     std::string n = model + "_" + policy;
@@ -46,6 +47,7 @@ struct EngineCase {
     if (memplan != "copy") n += "_" + memplan;
     if (!merge_matmuls) n += "_nomerge";
     if (!inplace_concat) n += "_noinplace";
+    if (!epilogue) n += "_noepilogue";
     return n;
   }
 };
@@ -66,6 +68,7 @@ TEST_P(EngineMatchesReference, ForEveryBatchSize) {
   options.memplan = c.memplan;
   options.merge_matmuls = c.merge_matmuls;
   options.inplace_concat = c.inplace_concat;
+  options.epilogue = c.epilogue;
   Engine engine(*bundle.program, options);
   for (int batch_size : {1, 7, 64}) {
     GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
@@ -100,6 +103,7 @@ std::vector<EngineCase> engine_cases() {
     });
     add([](EngineCase& c) { c.merge_matmuls = false; });
     add([](EngineCase& c) { c.inplace_concat = false; });
+    add([](EngineCase& c) { c.epilogue = false; });
     // The model written for matmul merging: every policy without it too.
     if (model == "var_lstm_gates")
       for (const char* policy : {"depth", "frontier", "ratio", "fsm"})

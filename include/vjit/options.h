@@ -21,6 +21,9 @@
 // | VJIT_INPLACE_CONCAT | inplace_concat | bool: values a Concat reads are | on      |
 // |                  |             | written into its buffer, so it copies       |              |
 // |                  |             | nothing (runtime/memplan.h)                 |              |
+// | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
+// |                  |             | is done by the GEMM (output rows start as   |              |
+// |                  |             | the bias, beta = 1), not by another pass    |              |
 // | VJIT_POLICY      | policy      | depth | agenda | frontier | ratio | fsm     | agenda       |
 // |                  |             | (batching policy of the scheduler)          |              |
 // | VJIT_MEMPLAN     | memplan     | copy | padded | pqtree (the memory      | copy         |
@@ -78,6 +81,7 @@ struct Options {
   bool streaming = false;           // VJIT_STREAMING (measured: no gain on 2 cores; README)
   bool merge_matmuls = true;        // VJIT_MERGE_MATMULS
   bool inplace_concat = true;       // VJIT_INPLACE_CONCAT
+  bool epilogue = true;             // VJIT_EPILOGUE
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
