@@ -39,7 +39,7 @@ struct Engine::Impl {
       forward_flops.push_back(double(ir::flops_per_vertex(program.forward(t))));
       backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
     }
-    planner = runtime::make_planner(options.memplan, plan, signatures, options.inplace_concat);
+    planner = runtime::make_planner(options.memplan, plan, signatures, {options.inplace_concat, options.pad_wide_rows});
     executor = std::make_unique<runtime::CpuExecutor>(
         program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))

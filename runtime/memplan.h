@@ -19,6 +19,11 @@
 // before its weight-gradient GEMM, the h and c a Tree-LSTM cell scatters — so
 // the Concat copies nothing.
 //
+// Wide rows padded (VJIT_PAD_WIDE_ROWS, both planners): a row of a multiple of
+// 256 floats gets a leading dimension 16 floats longer, so that consecutive
+// rows do not fall into the same cache sets (GEMMs over such buffers ran up to
+// twice as fast, memplan.cpp).
+//
 // Planners (VJIT_MEMPLAN):
 //   copy     rows packed (ld = width); a gather is a view where the children's
 //            rows lie at a constant stride in one buffer and only the task's
@@ -121,8 +126,13 @@ class Planner {
 
 // The planner named by VJIT_MEMPLAN ("copy", "padded"); throws UserError naming
 // the valid ones otherwise. `plan` and `signatures` must outlive it.
-// `inplace_concat`: lay Concat arguments out in place (above).
+struct PlannerOptions {
+  bool inplace_concat = true;  // lay Concat arguments out in place (above)
+  bool pad_wide_rows = true;   // rows of a multiple of 256 floats get 16 more (above)
+};
+
 std::unique_ptr<Planner> make_planner(const std::string& name, const ExecPlan& plan,
-                                      const std::vector<TypeSignature>& signatures, bool inplace_concat = true);
+                                      const std::vector<TypeSignature>& signatures,
+                                      const PlannerOptions& options = {});
 
 }  // namespace vjit::runtime

@@ -149,6 +149,40 @@ TEST_P(Planners, MakeLayoutsTheExecutorCanFollow) {
 
 INSTANTIATE_TEST_SUITE_P(CopyAndPadded, Planners, ::testing::Values("copy", "padded"));
 
+// Rows a multiple of 256 floats wide get 16 floats more, unless asked not to.
+TEST(Planners, WideRowsArePaddedPastCacheSetConflicts) {
+  models::Config config;
+  config.hidden = 256;
+  config.embed = 256;
+  config.train_samples = 2;
+  config.test_samples = 0;
+  models::Bundle bundle = models::make_model("tree_lstm", config);
+  runtime::ExecPlan plan = jit::lower_program(*bundle.program, Options::defaults());
+  std::vector<TypeSignature> signatures = bundle.program->signatures();
+  GraphBatch batch = models::make_batch(bundle.train, {0, 1});
+  scheduler::FlatBatch graph;
+  std::vector<int> order, scratch;
+  scheduler::validate_and_flatten(signatures, batch, false, graph, order, scratch);
+  scheduler::Scheduler scheduler;
+  scheduler::FlatSchedule schedule;
+  scheduler.run(graph, scheduler::Policy::Agenda, nullptr, schedule);
+  for (bool pad : {true, false}) {
+    BatchLayout layout;
+    runtime::make_planner("copy", plan, signatures, {true, pad})->plan({&graph, &schedule}, layout);
+    int wide = 0;
+    for (int type = 0; type < bundle.program->num_types(); ++type) {
+      const ir::Function& f = *plan.types[size_t(type)].forward.function;
+      for (ir::ValueId id = 0; id < f.size(); ++id) {
+        const runtime::ValueLayout& v = layout.value(Pass::Forward, type, id);
+        if (v.offset < 0 || v.in_concat >= 0 || f[id].uniform || f[id].shape.numel() % 256 != 0) continue;
+        ++wide;
+        EXPECT_EQ(v.ld, f[id].shape.numel() + (pad ? 16 : 0)) << ir::to_string(f, id);
+      }
+    }
+    EXPECT_GT(wide, 0);
+  }
+}
+
 TEST(Planners, ConcatInPlaceOffGivesEveryValueItsOwnBuffer) {
   models::Config config;
   config.hidden = 8;
@@ -166,7 +200,7 @@ TEST(Planners, ConcatInPlaceOffGivesEveryValueItsOwnBuffer) {
   scheduler.run(graph, scheduler::Policy::Agenda, nullptr, schedule);
   for (bool inplace : {false, true}) {
     BatchLayout layout;
-    runtime::make_planner("copy", plan, signatures, inplace)->plan({&graph, &schedule}, layout);
+    runtime::make_planner("copy", plan, signatures, {inplace, true})->plan({&graph, &schedule}, layout);
     int in_place = 0;
     for (Pass pass : {Pass::Forward, Pass::Backward})
       for (const runtime::ValueLayout& v : layout.values[int(pass)]) in_place += v.in_concat >= 0;

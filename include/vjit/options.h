@@ -21,6 +21,9 @@
 // | VJIT_INPLACE_CONCAT | inplace_concat | bool: values a Concat reads are | on      |
 // |                  |             | written into its buffer, so it copies       |              |
 // |                  |             | nothing (runtime/memplan.h)                 |              |
+// | VJIT_PAD_WIDE_ROWS | pad_wide_rows | bool: rows of a multiple of 256  | on           |
+// |                  |             | floats get 16 floats of padding (no cache-  |              |
+// |                  |             | set conflicts in GEMMs; runtime/memplan.h)  |              |
 // | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
 // |                  |             | is done by the GEMM (output rows start as   |              |
 // |                  |             | the bias, beta = 1), not by another pass    |              |
@@ -82,6 +85,7 @@ struct Options {
   bool merge_matmuls = true;        // VJIT_MERGE_MATMULS
   bool inplace_concat = true;       // VJIT_INPLACE_CONCAT
   bool epilogue = true;             // VJIT_EPILOGUE
+  bool pad_wide_rows = true;        // VJIT_PAD_WIDE_ROWS
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
