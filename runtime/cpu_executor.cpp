@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <thread>
 
 #include "ir/dropout.h"
@@ -43,6 +44,35 @@ bool can_launch(KernelTarget target) {
     case KernelTarget::X86Avx512: return __builtin_cpu_supports("avx512f");
   }
   return false;
+}
+
+// Reductions over a row in kLanes independent partial results, which the
+// compiler keeps in one vector register: a single running max or sum is a
+// chain of dependent instructions, several times slower on wide rows (the
+// softmax over a 6021-word vocabulary).
+constexpr int64_t kLanes = 8;
+
+float row_max(const float* x, int64_t n) {
+  float lanes[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) lanes[j] = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = std::max(lanes[j], x[i + j]);
+  float max = -std::numeric_limits<float>::infinity();
+  for (; i < n; ++i) max = std::max(max, x[i]);
+  for (int64_t j = 0; j < kLanes; ++j) max = std::max(max, lanes[j]);
+  return max;
+}
+
+float row_sum(const float* x, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += x[i + j];
+  float total = 0.0f;
+  for (; i < n; ++i) total += x[i];
+  for (int64_t j = 0; j < kLanes; ++j) total += lanes[j];
+  return total;
 }
 
 void add_row(const float* src, float* dst, int64_t width) {
@@ -743,18 +773,19 @@ void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, cons
       int label = graph.label(rows.vertices[r]);
       const float* x = logits.data + r * logits.ld;
       float* dst = out.data + r * out.ld;
-      float max = *std::max_element(x, x + classes);
+      float max = row_max(x, classes);
       for (int64_t i = 0; i < classes; ++i) p[size_t(i)] = x[i] - max;
       if (plan_.exp.entry) plan_.exp.entry(p.data(), p.data(), classes);
       else for (float& v : p) v = std::exp(v);
-      float total = 0.0f;
-      for (float v : p) total += v;
+      float total = row_sum(p.data(), classes);
       if (!gradient) {
         dst[0] = label < 0 ? 0.0f : std::log(total) + max - x[label];
         continue;
       }
       float g = label < 0 ? 0.0f : upstream->data[r * upstream->ld];
-      for (int64_t i = 0; i < classes; ++i) dst[i] = (p[size_t(i)] / total - (i == label ? 1.0f : 0.0f)) * g;
+      const float scale = g / total;
+      for (int64_t i = 0; i < classes; ++i) dst[i] = p[size_t(i)] * scale;
+      if (label >= 0) dst[label] -= g;
     }
   });
 }
