@@ -36,9 +36,10 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 17>& specs() {
-  static const std::array<Spec, 17> table{
+const std::array<Spec, 18>& specs() {
+  static const std::array<Spec, 18> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
+      bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
       bool_spec("streaming", "VJIT_STREAMING", &Options::streaming),
       bool_spec("merge_matmuls", "VJIT_MERGE_MATMULS", &Options::merge_matmuls),
@@ -173,6 +174,7 @@ void Options::validate() const {
 std::string Options::describe() const {
   std::string out;
   out += "fusion=" + std::string(on_off(fusion));
+  out += " fuse_across_phases=" + std::string(on_off(fuse_across_phases));
   out += " lazy=" + std::string(on_off(lazy));
   out += " streaming=" + std::string(on_off(streaming));
   out += " merge_matmuls=" + std::string(on_off(merge_matmuls));

@@ -14,6 +14,8 @@
 // then for F and for ∂F:
 //   fold_outer_products  which Outer nodes a ParamGrad computes as one GEMM
 //   classify_phases      eager / core / lazy per node
+//   sink_elementwise_into_core  eager elementwise nodes only tasks read join the
+//                        tasks' kernels (Options::fuse_across_phases)
 //   find_fusion_groups   elementwise groups (Options::fusion)
 //   compile_kernels      a kernel per group through the kernel cache; a group the
 //                        JIT refuses runs the reference kernel (logged once)
@@ -225,6 +227,11 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
     for (ValueId id = 0; id < function.size(); ++id)
       text += std::string("  ") + ir::phase_name(plan.phases[size_t(id)]) + "\t" + ir::to_string(function, id) + "\n";
     log.print("classify_phases", which, text);
+  }
+
+  if (options.fusion && options.fuse_across_phases) {
+    int moved = ir::sink_elementwise_into_core(function, plan.phases, keep);
+    log.print("sink_elementwise_into_core", which, std::to_string(moved) + " nodes moved from eager to core\n");
   }
 
   std::vector<ir::FusionGroup> groups;

@@ -37,6 +37,7 @@ struct EngineCase {
   bool merge_matmuls = true;
   bool inplace_concat = true;
   bool epilogue = true;
+  bool fuse_across_phases = true;
 
   std::string name() const {
     std::string n = model + "_" + policy;
@@ -48,6 +49,7 @@ struct EngineCase {
     if (!merge_matmuls) n += "_nomerge";
     if (!inplace_concat) n += "_noinplace";
     if (!epilogue) n += "_noepilogue";
+    if (!fuse_across_phases) n += "_nosink";
     return n;
   }
 };
@@ -69,6 +71,7 @@ TEST_P(EngineMatchesReference, ForEveryBatchSize) {
   options.merge_matmuls = c.merge_matmuls;
   options.inplace_concat = c.inplace_concat;
   options.epilogue = c.epilogue;
+  options.fuse_across_phases = c.fuse_across_phases;
   Engine engine(*bundle.program, options);
   for (int batch_size : {1, 7, 64}) {
     GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
@@ -104,6 +107,7 @@ std::vector<EngineCase> engine_cases() {
     add([](EngineCase& c) { c.merge_matmuls = false; });
     add([](EngineCase& c) { c.inplace_concat = false; });
     add([](EngineCase& c) { c.epilogue = false; });
+    add([](EngineCase& c) { c.fuse_across_phases = false; });
     // The model written for matmul merging: every policy without it too.
     if (model == "var_lstm_gates")
       for (const char* policy : {"depth", "frontier", "ratio", "fsm"})

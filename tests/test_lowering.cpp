@@ -62,10 +62,12 @@ TEST(PassList, LogsTheIrAfterEachPassInOrder) {
       "merge_matmuls: cell (forward)",      "simplify: cell (forward)",
       "differentiate: cell (backward)",     "simplify_slices: cell (backward)",
       "simplify: cell (backward)",          "fold_outer_products: cell (forward)",
-      "classify_phases: cell (forward)",    "find_fusion_groups: cell (forward)",
+      "classify_phases: cell (forward)",    "sink_elementwise_into_core: cell (forward)",
+      "find_fusion_groups: cell (forward)",
       "compile_kernels: cell (forward)",    "fold_bias_adds: cell (forward)",
       "order_steps: cell (forward)",        "fold_outer_products: cell (backward)",
-      "classify_phases: cell (backward)",   "find_fusion_groups: cell (backward)",
+      "classify_phases: cell (backward)",   "sink_elementwise_into_core: cell (backward)",
+      "find_fusion_groups: cell (backward)",
       "compile_kernels: cell (backward)",   "fold_bias_adds: cell (backward)",
       "order_steps: cell (backward)"};
   size_t at = 0;

@@ -9,6 +9,9 @@
 // | variable         | field       | values                                     | default      |
 // |------------------|-------------|--------------------------------------------|--------------|
 // | VJIT_FUSION      | fusion      | bool: fuse elementwise ops (union-find)     | on           |
+// | VJIT_FUSE_ACROSS_PHASES | fuse_across_phases | bool: eager elementwise | on        |
+// |                  |             | nodes only tasks read fuse into the tasks'  |              |
+// |                  |             | kernels (ir/fusion.h)                       |              |
 // | VJIT_LAZY        | lazy        | bool: lazy batching of parameter-gradient   | on           |
 // |                  |             | ops (one GEMM per parameter per batch)      |              |
 // | VJIT_STREAMING   | streaming   | bool: eager forward steps on a second thread| off          |
@@ -80,6 +83,7 @@ inline constexpr std::array<std::string_view, 5> log{"off", "passes", "schedule"
 
 struct Options {
   bool fusion = true;               // VJIT_FUSION
+  bool fuse_across_phases = true;   // VJIT_FUSE_ACROSS_PHASES
   bool lazy = true;                 // VJIT_LAZY
   bool streaming = false;           // VJIT_STREAMING (measured: no gain on 2 cores; README)
   bool merge_matmuls = true;        // VJIT_MERGE_MATMULS
