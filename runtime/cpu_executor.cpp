@@ -691,6 +691,22 @@ void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int
   else parallel_sgemm(pool_, gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
+void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                       int64_t lda, const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
+  if (bias == nullptr) {
+    gemm(frame, ta, tb, m, n, k, a, lda, b, ldb, 0.0f, c, ldc);
+    return;
+  }
+  ++frame.stats->gemm_calls;
+  frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k);
+  if (frame.use_pool) {
+    parallel_sgemm_bias(pool_, gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
+    return;
+  }
+  for (int64_t r = 0; r < m; ++r) std::memcpy(c + r * ldc, bias, size_t(n) * sizeof(float));
+  sgemm(gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+}
+
 // The GEMM epilogue (ir::fold_bias_adds): out = product + bias, where the
 // plan folded the product into this add. The rows start as the bias; the GEMM
 // adds the product to them (beta = 1). False when this add is a plain one.
@@ -701,14 +717,12 @@ bool CpuExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const 
   ScopedTimer timer(frame.stats->gemm_s);
   const ir::Function& f = *fp.function;
   const Node& product = f[node.args[size_t(side)]];
-  const float* bias = frame.views[int(pass)][size_t(node.args[size_t(1 - side)])].data;
-  const int64_t width = node.shape.numel();
-  for (int64_t r = 0; r < rows.count; ++r) std::memcpy(out.data + r * out.ld, bias, size_t(width) * sizeof(float));
-  matmul(pass, rows, product, out, frame, 1.0f);
+  matmul(pass, rows, product, out, frame, frame.views[int(pass)][size_t(node.args[size_t(1 - side)])].data);
   return true;
 }
 
-void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame, float beta) {
+void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame,
+                         const float* bias) {
   const ir::Function& f = function(pass, rows.type);
   const std::vector<View>& views = frame.views[int(pass)];
   const Shape& sa = f[node.args[0]].shape;
@@ -719,15 +733,15 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   // Every vertex times one parameter matrix: a single GEMM over the rows.
   if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x  →  Y = X op(W)ᵀ
     int64_t m = node.trans_a ? sa.dims[1] : sa.dims[0], k = node.trans_a ? sa.dims[0] : sa.dims[1];
-    gemm(frame, false, !node.trans_a, R, m, k, b.data, b.ld, a.data, sa.dims[1], beta, out.data, out.ld);
+    gemm(frame, false, !node.trans_a, R, m, k, b.data, b.ld, a.data, sa.dims[1], bias, out.data, out.ld);
     return;
   }
   if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)  →  Y = X op(W)
     int64_t n = node.trans_b ? sb.dims[0] : sb.dims[1], k = node.trans_b ? sb.dims[1] : sb.dims[0];
-    gemm(frame, false, node.trans_b, R, n, k, a.data, a.ld, b.data, sb.dims[1], beta, out.data, out.ld);
+    gemm(frame, false, node.trans_b, R, n, k, a.data, a.ld, b.data, sb.dims[1], bias, out.data, out.ld);
     return;
   }
-  VJIT_INTERNAL_CHECK(beta == 0.0f, "a per-vertex product cannot accumulate");
+  VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
   // Per-vertex matrices (MV-RNN): one small product per row. A vector is a row
   // on the left ([1, k]) and a column on the right ([k, 1]).
   int64_t a_rows = sa.rank == 2 ? sa.dims[0] : 1, a_cols = sa.rank == 2 ? sa.dims[1] : sa.dims[0];

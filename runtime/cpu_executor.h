@@ -148,9 +148,11 @@ class CpuExecutor final : public Executor {
   void dropout(const Rows& rows, const ir::Node& node, const View& x, const View& out);
   void concat(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void reshape_data(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  // beta = 1 adds the product to `out` (the bias epilogue); only a product
-  // of a uniform weight and per-vertex vectors (one GEMM) may accumulate.
-  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame, float beta = 0.0f);
+  // With `bias` (a row of the product's width), out = product + bias (the
+  // GEMM epilogue); only a product of a uniform weight and per-vertex vectors
+  // (one GEMM) takes one.
+  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame,
+              const float* bias = nullptr);
   bool bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
@@ -159,6 +161,9 @@ class CpuExecutor final : public Executor {
   void gather_grad(const Rows& rows, const ir::Node& node, const View& g, Frame& frame);
   void gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
             const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+  // C = op(A)·op(B) + the bias row (nullptr: no bias, beta = 0).
+  void gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+            const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc);
 
   const Program& program_;
   const ExecPlan& plan_;

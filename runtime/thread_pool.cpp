@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "vjit/error.h"
 
@@ -174,14 +175,16 @@ GemmSplit choose_gemm_split(int threads, int64_t m, int64_t n, int64_t k) {
   return cols_fit ? GemmSplit::Cols : GemmSplit::None;
 }
 
-void parallel_sgemm(ThreadPool& pool, GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                    int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                    float* c, int64_t ldc, GemmSplit split) {
-  validate_sgemm(backend, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc);
+namespace {
+
+// Splits C among the pool's threads as `split` says (Auto resolved) and calls
+// block(row0, rows, col0, cols) for each block; validated already.
+template <typename Block>
+void for_gemm_blocks(ThreadPool& pool, GemmSplit split, int64_t m, int64_t n, int64_t k, Block&& block) {
   const int threads = pool.size();
   if (split == GemmSplit::Auto) split = choose_gemm_split(threads, m, n, k);
-  if (threads <= 1 || split == GemmSplit::None || m == 0 || n == 0 || k == 0 || alpha == 0.0f) {
-    sgemm(backend, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (threads <= 1 || split == GemmSplit::None || m == 0 || n == 0) {
+    block(int64_t(0), m, int64_t(0), n);
     return;
   }
   if (split == GemmSplit::Rows) {
@@ -189,19 +192,45 @@ void parallel_sgemm(ThreadPool& pool, GemmBackend backend, bool trans_a, bool tr
     if (rows >= kRowAlign) rows = div_up(rows, kRowAlign) * kRowAlign;
     pool.parallel_for(div_up(m, rows), [&](int64_t task) {
       const int64_t r0 = task * rows;
-      const int64_t r = std::min(rows, m - r0);
-      const float* a_block = trans_a ? a + r0 : a + r0 * lda;
-      sgemm(backend, trans_a, trans_b, r, n, k, alpha, a_block, lda, b, ldb, beta, c + r0 * ldc, ldc);
+      block(r0, std::min(rows, m - r0), int64_t(0), n);
     });
   } else {
     const int64_t cols = div_up(div_up(n, threads), kColAlign) * kColAlign;
     pool.parallel_for(div_up(n, cols), [&](int64_t task) {
       const int64_t c0 = task * cols;
-      const int64_t w = std::min(cols, n - c0);
-      const float* b_block = trans_b ? b + c0 * ldb : b + c0;
-      sgemm(backend, trans_a, trans_b, m, w, k, alpha, a, lda, b_block, ldb, beta, c + c0, ldc);
+      block(int64_t(0), m, c0, std::min(cols, n - c0));
     });
   }
+}
+
+}  // namespace
+
+void parallel_sgemm(ThreadPool& pool, GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                    int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                    float* c, int64_t ldc, GemmSplit split) {
+  validate_sgemm(backend, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc);
+  if (k == 0 || alpha == 0.0f) split = GemmSplit::None;
+  for_gemm_blocks(pool, split, m, n, k, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    const float* a_block = trans_a ? a + r0 : a + r0 * lda;
+    const float* b_block = trans_b ? b + c0 * ldb : b + c0;
+    sgemm(backend, trans_a, trans_b, rows, cols, k, alpha, a_block, lda, b_block, ldb, beta, c + r0 * ldc + c0, ldc);
+  });
+}
+
+void parallel_sgemm_bias(ThreadPool& pool, GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                         int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias,
+                         float* c, int64_t ldc, GemmSplit split) {
+  validate_sgemm(backend, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, c, ldc);
+  VJIT_USER_CHECK(bias != nullptr || n == 0, "parallel_sgemm_bias needs a bias row");
+  for_gemm_blocks(pool, split, m, n, k, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    float* c_block = c + r0 * ldc + c0;
+    // The block's rows start as the bias while they are this thread's to write,
+    // so the GEMM reads them back from its own cache.
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(c_block + r * ldc, bias + c0, size_t(cols) * sizeof(float));
+    const float* a_block = trans_a ? a + r0 : a + r0 * lda;
+    const float* b_block = trans_b ? b + c0 * ldb : b + c0;
+    sgemm(backend, trans_a, trans_b, rows, cols, k, 1.0f, a_block, lda, b_block, ldb, 1.0f, c_block, ldc);
+  });
 }
 
 }  // namespace vjit::runtime

@@ -121,4 +121,12 @@ void parallel_sgemm(ThreadPool& pool, GemmBackend backend, bool trans_a, bool tr
                     int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                     float* c, int64_t ldc, GemmSplit split = GemmSplit::Auto);
 
+// C = op(A)·op(B) + 1·biasᵀ (the bias row, n floats, added to every row of
+// C): each thread first fills its block of C with the bias, then multiplies
+// with beta = 1, so the bias costs no pass over C of its own (the GEMM
+// epilogue of ir::fold_bias_adds). Same splitting and errors as parallel_sgemm.
+void parallel_sgemm_bias(ThreadPool& pool, GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                         int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias,
+                         float* c, int64_t ldc, GemmSplit split = GemmSplit::Auto);
+
 }  // namespace vjit::runtime
