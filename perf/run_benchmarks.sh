@@ -22,6 +22,27 @@ if [ -f "$data/sst/train.txt" ]; then
   "$bench" --model tree_lstm --mode train --hidden 256 --batch 64 --data "$data/sst/train.txt" --compare-unbatched > "$out/tree_lstm_sst.jsonl"
   "$bench" --model tree_lstm --mode infer --hidden 256 --batch 64 --data "$data/sst/train.txt" >> "$out/tree_lstm_sst.jsonl"
 fi
+# The roofline targets of the CPU-speed issue, each on its real data (~3 min).
+: > "$out/roofline.jsonl"
+if [ -f "$data/sst/train.txt" ]; then
+  for mode in train infer; do
+    "$bench" --model tree_lstm --mode "$mode" --hidden 256 --batch 64 --data "$data/sst/train.txt" >> "$out/roofline.jsonl"
+    "$bench" --model tree_lstm --mode "$mode" --hidden 512 --batch 256 --steps 5 --data "$data/sst/train.txt" >> "$out/roofline.jsonl"
+  done
+  "$bench" --model tree_gru --mode train --hidden 256 --batch 64 --data "$data/sst/train.txt" >> "$out/roofline.jsonl"
+fi
+[ -f "$data/ptb/dev.txt" ] && "$bench" --model var_lstm --mode train --hidden 256 --batch 64 --data "$data/ptb/dev.txt" >> "$out/roofline.jsonl"
+[ -f "$data/lattice/train.txt" ] && "$bench" --model lattice_lstm --mode train --hidden 256 --batch 64 --data "$data/lattice/train.txt" >> "$out/roofline.jsonl"
+"$bench" --model mv_rnn --mode train --hidden 64 --batch 64 >> "$out/roofline.jsonl"
+# Each CPU-speed lever off in turn, the configurations taking turns three
+# times, on the SST Tree-LSTM (~5 min).
+if [ -f "$data/sst/train.txt" ]; then
+  : > "$out/levers.jsonl"
+  for mode in train infer; do
+    "$bench" --levers --rounds 3 --model tree_lstm --mode "$mode" --hidden 256 --batch 64 --data "$data/sst/train.txt" \
+      >> "$out/levers.jsonl"
+  done
+fi
 # Matmul merging: the Var-LSTM written with one weight per gate, merged (the
 # default) and not, at three sizes; on and off alternate, eight times, so that
 # the medians summarize.py prints see the same machine load (~3 min).

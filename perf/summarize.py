@@ -21,6 +21,35 @@ def pct(x, d):
     return f"{100 * x / d['peak_gflops_per_s']:.0f}%"
 
 
+every = [d for name in ("models.jsonl", "tree_lstm_sst.jsonl", "roofline.jsonl", "levers.jsonl") for d in lines(name)]
+cpus = sorted({d["cpu"] for d in every if "cpu" in d})
+if cpus:
+    print("Machine: " + "; ".join(cpus) + f", {every[0]['threads']} threads.")
+    print()
+
+roofline = lines("roofline.jsonl")
+if roofline:
+    targets = {("tree_lstm", 256, "train"): 0.70, ("tree_lstm", 256, "infer"): 0.70, ("tree_lstm", 512, "train"): 0.80,
+               ("tree_lstm", 512, "infer"): 0.80, ("var_lstm", 256, "train"): 0.65, ("tree_gru", 256, "train"): 0.65,
+               ("lattice_lstm", 256, "train"): 0.55, ("mv_rnn", 64, "train"): 0.45}
+    print("| model | data | mode | hidden | batch | samples/s | useful GFLOP/s | GEMM peak GFLOP/s (same process) | roofline ratio | target |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for d in roofline:
+        data = "built-in" if d["data"] == "built-in" else pathlib.Path(d["data"]).parent.name
+        target = targets.get((d["model"], d["hidden"], d["mode"]))
+        verdict = "-" if target is None else f"{target:.2f} ({'met' if d['roofline_ratio'] >= target else 'not met'})"
+        print(f"| {d['model']} | {data} | {d['mode']} | {d['hidden']} | {d['batch']} | {d['samples_per_s']:.0f} | "
+              f"{d['useful_gflops_per_s']:.1f} | {d['peak_gflops_per_s']:.0f} | {d['roofline_ratio']:.3f} | {verdict} |")
+    print()
+
+levers = lines("levers.jsonl")
+if levers:
+    print("| mode | configuration | samples/s (median of rounds) | roofline ratio (median) | lever speedup (all on / this) |")
+    print("|---|---|---|---|---|")
+    for d in levers:
+        print(f"| {d['mode']} | {d['config']} | {d['samples_per_s']:.0f} | {d['roofline_ratio']:.3f} | {d['lever_speedup']:.3f} |")
+    print()
+
 throughput = lines("models.jsonl") + lines("tree_lstm_sst.jsonl")
 if throughput:
     peaks = [d["peak_gflops_per_s"] for d in throughput]

@@ -6,14 +6,19 @@
 //
 // Every VJIT_* variable applies, and the same options are accepted as flags
 // (--policy agenda, --no-lazy, ...). --ablation runs the Cavs Fig. 10 study
-// (one line per configuration, with a "config" field). Results are checked before they are timed:
+// (one line per configuration, with a "config" field); --levers [--rounds N]
+// turns each CPU-speed lever off in turn on the given model and data, the
+// configurations taking turns N times, and prints medians and each lever's
+// speedup (run_levers). Results are checked before they are timed:
 // the first batch is compared with the reference interpreter (--no-check skips it).
 // Each process measures its GEMM peak once (measure_gemm_peak, --peak-seconds,
 // default 1.5: half on one thread, half on all) and every line reports the
 // model's useful flops per second against it (roofline_ratio).
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -35,6 +40,8 @@ struct BenchArgs {
   bool compare_unbatched = false;
   bool check = true;
   bool ablation = false;
+  bool levers = false;  // --levers: each CPU-speed lever off in turn (run_levers)
+  int rounds = 3;       // --rounds: how often the --levers configurations take turns
   std::string compare_policy;  // also time this policy; report the speedup over it
   double peak_seconds = 1.5;   // the GEMM peak: half on one thread, half on all threads
   models::Config config;
@@ -82,6 +89,7 @@ BenchArgs parse(const std::vector<std::string>& args) {
     if (flag == "--compare-unbatched") { b.compare_unbatched = true; continue; }
     if (flag == "--no-check") { b.check = false; continue; }
     if (flag == "--ablation") { b.ablation = true; continue; }
+    if (flag == "--levers") { b.levers = true; continue; }
     if (i + 1 >= args.size()) throw UserError("unknown flag or missing value: " + flag);
     const std::string& value = args[++i];
     if (flag == "--model") b.model = value;
@@ -91,6 +99,7 @@ BenchArgs parse(const std::vector<std::string>& args) {
     else if (flag == "--embed") b.config.embed = int_flag(flag, value);
     else if (flag == "--steps") b.steps = int_flag(flag, value);
     else if (flag == "--warmup") b.warmup = int_flag(flag, value);
+    else if (flag == "--rounds") b.rounds = int_flag(flag, value);
     else if (flag == "--data") b.config.data_path = value;
     else if (flag == "--seed") b.config.seed = uint64_t(int_flag(flag, value));
     else if (flag == "--compare-policy") b.compare_policy = value;
@@ -167,6 +176,24 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
   return timing;
 }
 
+// "AMD EPYC 7B13 (avx2)": the CPU's model name and its widest vector ISA,
+// from /proc/cpuinfo, so that every line says which machine made it.
+std::string cpu_description() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, name = "unknown CPU", flags;
+  while (std::getline(in, line)) {
+    auto value = [&] { return line.substr(line.find(':') + 2); };
+    if (line.rfind("model name", 0) == 0 && name == "unknown CPU") name = value();
+    if (line.rfind("flags", 0) == 0 && flags.empty()) flags = " " + value() + " ";
+  }
+  std::string isa = flags.find(" avx512f ") != std::string::npos ? "avx512"
+                    : flags.find(" avx2 ") != std::string::npos  ? "avx2"
+                                                                 : "no avx2";
+  if (flags.find(" avx512_bf16 ") != std::string::npos) isa += ", avx512_bf16";
+  if (flags.find(" amx_tile ") != std::string::npos) isa += ", amx";
+  return name + " (" + isa + ")";
+}
+
 json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
   const EngineStats& s = t.stats;
   double steps = double(s.batches);
@@ -194,6 +221,7 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"peak_gemm", {{"backend", peak.backend}, {"size", peak.size}, {"threads", peak.threads}}},
               {"roofline_ratio", useful / peak.all_threads_gflops_per_s},
               {"threads", options.threads},
+              {"cpu", cpu_description()},
               {"fused_groups", t.compile.fused_groups},
               {"jit_compiles", t.compile.jit_compiles},
               {"jit_cache_hits", t.compile.jit_cache_hits},
@@ -272,10 +300,68 @@ void run_ablation(BenchArgs args, const Options& base) {
   }
 }
 
+// The CPU-speed levers (issue 9) side by side on one model and data: the
+// configuration given (vjit's defaults unless flags changed them), then each
+// lever off in turn, and one thread instead of all. The configurations take
+// turns, --rounds times, so that every one sees the same machine load; each
+// line reports the medians, and lever_speedup = the given configuration's
+// median samples/s over this one's (> 1: the lever pays on this machine).
+void run_levers(BenchArgs args, const Options& base) {
+  struct Lever {
+    const char* name;
+    void (*turn_off)(Options&);
+  };
+  const Lever levers[] = {
+      {"all_on", [](Options&) {}},
+      {"fusion", [](Options& o) { o.fusion = false; }},
+      {"fuse_across_phases", [](Options& o) { o.fuse_across_phases = false; }},
+      {"lazy", [](Options& o) { o.lazy = false; }},
+      {"merge_matmuls", [](Options& o) { o.merge_matmuls = false; }},
+      {"inplace_concat", [](Options& o) { o.inplace_concat = false; }},
+      {"epilogue", [](Options& o) { o.epilogue = false; }},
+      {"pad_wide_rows", [](Options& o) { o.pad_wide_rows = false; }},
+      {"threads", [](Options& o) { o.threads = 1; }},
+  };
+  const size_t n = std::size(levers);
+  std::vector<std::vector<json>> lines(n);
+  args.check = false;  // checked once, below, with the given options
+  if (args.rounds < 1) throw UserError("--rounds needs a positive integer");
+  for (int round = 0; round < args.rounds; ++round) {
+    for (size_t i = 0; i < n; ++i) {
+      Options options = base;
+      levers[i].turn_off(options);
+      BenchArgs a = args;
+      a.check = round == 0 && i == 0;
+      lines[i].push_back(bench_one(a, options));
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto medians_of = [&](size_t i, const char* field) {
+    std::vector<double> v;
+    for (const json& line : lines[i]) v.push_back(line[field].get<double>());
+    return median(v);
+  };
+  const double all_on = medians_of(0, "samples_per_s");
+  for (size_t i = 0; i < n; ++i) {
+    json line = lines[i][lines[i].size() / 2];  // counters and options of one run
+    line["config"] = i == 0 ? std::string("all_on") : std::string(levers[i].name) + "_off";
+    line["lever"] = levers[i].name;
+    line["rounds"] = args.rounds;
+    line["samples_per_s"] = medians_of(i, "samples_per_s");
+    line["roofline_ratio"] = medians_of(i, "roofline_ratio");
+    line["lever_speedup"] = all_on / line["samples_per_s"].get<double>();
+    std::cout << line.dump() << std::endl;
+  }
+}
+
 int bench_main(int argc, char** argv) {
   Options options = Options::from_env();
   BenchArgs args = parse(apply_flags(options, argc, argv));
   if (args.ablation) run_ablation(args, options);
+  else if (args.levers) run_levers(args, options);
   else std::cout << bench_one(args, options).dump() << std::endl;
   return 0;
 }
