@@ -81,10 +81,13 @@ ConcatPlacement place_in_concats(const FunctionPlan& fp) {
     int64_t column = 0;
     for (size_t i = 0; i < n.args.size(); ++i) {
       ValueId arg = n.args[i];
+      // A reshape is a view with the same row layout: its operand goes in place.
+      ValueId root = arg;
+      while (f[root].op == Op::Reshape) root = f[root].args[0];
       bool repeated = std::count(n.args.begin(), n.args.end(), arg) > 1;
-      if (may_live_in_concat(fp, arg) && !repeated && out.concat[size_t(arg)] < 0) {
-        out.concat[size_t(arg)] = id;
-        out.column[size_t(arg)] = column;
+      if (may_live_in_concat(fp, root) && !repeated && out.concat[size_t(root)] < 0) {
+        out.concat[size_t(root)] = id;
+        out.column[size_t(root)] = column;
       }
       column += f[arg].shape.numel();
     }

@@ -14,8 +14,8 @@
 //            listed (type, row))
 //
 // Concat in place (VJIT_INPLACE_CONCAT, both planners): a value computed into
-// a buffer of its own whose one Concat reads it is instead written into its
-// columns of the Concat's buffer — the gate gradients a backward concatenates
+// a buffer of its own that a Concat reads (directly or through reshapes) is
+// instead written into its columns of the Concat's buffer — the gate gradients a backward concatenates
 // before its weight-gradient GEMM, the h and c a Tree-LSTM cell scatters — so
 // the Concat copies nothing.
 //
