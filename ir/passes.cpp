@@ -174,9 +174,9 @@ std::vector<bool> fold_outer_products(const Function& backward) {
   for (const Node& node : backward.nodes) {
     if (node.op != Op::ParamGrad) continue;
     ValueId term = node.args[0];
-    const Node& outer = backward[term];
-    bool per_vertex_operands =
-        outer.op == Op::Outer && !backward[outer.args[0]].uniform && !backward[outer.args[1]].uniform;
+    const Node& product = backward[term];
+    bool per_vertex_operands = (product.op == Op::Outer || product.op == Op::MatMul) &&
+                               !backward[product.args[0]].uniform && !backward[product.args[1]].uniform;
     if (per_vertex_operands && readers[size_t(term)] == 1) folded[size_t(term)] = true;
   }
   return folded;

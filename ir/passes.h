@@ -37,9 +37,13 @@ Function simplify_slices(const Function& function);
 
 // --- analyses ---
 
-// The Outer products a ParamGrad computes itself: a bᵀ of per-vertex a and b
-// whose only reader is a ParamGrad, which sums them over its rows as one GEMM
-// (Aᵀ B), so the product needs no buffer of its own. One flag per node.
+// The products a ParamGrad computes itself, so that they need no buffer of
+// their own: an Outer a bᵀ of per-vertex a and b whose only reader is a
+// ParamGrad, which sums them over its rows as one GEMM (Aᵀ B); and a MatMul of
+// two per-vertex matrices (MV-RNN's weight gradient G_r C_rᵀ), which the
+// ParamGrad accumulates product by product into the gradient (beta = 1)
+// instead of writing every row's product and summing the rows. One flag per
+// node.
 std::vector<bool> fold_outer_products(const Function& backward);
 
 // Bias adds a GEMM does itself (the GEMM epilogue): y = p + b where p is a

@@ -466,6 +466,11 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
 
 template <typename Fn>
 void CpuExecutor::for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn) {
+  for_row_blocks(frame, rows, work_per_row, std::forward<Fn>(fn), [](int) {});
+}
+
+template <typename Fn, typename Prepare>
+void CpuExecutor::for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn, Prepare&& prepare) {
   // Below this much work waking a second thread costs more than it saves.
   // Measured on a 2-core Zen 3 (SST Tree-LSTM, hidden 256, batch 64: a task's
   // fused gate kernel is ~58 rows × 256): 4096 made inference 8% faster than
@@ -473,6 +478,7 @@ void CpuExecutor::for_row_blocks(const Frame& frame, int64_t rows, int64_t work_
   constexpr int64_t kParallelElements = 4096;
   bool parallel = frame.use_pool && rows * work_per_row >= kParallelElements;
   int64_t blocks = parallel ? std::min<int64_t>(pool_.size(), rows) : 1;
+  prepare(int(std::max<int64_t>(blocks, 1)));
   if (blocks <= 1) {
     fn(int64_t(0), rows, 0);
     return;
@@ -742,20 +748,57 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
     return;
   }
   VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
-  // Per-vertex matrices (MV-RNN): one small product per row. A vector is a row
-  // on the left ([1, k]) and a column on the right ([k, 1]).
+  const PerVertexProduct p = per_vertex_product(f, node);
+  frame.stats->gemm_calls += R;
+  frame.stats->gemm_flops += p.flops() * double(R);
+  // The rows' products are independent: blocks of rows run on the pool's threads.
+  for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r)
+      sgemm(gemm_backend_, node.trans_a, node.trans_b, p.m, p.n, p.k, 1.0f, a.data + r * a.ld, p.lda,
+            b.data + r * b.ld, p.ldb, 0.0f, out.data + r * out.ld, p.n);
+  });
+}
+
+// Per-vertex matrices (MV-RNN): one small product per row. A vector is a row
+// on the left ([1, k]) and a column on the right ([k, 1]).
+CpuExecutor::PerVertexProduct CpuExecutor::per_vertex_product(const ir::Function& f, const Node& node) {
+  const Shape& sa = f[node.args[0]].shape;
+  const Shape& sb = f[node.args[1]].shape;
   int64_t a_rows = sa.rank == 2 ? sa.dims[0] : 1, a_cols = sa.rank == 2 ? sa.dims[1] : sa.dims[0];
   int64_t b_rows = sb.dims[0], b_cols = sb.rank == 2 ? sb.dims[1] : 1;
-  int64_t m = node.trans_a ? a_cols : a_rows, k = node.trans_a ? a_rows : a_cols;
-  int64_t n = node.trans_b ? b_rows : b_cols;
-  frame.stats->gemm_calls += R;
-  frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k) * double(R);
-  // The rows' products are independent: blocks of rows run on the pool's threads.
-  for_row_blocks(frame, R, m * n * k, [&](int64_t begin, int64_t count, int) {
+  return {node.trans_a ? a_cols : a_rows, node.trans_b ? b_rows : b_cols, node.trans_a ? a_rows : a_cols, a_cols,
+          b_cols};
+}
+
+// Σ_rows A_r·B_r into the gradient, the per-vertex products never stored:
+// blocks of rows on the pool's threads, block 0 into the gradient itself and
+// the others into their own zeroed scratch, added in at the end.
+void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, const Node& product, float* grad,
+                                      Frame& frame) {
+  const std::vector<View>& views = frame.views[int(Pass::Backward)];
+  const View& a = views[size_t(product.args[0])];
+  const View& b = views[size_t(product.args[1])];
+  const PerVertexProduct p = per_vertex_product(f, product);
+  const int64_t size = p.m * p.n;
+  frame.stats->gemm_calls += rows.count;
+  frame.stats->gemm_flops += p.flops() * double(rows.count);
+  int blocks_used = 1;
+  for_row_blocks(frame, rows.count, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int block) {
+    float* c = grad;
+    if (block > 0) {
+      c = frame.scratch[size_t(block)].data();
+      std::fill_n(c, size_t(size), 0.0f);
+    }
     for (int64_t r = begin; r < begin + count; ++r)
-      sgemm(gemm_backend_, node.trans_a, node.trans_b, m, n, k, 1.0f, a.data + r * a.ld, a_cols, b.data + r * b.ld,
-            b_cols, 0.0f, out.data + r * out.ld, n);
+      sgemm(gemm_backend_, product.trans_a, product.trans_b, p.m, p.n, p.k, 1.0f, a.data + r * a.ld, p.lda,
+            b.data + r * b.ld, p.ldb, 1.0f, c, p.n);
+  }, [&](int blocks) {
+    blocks_used = blocks;
+    if (frame.scratch.size() < size_t(blocks)) frame.scratch.resize(size_t(blocks));
+    for (int block = 1; block < blocks; ++block)
+      if (int64_t(frame.scratch[size_t(block)].size()) < size) frame.scratch[size_t(block)].resize(size_t(size));
   });
+  for (int block = 1; block < blocks_used; ++block) add_row(frame.scratch[size_t(block)].data(), grad, size);
 }
 
 void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
@@ -843,6 +886,11 @@ void CpuExecutor::param_grad(Pass pass, const Rows& rows, const Node& node, Fram
   const std::vector<View>& views = frame.views[int(pass)];
   float* grad = store_.gradient(node.param);
   ValueId term = node.args[0];
+  if (function_plan(pass, rows.type).folded[size_t(term)] && f[term].op == Op::MatMul) {
+    ++frame.stats->param_grad_gemms;
+    accumulate_products(rows, f, f[term], grad, frame);
+    return;
+  }
   if (function_plan(pass, rows.type).folded[size_t(term)]) {
     // Σ_rows a bᵀ = Aᵀ B over the rows: one GEMM accumulating into the gradient.
     const Node& o = f[term];

@@ -105,6 +105,7 @@ class CpuExecutor final : public Executor {
     std::vector<int64_t> input_ld, output_ld;
     ExecStats* stats = nullptr;
     bool use_pool = true;  // split large steps across the pool's threads
+    std::vector<std::vector<float>> scratch;  // per row block: a private accumulator (block 0 needs none)
   };
 
   const FunctionPlan& function_plan(Pass pass, int type) const;
@@ -139,6 +140,9 @@ class CpuExecutor final : public Executor {
   // when rows × work_per_row (elements, or multiply-adds) is large enough.
   template <typename Fn>
   void for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn);
+  // The same, calling prepare(blocks) first with the number of blocks it will run.
+  template <typename Fn, typename Prepare>
+  void for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn, Prepare&& prepare);
 
   // Node kinds.
   void gather(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
@@ -158,6 +162,15 @@ class CpuExecutor final : public Executor {
   void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void sink(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
   void param_grad(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
+  // A product of two per-vertex operands: C_r = op(A_r)·op(B_r), m×n, inner k;
+  // lda and ldb are the operands' row lengths as stored.
+  struct PerVertexProduct {
+    int64_t m, n, k, lda, ldb;
+    double flops() const { return 2.0 * double(m) * double(n) * double(k); }
+  };
+  static PerVertexProduct per_vertex_product(const ir::Function& f, const ir::Node& node);
+  void accumulate_products(const Rows& rows, const ir::Function& f, const ir::Node& product, float* grad,
+                           Frame& frame);
   void gather_grad(const Rows& rows, const ir::Node& node, const View& g, Frame& frame);
   void gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
             const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

@@ -160,6 +160,20 @@ TEST(GemmEpilogue, TheBiasAddFollowingAProductIsDoneByTheGemm) {
   EXPECT_EQ(on.gemm_calls, off.gemm_calls);
 }
 
+// MV-RNN's weight gradient Σ_r G_r C_rᵀ of per-vertex matrices: the
+// ParamGrad accumulates the products itself, none is written to a buffer.
+TEST(FoldedProducts, PerVertexWeightGradientProductsAreAccumulatedByTheParamGrad) {
+  models::Bundle bundle = models::make_model("mv_rnn", small_config());
+  Options options = Options::defaults();
+  options.log = "passes";
+  ::testing::internal::CaptureStderr();
+  { Engine engine(*bundle.program, options); }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string folded = section(log, "[vjit] after fold_outer_products: internal (backward)");
+  EXPECT_GE(count(folded, "= matmul("), 1) << folded;
+  EXPECT_GE(count(folded, "= outer("), 1) << folded;
+}
+
 // --- VJIT_LOG=schedule ---
 
 TEST(ScheduleLog, PrintsEveryTaskWithTypeVerticesAndPolicy) {
