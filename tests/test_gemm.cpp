@@ -338,65 +338,60 @@ TEST(ThreadPool, NestedCallsRunInline) {
 
 // --- parallel_sgemm -----------------------------------------------------------
 
-TEST(ParallelSgemm, EqualsTheSingleCall) {
-  const std::vector<Shape> shapes{{1, 1, 1}, {1, 1000, 64}, {7, 13, 5}, {37, 200, 65}, {130, 96, 40}, {0, 4, 4}};
+// Calls check(pool, problem, backend, split, what) for 1-3 threads, every
+// shape, transpose combination, available back end and split.
+template <typename Check>
+void for_each_parallel_case(const std::vector<Shape>& shapes, Check&& check) {
   const GemmSplit splits[] = {GemmSplit::Auto, GemmSplit::Rows, GemmSplit::Cols, GemmSplit::None};
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
-    for (const Shape& s : shapes) {
+    for (const Shape& s : shapes)
       for (int t = 0; t < 4; ++t) {
         const Problem p(t & 1, t & 2, s);
-        for (GemmBackend b : available_backends()) {
-          const std::vector<float> single = run(b, p, 0.5f, 1.0f);
-          for (GemmSplit split : splits) {
-            std::vector<float> c = p.c0.data;
-            parallel_sgemm(pool, b, p.trans_a, p.trans_b, s.m, s.n, s.k, 0.5f, p.a.ptr(), p.a.ld, p.b.ptr(),
-                           p.b.ld, 1.0f, c.data(), p.c0.ld, split);
-            const std::string what = label(b, p) + " threads=" + std::to_string(threads) + " split=" +
-                                     gemm_split_name(split);
-            if (b == GemmBackend::Reference) {
-              // Same loop per element: bit-identical, padding (NaN) included.
-              EXPECT_EQ(std::memcmp(c.data(), single.data(), c.size() * sizeof(float)), 0) << what;
-            } else {
-              expect_close(p, 0.5f, 1.0f, p.c0.data, c, single, what);
-            }
-          }
-        }
+        for (GemmBackend b : available_backends())
+          for (GemmSplit split : splits)
+            check(pool, p, b, split,
+                  label(b, p) + " threads=" + std::to_string(threads) + " split=" + gemm_split_name(split));
       }
-    }
   }
+}
+
+TEST(ParallelSgemm, EqualsTheSingleCall) {
+  const std::vector<Shape> shapes{{1, 1, 1}, {1, 1000, 64}, {7, 13, 5}, {37, 200, 65}, {130, 96, 40}, {0, 4, 4}};
+  for_each_parallel_case(shapes, [](ThreadPool& pool, const Problem& p, GemmBackend b, GemmSplit split,
+                                    const std::string& what) {
+    const Shape& s = p.s;
+    const std::vector<float> single = run(b, p, 0.5f, 1.0f);
+    std::vector<float> c = p.c0.data;
+    parallel_sgemm(pool, b, p.trans_a, p.trans_b, s.m, s.n, s.k, 0.5f, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld, 1.0f,
+                   c.data(), p.c0.ld, split);
+    if (b == GemmBackend::Reference) {
+      // Same loop per element: bit-identical, padding (NaN) included.
+      EXPECT_EQ(std::memcmp(c.data(), single.data(), c.size() * sizeof(float)), 0) << what;
+    } else {
+      expect_close(p, 0.5f, 1.0f, p.c0.data, c, single, what);
+    }
+  });
 }
 
 // The bias epilogue equals C = bias rows, then one product with beta = 1.
 TEST(ParallelSgemm, BiasEpilogueEqualsTheBiasThenTheProduct) {
   const std::vector<Shape> shapes{{1, 1, 1}, {37, 200, 65}, {130, 96, 40}, {0, 4, 4}, {5, 3, 0}};
-  const GemmSplit splits[] = {GemmSplit::Auto, GemmSplit::Rows, GemmSplit::Cols, GemmSplit::None};
-  for (int threads : {1, 2, 3}) {
-    ThreadPool pool(threads);
-    for (const Shape& s : shapes) {
-      for (int t = 0; t < 4; ++t) {
-        const Problem p(t & 1, t & 2, s);
-        std::vector<float> bias(size_t(std::max<int64_t>(s.n, 1)));
-        for (size_t j = 0; j < bias.size(); ++j) bias[j] = 0.25f * float(j % 7) - 0.5f;
-        std::vector<float> with_bias = p.c0.data;  // rows start as the bias, the product added
-        for (int64_t r = 0; r < s.m; ++r)
-          std::copy(bias.begin(), bias.begin() + s.n, with_bias.begin() + r * p.c0.ld);
-        for (GemmBackend b : available_backends()) {
-          std::vector<float> want = with_bias;
-          sgemm(b, p.trans_a, p.trans_b, s.m, s.n, s.k, 1.0f, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld, 1.0f, want.data(),
-                p.c0.ld);
-          for (GemmSplit split : splits) {
-            std::vector<float> c = p.c0.data;
-            parallel_sgemm_bias(pool, b, p.trans_a, p.trans_b, s.m, s.n, s.k, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld,
-                                bias.data(), c.data(), p.c0.ld, split);
-            const std::string what = label(b, p) + " threads=" + std::to_string(threads) + " split=" +
-                                     gemm_split_name(split);
-            expect_close(p, 1.0f, 1.0f, with_bias, c, want, what);
-          }
-        }
-      }
-    }
-  }
+  for_each_parallel_case(shapes, [](ThreadPool& pool, const Problem& p, GemmBackend b, GemmSplit split,
+                                    const std::string& what) {
+    const Shape& s = p.s;
+    std::vector<float> bias(size_t(std::max<int64_t>(s.n, 1)));
+    for (size_t j = 0; j < bias.size(); ++j) bias[j] = 0.25f * float(j % 7) - 0.5f;
+    std::vector<float> with_bias = p.c0.data;  // rows start as the bias, the product added
+    for (int64_t r = 0; r < s.m; ++r) std::copy(bias.begin(), bias.begin() + s.n, with_bias.begin() + r * p.c0.ld);
+    std::vector<float> want = with_bias;
+    sgemm(b, p.trans_a, p.trans_b, s.m, s.n, s.k, 1.0f, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld, 1.0f, want.data(),
+          p.c0.ld);
+    std::vector<float> c = p.c0.data;
+    parallel_sgemm_bias(pool, b, p.trans_a, p.trans_b, s.m, s.n, s.k, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld,
+                        bias.data(), c.data(), p.c0.ld, split);
+    expect_close(p, 1.0f, 1.0f, with_bias, c, want, what);
+  });
 }
 
 TEST(ParallelSgemm, ValidatesBeforeSplitting) {

@@ -32,33 +32,57 @@ void expect_disjoint_and_inside(std::vector<Interval> buffers, int64_t arena, co
   }
 }
 
+// A model's first samples flattened and scheduled (agenda), with the plans
+// lowered under the default options: what a planner reads.
+struct Scheduled {
+  models::Bundle bundle;
+  runtime::ExecPlan plan;
+  std::vector<TypeSignature> signatures;
+  scheduler::FlatBatch graph;
+  scheduler::FlatSchedule schedule;
+
+  Scheduled(const std::string& model, const models::Config& config, int samples)
+      : bundle(models::make_model(model, config)),
+        plan(jit::lower_program(*bundle.program, Options::defaults())),
+        signatures(bundle.program->signatures()) {
+    std::vector<int> indices(static_cast<size_t>(samples));
+    for (int i = 0; i < samples; ++i) indices[size_t(i)] = i;
+    GraphBatch batch = models::make_batch(bundle.train, indices);
+    std::vector<int> order, scratch;
+    scheduler::validate_and_flatten(signatures, batch, false, graph, order, scratch);
+    scheduler::Scheduler scheduler;
+    scheduler.run(graph, scheduler::Policy::Agenda, nullptr, schedule);
+  }
+
+  BatchLayout layout(const std::string& planner, const runtime::PlannerOptions& options = {}) const {
+    BatchLayout out;
+    runtime::make_planner(planner, plan, signatures, options)->plan({&graph, &schedule}, out);
+    return out;
+  }
+};
+
+models::Config config_of(int hidden, int samples) {
+  models::Config config;
+  config.hidden = hidden;
+  config.embed = hidden;
+  config.train_samples = samples;
+  config.test_samples = 0;
+  config.tree_fc_leaves = 16;
+  return config;
+}
+
 class Planners : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Planners, MakeLayoutsTheExecutorCanFollow) {
   const std::string planner_name = GetParam();
   for (const std::string model : {"tree_lstm", "lattice_lstm", "bilstm_tagger", "tree_fc", "tree_lstm_2type", "mv_rnn"}) {
-    models::Config config;
-    config.hidden = 8;
-    config.train_samples = 24;
-    config.test_samples = 0;
-    config.tree_fc_leaves = 16;
-    models::Bundle bundle = models::make_model(model, config);
-    const Program& program = *bundle.program;
-    Options options = Options::defaults();
-    runtime::ExecPlan plan = jit::lower_program(program, options);
-    std::vector<TypeSignature> signatures = program.signatures();
-    std::unique_ptr<runtime::Planner> planner = runtime::make_planner(planner_name, plan, signatures);
-    std::vector<int> indices(24);
-    for (int i = 0; i < 24; ++i) indices[size_t(i)] = i;
-    GraphBatch batch = models::make_batch(bundle.train, indices);
-    scheduler::FlatBatch graph;
-    std::vector<int> order, scratch;
-    scheduler::validate_and_flatten(signatures, batch, false, graph, order, scratch);
-    scheduler::Scheduler scheduler;
-    scheduler::FlatSchedule schedule;
-    scheduler.run(graph, scheduler::Policy::Agenda, nullptr, schedule);
-    BatchLayout layout;
-    planner->plan({&graph, &schedule}, layout);
+    const Scheduled scheduled(model, config_of(8, 24), 24);
+    const Program& program = *scheduled.bundle.program;
+    const runtime::ExecPlan& plan = scheduled.plan;
+    const std::vector<TypeSignature>& signatures = scheduled.signatures;
+    const scheduler::FlatBatch& graph = scheduled.graph;
+    const scheduler::FlatSchedule& schedule = scheduled.schedule;
+    const BatchLayout layout = scheduled.layout(planner_name);
     const std::string what = planner_name + " " + model;
     EXPECT_EQ(layout.planner, planner_name);
 
@@ -160,27 +184,12 @@ INSTANTIATE_TEST_SUITE_P(CopyAndPadded, Planners, ::testing::Values("copy", "pad
 
 // Rows a multiple of 256 floats wide get 16 floats more, unless asked not to.
 TEST(Planners, WideRowsArePaddedPastCacheSetConflicts) {
-  models::Config config;
-  config.hidden = 256;
-  config.embed = 256;
-  config.train_samples = 2;
-  config.test_samples = 0;
-  models::Bundle bundle = models::make_model("tree_lstm", config);
-  runtime::ExecPlan plan = jit::lower_program(*bundle.program, Options::defaults());
-  std::vector<TypeSignature> signatures = bundle.program->signatures();
-  GraphBatch batch = models::make_batch(bundle.train, {0, 1});
-  scheduler::FlatBatch graph;
-  std::vector<int> order, scratch;
-  scheduler::validate_and_flatten(signatures, batch, false, graph, order, scratch);
-  scheduler::Scheduler scheduler;
-  scheduler::FlatSchedule schedule;
-  scheduler.run(graph, scheduler::Policy::Agenda, nullptr, schedule);
+  const Scheduled scheduled("tree_lstm", config_of(256, 2), 2);
   for (bool pad : {true, false}) {
-    BatchLayout layout;
-    runtime::make_planner("copy", plan, signatures, {true, pad})->plan({&graph, &schedule}, layout);
+    const BatchLayout layout = scheduled.layout("copy", {true, pad});
     int wide = 0;
-    for (int type = 0; type < bundle.program->num_types(); ++type) {
-      const ir::Function& f = *plan.types[size_t(type)].forward.function;
+    for (int type = 0; type < scheduled.bundle.program->num_types(); ++type) {
+      const ir::Function& f = *scheduled.plan.types[size_t(type)].forward.function;
       for (ir::ValueId id = 0; id < f.size(); ++id) {
         const runtime::ValueLayout& v = layout.value(Pass::Forward, type, id);
         if (v.offset < 0 || v.in_concat >= 0 || f[id].uniform || f[id].shape.numel() % 256 != 0) continue;
@@ -193,23 +202,9 @@ TEST(Planners, WideRowsArePaddedPastCacheSetConflicts) {
 }
 
 TEST(Planners, ConcatInPlaceOffGivesEveryValueItsOwnBuffer) {
-  models::Config config;
-  config.hidden = 8;
-  config.train_samples = 8;
-  config.test_samples = 0;
-  models::Bundle bundle = models::make_model("tree_lstm", config);
-  runtime::ExecPlan plan = jit::lower_program(*bundle.program, Options::defaults());
-  std::vector<TypeSignature> signatures = bundle.program->signatures();
-  GraphBatch batch = models::make_batch(bundle.train, {0, 1, 2, 3, 4, 5, 6, 7});
-  scheduler::FlatBatch graph;
-  std::vector<int> order, scratch;
-  scheduler::validate_and_flatten(signatures, batch, false, graph, order, scratch);
-  scheduler::Scheduler scheduler;
-  scheduler::FlatSchedule schedule;
-  scheduler.run(graph, scheduler::Policy::Agenda, nullptr, schedule);
+  const Scheduled scheduled("tree_lstm", config_of(8, 8), 8);
   for (bool inplace : {false, true}) {
-    BatchLayout layout;
-    runtime::make_planner("copy", plan, signatures, {inplace, true})->plan({&graph, &schedule}, layout);
+    const BatchLayout layout = scheduled.layout("copy", {inplace, true});
     int in_place = 0;
     for (Pass pass : {Pass::Forward, Pass::Backward})
       for (const runtime::ValueLayout& v : layout.values[int(pass)]) in_place += v.in_concat >= 0;
