@@ -545,14 +545,17 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Fr
   const int64_t width = node.shape.numel();
   const RowRef* sources =
       rows.task >= 0 ? layout.gather_sources.data() + layout.gather(rows.task, node.child_slot).first_source : nullptr;
-  for (int64_t r = 0; r < rows.count; ++r) {
-    RowRef src = sources ? sources[r] : RowRef{};
-    if (!sources) {  // every vertex of the type at once: only with lazy batching off
-      int child = graph.children(rows.vertices[r])[size_t(node.child_slot)];
-      src = {graph.type(child), layout.vertex_row[size_t(child)]};
+  // Each row is written once: blocks of rows copy on the pool's threads.
+  for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      RowRef src = sources ? sources[r] : RowRef{};
+      if (!sources) {  // every vertex of the type at once: only with lazy batching off
+        int child = graph.children(rows.vertices[r])[size_t(node.child_slot)];
+        src = {graph.type(child), layout.vertex_row[size_t(child)]};
+      }
+      std::memcpy(out.data + r * out.ld, scattered_rows(src.type, src.row).data, size_t(width) * sizeof(float));
     }
-    std::memcpy(out.data + r * out.ld, scattered_rows(src.type, src.row).data, size_t(width) * sizeof(float));
-  }
+  });
   stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
 }
 
@@ -581,11 +584,13 @@ void CpuExecutor::pull(const Rows& rows, const Node& node, const View& out, Fram
   ++frame.stats->copy_calls;
   const int64_t width = node.shape.numel();
   const float* table = node.op == Op::PullEmbedding ? store_.value(node.param) : nullptr;
-  for (int64_t r = 0; r < rows.count; ++r) {
-    int v = rows.vertices[r];
-    const float* src = table ? table + int64_t(graph.token(v)) * width : graph.vertex(v).features.data();
-    std::memcpy(out.data + r * out.ld, src, size_t(width) * sizeof(float));
-  }
+  for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      int v = rows.vertices[r];
+      const float* src = table ? table + int64_t(graph.token(v)) * width : graph.vertex(v).features.data();
+      std::memcpy(out.data + r * out.ld, src, size_t(width) * sizeof(float));
+    }
+  });
   frame.stats->copy_bytes += rows.count * width * int64_t(sizeof(float));
 }
 
@@ -640,8 +645,10 @@ void CpuExecutor::concat(Pass pass, const Rows& rows, const Node& node, const Vi
     const View& src = views[size_t(arg)];
     const int64_t part = f[arg].shape.numel();
     if (src.data != out.data + column || src.ld != out.ld) {
-      for (int64_t r = 0; r < rows.count; ++r)
-        std::memcpy(out.data + r * out.ld + column, src.data + r * src.ld, size_t(part) * sizeof(float));
+      for_row_blocks(frame, rows.count, part, [&](int64_t begin, int64_t count, int) {
+        for (int64_t r = begin; r < begin + count; ++r)
+          std::memcpy(out.data + r * out.ld + column, src.data + r * src.ld, size_t(part) * sizeof(float));
+      });
     }
     column += part;
   }
