@@ -174,6 +174,35 @@ TEST(FoldedProducts, PerVertexWeightGradientProductsAreAccumulatedByTheParamGrad
   EXPECT_GE(count(folded, "= outer("), 1) << folded;
 }
 
+// VJIT_PROFILE: when the engine goes, it names the costliest steps of the
+// plans (pass, type, phase, op or fused kernel) with their time and calls.
+TEST(StepProfile, NamesTheCostliestStepsOfEachPassAndType) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  Options options = Options::defaults();
+  options.profile = true;
+  GraphBatch batch = first_samples(bundle, 8);
+  ::testing::internal::CaptureStderr();
+  {
+    Engine engine(*bundle.program, options);
+    SGD sgd(0.1f);
+    engine.train_step(batch, sgd);
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("steps took"), std::string::npos) << log;
+  EXPECT_NE(log.find("forward internal core"), std::string::npos) << log;
+  EXPECT_NE(log.find("backward internal"), std::string::npos) << log;
+  EXPECT_NE(log.find("MatMul"), std::string::npos) << log;
+  EXPECT_NE(log.find("vjit_fused_"), std::string::npos) << "fused kernels are named: " << log;
+
+  options.profile = false;
+  ::testing::internal::CaptureStderr();
+  {
+    Engine engine(*bundle.program, options);
+    engine.infer(batch);
+  }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
+
 // --- VJIT_LOG=schedule ---
 
 TEST(ScheduleLog, PrintsEveryTaskWithTypeVerticesAndPolicy) {
