@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 
 #include "ir/flops.h"
 #include "jit/kernel_cache.h"
 #include "jit/pipeline.h"
 #include "runtime/cpu_executor.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/memplan.h"
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
@@ -32,8 +34,7 @@ struct Engine::Impl {
         gemm(runtime::select_gemm_backend(options.gemm)),
         policy(scheduler::parse_policy(options.policy)) {
     VJIT_USER_CHECK(options.memplan != "pqtree", "VJIT_MEMPLAN=pqtree is not available yet (valid here: copy, padded)");
-    VJIT_USER_CHECK(options.device == "cpu", "VJIT_DEVICE=" << options.device
-                                                            << " is not available in this build (valid here: cpu)");
+    select_device(options.device);
     for (int t = 0; t < program.num_types(); ++t) {
       forward_flops.push_back(double(ir::flops_per_vertex(program.forward(t))));
       backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
@@ -42,6 +43,20 @@ struct Engine::Impl {
     executor = std::make_unique<runtime::CpuExecutor>(program, plan, options.threads, gemm, options.streaming);
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
       fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(policy_cache_path(), program.signature_string()));
+  }
+
+  // VJIT_DEVICE: cuda runs on a GPU or fails saying why; auto falls back to
+  // the CPU and says why, once per process. Until the CUDA executor exists
+  // (issue 10) a usable GPU is reported as such and the CPU runs the plan.
+  static void select_device(const std::string& device) {
+    if (device == "cpu") return;
+    const runtime::CudaProbe& probe = runtime::probe_cuda();
+    std::string why = probe.ok ? "found " + probe.info.name + " (sm_" + std::to_string(probe.info.arch()) +
+                                     ") but the CUDA executor is not implemented yet"
+                               : "no usable CUDA device: " + probe.reason;
+    VJIT_USER_CHECK(device != "cuda", "VJIT_DEVICE=cuda: " << why << " (VJIT_DEVICE=auto runs on the CPU instead)");
+    static std::once_flag said;
+    std::call_once(said, [&] { std::cerr << "[vjit] VJIT_DEVICE=auto: " << why << "; running on the CPU\n"; });
   }
 
   // Where the learned policy of this program lives in the cache directory,

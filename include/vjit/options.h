@@ -25,7 +25,10 @@
 // |                  |             | unless the rows lie in place; padded is a   |              |
 // |                  |             | test layout; pqtree is refused until it     |              |
 // |                  |             | exists)                                     |              |
-// | VJIT_DEVICE      | device      | cpu | cuda                                   | cpu          |
+// | VJIT_DEVICE      | device      | cpu | cuda | auto (cuda: fail unless a   | cpu          |
+// |                  |             | CUDA device runs the plan, naming what is   |              |
+// |                  |             | missing; auto: the GPU when one runs it,    |              |
+// |                  |             | else the CPU, saying why once)              |              |
 // | VJIT_THREADS     | threads     | positive integer (CPU worker threads)       | hardware     |
 // |                  |             |                                             | concurrency  |
 // | VJIT_ISA         | isa         | auto | avx512 | avx2 | scalar (x86 JIT      | auto         |
@@ -62,7 +65,7 @@ namespace vjit {
 namespace option_values {
 inline constexpr std::array<std::string_view, 5> policy{"depth", "agenda", "frontier", "ratio", "fsm"};
 inline constexpr std::array<std::string_view, 3> memplan{"copy", "padded", "pqtree"};
-inline constexpr std::array<std::string_view, 2> device{"cpu", "cuda"};
+inline constexpr std::array<std::string_view, 3> device{"cpu", "cuda", "auto"};
 inline constexpr std::array<std::string_view, 4> isa{"auto", "avx512", "avx2", "scalar"};
 inline constexpr std::array<std::string_view, 6> gemm{"auto", "onednn", "openblas", "blis", "libxsmm",
                                                       "reference"};
