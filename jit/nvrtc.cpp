@@ -11,6 +11,7 @@
 
 #include "codegen/cuda_source.h"
 #include "jit/disk_cache.h"
+#include "runtime/cuda_driver.h"
 #include "vjit/error.h"
 
 #ifdef VJIT_HAVE_CUDA
@@ -46,18 +47,9 @@ struct Nvrtc {
 const Nvrtc& nvrtc() {
   static const Nvrtc loaded = [] {
     Nvrtc n;
-    void* handle = nullptr;
-    std::string tried;
-    for (const char* path : {VJIT_NVRTC_SONAME, VJIT_CUDA_LIBRARY_DIR "/" VJIT_NVRTC_SONAME}) {
-      handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
-      if (handle) break;
-      const char* why = ::dlerror();
-      tried += std::string(tried.empty() ? "" : "; ") + "dlopen(\"" + path + "\"): " + (why ? why : "failed");
-    }
-    if (!handle) {
-      n.error = "NVRTC could not be loaded (" + tried + ")";
-      return n;
-    }
+    void* handle = runtime::open_first_library({VJIT_NVRTC_SONAME, VJIT_CUDA_LIBRARY_DIR "/" VJIT_NVRTC_SONAME},
+                                               "NVRTC", n.error);
+    if (!handle) return n;
     auto load = [&](auto& fn, const char* symbol) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(handle, symbol));
       if (!fn && n.error.empty()) n.error = std::string("NVRTC lacks the symbol ") + symbol;

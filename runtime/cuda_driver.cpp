@@ -15,6 +15,17 @@
 
 namespace vjit::runtime {
 
+void* open_first_library(std::initializer_list<const char*> paths, const char* what, std::string& error) {
+  std::string tried;
+  for (const char* path : paths) {
+    if (void* handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL)) return handle;
+    const char* why = ::dlerror();
+    tried += std::string(tried.empty() ? "" : "; ") + "dlopen(\"" + path + "\"): " + (why ? why : "failed");
+  }
+  error = std::string(what) + " could not be loaded (" + tried + ")";
+  return nullptr;
+}
+
 #ifdef VJIT_HAVE_CUDA
 
 namespace {
@@ -40,13 +51,8 @@ struct Driver {
 const Driver& driver() {
   static const Driver loaded = [] {
     Driver d;
-    void* handle = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      const char* why = ::dlerror();
-      d.error = std::string("the CUDA driver library could not be loaded (dlopen(\"libcuda.so.1\"): ") +
-                (why ? why : "failed") + ")";
-      return d;
-    }
+    void* handle = open_first_library({"libcuda.so.1"}, "the CUDA driver library", d.error);
+    if (!handle) return d;
     auto get_proc = reinterpret_cast<decltype(&::cuGetProcAddress)>(::dlsym(handle, "cuGetProcAddress_v2"));
     if (!get_proc) {
       d.error = "the CUDA driver is older than CUDA 12 (libcuda.so.1 has no cuGetProcAddress_v2)";
@@ -100,18 +106,9 @@ struct BlasLt {
 const BlasLt& blas_lt() {
   static const BlasLt loaded = [] {
     BlasLt b;
-    void* handle = nullptr;
-    std::string tried;
-    for (const char* path : {VJIT_CUBLASLT_SONAME, VJIT_CUDA_LIBRARY_DIR "/" VJIT_CUBLASLT_SONAME}) {
-      handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
-      if (handle) break;
-      const char* why = ::dlerror();
-      tried += std::string(tried.empty() ? "" : "; ") + "dlopen(\"" + path + "\"): " + (why ? why : "failed");
-    }
-    if (!handle) {
-      b.error = "cuBLASLt could not be loaded (" + tried + ")";
-      return b;
-    }
+    void* handle = open_first_library({VJIT_CUBLASLT_SONAME, VJIT_CUDA_LIBRARY_DIR "/" VJIT_CUBLASLT_SONAME},
+                                      "cuBLASLt", b.error);
+    if (!handle) return b;
 #define VJIT_X(fn)                                                                 \
   b.fn = reinterpret_cast<decltype(b.fn)>(::dlsym(handle, #fn));                   \
   if (!b.fn && b.error.empty()) b.error = "cuBLASLt lacks the symbol " #fn;

@@ -9,6 +9,7 @@
 // sub-allocated, never one cuMemAlloc per tensor.
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,10 @@
 namespace vjit::runtime {
 
 using DevicePtr = uint64_t;  // CUdeviceptr
+
+// dlopen(RTLD_NOW | RTLD_LOCAL) of the first of `paths` that loads; nullptr
+// when none does, with `error` = "<what> could not be loaded (dlopen("p"): why; ...)".
+void* open_first_library(std::initializer_list<const char*> paths, const char* what, std::string& error);
 
 struct CudaDeviceInfo {
   std::string name;            // "NVIDIA H100 80GB HBM3"

@@ -31,6 +31,16 @@ fs::path fresh_dir(const std::string& what) {
   return dir;
 }
 
+// The entries in `dir`, each checked not to be a temporary file left behind.
+int finished_entries(const fs::path& dir) {
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    ++entries;
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  }
+  return entries;
+}
+
 // The module source of every example kernel and the index kernels, compiled
 // for the host with the shim, loaded once.
 class HostModule {
@@ -229,12 +239,7 @@ TEST(Nvrtc, ModulesGoToTheDiskCache) {
   jit::CudaModuleImage image = jit::compile_cuda_module(source, 80, dir.string(), "index");
   EXPECT_FALSE(image.from_disk);
   EXPECT_EQ(jit::nvrtc_counters().compiles, before.compiles + 1);
-  int entries = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    ++entries;
-    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
-  }
-  EXPECT_EQ(entries, 1);
+  EXPECT_EQ(finished_entries(dir), 1);
   fs::remove_all(dir);
 }
 
@@ -294,12 +299,7 @@ TEST(DiskCache, ConcurrentWritersAndReadersSeeWholeEntries) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(damaged_seen.load(), 0);
   EXPECT_EQ(wrong_seen.load(), 0);
-  int files = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    ++files;
-    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
-  }
-  EXPECT_EQ(files, 1);
+  EXPECT_EQ(finished_entries(dir), 1);
   fs::remove_all(dir);
 }
 
