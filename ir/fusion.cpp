@@ -18,6 +18,23 @@ bool is_fusable(const Function& function, ValueId id) {
   return true;
 }
 
+int sink_elementwise_into_core(const Function& f, std::vector<Phase>& phases, const std::vector<bool>& keep) {
+  std::vector<std::vector<ValueId>> readers(f.nodes.size());
+  for (ValueId id = 0; id < f.size(); ++id)
+    for (ValueId arg : f[id].args) readers[size_t(arg)].push_back(id);
+  int moved = 0;
+  for (ValueId id = f.size() - 1; id >= 0; --id) {
+    if (phases[size_t(id)] != Phase::Eager || keep[size_t(id)] || f[id].uniform || !is_fusable(f, id)) continue;
+    const std::vector<ValueId>& users = readers[size_t(id)];
+    bool only_core = !users.empty();
+    for (ValueId user : users) only_core = only_core && phases[size_t(user)] == Phase::Core && is_fusable(f, user);
+    if (!only_core) continue;
+    phases[size_t(id)] = Phase::Core;
+    ++moved;
+  }
+  return moved;
+}
+
 namespace {
 
 class UnionFind {

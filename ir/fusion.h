@@ -21,6 +21,14 @@ struct FusionGroup {
 // Whether a node may join a fusion group.
 bool is_fusable(const Function& function, ValueId id);
 
+// Moves eager elementwise nodes whose every reader runs in the tasks (core)
+// into the core phase, so that they fuse into the task's kernel instead of
+// making one more pass over every vertex and a buffer the kernel then reads:
+// in ∂F, the activations' derivatives (σ(1 − σ), 1 − tanh²) that only the
+// task's gradient kernel uses. A chain moves as a whole (reverse order). Values
+// in `keep` (read by ∂F) stay. Returns how many nodes moved.
+int sink_elementwise_into_core(const Function& function, std::vector<Phase>& phases, const std::vector<bool>& keep);
+
 // Groups of two or more nodes. `keep[id]` marks values that must be written to
 // memory even when nothing in `function` reads them (forward values ∂F reads).
 std::vector<FusionGroup> find_fusion_groups(const Function& function, const std::vector<Phase>& phases,

@@ -182,4 +182,39 @@ std::vector<bool> fold_outer_products(const Function& backward) {
   return folded;
 }
 
+namespace {
+
+// A product the executor runs as one GEMM over the rows: a uniform weight
+// times a per-vertex vector, on either side.
+bool is_row_gemm(const Function& f, const Node& n) {
+  if (n.op != Op::MatMul || n.uniform) return false;
+  const Node& a = f[n.args[0]];
+  const Node& b = f[n.args[1]];
+  return (a.uniform && !b.uniform && b.shape.rank == 1) || (b.uniform && !a.uniform && a.shape.rank == 1);
+}
+
+}  // namespace
+
+std::vector<bool> fold_bias_adds(const Function& f, const std::vector<Phase>& phases, const std::vector<int>& group_of,
+                                 const std::vector<bool>& keep) {
+  std::vector<int> readers(f.nodes.size(), 0);
+  for (const Node& node : f.nodes)
+    for (ValueId arg : node.args) ++readers[size_t(arg)];
+  std::vector<bool> folded(f.nodes.size(), false);
+  for (ValueId id = 0; id < f.size(); ++id) {
+    const Node& add = f[id];
+    if (add.op != Op::Add || add.uniform || group_of[size_t(id)] >= 0) continue;
+    for (int side = 0; side < 2; ++side) {
+      ValueId product = add.args[size_t(side)], bias = add.args[size_t(1 - side)];
+      if (product == bias || !is_row_gemm(f, f[product]) || !f[bias].uniform) continue;
+      if (f[bias].shape.numel() != f[product].shape.numel()) continue;
+      if (readers[size_t(product)] != 1 || keep[size_t(product)] || group_of[size_t(product)] >= 0) continue;
+      if (phases[size_t(product)] != phases[size_t(id)]) continue;
+      folded[size_t(product)] = true;
+      break;
+    }
+  }
+  return folded;
+}
+
 }  // namespace vjit::ir

@@ -4,6 +4,7 @@
 // about a function without changing it.
 #include <vector>
 
+#include "ir/classify.h"
 #include "vjit/ir.h"
 
 namespace vjit::ir {
@@ -40,5 +41,15 @@ Function simplify_slices(const Function& function);
 // whose only reader is a ParamGrad, which sums them over its rows as one GEMM
 // (Aᵀ B), so the product needs no buffer of its own. One flag per node.
 std::vector<bool> fold_outer_products(const Function& backward);
+
+// Bias adds a GEMM does itself (the GEMM epilogue): y = p + b where p is a
+// product of a uniform weight and a per-vertex vector (one GEMM over the rows),
+// b a uniform row of p's width, and y the only reader of p, in p's phase and
+// in no fused group (`group_of` < 0). The GEMM then writes y directly, its
+// rows first filled with b (C = b, beta = 1), so p needs no buffer and the
+// add no pass over memory. Values in `keep` (read by ∂F) are never folded.
+// Returns one flag per node: the products folded into their add.
+std::vector<bool> fold_bias_adds(const Function& function, const std::vector<Phase>& phases,
+                                 const std::vector<int>& group_of, const std::vector<bool>& keep);
 
 }  // namespace vjit::ir

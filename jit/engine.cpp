@@ -1,5 +1,6 @@
 #include "vjit/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -39,8 +40,9 @@ struct Engine::Impl {
       forward_flops.push_back(double(ir::flops_per_vertex(program.forward(t))));
       backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
     }
-    planner = runtime::make_planner(options.memplan, plan, signatures);
-    executor = std::make_unique<runtime::CpuExecutor>(program, plan, options.threads, gemm, options.streaming);
+    planner = runtime::make_planner(options.memplan, plan, signatures, {options.inplace_concat, options.pad_wide_rows});
+    executor = std::make_unique<runtime::CpuExecutor>(
+        program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
       fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(policy_cache_path(), program.signature_string()));
   }
@@ -213,6 +215,18 @@ Engine::~Engine() {
                double(s.copy_bytes) * 1e-6, s.schedule_s, s.plan_s, s.copy_s, s.gemm_s, s.elementwise_s, s.optimizer_s,
                impl_->compile_info.fused_groups, static_cast<long long>(impl_->compile_info.jit_compiles),
                impl_->compile_info.jit_compile_s);
+  // The costliest steps, to see which op of which vertex function a change should target.
+  std::vector<runtime::StepTime> steps = impl_->executor->step_profile();
+  constexpr size_t kShown = 30;
+  double all_steps = 0;
+  for (const runtime::StepTime& step : steps) all_steps += step.seconds;
+  if (!steps.empty())
+    std::fprintf(stderr, "[vjit profile] %zu steps took %.4f s in all; the costliest: seconds, calls, rows per call, step\n",
+                 steps.size(), all_steps);
+  for (size_t i = 0; i < std::min(steps.size(), kShown); ++i)
+    std::fprintf(stderr, "[vjit profile] %9.4f %6lld %8.1f  %s\n", steps[i].seconds,
+                 static_cast<long long>(steps[i].calls), double(steps[i].rows) / double(std::max<int64_t>(1, steps[i].calls)),
+                 steps[i].label.c_str());
 }
 
 double Engine::forward(const GraphBatch& batch, const RunOptions& options) {

@@ -36,12 +36,16 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 14>& specs() {
-  static const std::array<Spec, 14> table{
+const std::array<Spec, 18>& specs() {
+  static const std::array<Spec, 18> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
+      bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
       bool_spec("streaming", "VJIT_STREAMING", &Options::streaming),
       bool_spec("merge_matmuls", "VJIT_MERGE_MATMULS", &Options::merge_matmuls),
+      bool_spec("inplace_concat", "VJIT_INPLACE_CONCAT", &Options::inplace_concat),
+      bool_spec("epilogue", "VJIT_EPILOGUE", &Options::epilogue),
+      bool_spec("pad_wide_rows", "VJIT_PAD_WIDE_ROWS", &Options::pad_wide_rows),
       choice_spec("policy", "VJIT_POLICY", option_values::policy, &Options::policy),
       choice_spec("memplan", "VJIT_MEMPLAN", option_values::memplan, &Options::memplan),
       choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device),
@@ -170,9 +174,13 @@ void Options::validate() const {
 std::string Options::describe() const {
   std::string out;
   out += "fusion=" + std::string(on_off(fusion));
+  out += " fuse_across_phases=" + std::string(on_off(fuse_across_phases));
   out += " lazy=" + std::string(on_off(lazy));
   out += " streaming=" + std::string(on_off(streaming));
   out += " merge_matmuls=" + std::string(on_off(merge_matmuls));
+  out += " inplace_concat=" + std::string(on_off(inplace_concat));
+  out += " epilogue=" + std::string(on_off(epilogue));
+  out += " pad_wide_rows=" + std::string(on_off(pad_wide_rows));
   out += " policy=" + policy;
   out += " memplan=" + memplan;
   out += " device=" + device;

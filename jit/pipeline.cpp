@@ -14,9 +14,12 @@
 // then for F and for ∂F:
 //   fold_outer_products  which Outer nodes a ParamGrad computes as one GEMM
 //   classify_phases      eager / core / lazy per node
+//   sink_elementwise_into_core  eager elementwise nodes only tasks read join the
+//                        tasks' kernels (Options::fuse_across_phases)
 //   find_fusion_groups   elementwise groups (Options::fusion)
 //   compile_kernels      a kernel per group through the kernel cache; a group the
 //                        JIT refuses runs the reference kernel (logged once)
+//   fold_bias_adds       bias adds the GEMM does in its epilogue (Options::epilogue)
 //   order_steps          the plan's eager, core and lazy steps
 // VJIT_LOG=passes prints the IR (or the analysis) after each pass;
 // VJIT_LOG=kernels prints each kernel compiled or found in the cache.
@@ -226,6 +229,11 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
     log.print("classify_phases", which, text);
   }
 
+  if (options.fusion && options.fuse_across_phases) {
+    int moved = ir::sink_elementwise_into_core(function, plan.phases, keep);
+    log.print("sink_elementwise_into_core", which, std::to_string(moved) + " nodes moved from eager to core\n");
+  }
+
   std::vector<ir::FusionGroup> groups;
   if (options.fusion) groups = ir::find_fusion_groups(function, plan.phases, keep);
   log.print("find_fusion_groups", which, options.fusion ? ir::to_string(function, groups) : "(off: fusion=off)\n");
@@ -247,6 +255,15 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
     }
   }
   log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);
+
+  if (options.epilogue) {
+    std::vector<bool> products = ir::fold_bias_adds(function, plan.phases, group_of, keep);
+    for (ValueId id = 0; id < function.size(); ++id)
+      if (products[size_t(id)]) plan.folded[size_t(id)] = true;
+    log.print("fold_bias_adds", which, flagged_nodes(function, products));
+  } else {
+    log.print("fold_bias_adds", which, "(off: epilogue=off)\n");
+  }
 
   plan.eager = order_steps(function, plan, ir::Phase::Eager, group_of);
   plan.core = order_steps(function, plan, ir::Phase::Core, group_of);

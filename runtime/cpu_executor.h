@@ -11,6 +11,9 @@
 // Each thread that runs steps has its own Frame. A steady-state step (a batch
 // no larger than one seen before) allocates nothing.
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/executor.h"
@@ -62,9 +65,16 @@ class CpuParameterStore final : public ParameterStore {
 
 class CpuExecutor final : public Executor {
  public:
-  // With `streaming`, the eager forward steps run on a second thread while the
-  // tasks run (Cavs §3.4, VJIT_STREAMING).
-  CpuExecutor(const Program& program, const ExecPlan& plan, int threads, GemmBackend gemm, bool streaming);
+  struct Config {
+    int threads = 1;
+    GemmBackend gemm = GemmBackend::Reference;
+    // The eager forward steps run on a second thread while the tasks run
+    // (Cavs §3.4, VJIT_STREAMING).
+    bool streaming = false;
+    // Time every step (VJIT_PROFILE): step_profile().
+    bool profile = false;
+  };
+  CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config);
 
   const char* device() const override { return "cpu"; }
   void forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) override;
@@ -72,6 +82,7 @@ class CpuExecutor final : public Executor {
   void update(Optimizer& optimizer) override;
   ParameterStore& parameters() override { return store_; }
   ExecStats take_stats() override;
+  std::vector<StepTime> step_profile() const override;
 
  private:
   // Row 0 of a value for the rows being run; ld 0 for a uniform value.
@@ -99,6 +110,16 @@ class CpuExecutor final : public Executor {
   const FunctionPlan& function_plan(Pass pass, int type) const;
   const ir::Function& function(Pass pass, int type) const { return *function_plan(pass, type).function; }
   float* arena(Pass pass) { return arena_[int(pass)].data(); }
+  // The buffers of one pass: uninitialised floats, grown geometrically.
+  class Arena {
+   public:
+    float* reserve(int64_t floats);  // at least `floats`; invalidates earlier pointers when it grows
+    float* data() const { return data_.get(); }
+
+   private:
+    std::unique_ptr<float[]> data_;
+    int64_t capacity_ = 0;
+  };
   View buffer_view(Pass pass, int type, ir::ValueId id, int64_t begin);
   View scattered_rows(int type, int64_t row);  // forward: what `type` scatters, at `row`
   void bind(Pass pass, const Rows& rows, Frame& frame);
@@ -110,12 +131,14 @@ class CpuExecutor final : public Executor {
   void run_task(Pass pass, int task, Frame& frame);
   void run_forward_streaming();
   void run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps, Frame& frame);
+  void run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame);
+  void run_step_profiled(Pass pass, const Rows& rows, const Step& step, Frame& frame);
   void run_node(Pass pass, const Rows& rows, ir::ValueId id, Frame& frame);
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame);
-  // Calls fn(begin, count) over blocks of rows, on the pool's threads when the
-  // work is large enough.
+  // Calls fn(begin, count, block) over blocks of rows, on the pool's threads
+  // when rows × work_per_row (elements, or multiply-adds) is large enough.
   template <typename Fn>
-  void for_row_blocks(const Frame& frame, int64_t rows, int64_t width, Fn&& fn);
+  void for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn);
 
   // Node kinds.
   void gather(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
@@ -123,8 +146,12 @@ class CpuExecutor final : public Executor {
   void pull(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void elementwise(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void dropout(const Rows& rows, const ir::Node& node, const View& x, const View& out);
+  void concat(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void reshape_data(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  // beta = 1 adds the product to `out` (the bias epilogue); only a product
+  // of a uniform weight and per-vertex vectors (one GEMM) may accumulate.
+  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame, float beta = 0.0f);
+  bool bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void sink(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
@@ -139,6 +166,7 @@ class CpuExecutor final : public Executor {
   PoolParallelFor parallel_;  // the pool, lent to the optimizer
   GemmBackend gemm_backend_;
   bool streaming_;
+  bool profile_;
   CpuParameterStore store_;
   ExecStats stats_;
   ExecStats stream_stats_;  // the streaming thread's, merged after each forward
@@ -153,7 +181,18 @@ class CpuExecutor final : public Executor {
   RunOptions options_;
   Evaluation<float>* result_ = nullptr;
   bool has_batch_ = false;
-  std::vector<float> arena_[2];
+  Arena arena_[2];
+
+  // VJIT_PROFILE: time and calls per step, keyed by the step's address in the
+  // plan (stable: the plan outlives the executor's use of it).
+  struct StepAccount {
+    Pass pass = Pass::Forward;
+    int type = 0;
+    double seconds = 0;
+    int64_t calls = 0, rows = 0;
+  };
+  std::unordered_map<const Step*, StepAccount> step_accounts_;
+  std::mutex step_accounts_mutex_;  // the streaming thread profiles too
 };
 
 }  // namespace vjit::runtime

@@ -56,7 +56,9 @@ struct FunctionPlan {
   // Nodes computed inside another step, with no buffer of their own: Outer
   // nodes whose only reader is a ParamGrad (which computes Σ_rows a bᵀ as one
   // GEMM over its rows: every vertex of the type when lazy, the task's vertices
-  // otherwise), and fused nodes that nothing outside their group reads.
+  // otherwise), MatMul nodes whose only reader adds a bias (the GEMM writes the
+  // sum: its output rows start as the bias, beta = 1), and fused nodes that
+  // nothing outside their group reads.
   std::vector<bool> folded;
   std::vector<FusedStep> fused;
   std::vector<Step> eager, core, lazy;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "runtime/exec_plan.h"
@@ -44,6 +45,17 @@ struct ExecStats {
     elementwise_s += o.elementwise_s;
     return *this;
   }
+};
+
+// The time one step of a plan took, summed over the calls since the executor
+// was built (VJIT_PROFILE): which pass, vertex type and phase it belongs to,
+// what it is (an op and its value id, or a fused kernel's name) and how often
+// it ran. Lets a user see which step of which vertex function costs what.
+struct StepTime {
+  std::string label;  // "backward internal core %40 matmul [512]"
+  double seconds = 0;
+  int64_t calls = 0;
+  int64_t rows = 0;  // rows summed over the calls
 };
 
 // One batch, flattened, scheduled and laid out; the engine owns all three and
@@ -88,6 +100,9 @@ class Executor {
   virtual ParameterStore& parameters() = 0;
   // Counters since the last take_stats(), which resets them.
   virtual ExecStats take_stats() = 0;
+  // Per step of the plans, when the executor was asked to profile (VJIT_PROFILE);
+  // empty otherwise. Costliest first.
+  virtual std::vector<StepTime> step_profile() const { return {}; }
 };
 
 }  // namespace vjit::runtime

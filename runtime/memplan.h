@@ -13,6 +13,17 @@
 //            in order: read them in place) or a *copy* (row r comes from the
 //            listed (type, row))
 //
+// Concat in place (VJIT_INPLACE_CONCAT, both planners): a value computed into
+// a buffer of its own whose one Concat reads it is instead written into its
+// columns of the Concat's buffer — the gate gradients a backward concatenates
+// before its weight-gradient GEMM, the h and c a Tree-LSTM cell scatters — so
+// the Concat copies nothing.
+//
+// Wide rows padded (VJIT_PAD_WIDE_ROWS, both planners): a row of a multiple of
+// 256 floats gets a leading dimension 16 floats longer, so that consecutive
+// rows do not fall into the same cache sets (GEMMs over such buffers ran up to
+// twice as fast, memplan.cpp).
+//
 // Planners (VJIT_MEMPLAN):
 //   copy     rows packed (ld = width); a gather is a view where the children's
 //            rows lie at a constant stride in one buffer and only the task's
@@ -38,9 +49,12 @@ enum class Pass : uint8_t { Forward, Backward };
 // Where one value of one vertex type lives: row r at arena + offset + r·ld.
 // offset < 0: the value has no buffer of its own (a view of another value, a
 // parameter, a sink, or folded into another step).
+// in_concat >= 0: the value is written straight into its part of that Concat's
+// buffer (same ld), so the Concat copies nothing for it (concat in place).
 struct ValueLayout {
   int64_t offset = -1;
   int64_t ld = 0;
+  ir::ValueId in_concat = -1;
 };
 
 // A row of a vertex type.
@@ -112,7 +126,13 @@ class Planner {
 
 // The planner named by VJIT_MEMPLAN ("copy", "padded"); throws UserError naming
 // the valid ones otherwise. `plan` and `signatures` must outlive it.
+struct PlannerOptions {
+  bool inplace_concat = true;  // lay Concat arguments out in place (above)
+  bool pad_wide_rows = true;   // rows of a multiple of 256 floats get 16 more (above)
+};
+
 std::unique_ptr<Planner> make_planner(const std::string& name, const ExecPlan& plan,
-                                      const std::vector<TypeSignature>& signatures);
+                                      const std::vector<TypeSignature>& signatures,
+                                      const PlannerOptions& options = {});
 
 }  // namespace vjit::runtime

@@ -35,6 +35,9 @@ struct EngineCase {
   bool streaming = false;
   std::string memplan = "copy";
   bool merge_matmuls = true;
+  bool inplace_concat = true;
+  bool epilogue = true;
+  bool fuse_across_phases = true;
 
   std::string name() const {
     std::string n = model + "_" + policy;
@@ -44,6 +47,9 @@ struct EngineCase {
     if (streaming) n += "_streaming";
     if (memplan != "copy") n += "_" + memplan;
     if (!merge_matmuls) n += "_nomerge";
+    if (!inplace_concat) n += "_noinplace";
+    if (!epilogue) n += "_noepilogue";
+    if (!fuse_across_phases) n += "_nosink";
     return n;
   }
 };
@@ -63,6 +69,9 @@ TEST_P(EngineMatchesReference, ForEveryBatchSize) {
   options.streaming = c.streaming;
   options.memplan = c.memplan;
   options.merge_matmuls = c.merge_matmuls;
+  options.inplace_concat = c.inplace_concat;
+  options.epilogue = c.epilogue;
+  options.fuse_across_phases = c.fuse_across_phases;
   Engine engine(*bundle.program, options);
   for (int batch_size : {1, 7, 64}) {
     GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
@@ -96,6 +105,9 @@ std::vector<EngineCase> engine_cases() {
       c.fusion = false;
     });
     add([](EngineCase& c) { c.merge_matmuls = false; });
+    add([](EngineCase& c) { c.inplace_concat = false; });
+    add([](EngineCase& c) { c.epilogue = false; });
+    add([](EngineCase& c) { c.fuse_across_phases = false; });
     // The model written for matmul merging: every policy without it too.
     if (model == "var_lstm_gates")
       for (const char* policy : {"depth", "frontier", "ratio", "fsm"})
@@ -112,6 +124,26 @@ std::vector<EngineCase> engine_cases() {
 
 INSTANTIATE_TEST_SUITE_P(AllModelsAllPolicies, EngineMatchesReference, ::testing::ValuesIn(engine_cases()),
                          [](const ::testing::TestParamInfo<EngineCase>& info) { return info.param.name(); });
+
+// Rows 256 floats wide (hidden 256) are padded to a leading dimension of 272
+// (VJIT_PAD_WIDE_ROWS); the small configurations above never are, so these
+// models run once at that width, both ways, against the reference.
+TEST(WideRows, PaddedAndUnpaddedMatchTheReference) {
+  for (const std::string model : {"tree_lstm", "var_lstm"}) {
+    models::Config config = small_config(6);
+    config.hidden = 256;
+    config.embed = 256;
+    models::Bundle bundle = models::make_model(model, config);
+    GraphBatch batch = models::make_batch(bundle.train, first_indices(6));
+    for (bool pad : {true, false}) {
+      Options options = Options::defaults();
+      options.pad_wide_rows = pad;
+      Engine engine(*bundle.program, options);
+      testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance,
+                                        model + (pad ? " padded" : " unpadded"));
+    }
+  }
+}
 
 // Lazy batching: each weight gradient is one GEMM per vertex type that uses it,
 // however many samples or vertices the batch has.

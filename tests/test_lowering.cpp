@@ -62,10 +62,13 @@ TEST(PassList, LogsTheIrAfterEachPassInOrder) {
       "merge_matmuls: cell (forward)",      "simplify: cell (forward)",
       "differentiate: cell (backward)",     "simplify_slices: cell (backward)",
       "simplify: cell (backward)",          "fold_outer_products: cell (forward)",
-      "classify_phases: cell (forward)",    "find_fusion_groups: cell (forward)",
-      "compile_kernels: cell (forward)",    "order_steps: cell (forward)",
-      "fold_outer_products: cell (backward)", "classify_phases: cell (backward)",
-      "find_fusion_groups: cell (backward)", "compile_kernels: cell (backward)",
+      "classify_phases: cell (forward)",    "sink_elementwise_into_core: cell (forward)",
+      "find_fusion_groups: cell (forward)",
+      "compile_kernels: cell (forward)",    "fold_bias_adds: cell (forward)",
+      "order_steps: cell (forward)",        "fold_outer_products: cell (backward)",
+      "classify_phases: cell (backward)",   "sink_elementwise_into_core: cell (backward)",
+      "find_fusion_groups: cell (backward)",
+      "compile_kernels: cell (backward)",   "fold_bias_adds: cell (backward)",
       "order_steps: cell (backward)"};
   size_t at = 0;
   for (const std::string& pass : expected) {
@@ -128,6 +131,33 @@ TEST(MergeMatmuls, ForwardGemmsPerTaskDrop) {
       << "merged " << merged.gemm_calls << ", separate " << separate.gemm_calls << ", tasks " << merged.tasks;
   EXPECT_EQ(merged_train.param_grad_gemms, separate_train.param_grad_gemms);
   EXPECT_LT(merged_train.gemm_calls, separate_train.gemm_calls);
+}
+
+// The Tree-LSTM's gate product W·[h_l; h_r] + b: the GEMM adds the bias
+// itself (its rows start as b), one kernel less per task, same results (the
+// engine tests check every model both ways against the reference).
+TEST(GemmEpilogue, TheBiasAddFollowingAProductIsDoneByTheGemm) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  GraphBatch batch = first_samples(bundle, 16);
+  auto run = [&](bool epilogue) {
+    Options options = Options::defaults();
+    options.epilogue = epilogue;
+    options.log = "passes";
+    ::testing::internal::CaptureStderr();
+    Engine engine(*bundle.program, options);
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    engine.infer(batch);
+    return std::pair{log, engine.stats()};
+  };
+  auto [on_log, on] = run(true);
+  auto [off_log, off] = run(false);
+  const std::string folded = section(on_log, "[vjit] after fold_bias_adds: internal (forward)");
+  EXPECT_EQ(count(folded, "= matmul("), 1) << folded;
+  EXPECT_NE(section(off_log, "[vjit] after fold_bias_adds: internal (forward)").find("off"), std::string::npos);
+  ASSERT_EQ(on.tasks, off.tasks);
+  // One step less per internal task and once for the leaves' eager product.
+  EXPECT_LT(on.kernels, off.kernels);
+  EXPECT_EQ(on.gemm_calls, off.gemm_calls);
 }
 
 // --- VJIT_LOG=schedule ---

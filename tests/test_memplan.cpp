@@ -74,6 +74,7 @@ TEST_P(Planners, MakeLayoutsTheExecutorCanFollow) {
     }
 
     // Buffers.
+    int in_place = 0;
     for (Pass pass : {Pass::Forward, Pass::Backward}) {
       std::vector<Interval> buffers;
       for (int type = 0; type < program.num_types(); ++type) {
@@ -84,6 +85,21 @@ TEST_P(Planners, MakeLayoutsTheExecutorCanFollow) {
           const runtime::ValueLayout& v = layout.value(pass, type, id);
           if (v.offset < 0) continue;
           int64_t width = planned[id].shape.numel();
+          if (v.in_concat >= 0) {  // concat in place: its columns of the Concat's rows, nothing else
+            const ir::Node& concat = planned[v.in_concat];
+            ASSERT_EQ(concat.op, ir::Op::Concat) << what;
+            const runtime::ValueLayout& whole = layout.value(pass, type, v.in_concat);
+            EXPECT_EQ(v.ld, whole.ld) << what;
+            int64_t column = 0;
+            for (ir::ValueId arg : concat.args) {
+              if (arg == id) break;
+              column += planned[arg].shape.numel();
+            }
+            EXPECT_EQ(std::count(concat.args.begin(), concat.args.end(), id), 1) << what;
+            EXPECT_EQ(v.offset, whole.offset + column) << what;
+            ++in_place;
+            continue;
+          }
           if (planned[id].uniform) {  // stacked weights (matmul merging): one row every vertex reads
             EXPECT_EQ(v.ld, 0) << what;
             buffers.push_back({v.offset, v.offset + width});
@@ -101,6 +117,11 @@ TEST_P(Planners, MakeLayoutsTheExecutorCanFollow) {
         }
       }
       expect_disjoint_and_inside(buffers, layout.arena_floats[int(pass)], what);
+    }
+    // Every model here but Tree-FC (which concatenates only gathered children)
+    // concatenates values it computed: h and c, gate gradients.
+    if (model != "tree_fc") {
+      EXPECT_GT(in_place, 0) << what;
     }
 
     // Gathers read exactly each vertex's child in that slot.
@@ -127,6 +148,69 @@ TEST_P(Planners, MakeLayoutsTheExecutorCanFollow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(CopyAndPadded, Planners, ::testing::Values("copy", "padded"));
+
+// Rows a multiple of 256 floats wide get 16 floats more, unless asked not to.
+TEST(Planners, WideRowsArePaddedPastCacheSetConflicts) {
+  models::Config config;
+  config.hidden = 256;
+  config.embed = 256;
+  config.train_samples = 2;
+  config.test_samples = 0;
+  models::Bundle bundle = models::make_model("tree_lstm", config);
+  runtime::ExecPlan plan = jit::lower_program(*bundle.program, Options::defaults());
+  std::vector<TypeSignature> signatures = bundle.program->signatures();
+  GraphBatch batch = models::make_batch(bundle.train, {0, 1});
+  scheduler::FlatBatch graph;
+  std::vector<int> order, scratch;
+  scheduler::validate_and_flatten(signatures, batch, false, graph, order, scratch);
+  scheduler::Scheduler scheduler;
+  scheduler::FlatSchedule schedule;
+  scheduler.run(graph, scheduler::Policy::Agenda, nullptr, schedule);
+  for (bool pad : {true, false}) {
+    BatchLayout layout;
+    runtime::make_planner("copy", plan, signatures, {true, pad})->plan({&graph, &schedule}, layout);
+    int wide = 0;
+    for (int type = 0; type < bundle.program->num_types(); ++type) {
+      const ir::Function& f = *plan.types[size_t(type)].forward.function;
+      for (ir::ValueId id = 0; id < f.size(); ++id) {
+        const runtime::ValueLayout& v = layout.value(Pass::Forward, type, id);
+        if (v.offset < 0 || v.in_concat >= 0 || f[id].uniform || f[id].shape.numel() % 256 != 0) continue;
+        ++wide;
+        EXPECT_EQ(v.ld, f[id].shape.numel() + (pad ? 16 : 0)) << ir::to_string(f, id);
+      }
+    }
+    EXPECT_GT(wide, 0);
+  }
+}
+
+TEST(Planners, ConcatInPlaceOffGivesEveryValueItsOwnBuffer) {
+  models::Config config;
+  config.hidden = 8;
+  config.train_samples = 8;
+  config.test_samples = 0;
+  models::Bundle bundle = models::make_model("tree_lstm", config);
+  runtime::ExecPlan plan = jit::lower_program(*bundle.program, Options::defaults());
+  std::vector<TypeSignature> signatures = bundle.program->signatures();
+  GraphBatch batch = models::make_batch(bundle.train, {0, 1, 2, 3, 4, 5, 6, 7});
+  scheduler::FlatBatch graph;
+  std::vector<int> order, scratch;
+  scheduler::validate_and_flatten(signatures, batch, false, graph, order, scratch);
+  scheduler::Scheduler scheduler;
+  scheduler::FlatSchedule schedule;
+  scheduler.run(graph, scheduler::Policy::Agenda, nullptr, schedule);
+  for (bool inplace : {false, true}) {
+    BatchLayout layout;
+    runtime::make_planner("copy", plan, signatures, {inplace, true})->plan({&graph, &schedule}, layout);
+    int in_place = 0;
+    for (Pass pass : {Pass::Forward, Pass::Backward})
+      for (const runtime::ValueLayout& v : layout.values[int(pass)]) in_place += v.in_concat >= 0;
+    if (inplace) {
+      EXPECT_GT(in_place, 0);
+    } else {
+      EXPECT_EQ(in_place, 0);
+    }
+  }
+}
 
 TEST(Planners, AnUnknownPlannerIsRefusedWithTheValidOnes) {
   runtime::ExecPlan plan;

@@ -15,7 +15,7 @@ namespace {
 const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM",
-    "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_LOG",
+    "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES",
 };
 
 // Clears every VJIT_* variable for the test and restores them afterwards.
@@ -60,6 +60,10 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_TRUE(o.lazy);
   EXPECT_FALSE(o.streaming);
   EXPECT_TRUE(o.merge_matmuls);
+  EXPECT_TRUE(o.inplace_concat);
+  EXPECT_TRUE(o.epilogue);
+  EXPECT_TRUE(o.pad_wide_rows);
+  EXPECT_TRUE(o.fuse_across_phases);
   EXPECT_EQ(o.policy, "agenda");
   EXPECT_EQ(o.memplan, "copy");
   EXPECT_EQ(o.device, "cpu");
@@ -79,6 +83,10 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_LAZY", "off");
   set("VJIT_STREAMING", "true");
   set("VJIT_MERGE_MATMULS", "off");
+  set("VJIT_INPLACE_CONCAT", "0");
+  set("VJIT_EPILOGUE", "off");
+  set("VJIT_PAD_WIDE_ROWS", "false");
+  set("VJIT_FUSE_ACROSS_PHASES", "0");
   set("VJIT_POLICY", "fsm");
   set("VJIT_MEMPLAN", "pqtree");
   set("VJIT_DEVICE", "cuda");
@@ -94,6 +102,10 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_FALSE(o.lazy);
   EXPECT_TRUE(o.streaming);
   EXPECT_FALSE(o.merge_matmuls);
+  EXPECT_FALSE(o.inplace_concat);
+  EXPECT_FALSE(o.epilogue);
+  EXPECT_FALSE(o.pad_wide_rows);
+  EXPECT_FALSE(o.fuse_across_phases);
   EXPECT_EQ(o.policy, "fsm");
   EXPECT_EQ(o.memplan, "pqtree");
   EXPECT_EQ(o.device, "cuda");
@@ -173,7 +185,8 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
 
 TEST_F(OptionsEnv, MalformedBoolIsRejected) {
   for (const char* variable :
-       {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_PROFILE", "VJIT_PERF_MAP"}) {
+       {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_PROFILE",
+        "VJIT_PERF_MAP"}) {
     set(variable, "yes please");
     const std::string message = env_error();
     EXPECT_NE(message.find(variable), std::string::npos) << message;

@@ -9,6 +9,9 @@
 // | variable         | field       | values                                     | default      |
 // |------------------|-------------|--------------------------------------------|--------------|
 // | VJIT_FUSION      | fusion      | bool: fuse elementwise ops (union-find)     | on           |
+// | VJIT_FUSE_ACROSS_PHASES | fuse_across_phases | bool: eager elementwise | on        |
+// |                  |             | nodes only tasks read fuse into the tasks'  |              |
+// |                  |             | kernels (ir/fusion.h)                       |              |
 // | VJIT_LAZY        | lazy        | bool: lazy batching of parameter-gradient   | on           |
 // |                  |             | ops (one GEMM per parameter per batch)      |              |
 // | VJIT_STREAMING   | streaming   | bool: eager forward steps on a second thread| off          |
@@ -18,6 +21,15 @@
 // |                  |             | operand by several parameters become one    |              |
 // |                  |             | GEMM over the stacked weights (ir/          |              |
 // |                  |             | merge_matmuls.h)                            |              |
+// | VJIT_INPLACE_CONCAT | inplace_concat | bool: values a Concat reads are | on      |
+// |                  |             | written into its buffer, so it copies       |              |
+// |                  |             | nothing (runtime/memplan.h)                 |              |
+// | VJIT_PAD_WIDE_ROWS | pad_wide_rows | bool: rows of a multiple of 256  | on           |
+// |                  |             | floats get 16 floats of padding (no cache-  |              |
+// |                  |             | set conflicts in GEMMs; runtime/memplan.h)  |              |
+// | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
+// |                  |             | is done by the GEMM (output rows start as   |              |
+// |                  |             | the bias, beta = 1), not by another pass    |              |
 // | VJIT_POLICY      | policy      | depth | agenda | frontier | ratio | fsm     | agenda       |
 // |                  |             | (batching policy of the scheduler)          |              |
 // | VJIT_MEMPLAN     | memplan     | copy | padded | pqtree (the memory      | copy         |
@@ -74,9 +86,13 @@ inline constexpr std::array<std::string_view, 5> log{"off", "passes", "schedule"
 
 struct Options {
   bool fusion = true;               // VJIT_FUSION
+  bool fuse_across_phases = true;   // VJIT_FUSE_ACROSS_PHASES
   bool lazy = true;                 // VJIT_LAZY
   bool streaming = false;           // VJIT_STREAMING (measured: no gain on 2 cores; README)
   bool merge_matmuls = true;        // VJIT_MERGE_MATMULS
+  bool inplace_concat = true;       // VJIT_INPLACE_CONCAT
+  bool epilogue = true;             // VJIT_EPILOGUE
+  bool pad_wide_rows = true;        // VJIT_PAD_WIDE_ROWS
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
