@@ -136,6 +136,143 @@ std::string cuda_index_kernels_source() {
   return out.str();
 }
 
+std::string cuda_runtime_kernels_source() {
+  std::ostringstream out;
+  // Index moves: rows addressed by absolute device pointers, so one launch
+  // covers rows of several buffers and vertex types.
+  out << "extern \"C\" __global__ void vjit_move_rows(long long rows, long long width, "
+         "const unsigned long long* __restrict__ pairs, int mode) {\n"
+      << kLoopBegin
+      << "    float* d = (float*)pairs[2 * r] + i;\n"
+         "    if (mode == 2) { *d = 0.0f; continue; }\n"
+         "    const float x = ((const float*)pairs[2 * r + 1])[i];\n"
+         "    if (mode == 1) atomicAdd(d, x);\n"
+         "    else *d = x;\n  }\n}\n"
+      << host_entry("vjit_move_rows", {"long long", "long long", "const unsigned long long*", "int"});
+  out << "extern \"C\" __global__ void vjit_copy_rows(long long rows, long long width, const float* src, "
+         "long long sld, float* dst, long long dld) {\n"
+      << kLoopBegin << "    dst[r * dld + i] = src[r * sld + i];\n  }\n}\n"
+      << host_entry("vjit_copy_rows", {"long long", "long long", "const float*", "long long", "float*", "long long"});
+  // One unfused unary or binary op (ir::Op as a number); an operand's `n` is
+  // its element count: the row width (same shape), 1 (a scalar) or a vector
+  // broadcast over the rows of a matrix (element i mod n).
+  out << "extern \"C\" __global__ void vjit_elementwise(int op, long long rows, long long width, "
+         "const float* a, long long lda, long long na,\n"
+         "    const float* b, long long ldb, long long nb, float c, float* out, long long ld) {\n"
+      << kLoopBegin
+      << "    const float x = a[r * lda + (na == width ? i : i % na)];\n"
+         "    const float y = b ? b[r * ldb + (nb == width ? i : i % nb)] : 0.0f;\n"
+         "    float v = 0.0f;\n"
+         "    switch (op) {\n";
+  for (ir::Op op : {Op::Neg, Op::Sigmoid, Op::Tanh, Op::Relu, Op::Exp, Op::Log, Op::Sqrt, Op::Step, Op::Add, Op::Sub,
+                    Op::Mul, Op::Div})
+    out << "      case " << int(op) << ": v = " << expression({op, 0, 0, 0.0f}, "x", "y") << "; break;\n";
+  out << "      case " << int(Op::Scale) << ": v = x * c; break;\n"
+      << "      case " << int(Op::AddScalar) << ": v = x + c; break;\n"
+      << "    }\n    out[r * ld + i] = v;\n  }\n}\n"
+      << host_entry("vjit_elementwise", {"int", "long long", "long long", "const float*", "long long", "long long",
+                                         "const float*", "long long", "long long", "float", "float*", "long long"});
+  // Dropout with ir/dropout.h's keep rule: the mask hashes (seed, sample,
+  // vertex, key, element) with mix64 (vjit/random.h); ids holds (sample,
+  // vertex) per row.
+  out << "__device__ unsigned long long vjit_mix64(unsigned long long x) {\n"
+         "  x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 27; x *= 0x94D049BB133111EBull; x ^= x >> 31;\n"
+         "  return x;\n}\n"
+         "extern \"C\" __global__ void vjit_dropout(long long rows, long long width, const float* x, long long xld, "
+         "float* out, long long ld,\n"
+         "    const int* ids, unsigned long long seed, int key, double rate, float scale, int training) {\n"
+      << kLoopBegin
+      << "    bool keep = true;\n"
+         "    if (training) {\n"
+         "      unsigned long long h = vjit_mix64(seed + 0x9E3779B97F4A7C15ull);\n"
+         "      h = vjit_mix64(h ^ (unsigned long long)(unsigned)ids[2 * r]);\n"
+         "      h = vjit_mix64(h ^ ((unsigned long long)(unsigned)ids[2 * r + 1] << 20) ^ "
+         "(unsigned long long)(unsigned)key);\n"
+         "      h = vjit_mix64(h ^ (unsigned long long)i);\n"
+         "      keep = (double)(h >> 11) * 0x1.0p-53 >= rate;\n"
+         "    }\n"
+         "    out[r * ld + i] = keep ? x[r * xld + i] * scale : 0.0f;\n  }\n}\n"
+      << host_entry("vjit_dropout", {"long long", "long long", "const float*", "long long", "float*", "long long",
+                                     "const int*", "unsigned long long", "int", "double", "float", "int"});
+  // Broadcast (mod 0: element 0 of the row) and BroadcastRows (element i mod `mod`).
+  out << "extern \"C\" __global__ void vjit_broadcast(long long rows, long long width, const float* src, "
+         "long long sld, long long mod, float* dst, long long dld) {\n"
+      << kLoopBegin << "    dst[r * dld + i] = src[r * sld + (mod ? i % mod : 0)];\n  }\n}\n"
+      << host_entry("vjit_broadcast",
+                    {"long long", "long long", "const float*", "long long", "long long", "float*", "long long"});
+  // Sum (width 1) and SumRows: dst[j] = Σ over the n source elements ≡ j mod width, in order.
+  out << "extern \"C\" __global__ void vjit_sum_mod(long long rows, long long width, long long n, const float* src, "
+         "long long sld, float* dst, long long dld) {\n"
+      << kLoopBegin
+      << "    float total = 0.0f;\n"
+         "    for (long long k = i; k < n; k += width) total += src[r * sld + k];\n"
+         "    dst[r * dld + i] = total;\n  }\n}\n"
+      << host_entry("vjit_sum_mod", {"long long", "long long", "long long", "const float*", "long long", "float*",
+                                     "long long"});
+  // A dense parameter gradient from per-row terms: dst[i] += Σ_r src[r·ld + i], rows in order.
+  out << "extern \"C\" __global__ void vjit_sum_columns_into(long long rows, long long width, const float* src, "
+         "long long ld, float* dst) {\n"
+         "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < width;\n"
+         "       i += (long long)gridDim.x * blockDim.x) {\n"
+         "    float total = dst[i];\n"
+         "    for (long long r = 0; r < rows; ++r) total += src[r * ld + i];\n"
+         "    dst[i] = total;\n  }\n}\n"
+      << host_entry("vjit_sum_columns_into", {"long long", "long long", "const float*", "long long", "float*"});
+  // The objective: Σ_r x[r·ld], accumulated in double.
+  out << "extern \"C\" __global__ void vjit_loss_sum(long long rows, const float* x, long long ld, double* total) {\n"
+         "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < rows;\n"
+         "       r += (long long)gridDim.x * blockDim.x)\n"
+         "    atomicAdd(total, (double)x[r * ld]);\n}\n"
+      << host_entry("vjit_loss_sum", {"long long", "const float*", "long long", "double*"});
+  // out = a bᵀ per row (a: m floats, b: n floats).
+  out << "extern \"C\" __global__ void vjit_outer(long long rows, long long m, long long n, const float* a, "
+         "long long lda, const float* b, long long ldb, float* out, long long ld) {\n"
+         "  const long long width = m * n;\n"
+      << kLoopBegin
+      << "    out[r * ld + i] = a[r * lda + i / n] * b[r * ldb + i % n];\n  }\n}\n"
+      << host_entry("vjit_outer", {"long long", "long long", "long long", "const float*", "long long", "const float*",
+                                   "long long", "float*", "long long"});
+  // Per-vertex products (MV-RNN): out_r = op(A_r) op(B_r), A_r an a_rows×a_cols
+  // row-major matrix at a + r·lda, B_r b_rows×b_cols at b + r·ldb, out_r m×n.
+  out << "extern \"C\" __global__ void vjit_batched_matmul(long long rows, long long m, long long n, long long k,\n"
+         "    const float* a, long long lda, long long a_cols, int ta, const float* b, long long ldb, "
+         "long long b_cols, int tb, float* out, long long ld) {\n"
+         "  const long long width = m * n;\n"
+      << kLoopBegin
+      << "    const long long row = i / n, col = i % n;\n"
+         "    const float* pa = a + r * lda;\n"
+         "    const float* pb = b + r * ldb;\n"
+         "    float total = 0.0f;\n"
+         "    for (long long q = 0; q < k; ++q)\n"
+         "      total += (ta ? pa[q * a_cols + row] : pa[row * a_cols + q]) * (tb ? pb[col * b_cols + q] : pb[q * b_cols + col]);\n"
+         "    out[r * ld + i] = total;\n  }\n}\n"
+      << host_entry("vjit_batched_matmul",
+                    {"long long", "long long", "long long", "long long", "const float*", "long long", "long long",
+                     "int", "const float*", "long long", "long long", "int", "float*", "long long"});
+  // Softmax cross-entropy per row (one thread a row): the loss log Σ e^(x−max)
+  // + max − x[label], or its gradient g·softmax − g·onehot(label); label < 0: 0.
+  out << "extern \"C\" __global__ void vjit_softmax_ce(long long rows, long long classes, const float* x, "
+         "long long xld, const int* labels,\n"
+         "    const float* up, long long uld, int gradient, float* out, long long ld) {\n"
+         "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < rows;\n"
+         "       r += (long long)gridDim.x * blockDim.x) {\n"
+         "    const float* row = x + r * xld;\n"
+         "    float* dst = out + r * ld;\n"
+         "    const int label = labels[r];\n"
+         "    float max = -__int_as_float(0x7f800000);\n"
+         "    for (long long c = 0; c < classes; ++c) max = row[c] > max ? row[c] : max;\n"
+         "    float total = 0.0f;\n"
+         "    for (long long c = 0; c < classes; ++c) total += expf(row[c] - max);\n"
+         "    if (!gradient) { dst[0] = label < 0 ? 0.0f : logf(total) + max - row[label]; continue; }\n"
+         "    const float g = label < 0 ? 0.0f : up[r * uld];\n"
+         "    const float scale = g / total;\n"
+         "    for (long long c = 0; c < classes; ++c) dst[c] = expf(row[c] - max) * scale;\n"
+         "    if (label >= 0) dst[label] -= g;\n  }\n}\n"
+      << host_entry("vjit_softmax_ce", {"long long", "long long", "const float*", "long long", "const int*",
+                                        "const float*", "long long", "int", "float*", "long long"});
+  return out.str();
+}
+
 std::string cuda_module_source(const std::vector<CudaKernelSource>& kernels) {
   std::string source =
       "// Generated by vjit (codegen/cuda_source.cpp). Compiled by NVRTC with --fmad=false, or by the host\n"

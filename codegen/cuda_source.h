@@ -62,6 +62,26 @@ inline constexpr std::string_view kCudaGatherSum = "vjit_gather_sum";
 inline constexpr std::string_view kCudaFillRows = "vjit_fill_rows";
 std::string cuda_index_kernels_source();
 
+// The fixed kernels the CUDA executor runs for the steps that are not fused
+// groups, each the device form of a CPU executor step (runtime/cpu_executor.cpp):
+//   vjit_move_rows(rows, width, const unsigned long long* pairs, int mode)
+//       per row r, dst = (float*)pairs[2r], src = (const float*)pairs[2r+1]:
+//       mode 0 dst[i] = src[i], 1 atomicAdd(dst + i, src[i]), 2 dst[i] = 0
+//   vjit_copy_rows(rows, width, src, sld, dst, dld)      (sld 0: one row to every row)
+//   vjit_elementwise(op, rows, width, a, lda, na, b, ldb, nb, c, out, ld)
+//       one unfused unary or binary op (int(ir::Op)); an operand of n elements
+//       is read at i mod n (n = width, 1 for a scalar, a broadcast vector); b null for unary
+//   vjit_dropout(rows, width, x, xld, out, ld, ids, seed, key, rate, scale, training)
+//       ir::dropout_keeps bit for bit; ids = (sample, vertex) per row
+//   vjit_broadcast(rows, width, src, sld, mod, dst, dld)  Broadcast (mod 0), BroadcastRows
+//   vjit_sum_mod(rows, width, n, src, sld, dst, dld)       Sum (width 1), SumRows
+//   vjit_sum_columns_into(rows, width, src, ld, dst)       dst[i] += Σ_r src[r·ld + i]
+//   vjit_loss_sum(rows, x, ld, double* total)              *total += Σ_r x[r·ld]
+//   vjit_outer(rows, m, n, a, lda, b, ldb, out, ld)        out_r = a_r b_rᵀ
+//   vjit_batched_matmul(rows, m, n, k, a, lda, a_cols, ta, b, ldb, b_cols, tb, out, ld)
+//   vjit_softmax_ce(rows, classes, x, xld, labels, up, uld, gradient, out, ld)
+std::string cuda_runtime_kernels_source();
+
 // One module's source: the prelude (types, the grid-stride helper) followed by
 // the given kernels' sources.
 std::string cuda_module_source(const std::vector<CudaKernelSource>& kernels);

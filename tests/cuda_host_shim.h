@@ -10,6 +10,7 @@
 #include <cstring>
 
 #define __global__
+#define __device__
 #define __restrict__ __restrict
 
 struct vjit_dim3 {
@@ -36,6 +37,11 @@ inline float __int_as_float(unsigned bits) {
 }
 inline float atomicAdd(float* address, float value) {
   float old = *address;
+  *address = old + value;
+  return old;
+}
+inline double atomicAdd(double* address, double value) {
+  double old = *address;
   *address = old + value;
   return old;
 }

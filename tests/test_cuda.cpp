@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "codegen/cuda_source.h"
+#include "ir/dropout.h"
 #include "cuda_test_util.h"
 #include "jit/disk_cache.h"
 #include "jit/nvrtc.h"
@@ -63,6 +65,7 @@ class HostModule {
     std::vector<codegen::CudaKernelSource> kernels;
     for (const codegen::KernelSpec& spec : specs_) kernels.push_back(codegen::cuda_fused_kernel(spec));
     kernels.push_back({"index", codegen::cuda_index_kernels_source()});
+    kernels.push_back({"runtime", codegen::cuda_runtime_kernels_source()});
     fs::path dir = fresh_dir("host-shim");
     std::ofstream(dir / "module.cu") << codegen::cuda_module_source(kernels);
     std::string command = std::string(VJIT_HOST_CXX) +
@@ -115,6 +118,62 @@ TEST(CudaHostShim, EveryExampleKernelMatchesTheReference) {
       module.entry(codegen::cuda_fused_kernel(spec).name)(params.data(), 3, 32);
       for (size_t o = 0; o < expected.size(); ++o)
         EXPECT_EQ(out.outputs[o], expected[o]) << spec.key() << " rows " << rows << " output " << o;
+    }
+  }
+}
+
+// The executor's kernels, built for the host: dropout draws ir::dropout_keeps'
+// mask bit for bit, the unfused elementwise op equals the op semantics, the
+// softmax cross-entropy and its gradient equal a direct loop.
+TEST(CudaHostShim, RuntimeKernelsMatchTheCpuSemantics) {
+  HostModule& module = HostModule::get();
+  ASSERT_TRUE(module.error.empty()) << module.error;
+  long long rows = 3, width = 50, ld = 53;
+  std::vector<float> x(size_t(rows * ld)), out(size_t(rows * ld), -7.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 17) - 8) * 0.25f;
+  std::vector<int> ids{0, 3, 2, 1, 5, 9};
+  const float* xp = x.data();
+  float* op = out.data();
+  const int* idp = ids.data();
+  unsigned long long seed = 77;
+  int key = 4, training = 1;
+  double rate = 0.3;
+  float scale = float(1.0 / (1.0 - rate));
+  std::vector<void*> dropout{&rows, &width, &xp, &ld, &op, &ld, &idp, &seed, &key, &rate, &scale, &training};
+  module.entry("vjit_dropout")(dropout.data(), 2, 32);
+  for (long long r = 0; r < rows; ++r)
+    for (long long i = 0; i < width; ++i) {
+      bool keep = ir::dropout_keeps(seed, ids[size_t(2 * r)], ids[size_t(2 * r + 1)], key, i, rate);
+      EXPECT_EQ(out[size_t(r * ld + i)], keep ? x[size_t(r * ld + i)] * scale : 0.0f) << r << "," << i;
+    }
+
+  // Sub with b a vector broadcast over the rows (n = 10 of a 50-wide row).
+  const float* bp = x.data() + 1;
+  long long na = width, nb = 10, lb = 0;
+  int sub = int(ir::Op::Sub);
+  float c = 0.0f;
+  std::vector<void*> elementwise{&sub, &rows, &width, &xp, &ld, &na, &bp, &lb, &nb, &c, &op, &ld};
+  module.entry("vjit_elementwise")(elementwise.data(), 3, 16);
+  for (long long r = 0; r < rows; ++r)
+    for (long long i = 0; i < width; ++i)
+      EXPECT_EQ(out[size_t(r * ld + i)], x[size_t(r * ld + i)] - bp[i % 10]) << r << "," << i;
+
+  std::vector<int> labels{3, -1, 49};
+  const int* lp = labels.data();
+  std::vector<float> up{2.0f, 5.0f, -1.5f};
+  const float* upp = up.data();
+  long long one = 1;
+  int gradient = 1;
+  std::vector<void*> softmax{&rows, &width, &xp, &ld, &lp, &upp, &one, &gradient, &op, &ld};
+  module.entry("vjit_softmax_ce")(softmax.data(), 1, 2);
+  for (long long r = 0; r < rows; ++r) {
+    const float* row = x.data() + r * ld;
+    float max = *std::max_element(row, row + width), total = 0.0f;
+    for (long long i = 0; i < width; ++i) total += std::exp(row[i] - max);
+    float g = labels[size_t(r)] < 0 ? 0.0f : up[size_t(r)];
+    for (long long i = 0; i < width; ++i) {
+      float expected = std::exp(row[i] - max) * (g / total) - (i == labels[size_t(r)] ? g : 0.0f);
+      EXPECT_NEAR(out[size_t(r * ld + i)], expected, 1e-6f) << r << "," << i;
     }
   }
 }
@@ -196,6 +255,7 @@ TEST(Nvrtc, EveryExampleKernelCompilesForSm80AndSm90) {
   std::vector<codegen::CudaKernelSource> kernels;
   for (const codegen::KernelSpec& spec : HostModule::get().specs()) kernels.push_back(codegen::cuda_fused_kernel(spec));
   kernels.push_back({"index", codegen::cuda_index_kernels_source()});
+  kernels.push_back({"runtime", codegen::cuda_runtime_kernels_source()});
   const std::string source = codegen::cuda_module_source(kernels);
   for (int arch : {80, 90}) {
     jit::CudaModuleImage image = jit::compile_cuda_module(source, arch, "", "example kernels");
@@ -204,7 +264,7 @@ TEST(Nvrtc, EveryExampleKernelCompilesForSm80AndSm90) {
     ASSERT_GT(image.image.size(), 4u);
     EXPECT_EQ(image.image.substr(0, 4), "\x7f" "ELF") << "not a cubin for sm_" << arch;
     for (const codegen::CudaKernelSource& k : kernels)
-      if (k.name != "index") {
+      if (k.name != "index" && k.name != "runtime") {
         EXPECT_NE(image.image.find(k.name), std::string::npos) << k.name << " sm_" << arch;
       }
   }
