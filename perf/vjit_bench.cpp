@@ -139,6 +139,7 @@ struct Timing {
   int samples = 0;
   EngineStats stats;
   CompileInfo compile;
+  std::string device;  // where the engine ran: cpu or cuda
 };
 
 Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options, int batch_size, int steps) {
@@ -156,7 +157,7 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
   engine.reset_stats();
   Timer timer;
   for (const GraphBatch& batch : timed) step(batch);
-  Timing timing{timer.seconds(), steps * batch_size, engine.stats(), engine.compile_info()};
+  Timing timing{timer.seconds(), steps * batch_size, engine.stats(), engine.compile_info(), engine.options().device};
   // The ED-Batch lower bound of the same batches, outside the timed loop.
   engine.reset_stats();
   engine.track_lower_bound(true);
@@ -194,6 +195,8 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"peak_gemm", {{"backend", peak.backend}, {"size", peak.size}, {"threads", peak.threads}}},
               {"roofline_ratio", useful / peak.all_threads_gflops_per_s},
               {"threads", options.threads},
+              {"device", t.device},
+              {"engine_start_s", t.compile.lower_s},
               {"fused_groups", t.compile.fused_groups},
               {"jit_compiles", t.compile.jit_compiles},
               {"jit_cache_hits", t.compile.jit_cache_hits},

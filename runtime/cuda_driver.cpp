@@ -39,7 +39,7 @@ namespace {
   X(cuStreamCreate) X(cuMemAlloc) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemsetD8Async)            \
   X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamSynchronize) X(cuCtxSynchronize) \
   X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamWaitEvent)      \
-  X(cuGetErrorString)
+  X(cuGetErrorString) X(cuMemAllocHost) X(cuMemFreeHost)
 
 struct Driver {
 #define VJIT_X(fn) decltype(&::fn) fn = nullptr;
@@ -241,6 +241,22 @@ void CudaDevice::download(void* dst, DevicePtr src, size_t bytes, int stream) {
   VJIT_CU_CHECK(driver().cuStreamSynchronize(impl_->streams[stream]));
 }
 
+void CudaDevice::download_async(void* dst, DevicePtr src, size_t bytes, int stream) {
+  if (bytes) VJIT_CU_CHECK(driver().cuMemcpyDtoHAsync(dst, src, bytes, impl_->streams[stream]));
+}
+
+void* CudaDevice::alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  CUresult result = driver().cuMemAllocHost(&p, std::max<size_t>(bytes, 1));
+  VJIT_USER_CHECK(result == CUDA_SUCCESS, "cannot allocate " << bytes << " bytes of pinned host memory: "
+                                                             << error_text(result));
+  return p;
+}
+
+void CudaDevice::free_pinned(void* p) {
+  if (p) driver().cuMemFreeHost(p);
+}
+
 void CudaDevice::memset_zero(DevicePtr dst, size_t bytes, int stream) {
   if (bytes) VJIT_CU_CHECK(driver().cuMemsetD8Async(dst, 0, bytes, impl_->streams[stream]));
 }
@@ -351,6 +367,9 @@ void CudaDevice::release_all() {}
 void CudaDevice::upload(DevicePtr, const void*, size_t, int) {}
 void CudaDevice::download(void*, DevicePtr, size_t, int) {}
 void CudaDevice::memset_zero(DevicePtr, size_t, int) {}
+void CudaDevice::download_async(void*, DevicePtr, size_t, int) {}
+void* CudaDevice::alloc_pinned(size_t) { return nullptr; }
+void CudaDevice::free_pinned(void*) {}
 void* CudaDevice::load_module(const std::string&) { return nullptr; }
 void* CudaDevice::function(void*, const std::string&) { return nullptr; }
 unsigned CudaDevice::grid_for(int64_t) { return 1; }

@@ -56,6 +56,12 @@ class CudaDevice {
   void upload(DevicePtr dst, const void* src, size_t bytes, int stream = 0);
   void download(void* dst, DevicePtr src, size_t bytes, int stream = 0);
   void memset_zero(DevicePtr dst, size_t bytes, int stream = 0);
+  // Queued on `stream`; `dst` is valid after synchronize(). Asynchronous
+  // only for pinned memory.
+  void download_async(void* dst, DevicePtr src, size_t bytes, int stream = 0);
+  // Page-locked host memory (cuMemAllocHost): the staging of batch inputs.
+  void* alloc_pinned(size_t bytes);
+  void free_pinned(void* p);
 
   // Modules and launches. `image` is a cubin or PTX (jit/nvrtc.h).
   void* load_module(const std::string& image);
