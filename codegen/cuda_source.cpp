@@ -270,6 +270,41 @@ std::string cuda_runtime_kernels_source() {
          "    if (label >= 0) dst[label] -= g;\n  }\n}\n"
       << host_entry("vjit_softmax_ce", {"long long", "long long", "const float*", "long long", "const int*",
                                         "const float*", "long long", "int", "float*", "long long"});
+  // The optimizer (runtime/optimizer.cpp's update loops, the same float
+  // operations): per row r, ptrs[4r..4r+3] = weights, gradient, state slot 0, 1.
+  out << "extern \"C\" __global__ void vjit_sum_squares(long long rows, long long width, "
+         "const unsigned long long* __restrict__ ptrs, double* sum) {\n"
+         "  double partial = 0.0;\n"
+      << (std::string(kLoopBegin).substr(std::string(kLoopBegin).find("  const long long total")))
+      << "    const double g = ((const float*)ptrs[4 * r + 1])[i];\n"
+         "    partial += g * g;\n  }\n"
+         "  if (partial != 0.0 || partial != partial) atomicAdd(sum, partial);\n}\n"
+      << host_entry("vjit_sum_squares", {"long long", "long long", "const unsigned long long*", "double*"});
+  out << "extern \"C\" __global__ void vjit_optimizer_update(long long rows, long long width, "
+         "const unsigned long long* __restrict__ ptrs, int kind,\n"
+         "    float lr, float weight_decay, float momentum, float beta1, float beta2, float one_minus_beta1,\n"
+         "    float one_minus_beta2, float correction1, float correction2, float eps, float decay, float scale) {\n"
+      << kLoopBegin
+      << "    float* w = (float*)ptrs[4 * r] + i;\n"
+         "    const float g = ((const float*)ptrs[4 * r + 1])[i];\n"
+         "    if (kind == 1) { *w -= lr * (g * scale + weight_decay * *w); continue; }\n"
+         "    float* m = (float*)ptrs[4 * r + 2] + i;\n"
+         "    if (kind == 2) {\n"
+         "      const float d = g * scale + weight_decay * *w;\n"
+         "      *m = momentum * *m + d;\n"
+         "      *w -= lr * *m;\n"
+         "      continue;\n"
+         "    }\n"
+         "    float* v = (float*)ptrs[4 * r + 3] + i;\n"
+         "    const float gk = g * scale;\n"
+         "    const float mk = beta1 * *m + one_minus_beta1 * gk;\n"
+         "    const float vk = beta2 * *v + one_minus_beta2 * gk * gk;\n"
+         "    *m = mk;\n"
+         "    *v = vk;\n"
+         "    *w = *w * decay - lr * (mk / correction1) / (sqrtf(vk / correction2) + eps);\n  }\n}\n"
+      << host_entry("vjit_optimizer_update",
+                    {"long long", "long long", "const unsigned long long*", "int", "float", "float", "float", "float",
+                     "float", "float", "float", "float", "float", "float", "float", "float"});
   return out.str();
 }
 

@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -39,7 +41,7 @@ namespace {
   X(cuStreamCreate) X(cuMemAlloc) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemsetD8Async)            \
   X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamSynchronize) X(cuCtxSynchronize) \
   X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamWaitEvent)      \
-  X(cuGetErrorString) X(cuMemAllocHost) X(cuMemFreeHost)
+  X(cuGetErrorString) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister)
 
 struct Driver {
 #define VJIT_X(fn) decltype(&::fn) fn = nullptr;
@@ -183,6 +185,16 @@ struct CudaDevice::Impl {
   std::mutex mutex;
   cublasLtHandle_t lt = nullptr;
   CUdeviceptr workspace = 0;
+  // Per GEMM shape (transposes, m, n, k, leading dimensions, TF32): the
+  // descriptors and the algorithm cuBLASLt's heuristic chose, made on the
+  // first call of that shape; a Tree-LSTM step repeats a few dozen shapes
+  // hundreds of times, and making them costs more host time than the product.
+  struct GemmPlan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  std::map<std::array<int64_t, 9>, GemmPlan> gemm_plans;
 };
 
 CudaDevice& CudaDevice::get() {
@@ -257,6 +269,14 @@ void CudaDevice::free_pinned(void* p) {
   if (p) driver().cuMemFreeHost(p);
 }
 
+bool CudaDevice::pin(void* p, size_t bytes) {
+  return p && bytes && driver().cuMemHostRegister(p, bytes, 0) == CUDA_SUCCESS;
+}
+
+void CudaDevice::unpin(void* p) {
+  if (p) driver().cuMemHostUnregister(p);
+}
+
 void CudaDevice::memset_zero(DevicePtr dst, size_t bytes, int stream) {
   if (bytes) VJIT_CU_CHECK(driver().cuMemsetD8Async(dst, 0, bytes, impl_->streams[stream]));
 }
@@ -314,38 +334,50 @@ void CudaDevice::sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
     VJIT_LT_CHECK(lt.cublasLtCreate(&impl_->lt));
     impl_->workspace = alloc(kWorkspace);
   }
-  cublasLtMatmulDesc_t desc = nullptr;
-  VJIT_LT_CHECK(lt.cublasLtMatmulDescCreate(&desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-                                            CUDA_R_32F));
-  cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  lt.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first);
-  lt.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second);
-  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
-  VJIT_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&first, CUDA_R_32F, uint64_t(tb ? k : n), uint64_t(tb ? n : k), ldb));
-  VJIT_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&second, CUDA_R_32F, uint64_t(ta ? m : k), uint64_t(ta ? k : m), lda));
-  VJIT_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&out, CUDA_R_32F, uint64_t(n), uint64_t(m), ldc));
-  cublasLtMatmulPreference_t preference = nullptr;
-  VJIT_LT_CHECK(lt.cublasLtMatmulPreferenceCreate(&preference));
-  size_t workspace = kWorkspace;
-  lt.cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                          sizeof workspace);
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
+  const std::array<int64_t, 9> key{int64_t(ta), int64_t(tb), m, n, k, lda, ldb, ldc, int64_t(tf32)};
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto found_plan = impl_->gemm_plans.find(key);
+  if (found_plan == impl_->gemm_plans.end()) {
+    Impl::GemmPlan plan;
+    VJIT_LT_CHECK(lt.cublasLtMatmulDescCreate(&plan.desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                              CUDA_R_32F));
+    cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    lt.cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first);
+    lt.cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second);
+    VJIT_LT_CHECK(
+        lt.cublasLtMatrixLayoutCreate(&plan.first, CUDA_R_32F, uint64_t(tb ? k : n), uint64_t(tb ? n : k), ldb));
+    VJIT_LT_CHECK(
+        lt.cublasLtMatrixLayoutCreate(&plan.second, CUDA_R_32F, uint64_t(ta ? m : k), uint64_t(ta ? k : m), lda));
+    VJIT_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&plan.out, CUDA_R_32F, uint64_t(n), uint64_t(m), ldc));
+    cublasLtMatmulPreference_t preference = nullptr;
+    VJIT_LT_CHECK(lt.cublasLtMatmulPreferenceCreate(&preference));
+    size_t workspace = kWorkspace;
+    lt.cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                            sizeof workspace);
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    cublasStatus_t status = lt.cublasLtMatmulAlgoGetHeuristic(impl_->lt, plan.desc, plan.first, plan.second, plan.out,
+                                                              plan.out, preference, 1, &heuristic, &found);
+    lt.cublasLtMatmulPreferenceDestroy(preference);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+      lt.cublasLtMatrixLayoutDestroy(plan.first);
+      lt.cublasLtMatrixLayoutDestroy(plan.second);
+      lt.cublasLtMatrixLayoutDestroy(plan.out);
+      lt.cublasLtMatmulDescDestroy(plan.desc);
+      VJIT_INTERNAL_CHECK(false, "cuBLASLt has no algorithm for sgemm m=" << m << " n=" << n << " k=" << k
+                                                                          << ": status " << int(status));
+    }
+    plan.algo = heuristic.algo;
+    found_plan = impl_->gemm_plans.emplace(key, plan).first;
+  }
+  const Impl::GemmPlan& plan = found_plan->second;
   cublasStatus_t status =
-      lt.cublasLtMatmulAlgoGetHeuristic(impl_->lt, desc, first, second, out, out, preference, 1, &heuristic, &found);
-  if (status == CUBLAS_STATUS_SUCCESS && found > 0)
-    status = lt.cublasLtMatmul(impl_->lt, desc, &alpha, reinterpret_cast<const void*>(b), first,
-                               reinterpret_cast<const void*>(a), second, &beta, reinterpret_cast<void*>(c), out,
-                               reinterpret_cast<void*>(c), out, &heuristic.algo, reinterpret_cast<void*>(impl_->workspace),
-                               workspace, impl_->streams[stream]);
-  lt.cublasLtMatmulPreferenceDestroy(preference);
-  lt.cublasLtMatrixLayoutDestroy(first);
-  lt.cublasLtMatrixLayoutDestroy(second);
-  lt.cublasLtMatrixLayoutDestroy(out);
-  lt.cublasLtMatmulDescDestroy(desc);
-  VJIT_INTERNAL_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0,
-                      "cuBLASLt sgemm m=" << m << " n=" << n << " k=" << k << " failed: status " << int(status)
-                                          << ", algorithms found " << found);
+      lt.cublasLtMatmul(impl_->lt, plan.desc, &alpha, reinterpret_cast<const void*>(b), plan.first,
+                        reinterpret_cast<const void*>(a), plan.second, &beta, reinterpret_cast<void*>(c), plan.out,
+                        reinterpret_cast<void*>(c), plan.out, &plan.algo, reinterpret_cast<void*>(impl_->workspace),
+                        kWorkspace, impl_->streams[stream]);
+  VJIT_INTERNAL_CHECK(status == CUBLAS_STATUS_SUCCESS,
+                      "cuBLASLt sgemm m=" << m << " n=" << n << " k=" << k << " failed: status " << int(status));
 }
 
 #else  // built without the CUDA toolkit
@@ -370,6 +402,8 @@ void CudaDevice::memset_zero(DevicePtr, size_t, int) {}
 void CudaDevice::download_async(void*, DevicePtr, size_t, int) {}
 void* CudaDevice::alloc_pinned(size_t) { return nullptr; }
 void CudaDevice::free_pinned(void*) {}
+bool CudaDevice::pin(void*, size_t) { return false; }
+void CudaDevice::unpin(void*) {}
 void* CudaDevice::load_module(const std::string&) { return nullptr; }
 void* CudaDevice::function(void*, const std::string&) { return nullptr; }
 unsigned CudaDevice::grid_for(int64_t) { return 1; }

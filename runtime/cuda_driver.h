@@ -62,6 +62,10 @@ class CudaDevice {
   // Page-locked host memory (cuMemAllocHost): the staging of batch inputs.
   void* alloc_pinned(size_t bytes);
   void free_pinned(void* p);
+  // Page-locks memory the caller owns (cuMemHostRegister), so copies from and
+  // to it run at full speed; false when the driver refuses. unpin before it is freed.
+  bool pin(void* p, size_t bytes);
+  void unpin(void* p);
 
   // Modules and launches. `image` is a cubin or PTX (jit/nvrtc.h).
   void* load_module(const std::string& image);

@@ -1,6 +1,7 @@
 #include "runtime/cuda_executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <span>
 
@@ -50,12 +51,18 @@ CudaParameterStore::CudaParameterStore(CudaExecutor& owner, CudaDevice& device, 
     grads_[p] = device_.alloc(numel * sizeof(float));
     device_.memset_zero(grads_[p], numel * sizeof(float));
     host_grads_[p].assign(numel, 0.0f);
+    for (void* host : {static_cast<void*>(host_grads_[p].data()), static_cast<void*>(model.param(int(p)).value.data())})
+      if (device_.pin(host, numel * sizeof(float))) pinned_.push_back(host);
     if (!embedding[p] || dense[p]) continue;
     rows_[p].all = false;
     rows_[p].rows.reserve(size_t(model.param(int(p)).shape.rows()));
     row_written_[p].assign(size_t(model.param(int(p)).shape.rows()), 0);
   }
   upload(model);
+}
+
+CudaParameterStore::~CudaParameterStore() {
+  for (void* host : pinned_) device_.unpin(host);
 }
 
 void CudaParameterStore::upload(const Model& model) {
@@ -115,6 +122,8 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
   softmax_fn_ = fn("vjit_softmax_ce");
   gather_sum_fn_ = fn("vjit_gather_sum");
   fill_rows_fn_ = fn("vjit_fill_rows");
+  sum_squares_fn_ = fn("vjit_sum_squares");
+  optimizer_fn_ = fn("vjit_optimizer_update");
   size_t max_values = 0;
   push_widths_.resize(plan.types.size());
   push_index_.resize(plan.types.size());
@@ -143,6 +152,7 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
   views_[0].resize(max_values);
   views_[1].resize(max_values);
   objective_ = device_.alloc(sizeof(double));
+  norm_ = device_.alloc(sizeof(double));
 }
 
 CudaExecutor::~CudaExecutor() {
@@ -434,12 +444,121 @@ void CudaExecutor::upload_updated(bool dense) {
   device_.synchronize();
 }
 
-// runtime/optimizer.cpp on the host, with the gradients the backward left on
-// the device; then the changed values go back.
-void CudaExecutor::update(Optimizer& optimizer) {
+void CudaExecutor::update_on_host(Optimizer& optimizer) {
+  Model& model = store_.model();
+  OptimizerState& state = store_.optimizer_state();
+  if (slots_on_device_) {  // the device's slots are the live ones: bring them over
+    for (int p = 0; p < model.size(); ++p)
+      for (size_t k = 0; k < 2 && size_t(p) < state.slots.size() && k < state.slots[size_t(p)].size(); ++k)
+        device_.download_async(state.slots[size_t(p)][k].data(), slots_[size_t(2 * p) + k],
+                               state.slots[size_t(p)][k].size() * sizeof(float));
+    device_.synchronize();
+    slots_on_device_ = false;
+  }
   store_.gradients();
-  optimizer.step(store_.model(), store_.host_grads_, store_.rows_, &parallel_, &store_.optimizer_state());
+  optimizer.step(model, store_.host_grads_, store_.rows_, &parallel_, &state);
   upload_updated(optimizer.dense_updates());
+}
+
+void CudaExecutor::download_updated() {
+  Model& model = store_.model();
+  int64_t sparse_floats = 0;
+  for (int p = 0; p < model.size(); ++p)
+    if (!store_.rows_[size_t(p)].all)
+      sparse_floats += int64_t(store_.rows_[size_t(p)].rows.size()) * model.param(p).shape.cols();
+  DevicePtr block = reserve(pushes_, std::max<int64_t>(sparse_floats, 1));
+  int64_t used = 0;
+  for (int p = 0; p < model.size(); ++p) {
+    ParamData& param = model.param(p);
+    const GradientRows& rows = store_.rows_[size_t(p)];
+    if (rows.all) {
+      device_.download_async(param.value.data(), store_.value(p), param.value.size() * sizeof(float));
+      continue;
+    }
+    const int64_t cols = param.shape.cols();
+    pairs_.clear();
+    for (size_t i = 0; i < rows.rows.size(); ++i) {
+      pairs_.push_back(at(block, used + int64_t(i) * cols));
+      pairs_.push_back(at(store_.value(p), int64_t(rows.rows[i]) * cols));
+    }
+    move_rows(pairs_, cols, kMoveCopy);
+    used += int64_t(rows.rows.size()) * cols;
+  }
+  floats_.resize(size_t(std::max<int64_t>(sparse_floats, 1)));
+  if (sparse_floats > 0) device_.download_async(floats_.data(), block, size_t(bytes_of(sparse_floats)));
+  device_.synchronize();
+  used = 0;
+  for (int p = 0; p < model.size(); ++p) {
+    const GradientRows& rows = store_.rows_[size_t(p)];
+    if (rows.all) continue;
+    const int64_t cols = model.param(p).shape.cols();
+    for (int32_t row : rows.rows) {
+      std::copy_n(floats_.begin() + used, cols, model.param(p).value.begin() + int64_t(row) * cols);
+      used += cols;
+    }
+  }
+}
+
+// One step on the device (see the header): rows of (weights, gradient, slot 0,
+// slot 1) per parameter — a dense parameter as one row, an embedding table its
+// touched rows — summed, then updated by the rule's kernel.
+void CudaExecutor::update(Optimizer& optimizer) {
+  DeviceUpdate rule = optimizer.device_rule();
+  if (rule.kind == DeviceUpdate::Kind::None || optimizer.dense_updates()) return update_on_host(optimizer);
+  Model& model = store_.model();
+  staging_used_ = 0;
+  if (slots_.empty())
+    for (int p = 0; p < model.size(); ++p)
+      for (int k = 0; k < 2; ++k) slots_.push_back(device_.alloc(size_t(bytes_of(model.param(p).shape.numel()))));
+  struct Segment {
+    int64_t first = 0, rows = 0, width = 0;  // first tuple, tuples, floats per row
+  };
+  std::vector<Segment> segments;
+  pairs_.clear();
+  for (int p = 0; p < model.size(); ++p) {
+    const GradientRows& rows = store_.rows_[size_t(p)];
+    const int64_t cols = model.param(p).shape.cols();
+    Segment segment{int64_t(pairs_.size() / 4), 0, rows.all ? model.param(p).shape.numel() : cols};
+    auto tuple = [&](int64_t offset) {
+      pairs_.insert(pairs_.end(), {at(store_.value(p), offset), at(store_.gradient(p), offset),
+                                   at(slots_[size_t(2 * p)], offset), at(slots_[size_t(2 * p + 1)], offset)});
+      ++segment.rows;
+    };
+    if (rows.all) tuple(0);
+    else
+      for (int32_t row : rows.rows) tuple(int64_t(row) * cols);
+    if (segment.rows > 0 && segment.width > 0) segments.push_back(segment);
+  }
+  if (segments.empty()) return update_on_host(optimizer);
+  const DevicePtr tuples = stage(pairs_.data(), pairs_.size());
+  // Σ g²: a few hundred blocks, each thread's partial added once.
+  constexpr int64_t kNormThreads = 65536;
+  device_.memset_zero(norm_, sizeof(double));
+  for (const Segment& s : segments)
+    launch(sum_squares_fn_, std::min(s.rows * s.width, kNormThreads), s.rows, s.width,
+           tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t), norm_);
+  double sum = 0;
+  device_.download_async(&sum, norm_, sizeof sum);
+  device_.synchronize();
+  if (!std::isfinite(sum)) return update_on_host(optimizer);  // step() names the culprit
+  OptimizerState& state = store_.optimizer_state();
+  rule = optimizer.begin_device_step(model, state, sum);
+  if (rule.state_made || !slots_on_device_) {
+    // Fresh state: zeros; after host steps: the host's slots.
+    for (int p = 0; p < model.size(); ++p)
+      for (size_t k = 0; k < 2; ++k) {
+        const size_t bytes = size_t(bytes_of(model.param(p).shape.numel()));
+        if (rule.state_made || k >= state.slots[size_t(p)].size()) device_.memset_zero(slots_[size_t(2 * p) + k], bytes);
+        else device_.upload(slots_[size_t(2 * p) + k], state.slots[size_t(p)][k].data(), bytes);
+      }
+    slots_on_device_ = true;
+  }
+  const int kind = rule.kind == DeviceUpdate::Kind::Sgd ? 1 : rule.kind == DeviceUpdate::Kind::SgdMomentum ? 2 : 3;
+  for (const Segment& s : segments)
+    launch(optimizer_fn_, s.rows * s.width, s.rows, s.width, tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t), kind,
+           rule.lr, rule.weight_decay, rule.momentum, rule.beta1, rule.beta2, 1.0f - rule.beta1, 1.0f - rule.beta2,
+           rule.correction1, rule.correction2, rule.eps, rule.decay, rule.scale);
+  download_updated();
 }
 
 void CudaExecutor::run_type_phase(Pass pass, ir::Phase phase, int type) {

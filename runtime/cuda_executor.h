@@ -15,13 +15,16 @@
 // that reads them. The host waits for the device only at the end of a forward
 // (the objective and the pushed values come back) and of a backward.
 //
-// Parameter store: parameters and gradients live on the device. The
-// optimizer step runs on the host with runtime/optimizer.cpp's rules, over
-// the gradients downloaded (dense parameters whole, embedding tables only the
-// touched rows), and the updated values are uploaded again (the same rows):
-// the Model stays the one copy a user reads, numerically identical to a CPU
-// step. Values changed in the Model by hand after the engine was built need
-// parameters().upload(model).
+// Parameter store: parameters, gradients and the optimizer's state slots live
+// on the device. An SGD or Adam step runs there (Optimizer::device_rule: the
+// same float operations as runtime/optimizer.cpp, so the same weights as a CPU
+// step): the norm of the listed gradients is summed on the device, the
+// optimizer does its bookkeeping (Optimizer::begin_device_step), one kernel
+// per parameter updates the listed rows, and the changed values are copied
+// back into the Model, which stays current for its user. A rule with no device
+// form, or dense updates of an embedding table, runs on the host over the
+// downloaded gradients instead. Values changed in the Model by hand after the
+// engine was built need parameters().upload(model).
 #include <cstdint>
 #include <vector>
 
@@ -37,6 +40,7 @@ class CudaExecutor;
 class CudaParameterStore final : public ParameterStore {
  public:
   CudaParameterStore(CudaExecutor& owner, CudaDevice& device, Model& model, const ExecPlan& plan);
+  ~CudaParameterStore() override;
   void upload(const Model& model) override;
   void download(Model& model) const override;
   // Downloads the gradients of the last backward the first time they are asked for.
@@ -67,6 +71,9 @@ class CudaParameterStore final : public ParameterStore {
   mutable std::vector<std::vector<float>> host_grads_;
   mutable std::vector<std::vector<int32_t>> host_rows_;  // rows of an embedding table's host gradient written last
   mutable bool host_current_ = false;
+  // Host memory page-locked for the optimizer's transfers: the host gradients
+  // and the Model's values as they were at construction.
+  std::vector<void*> pinned_;
   friend class CudaExecutor;
 };
 
@@ -142,6 +149,12 @@ class CudaExecutor final : public Executor {
   // Uploads what an optimizer step changed: every dense parameter, and the
   // touched rows of each embedding table (all of it when `dense`).
   void upload_updated(bool dense);
+  // The optimizer on the host (runtime/optimizer.cpp), for a rule without a
+  // device form or dense updates of embedding tables.
+  void update_on_host(Optimizer& optimizer);
+  // Copies the values an update changed into the Model: dense parameters
+  // whole, embedding tables their touched rows.
+  void download_updated();
   friend class CudaParameterStore;
 
   const Program& program_;
@@ -158,7 +171,12 @@ class CudaExecutor final : public Executor {
   void *move_rows_fn_ = nullptr, *copy_rows_fn_ = nullptr, *elementwise_fn_ = nullptr, *dropout_fn_ = nullptr,
        *broadcast_fn_ = nullptr, *sum_mod_fn_ = nullptr, *sum_columns_fn_ = nullptr, *loss_sum_fn_ = nullptr,
        *outer_fn_ = nullptr, *batched_matmul_fn_ = nullptr, *softmax_fn_ = nullptr, *gather_sum_fn_ = nullptr,
-       *fill_rows_fn_ = nullptr;
+       *fill_rows_fn_ = nullptr, *sum_squares_fn_ = nullptr, *optimizer_fn_ = nullptr;
+  // The optimizer's state slots on the device (two per parameter), live when
+  // slots_on_device_; otherwise the host's OptimizerState holds them.
+  std::vector<DevicePtr> slots_;
+  bool slots_on_device_ = false;
+  DevicePtr norm_ = 0;  // Σ g² of a step, in double
   std::vector<std::vector<int64_t>> push_widths_;
   std::vector<std::vector<int>> push_index_;
   std::vector<int64_t> scatter_width_;

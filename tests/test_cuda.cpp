@@ -178,6 +178,47 @@ TEST(CudaHostShim, RuntimeKernelsMatchTheCpuSemantics) {
   }
 }
 
+// The device optimizer, built for the host, leaves the same weights bit for bit
+// as Optimizer::step on the CPU: Adam, and SGD with momentum and clipping.
+TEST(CudaHostShim, OptimizerKernelEqualsTheCpuStep) {
+  HostModule& module = HostModule::get();
+  ASSERT_TRUE(module.error.empty()) << module.error;
+  Adam cpu_adam(0.01f, 0.9f, 0.999f, 1e-8f, 0.01f), gpu_adam(0.01f, 0.9f, 0.999f, 1e-8f, 0.01f);
+  SGD cpu_sgd(0.1f, 0.9f, 0.001f, 0.5f), gpu_sgd(0.1f, 0.9f, 0.001f, 0.5f);
+  for (Optimizer* pair : {static_cast<Optimizer*>(&cpu_adam), static_cast<Optimizer*>(&cpu_sgd)}) {
+    Optimizer& cpu = *pair;
+    Optimizer& gpu = pair == &cpu_adam ? static_cast<Optimizer&>(gpu_adam) : static_cast<Optimizer&>(gpu_sgd);
+    Model on_cpu, on_gpu;
+    on_cpu.add("w", Shape::mat(5, 7));
+    on_gpu.add("w", Shape::mat(5, 7));
+    on_gpu.param(0).value = on_cpu.param(0).value;
+    std::vector<float> slot0(35, 0.0f), slot1(35, 0.0f);
+    OptimizerState state;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<std::vector<float>> grads{std::vector<float>(35)};
+      for (size_t i = 0; i < 35; ++i) grads[0][i] = float(int((i * 7 + size_t(step)) % 11) - 5) * 0.3f;
+      cpu.step(on_cpu, grads);
+      double sum = 0;
+      for (float g : grads[0]) sum += double(g) * double(g);
+      DeviceUpdate rule = gpu.begin_device_step(on_gpu, state, sum);
+      std::vector<unsigned long long> ptrs{reinterpret_cast<unsigned long long>(on_gpu.param(0).value.data()),
+                                           reinterpret_cast<unsigned long long>(grads[0].data()),
+                                           reinterpret_cast<unsigned long long>(slot0.data()),
+                                           reinterpret_cast<unsigned long long>(slot1.data())};
+      long long rows = 1, width = 35;
+      const unsigned long long* p = ptrs.data();
+      int kind = rule.kind == DeviceUpdate::Kind::Adam ? 3 : 2;
+      float omb1 = 1.0f - rule.beta1, omb2 = 1.0f - rule.beta2;
+      std::vector<void*> params{&rows, &width, &p, &kind, &rule.lr, &rule.weight_decay, &rule.momentum, &rule.beta1,
+                                &rule.beta2, &omb1, &omb2, &rule.correction1, &rule.correction2, &rule.eps,
+                                &rule.decay, &rule.scale};
+      module.entry("vjit_optimizer_update")(params.data(), 2, 8);
+      EXPECT_EQ(on_gpu.param(0).value, on_cpu.param(0).value) << "step " << step;
+      EXPECT_NEAR(gpu.last_grad_norm(), cpu.last_grad_norm(), 1e-12 * cpu.last_grad_norm());
+    }
+  }
+}
+
 TEST(CudaHostShim, IndexKernelsMatchLoops) {
   HostModule& module = HostModule::get();
   ASSERT_TRUE(module.error.empty()) << module.error;

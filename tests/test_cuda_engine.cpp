@@ -90,8 +90,10 @@ TEST_P(CudaEngine, InferenceEqualsTheCpu) {
   EXPECT_LE(testing::tensor_error(on_gpu.pushes.values(), on_cpu.pushes.values()), kTolerance);
 }
 
-// Three Adam steps on the GPU and on the CPU from the same weights: the same
-// weights after (the optimizer runs runtime/optimizer.cpp on both).
+// Three steps on the GPU and on the CPU from the same weights leave the same
+// weights: Adam and SGD with momentum and clipping run on the device
+// (Optimizer::device_rule), Adam with dense updates on the host; the engine
+// switches between the two with the state carried over.
 TEST_P(CudaEngine, TrainingStepsEqualTheCpu) {
   VJIT_SKIP_WITHOUT_CUDA();
   const std::string& model = GetParam();
@@ -99,19 +101,40 @@ TEST_P(CudaEngine, TrainingStepsEqualTheCpu) {
   models::Bundle on_cpu = models::make_model(model, testing::small_config());
   Engine gpu(*on_gpu.program, cuda_options()), cpu(*on_cpu.program, Options::defaults());
   Adam gpu_adam(0.01f), cpu_adam(0.01f);
+  SGD gpu_sgd(0.05f, 0.9f, 0.01f, 0.5f), cpu_sgd(0.05f, 0.9f, 0.01f, 0.5f);
   GraphBatch batch = models::make_batch(on_gpu.train, first_indices(16));
+  GraphBatch other = models::make_batch(on_gpu.train, {16, 17, 18, 19, 20});
+  auto compare = [&](const char* what) {
+    for (int p = 0; p < on_gpu.model->size(); ++p)
+      EXPECT_LE(testing::tensor_error(on_gpu.model->param(p).value, on_cpu.model->param(p).value), 1e-3)
+          << model << " " << what << ": " << on_gpu.model->param(p).name;
+  };
   for (int step = 0; step < 3; ++step) {
-    double g = gpu.train_step(batch, gpu_adam), c = cpu.train_step(batch, cpu_adam);
-    EXPECT_NEAR(g, c, kTolerance * std::max(1.0, std::abs(c))) << model << " step " << step;
+    const GraphBatch& b = step == 1 ? other : batch;
+    double g = gpu.train_step(b, gpu_adam), c = cpu.train_step(b, cpu_adam);
+    EXPECT_NEAR(g, c, kTolerance * std::max(1.0, std::abs(c))) << model << " adam step " << step;
   }
-  for (int p = 0; p < on_gpu.model->size(); ++p)
-    EXPECT_LE(testing::tensor_error(on_gpu.model->param(p).value, on_cpu.model->param(p).value), 1e-3)
-        << model << ": " << on_gpu.model->param(p).name;
+  compare("adam");
   EXPECT_EQ(gpu.gradient_rows().size(), cpu.gradient_rows().size());
   for (size_t p = 0; p < cpu.gradient_rows().size(); ++p) {
     EXPECT_EQ(gpu.gradient_rows()[p].all, cpu.gradient_rows()[p].all);
     EXPECT_EQ(gpu.gradient_rows()[p].rows, cpu.gradient_rows()[p].rows);
   }
+  gpu_adam.set_dense_updates(true);  // on the host, from the device's moments
+  cpu_adam.set_dense_updates(true);
+  gpu.train_step(batch, gpu_adam);
+  cpu.train_step(batch, cpu_adam);
+  gpu_adam.set_dense_updates(false);  // back on the device, from the host's moments
+  cpu_adam.set_dense_updates(false);
+  gpu.train_step(other, gpu_adam);
+  cpu.train_step(other, cpu_adam);
+  compare("adam, dense updates on the host and back");
+  for (int step = 0; step < 2; ++step) {
+    gpu.train_step(batch, gpu_sgd);
+    cpu.train_step(batch, cpu_sgd);
+  }
+  compare("sgd with momentum and clipping");
+  EXPECT_NEAR(gpu_sgd.last_grad_norm(), cpu_sgd.last_grad_norm(), 1e-4 * std::max(1.0, cpu_sgd.last_grad_norm()));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryModel, CudaEngine, ::testing::ValuesIn(models::model_names()),
