@@ -278,6 +278,10 @@ std::string cuda_runtime_kernels_source() {
       << (std::string(kLoopBegin).substr(std::string(kLoopBegin).find("  const long long total")))
       << "    const double g = ((const float*)ptrs[4 * r + 1])[i];\n"
          "    partial += g * g;\n  }\n"
+         "#ifndef VJIT_CUDA_HOST_SHIM\n"
+         "  for (int lane = 16; lane > 0; lane /= 2) partial += __shfl_down_sync(0xffffffffu, partial, lane);\n"
+         "  if ((threadIdx.x & 31) != 0) return;\n"
+         "#endif\n"
          "  if (partial != 0.0 || partial != partial) atomicAdd(sum, partial);\n}\n"
       << host_entry("vjit_sum_squares", {"long long", "long long", "const unsigned long long*", "double*"});
   out << "extern \"C\" __global__ void vjit_optimizer_update(long long rows, long long width, "

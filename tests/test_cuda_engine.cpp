@@ -137,6 +137,19 @@ TEST_P(CudaEngine, TrainingStepsEqualTheCpu) {
   EXPECT_NEAR(gpu_sgd.last_grad_norm(), cpu_sgd.last_grad_norm(), 1e-4 * std::max(1.0, cpu_sgd.last_grad_norm()));
 }
 
+// VJIT_TF32: products on TF32 tensor cores (10-bit mantissa). The accuracy
+// Options states: the objective and gradients of the Tree-LSTM within 2e-2 of
+// the double reference (FP32 is within 1e-4).
+TEST(CudaEngineTf32, TreeLstmWithinTheStatedAccuracy) {
+  VJIT_SKIP_WITHOUT_CUDA();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config());
+  Options options = cuda_options();
+  options.tf32 = true;
+  Engine engine(*bundle.program, options);
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(32));
+  testing::expect_matches_reference(engine, *bundle.program, batch, 2e-2, "tree_lstm tf32");
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryModel, CudaEngine, ::testing::ValuesIn(models::model_names()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

@@ -41,6 +41,10 @@
 // |                  |             | CUDA device runs the plan, naming what is   |              |
 // |                  |             | missing; auto: the GPU when one runs it,    |              |
 // |                  |             | else the CPU, saying why once)              |              |
+// | VJIT_TF32        | tf32        | bool: GPU matrix products on TF32 tensor    | off          |
+// |                  |             | cores (10-bit mantissa: products agree with |              |
+// |                  |             | FP32 to about 1e-3 relative; gradients of   |              |
+// |                  |             | the example models to about 1e-2)           |              |
 // | VJIT_THREADS     | threads     | positive integer (CPU worker threads)       | hardware     |
 // |                  |             |                                             | concurrency  |
 // | VJIT_ISA         | isa         | auto | avx512 | avx2 | scalar (x86 JIT      | auto         |
@@ -96,6 +100,7 @@ struct Options {
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
+  bool tf32 = false;                // VJIT_TF32
   int threads = default_threads();  // VJIT_THREADS
   std::string isa = "auto";         // VJIT_ISA
   std::string gemm = "auto";        // VJIT_GEMM
