@@ -173,11 +173,15 @@ struct Engine::Impl {
   static runtime::ExecPlan lower_and_count(const Program& program, const Options& options, CompileInfo& info) {
     auto start = std::chrono::steady_clock::now();
     jit::KernelCacheCounters before = jit::KernelCache::global().counters();
+    jit::NvrtcCounters nvrtc_before = jit::nvrtc_counters();  // the CUDA module (VJIT_DEVICE=cuda)
     runtime::ExecPlan plan = jit::lower_program(program, options);
     jit::KernelCacheCounters after = jit::KernelCache::global().counters();
-    info.jit_compiles = after.compiles - before.compiles;
-    info.jit_cache_hits = after.hits - before.hits;
-    info.jit_compile_s = after.compile_seconds - before.compile_seconds;
+    jit::NvrtcCounters nvrtc_after = jit::nvrtc_counters();
+    info.jit_compiles = after.compiles - before.compiles + nvrtc_after.compiles - nvrtc_before.compiles;
+    info.jit_cache_hits = after.hits - before.hits + nvrtc_after.memory_hits - nvrtc_before.memory_hits +
+                          nvrtc_after.disk_hits - nvrtc_before.disk_hits;
+    info.jit_compile_s = after.compile_seconds - before.compile_seconds + nvrtc_after.compile_seconds -
+                         nvrtc_before.compile_seconds;
     for (const runtime::TypePlan& t : plan.types) info.fused_groups += int(t.forward.fused.size() + t.backward.fused.size());
     info.lower_s = seconds_since(start);
     return plan;

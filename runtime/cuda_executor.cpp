@@ -373,31 +373,30 @@ void CudaExecutor::backward() {
   device_.synchronize();
 }
 
-// Dense gradients whole; an embedding table's touched rows gathered into one
-// block on the device and downloaded at once, its host rows of the previous
-// backward zeroed first.
-void CudaExecutor::fetch_gradients() {
-  staging_used_ = 0;
+// Per parameter: a dense one's device array `source(p)` whole into `dense(p)`
+// (host, its size); for an embedding table, its touched rows of `source(p)`,
+// gathered into one block on the device and downloaded at once, each handed to
+// put(p, row, values).
+template <typename Source, typename Dense, typename Put>
+void CudaExecutor::download_touched(Source&& source, Dense&& dense, Put&& put) {
+  const Model& model = store_.model();
   int64_t sparse_floats = 0;
-  for (int p = 0; p < store_.model().size(); ++p)
+  for (int p = 0; p < model.size(); ++p)
     if (!store_.rows_[size_t(p)].all)
-      sparse_floats += int64_t(store_.rows_[size_t(p)].rows.size()) * store_.model().param(p).shape.cols();
+      sparse_floats += int64_t(store_.rows_[size_t(p)].rows.size()) * model.param(p).shape.cols();
   DevicePtr block = reserve(pushes_, std::max<int64_t>(sparse_floats, 1));  // the push buffer is free here
   int64_t used = 0;
-  for (int p = 0; p < store_.model().size(); ++p) {
-    std::vector<float>& host = store_.host_grads_[size_t(p)];
+  for (int p = 0; p < model.size(); ++p) {
     const GradientRows& rows = store_.rows_[size_t(p)];
     if (rows.all) {
-      device_.download_async(host.data(), store_.gradient(p), host.size() * sizeof(float));
+      device_.download_async(dense(p), source(p), size_t(bytes_of(model.param(p).shape.numel())));
       continue;
     }
-    const int64_t cols = store_.model().param(p).shape.cols();
-    for (int32_t row : store_.host_rows_[size_t(p)]) std::fill_n(host.begin() + int64_t(row) * cols, cols, 0.0f);
-    store_.host_rows_[size_t(p)] = rows.rows;
+    const int64_t cols = model.param(p).shape.cols();
     pairs_.clear();
     for (size_t i = 0; i < rows.rows.size(); ++i) {
       pairs_.push_back(at(block, used + int64_t(i) * cols));
-      pairs_.push_back(at(store_.gradient(p), int64_t(rows.rows[i]) * cols));
+      pairs_.push_back(at(source(p), int64_t(rows.rows[i]) * cols));
     }
     move_rows(pairs_, cols, kMoveCopy);
     used += int64_t(rows.rows.size()) * cols;
@@ -406,16 +405,33 @@ void CudaExecutor::fetch_gradients() {
   if (sparse_floats > 0) device_.download_async(floats_.data(), block, size_t(bytes_of(sparse_floats)));
   device_.synchronize();
   used = 0;
-  for (int p = 0; p < store_.model().size(); ++p) {
+  for (int p = 0; p < model.size(); ++p) {
     const GradientRows& rows = store_.rows_[size_t(p)];
     if (rows.all) continue;
-    const int64_t cols = store_.model().param(p).shape.cols();
-    std::vector<float>& host = store_.host_grads_[size_t(p)];
+    const int64_t cols = model.param(p).shape.cols();
     for (int32_t row : rows.rows) {
-      std::copy_n(floats_.begin() + used, cols, host.begin() + int64_t(row) * cols);
+      put(p, row, floats_.data() + used);
       used += cols;
     }
   }
+}
+
+// The host gradients: an embedding table's rows of the previous backward are
+// zeroed before this one's are written.
+void CudaExecutor::fetch_gradients() {
+  staging_used_ = 0;
+  for (int p = 0; p < store_.model().size(); ++p) {
+    if (store_.rows_[size_t(p)].all) continue;
+    const int64_t cols = store_.model().param(p).shape.cols();
+    std::vector<float>& host = store_.host_grads_[size_t(p)];
+    for (int32_t row : store_.host_rows_[size_t(p)]) std::fill_n(host.begin() + int64_t(row) * cols, cols, 0.0f);
+    store_.host_rows_[size_t(p)] = store_.rows_[size_t(p)].rows;
+  }
+  download_touched([&](int p) { return store_.gradient(p); }, [&](int p) { return store_.host_grads_[size_t(p)].data(); },
+                   [&](int p, int32_t row, const float* values) {
+                     const int64_t cols = store_.model().param(p).shape.cols();
+                     std::copy_n(values, cols, store_.host_grads_[size_t(p)].begin() + int64_t(row) * cols);
+                   });
 }
 
 void CudaExecutor::upload_updated(bool dense) {
@@ -462,41 +478,11 @@ void CudaExecutor::update_on_host(Optimizer& optimizer) {
 
 void CudaExecutor::download_updated() {
   Model& model = store_.model();
-  int64_t sparse_floats = 0;
-  for (int p = 0; p < model.size(); ++p)
-    if (!store_.rows_[size_t(p)].all)
-      sparse_floats += int64_t(store_.rows_[size_t(p)].rows.size()) * model.param(p).shape.cols();
-  DevicePtr block = reserve(pushes_, std::max<int64_t>(sparse_floats, 1));
-  int64_t used = 0;
-  for (int p = 0; p < model.size(); ++p) {
-    ParamData& param = model.param(p);
-    const GradientRows& rows = store_.rows_[size_t(p)];
-    if (rows.all) {
-      device_.download_async(param.value.data(), store_.value(p), param.value.size() * sizeof(float));
-      continue;
-    }
-    const int64_t cols = param.shape.cols();
-    pairs_.clear();
-    for (size_t i = 0; i < rows.rows.size(); ++i) {
-      pairs_.push_back(at(block, used + int64_t(i) * cols));
-      pairs_.push_back(at(store_.value(p), int64_t(rows.rows[i]) * cols));
-    }
-    move_rows(pairs_, cols, kMoveCopy);
-    used += int64_t(rows.rows.size()) * cols;
-  }
-  floats_.resize(size_t(std::max<int64_t>(sparse_floats, 1)));
-  if (sparse_floats > 0) device_.download_async(floats_.data(), block, size_t(bytes_of(sparse_floats)));
-  device_.synchronize();
-  used = 0;
-  for (int p = 0; p < model.size(); ++p) {
-    const GradientRows& rows = store_.rows_[size_t(p)];
-    if (rows.all) continue;
-    const int64_t cols = model.param(p).shape.cols();
-    for (int32_t row : rows.rows) {
-      std::copy_n(floats_.begin() + used, cols, model.param(p).value.begin() + int64_t(row) * cols);
-      used += cols;
-    }
-  }
+  download_touched([&](int p) { return store_.value(p); }, [&](int p) { return model.param(p).value.data(); },
+                   [&](int p, int32_t row, const float* values) {
+                     const int64_t cols = model.param(p).shape.cols();
+                     std::copy_n(values, cols, model.param(p).value.begin() + int64_t(row) * cols);
+                   });
 }
 
 // One step on the device (see the header): rows of (weights, gradient, slot 0,

@@ -146,6 +146,8 @@ class CudaExecutor final : public Executor {
   void gather_grad(const Rows& rows, const ir::Node& node, const View& g);
   // The store's host copy of the gradients, from the device.
   void fetch_gradients();
+  template <typename Source, typename Dense, typename Put>
+  void download_touched(Source&& source, Dense&& dense, Put&& put);
   // Uploads what an optimizer step changed: every dense parameter, and the
   // touched rows of each embedding table (all of it when `dense`).
   void upload_updated(bool dense);

@@ -9,7 +9,19 @@
 
 #include "codegen/kernel_spec.h"
 #include "engine_check.h"
+#include "jit/nvrtc.h"
 #include "jit/pipeline.h"
+#include "runtime/cuda_driver.h"
+
+// In a test that needs a GPU: skips, saying "skipped: no CUDA device (reason)",
+// where there is none or NVRTC is missing.
+#define VJIT_SKIP_WITHOUT_CUDA()                                                                        \
+  do {                                                                                                  \
+    const vjit::runtime::CudaProbe& probe = vjit::runtime::probe_cuda();                                \
+    if (!probe.ok) GTEST_SKIP() << "skipped: no CUDA device (" << probe.reason << ")";                  \
+    std::string nvrtc = vjit::jit::nvrtc_unavailable_reason();                                          \
+    if (!nvrtc.empty()) GTEST_SKIP() << "skipped: no CUDA device usable without NVRTC (" << nvrtc << ")"; \
+  } while (0)
 
 namespace vjit::testing {
 

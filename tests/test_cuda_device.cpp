@@ -18,14 +18,6 @@ namespace {
 using runtime::CudaDevice;
 using runtime::DevicePtr;
 
-#define VJIT_SKIP_WITHOUT_CUDA()                                                                   \
-  do {                                                                                             \
-    const runtime::CudaProbe& probe = runtime::probe_cuda();                                       \
-    if (!probe.ok) GTEST_SKIP() << "skipped: no CUDA device (" << probe.reason << ")";             \
-    std::string nvrtc = jit::nvrtc_unavailable_reason();                                           \
-    if (!nvrtc.empty()) GTEST_SKIP() << "skipped: no CUDA device usable without NVRTC (" << nvrtc << ")"; \
-  } while (0)
-
 DevicePtr to_device(CudaDevice& gpu, const std::vector<float>& host) {
   DevicePtr p = gpu.alloc(host.size() * sizeof(float));
   gpu.upload(p, host.data(), host.size() * sizeof(float));

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cuda_test_util.h"
 #include "engine_check.h"
 #include "examples/models/models.h"
 #include "jit/nvrtc.h"
@@ -17,14 +18,6 @@
 
 namespace vjit {
 namespace {
-
-#define VJIT_SKIP_WITHOUT_CUDA()                                                                        \
-  do {                                                                                                  \
-    const runtime::CudaProbe& probe = runtime::probe_cuda();                                            \
-    if (!probe.ok) GTEST_SKIP() << "skipped: no CUDA device (" << probe.reason << ")";                  \
-    std::string nvrtc = jit::nvrtc_unavailable_reason();                                                \
-    if (!nvrtc.empty()) GTEST_SKIP() << "skipped: no CUDA device usable without NVRTC (" << nvrtc << ")"; \
-  } while (0)
 
 constexpr double kTolerance = 1e-4;
 
