@@ -41,7 +41,7 @@ namespace {
   X(cuStreamCreate) X(cuMemAlloc) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemsetD8Async)            \
   X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamSynchronize) X(cuCtxSynchronize) \
   X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamWaitEvent)      \
-  X(cuGetErrorString) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister)
+  X(cuGetErrorString) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemFree)
 
 struct Driver {
 #define VJIT_X(fn) decltype(&::fn) fn = nullptr;
@@ -238,6 +238,18 @@ DevicePtr CudaDevice::alloc(size_t bytes) {
   return block.base;
 }
 
+DevicePtr CudaDevice::alloc_owned(size_t bytes) {
+  CUdeviceptr p = 0;
+  CUresult result = driver().cuMemAlloc(&p, std::max<size_t>(bytes, 1));
+  VJIT_USER_CHECK(result == CUDA_SUCCESS, "cannot allocate " << bytes << " bytes on " << info_.name << ": "
+                                                             << error_text(result));
+  return p;
+}
+
+void CudaDevice::free_owned(DevicePtr p) {
+  if (p) driver().cuMemFree(p);  // an error here leaves nothing to recover
+}
+
 void CudaDevice::release_all() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   for (Impl::Block& b : impl_->blocks) b.used = 0;
@@ -395,6 +407,8 @@ CudaDevice& CudaDevice::get() {
 CudaDevice::CudaDevice() = default;
 CudaDevice::~CudaDevice() = default;
 DevicePtr CudaDevice::alloc(size_t) { return 0; }
+DevicePtr CudaDevice::alloc_owned(size_t) { return 0; }
+void CudaDevice::free_owned(DevicePtr) {}
 void CudaDevice::release_all() {}
 void CudaDevice::upload(DevicePtr, const void*, size_t, int) {}
 void CudaDevice::download(void*, DevicePtr, size_t, int) {}

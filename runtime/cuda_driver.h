@@ -59,6 +59,10 @@ class CudaDevice {
   // Queued on `stream`; `dst` is valid after synchronize(). Asynchronous
   // only for pinned memory.
   void download_async(void* dst, DevicePtr src, size_t bytes, int stream = 0);
+  // Memory of its own (cuMemAlloc), outside the arena, for what lives as long
+  // as an executor; see DeviceBuffer.
+  DevicePtr alloc_owned(size_t bytes);
+  void free_owned(DevicePtr p);
   // Page-locked host memory (cuMemAllocHost): the staging of batch inputs.
   void* alloc_pinned(size_t bytes);
   void free_pinned(void* p);
@@ -98,6 +102,37 @@ class CudaDevice {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   CudaDeviceInfo info_;
+};
+
+// Device memory owned by one object (an executor's parameters, gradients,
+// optimizer slots, per-pass arenas), freed with it: engines made and dropped
+// in one process give their memory back. Movable, not copyable.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(CudaDevice& device, size_t bytes) : device_(&device), ptr_(device.alloc_owned(bytes)) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept : device_(other.device_), ptr_(other.ptr_) { other.ptr_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      device_ = other.device_;
+      ptr_ = other.ptr_;
+      other.ptr_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { release(); }
+  DevicePtr get() const { return ptr_; }
+
+ private:
+  void release() {
+    if (ptr_) device_->free_owned(ptr_);
+    ptr_ = 0;
+  }
+  CudaDevice* device_ = nullptr;
+  DevicePtr ptr_ = 0;
 };
 
 }  // namespace vjit::runtime

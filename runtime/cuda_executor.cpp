@@ -45,11 +45,17 @@ CudaParameterStore::CudaParameterStore(CudaExecutor& owner, CudaDevice& device, 
       if (n.op == Op::EmbeddingGrad) embedding[size_t(n.param)] = 1;
       if (n.op == Op::ParamGrad) dense[size_t(n.param)] = 1;
     }
+  // Two blocks, each parameter's part 256-byte aligned.
+  std::vector<size_t> offset(size_t(model.size()) + 1, 0);
+  for (size_t p = 0; p < size_t(model.size()); ++p)
+    offset[p + 1] = offset[p] + ((size_t(model.param(int(p)).shape.numel()) * sizeof(float) + 255) & ~size_t(255));
+  values_block_ = DeviceBuffer(device_, offset.back());
+  grads_block_ = DeviceBuffer(device_, offset.back());
+  device_.memset_zero(grads_block_.get(), offset.back());
   for (size_t p = 0; p < size_t(model.size()); ++p) {
     const size_t numel = size_t(model.param(int(p)).shape.numel());
-    values_[p] = device_.alloc(numel * sizeof(float));
-    grads_[p] = device_.alloc(numel * sizeof(float));
-    device_.memset_zero(grads_[p], numel * sizeof(float));
+    values_[p] = values_block_.get() + offset[p];
+    grads_[p] = grads_block_.get() + offset[p];
     host_grads_[p].assign(numel, 0.0f);
     for (void* host : {static_cast<void*>(host_grads_[p].data()), static_cast<void*>(model.param(int(p)).value.data())})
       if (device_.pin(host, numel * sizeof(float))) pinned_.push_back(host);
@@ -151,8 +157,9 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
   }
   views_[0].resize(max_values);
   views_[1].resize(max_values);
-  objective_ = device_.alloc(sizeof(double));
-  norm_ = device_.alloc(sizeof(double));
+  scalars_ = DeviceBuffer(device_, 2 * sizeof(double));
+  objective_ = scalars_.get();
+  norm_ = scalars_.get() + sizeof(double);
 }
 
 CudaExecutor::~CudaExecutor() {
@@ -174,12 +181,17 @@ const FunctionPlan& CudaExecutor::function_plan(Pass pass, int type) const {
   return pass == Pass::Forward ? t.forward : t.backward;
 }
 
-// Arenas grow geometrically; the old block stays allocated in the device's
-// arena (never freed), so work still queued on it is safe.
+// Arenas grow geometrically, with half again as much room as asked for: a
+// new buffer costs a cuMemFree (which waits for the device) and a cuMemAlloc,
+// a millisecond or more at these sizes, so batches a little larger than the
+// first must not each pay it. The old buffer goes once no queued work reads it
+// (a pass reserves before it queues anything, so the wait finds the device idle).
 DevicePtr CudaExecutor::reserve(Arena& arena, int64_t floats) {
   if (floats > arena.capacity) {
-    arena.capacity = std::max(floats, arena.capacity + arena.capacity / 2);
-    arena.data = device_.alloc(size_t(bytes_of(arena.capacity)));
+    device_.synchronize();
+    arena.capacity = std::max(floats + floats / 2, 2 * arena.capacity);
+    arena.buffer = DeviceBuffer(device_, size_t(bytes_of(arena.capacity)));
+    arena.data = arena.buffer.get();
   }
   return arena.data;
 }
@@ -189,13 +201,14 @@ DevicePtr CudaExecutor::stage(const T* data, size_t count) {
   const size_t bytes = count * sizeof(T);
   const size_t aligned = (bytes + 255) & ~size_t(255);
   if (staging_used_ + aligned > staging_capacity_) {
-    // Everything staged so far must have reached the device before the host
-    // buffer goes; the old device buffer stays valid for queued kernels.
+    // Everything staged so far must have reached the device, and the kernels
+    // reading it run, before either buffer goes.
     device_.synchronize();
     device_.free_pinned(staging_host_);
     staging_capacity_ = std::max(aligned, 2 * staging_capacity_ + (size_t(4) << 20));
     staging_host_ = static_cast<char*>(device_.alloc_pinned(staging_capacity_));
-    staging_device_ = device_.alloc(staging_capacity_);
+    staging_buffer_ = DeviceBuffer(device_, staging_capacity_);
+    staging_device_ = staging_buffer_.get();
     staging_used_ = 0;
   }
   std::memcpy(staging_host_ + staging_used_, data, bytes);
@@ -493,9 +506,17 @@ void CudaExecutor::update(Optimizer& optimizer) {
   if (rule.kind == DeviceUpdate::Kind::None || optimizer.dense_updates()) return update_on_host(optimizer);
   Model& model = store_.model();
   staging_used_ = 0;
-  if (slots_.empty())
+  if (slots_.empty()) {  // two slots per parameter, in one block
+    size_t bytes = 0;
+    for (int p = 0; p < model.size(); ++p) bytes += 2 * ((size_t(bytes_of(model.param(p).shape.numel())) + 255) & ~size_t(255));
+    slots_block_ = DeviceBuffer(device_, bytes);
+    DevicePtr next = slots_block_.get();
     for (int p = 0; p < model.size(); ++p)
-      for (int k = 0; k < 2; ++k) slots_.push_back(device_.alloc(size_t(bytes_of(model.param(p).shape.numel()))));
+      for (int k = 0; k < 2; ++k) {
+        slots_.push_back(next);
+        next += (size_t(bytes_of(model.param(p).shape.numel())) + 255) & ~size_t(255);
+      }
+  }
   struct Segment {
     int64_t first = 0, rows = 0, width = 0;  // first tuple, tuples, floats per row
   };

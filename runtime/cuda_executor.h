@@ -65,6 +65,7 @@ class CudaParameterStore final : public ParameterStore {
   CudaDevice& device_;
   Model& model_;
   OptimizerState optimizer_state_;
+  DeviceBuffer values_block_, grads_block_;  // every parameter's values, gradients
   std::vector<DevicePtr> values_, grads_;
   std::vector<GradientRows> rows_;
   std::vector<std::vector<char>> row_written_;
@@ -106,6 +107,7 @@ class CudaExecutor final : public Executor {
     const int* vertices = nullptr;
   };
   struct Arena {
+    DeviceBuffer buffer;
     DevicePtr data = 0;
     int64_t capacity = 0;  // floats
   };
@@ -176,6 +178,7 @@ class CudaExecutor final : public Executor {
        *fill_rows_fn_ = nullptr, *sum_squares_fn_ = nullptr, *optimizer_fn_ = nullptr;
   // The optimizer's state slots on the device (two per parameter), live when
   // slots_on_device_; otherwise the host's OptimizerState holds them.
+  DeviceBuffer slots_block_;
   std::vector<DevicePtr> slots_;
   bool slots_on_device_ = false;
   DevicePtr norm_ = 0;  // Σ g² of a step, in double
@@ -189,10 +192,12 @@ class CudaExecutor final : public Executor {
   Evaluation<float>* result_ = nullptr;
   bool has_batch_ = false;
   Arena arena_[2], pushes_;
+  DeviceBuffer scalars_;  // the objective and a step's Σ g², in double
   DevicePtr objective_ = 0;
   std::vector<View> views_[2];
   // Staging: pinned host memory mirrored by a device buffer of the same size.
   char* staging_host_ = nullptr;
+  DeviceBuffer staging_buffer_;
   DevicePtr staging_device_ = 0;
   size_t staging_capacity_ = 0, staging_used_ = 0;
   // Scratch for index lists.
