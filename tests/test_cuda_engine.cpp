@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "cuda_test_util.h"
 #include "engine_check.h"
@@ -128,6 +129,29 @@ TEST_P(CudaEngine, TrainingStepsEqualTheCpu) {
   }
   compare("sgd with momentum and clipping");
   EXPECT_NEAR(gpu_sgd.last_grad_norm(), cpu_sgd.last_grad_norm(), 1e-4 * std::max(1.0, cpu_sgd.last_grad_norm()));
+}
+
+// A non-finite gradient on the device is the optimizer's UserError, naming
+// the parameter, and leaves the Model's weights as they were, as on the CPU.
+TEST(CudaEngineErrors, ANonFiniteGradientIsTheOptimizersError) {
+  VJIT_SKIP_WITHOUT_CUDA();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config());
+  ParamData& param = bundle.program->model().param(1);
+  param.value[0] = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> before;
+  for (int p = 0; p < bundle.model->size(); ++p) before.push_back(bundle.model->param(p).value);
+  Engine engine(*bundle.program, cuda_options());
+  Adam adam(0.01f);
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(8));
+  try {
+    engine.train_step(batch, adam);
+    FAIL() << "a step with non-finite gradients succeeded";
+  } catch (const UserError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("non-finite"), std::string::npos) << message;
+  }
+  for (int p = 0; p < bundle.model->size(); ++p)
+    EXPECT_EQ(bundle.model->param(p).value, before[size_t(p)]) << bundle.model->param(p).name;
 }
 
 // VJIT_TF32: products on TF32 tensor cores (10-bit mantissa). The accuracy
