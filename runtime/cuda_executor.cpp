@@ -72,6 +72,7 @@ CudaParameterStore::~CudaParameterStore() {
 }
 
 void CudaParameterStore::upload(const Model& model) {
+  CudaDevice::get();
   for (int p = 0; p < model.size(); ++p) {
     const ParamData& param = model.param(p);
     VJIT_USER_CHECK(param.value.size() == size_t(param.shape.numel()),
@@ -83,6 +84,7 @@ void CudaParameterStore::upload(const Model& model) {
 }
 
 void CudaParameterStore::download(Model& model) const {
+  CudaDevice::get();
   for (int p = 0; p < model.size(); ++p) {
     ParamData& param = model.param(p);
     param.value.resize(size_t(param.shape.numel()));
@@ -320,6 +322,7 @@ void CudaExecutor::fill_uniform_values(Pass pass) {
 }
 
 void CudaExecutor::forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) {
+  CudaDevice::get();  // the context current on this thread (an engine may move between threads)
   batch_ = batch;
   options_ = options;
   has_batch_ = false;
@@ -351,6 +354,7 @@ void CudaExecutor::forward(const PlannedBatch& batch, const RunOptions& options,
 
 void CudaExecutor::backward() {
   VJIT_USER_CHECK(has_batch_, "backward() needs a forward() with RunOptions::backward set before it");
+  CudaDevice::get();
   has_batch_ = false;
   staging_used_ = 0;
   // Zero the gradients: dense ones whole, embedding tables the rows last touched.
@@ -432,6 +436,7 @@ void CudaExecutor::download_touched(Source&& source, Dense&& dense, Put&& put) {
 // The host gradients: an embedding table's rows of the previous backward are
 // zeroed before this one's are written.
 void CudaExecutor::fetch_gradients() {
+  CudaDevice::get();
   staging_used_ = 0;
   for (int p = 0; p < store_.model().size(); ++p) {
     if (store_.rows_[size_t(p)].all) continue;
@@ -502,6 +507,7 @@ void CudaExecutor::download_updated() {
 // slot 1) per parameter — a dense parameter as one row, an embedding table its
 // touched rows — summed, then updated by the rule's kernel.
 void CudaExecutor::update(Optimizer& optimizer) {
+  CudaDevice::get();
   DeviceUpdate rule = optimizer.device_rule();
   if (rule.kind == DeviceUpdate::Kind::None || optimizer.dense_updates()) return update_on_host(optimizer);
   Model& model = store_.model();
@@ -607,10 +613,10 @@ void CudaExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step)
   for (ValueId in : step.inputs) slots.insert(slots.end(), {views[size_t(in)].data, uint64_t(views[size_t(in)].ld)});
   for (ValueId out : step.outputs)
     slots.insert(slots.end(), {views[size_t(out)].data, uint64_t(views[size_t(out)].ld)});
-  std::vector<void*> params(slots.size());
-  for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
+  params_.resize(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) params_[i] = &slots[i];
   ++stats_.kernels;
-  device_.launch(fn, CudaDevice::grid_for(rows.count * step.width), 256, params.data());
+  device_.launch(fn, CudaDevice::grid_for(rows.count * step.width), 256, params_.data());
 }
 
 void CudaExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {

@@ -205,6 +205,7 @@ class CudaExecutor final : public Executor {
   std::vector<int64_t> offsets_;
   std::vector<int> ints_;
   std::vector<float> floats_;
+  std::vector<void*> params_;  // a fused kernel's kernelParams
 };
 
 }  // namespace vjit::runtime
