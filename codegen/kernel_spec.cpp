@@ -1,9 +1,13 @@
 #include "codegen/kernel_spec.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <sstream>
 #include <vector>
 
 #include "ir/op_semantics.h"
+#include "vjit/error.h"
 
 namespace vjit::codegen {
 
@@ -20,6 +24,61 @@ std::string KernelSpec::key() const {
   out << " out";
   for (int o : outputs) out << " " << o;
   return out.str();
+}
+
+void check_kernel_spec(const KernelSpec& spec) {
+  const int num_inputs = int(spec.inputs.size());
+  const int num_instrs = int(spec.instrs.size());
+  VJIT_INTERNAL_CHECK(spec.width >= 0, "fused kernel: negative width " << spec.width << " in spec '" << spec.key() << "'");
+  for (int k = 0; k < num_instrs; ++k) {
+    const KernelInstr& in = spec.instrs[size_t(k)];
+    const int defined = num_inputs + k;  // operands 0..defined-1 exist before instruction k
+    const bool unary = ir::is_fusable_op(in.op) && ir::op_kind(in.op) == ir::OpKind::Unary;
+    VJIT_INTERNAL_CHECK(unary || (ir::is_fusable_op(in.op) && ir::op_kind(in.op) == ir::OpKind::Binary),
+                        "fused kernel: instruction " << k << " is " << ir::op_name(in.op)
+                                                     << ", not a fusable elementwise op, in spec '"
+                                                     << spec.key() << "'");
+    VJIT_INTERNAL_CHECK(in.a >= 0 && in.a < defined,
+                        "fused kernel: instruction " << k << " (" << ir::op_name(in.op) << ") reads operand "
+                                                     << in.a << ", valid are 0.." << defined - 1
+                                                     << ", in spec '" << spec.key() << "'");
+    if (unary) {
+      VJIT_INTERNAL_CHECK(in.b == -1, "fused kernel: unary instruction " << k << " (" << ir::op_name(in.op)
+                                                                         << ") has a second operand " << in.b
+                                                                         << " in spec '" << spec.key() << "'");
+    } else {
+      VJIT_INTERNAL_CHECK(in.b >= 0 && in.b < defined,
+                          "fused kernel: instruction " << k << " (" << ir::op_name(in.op) << ") reads operand "
+                                                       << in.b << ", valid are 0.." << defined - 1
+                                                       << ", in spec '" << spec.key() << "'");
+    }
+  }
+  for (size_t o = 0; o < spec.outputs.size(); ++o) {
+    VJIT_INTERNAL_CHECK(spec.outputs[o] >= 0 && spec.outputs[o] < num_instrs,
+                        "fused kernel: output " << o << " is instruction " << spec.outputs[o]
+                                                << ", valid are 0.." << num_instrs - 1 << ", in spec '"
+                                                << spec.key() << "'");
+  }
+}
+
+std::string kernel_name(const KernelSpec& spec, std::string_view target) {
+  std::vector<std::pair<ir::Op, int>> counts;
+  for (const KernelInstr& in : spec.instrs) {
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == in.op; });
+    if (it == counts.end()) counts.emplace_back(in.op, 1);
+    else ++it->second;
+  }
+  std::uint32_t hash = 2166136261u;  // FNV-1a
+  for (char c : spec.key()) hash = (hash ^ std::uint8_t(c)) * 16777619u;
+  std::ostringstream name;
+  name << "vjit_fused_" << target << "_w" << spec.width;
+  for (size_t i = 0; i < counts.size() && i < 6; ++i) {
+    std::string op = ir::op_name(counts[i].first);
+    std::transform(op.begin(), op.end(), op.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    name << "_" << op << counts[i].second;
+  }
+  name << "_" << std::hex << hash;
+  return name.str();
 }
 
 namespace {

@@ -11,6 +11,7 @@
 // at data + r·ld; an input with ld 0 is the same for every row (a parameter).
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "vjit/ir.h"
@@ -38,6 +39,17 @@ struct KernelSpec {
   // together with the ISA).
   std::string key() const;
 };
+
+// Throws InternalError when `spec` is malformed: a negative width, an operand
+// out of range or referring forward, an op that is not fusable, an output out
+// of range. Every code generator checks a spec with it before emitting code.
+void check_kernel_spec(const KernelSpec& spec);
+
+// A kernel's name for logs and profiles: "vjit_fused_<target>_w64_sigmoid3_
+// tanh2_mul3_add1_9f3c21d0": target, width, op counts in order of first use
+// (at most six kinds) and a hash of the key, so that different kernels have
+// different names. A valid C identifier when `target` is one.
+std::string kernel_name(const KernelSpec& spec, std::string_view target);
 
 // The reference kernel: a loop interpreting the spec in float with std::
 // functions. The last entry of every dispatch list, and the JIT's oracle.

@@ -61,8 +61,6 @@ bool vmath_fn(Op op, UnaryFn* fn) {
 }
 
 // The generator emits every fusable op of the op table (vjit/ir.h).
-bool is_unary_kernel_op(Op op) { return ir::is_fusable_op(op) && ir::op_kind(op) == ir::OpKind::Unary; }
-bool is_binary_kernel_op(Op op) { return ir::is_fusable_op(op) && ir::op_kind(op) == ir::OpKind::Binary; }
 
 // Entries of the VMathEmitter's constant table, at most.
 constexpr size_t kVMathConstants = 0
@@ -76,40 +74,10 @@ constexpr int64_t kMaxWidth = int64_t(1) << 28;
 
 // Rejects anything the generator would otherwise turn into wrong code.
 void check_spec(const KernelSpec& spec) {
-  const int num_inputs = int(spec.inputs.size());
-  const int num_instrs = int(spec.instrs.size());
   VJIT_INTERNAL_CHECK(spec.width >= 0 && spec.width <= kMaxWidth,
                       "fused kernel: width " << spec.width << " out of range [0, " << kMaxWidth
                                              << "] in spec '" << spec.key() << "'");
-  for (int k = 0; k < num_instrs; ++k) {
-    const KernelInstr& in = spec.instrs[size_t(k)];
-    const int defined = num_inputs + k;  // operands 0..defined-1 exist before instruction k
-    const bool unary = is_unary_kernel_op(in.op);
-    VJIT_INTERNAL_CHECK(unary || is_binary_kernel_op(in.op),
-                        "fused kernel: instruction " << k << " is " << ir::op_name(in.op)
-                                                     << ", not a fusable elementwise op, in spec '"
-                                                     << spec.key() << "'");
-    VJIT_INTERNAL_CHECK(in.a >= 0 && in.a < defined,
-                        "fused kernel: instruction " << k << " (" << ir::op_name(in.op) << ") reads operand "
-                                                     << in.a << ", valid are 0.." << defined - 1
-                                                     << ", in spec '" << spec.key() << "'");
-    if (unary) {
-      VJIT_INTERNAL_CHECK(in.b == -1, "fused kernel: unary instruction " << k << " (" << ir::op_name(in.op)
-                                                                         << ") has a second operand " << in.b
-                                                                         << " in spec '" << spec.key() << "'");
-    } else {
-      VJIT_INTERNAL_CHECK(in.b >= 0 && in.b < defined,
-                          "fused kernel: instruction " << k << " (" << ir::op_name(in.op) << ") reads operand "
-                                                       << in.b << ", valid are 0.." << defined - 1
-                                                       << ", in spec '" << spec.key() << "'");
-    }
-  }
-  for (size_t o = 0; o < spec.outputs.size(); ++o) {
-    VJIT_INTERNAL_CHECK(spec.outputs[o] >= 0 && spec.outputs[o] < num_instrs,
-                        "fused kernel: output " << o << " is instruction " << spec.outputs[o]
-                                                << ", valid are 0.." << num_instrs - 1 << ", in spec '"
-                                                << spec.key() << "'");
-  }
+  check_kernel_spec(spec);
 }
 
 }  // namespace
@@ -117,25 +85,7 @@ void check_spec(const KernelSpec& spec) {
 // "vjit_fused_avx512_w64_sigmoid3_tanh2_mul3_add1_9f3c21d0": ISA, width, op
 // counts in order of first use (at most six kinds), and a hash of the key so
 // that different kernels have different names in a profile.
-std::string fused_kernel_name(const KernelSpec& spec, Isa isa) {
-  std::vector<std::pair<Op, int>> counts;
-  for (const KernelInstr& in : spec.instrs) {
-    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == in.op; });
-    if (it == counts.end()) counts.emplace_back(in.op, 1);
-    else ++it->second;
-  }
-  std::uint32_t hash = 2166136261u;  // FNV-1a
-  for (char c : spec.key()) hash = (hash ^ std::uint8_t(c)) * 16777619u;
-  std::ostringstream name;
-  name << "vjit_fused_" << isa_name(isa) << "_w" << spec.width;
-  for (size_t i = 0; i < counts.size() && i < 6; ++i) {
-    std::string op = ir::op_name(counts[i].first);
-    std::transform(op.begin(), op.end(), op.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-    name << "_" << op << counts[i].second;
-  }
-  name << "_" << std::hex << hash;
-  return name.str();
-}
+std::string fused_kernel_name(const KernelSpec& spec, Isa isa) { return kernel_name(spec, isa_name(isa)); }
 
 namespace {
 

@@ -5,11 +5,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 
 #include "ir/flops.h"
 #include "jit/kernel_cache.h"
 #include "jit/pipeline.h"
 #include "runtime/cpu_executor.h"
+#include "jit/nvrtc.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/cuda_executor.h"
 #include "runtime/memplan.h"
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
@@ -26,24 +30,45 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 struct Engine::Impl {
   Impl(const Program& p, Options o)
       : program(p),
-        options(std::move(o)),
+        options(with_device(std::move(o))),
         signatures(program.signatures()),
         num_params(program.model().size()),
         plan(lower_and_count(program, options, compile_info)),
         gemm(runtime::select_gemm_backend(options.gemm)),
         policy(scheduler::parse_policy(options.policy)) {
     VJIT_USER_CHECK(options.memplan != "pqtree", "VJIT_MEMPLAN=pqtree is not available yet (valid here: copy, padded)");
-    VJIT_USER_CHECK(options.device == "cpu", "VJIT_DEVICE=" << options.device
-                                                            << " is not available in this build (valid here: cpu)");
     for (int t = 0; t < program.num_types(); ++t) {
       forward_flops.push_back(double(ir::flops_per_vertex(program.forward(t))));
       backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
     }
     planner = runtime::make_planner(options.memplan, plan, signatures, {options.inplace_concat, options.pad_wide_rows});
-    executor = std::make_unique<runtime::CpuExecutor>(
-        program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile});
+    if (options.device == "cuda")
+      executor = std::make_unique<runtime::CudaExecutor>(program, plan,
+                                                         runtime::CudaExecutor::Config{options.threads, options.profile, options.tf32});
+    else
+      executor = std::make_unique<runtime::CpuExecutor>(
+          program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
       fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(policy_cache_path(), program.signature_string()));
+  }
+
+  // VJIT_DEVICE: cuda runs on a GPU or fails saying why; auto runs on the GPU
+  // when one is usable (NVRTC included), else on the CPU and says why, once
+  // per process. The options keep the device chosen: "cpu" or "cuda".
+  static Options with_device(Options options) {
+    if (options.device == "cpu") return options;
+    const runtime::CudaProbe& probe = runtime::probe_cuda();
+    std::string why = !probe.ok ? "no usable CUDA device: " + probe.reason : jit::nvrtc_unavailable_reason();
+    if (why.empty()) {
+      options.device = "cuda";
+      return options;
+    }
+    VJIT_USER_CHECK(options.device != "cuda",
+                    "VJIT_DEVICE=cuda: " << why << " (VJIT_DEVICE=auto runs on the CPU instead)");
+    static std::once_flag said;
+    std::call_once(said, [&] { std::cerr << "[vjit] VJIT_DEVICE=auto: " << why << "; running on the CPU\n"; });
+    options.device = "cpu";
+    return options;
   }
 
   // Where the learned policy of this program lives in the cache directory,
@@ -148,11 +173,15 @@ struct Engine::Impl {
   static runtime::ExecPlan lower_and_count(const Program& program, const Options& options, CompileInfo& info) {
     auto start = std::chrono::steady_clock::now();
     jit::KernelCacheCounters before = jit::KernelCache::global().counters();
+    jit::NvrtcCounters nvrtc_before = jit::nvrtc_counters();  // the CUDA module (VJIT_DEVICE=cuda)
     runtime::ExecPlan plan = jit::lower_program(program, options);
     jit::KernelCacheCounters after = jit::KernelCache::global().counters();
-    info.jit_compiles = after.compiles - before.compiles;
-    info.jit_cache_hits = after.hits - before.hits;
-    info.jit_compile_s = after.compile_seconds - before.compile_seconds;
+    jit::NvrtcCounters nvrtc_after = jit::nvrtc_counters();
+    info.jit_compiles = after.compiles - before.compiles + nvrtc_after.compiles - nvrtc_before.compiles;
+    info.jit_cache_hits = after.hits - before.hits + nvrtc_after.memory_hits - nvrtc_before.memory_hits +
+                          nvrtc_after.disk_hits - nvrtc_before.disk_hits;
+    info.jit_compile_s = after.compile_seconds - before.compile_seconds + nvrtc_after.compile_seconds -
+                         nvrtc_before.compile_seconds;
     for (const runtime::TypePlan& t : plan.types) info.fused_groups += int(t.forward.fused.size() + t.backward.fused.size());
     info.lower_s = seconds_since(start);
     return plan;

@@ -36,8 +36,8 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 18>& specs() {
-  static const std::array<Spec, 18> table{
+const std::array<Spec, 19>& specs() {
+  static const std::array<Spec, 19> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
       bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
@@ -49,6 +49,7 @@ const std::array<Spec, 18>& specs() {
       choice_spec("policy", "VJIT_POLICY", option_values::policy, &Options::policy),
       choice_spec("memplan", "VJIT_MEMPLAN", option_values::memplan, &Options::memplan),
       choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device),
+      bool_spec("tf32", "VJIT_TF32", &Options::tf32),
       Spec{"threads", "VJIT_THREADS", Kind::Int, {}, nullptr, &Options::threads, nullptr},
       choice_spec("isa", "VJIT_ISA", option_values::isa, &Options::isa),
       choice_spec("gemm", "VJIT_GEMM", option_values::gemm, &Options::gemm),
@@ -184,6 +185,7 @@ std::string Options::describe() const {
   out += " policy=" + policy;
   out += " memplan=" + memplan;
   out += " device=" + device;
+  out += " tf32=" + std::string(on_off(tf32));
   out += " threads=" + std::to_string(threads);
   out += " isa=" + isa;
   out += " gemm=" + gemm;

@@ -18,7 +18,9 @@
 //                        tasks' kernels (Options::fuse_across_phases)
 //   find_fusion_groups   elementwise groups (Options::fusion)
 //   compile_kernels      a kernel per group through the kernel cache; a group the
-//                        JIT refuses runs the reference kernel (logged once)
+//                        JIT refuses runs the reference kernel (logged once).
+//                        For VJIT_DEVICE=cuda: CUDA source per group, compiled
+//                        with the executor's fixed kernels into one NVRTC module
 //   fold_bias_adds       bias adds the GEMM does in its epilogue (Options::epilogue)
 //   order_steps          the plan's eager, core and lazy steps
 // VJIT_LOG=passes prints the IR (or the analysis) after each pass;
@@ -32,6 +34,7 @@
 #include <set>
 #include <sstream>
 
+#include "codegen/cuda_source.h"
 #include "codegen/x86_fused_kernel.h"
 #include "codegen/x86_unary_kernel.h"
 #include "ir/autodiff.h"
@@ -40,6 +43,8 @@
 #include "ir/merge_matmuls.h"
 #include "ir/passes.h"
 #include "jit/kernel_cache.h"
+#include "jit/nvrtc.h"
+#include "runtime/cuda_driver.h"
 #include "vjit/error.h"
 
 namespace vjit::jit {
@@ -210,9 +215,11 @@ std::shared_ptr<const CompiledKernel> compile_kernel(const codegen::KernelSpec& 
 }
 
 // The passes from fold_outer_products on, for F or ∂F (see the list above).
-// `keep` marks values written to memory even inside a fused group.
+// `keep` marks values written to memory even inside a fused group. With
+// `cuda`, each group's kernel is CUDA source, added there (compiled later).
 runtime::FunctionPlan lower_function(const ir::Function& function, const Options& options,
-                                     const std::vector<bool>& keep, const PassLog& log, const char* which) {
+                                     const std::vector<bool>& keep, const PassLog& log, const char* which,
+                                     std::vector<codegen::CudaKernelSource>* cuda) {
   runtime::FunctionPlan plan;
   plan.function = &function;
   for (ValueId id = 0; id < function.size(); ++id)
@@ -240,7 +247,22 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
 
   std::vector<int> group_of(function.nodes.size(), -1);
   std::string compiled;
-  if (!groups.empty()) {
+  if (cuda != nullptr) {
+    for (const ir::FusionGroup& group : groups) {
+      codegen::CudaKernelSource source = codegen::cuda_fused_kernel(kernel_spec(function, group));
+      int index = int(plan.fused.size());
+      plan.fused.push_back({{source.name, runtime::KernelTarget::Cuda, nullptr, nullptr, nullptr},
+                            group.inputs, group.outputs, function[group.nodes[0]].shape.numel()});
+      for (ValueId id : group.nodes) {
+        group_of[size_t(id)] = index;
+        plan.folded[size_t(id)] = std::find(group.outputs.begin(), group.outputs.end(), id) == group.outputs.end();
+      }
+      compiled += "  group " + std::to_string(index) + ": " + source.name + " (cuda)\n";
+      bool known = false;
+      for (const codegen::CudaKernelSource& k : *cuda) known = known || k.name == source.name;
+      if (!known) cuda->push_back(std::move(source));
+    }
+  } else if (!groups.empty()) {
     codegen::Isa isa = isa_of(options);
     for (const ir::FusionGroup& group : groups) {
       std::shared_ptr<const CompiledKernel> kernel = compile_kernel(kernel_spec(function, group), isa, options);
@@ -326,6 +348,8 @@ LoweredFunctions lower_functions(const ir::Function& program_forward, const Opti
 
 runtime::ExecPlan lower_program(const Program& program, const Options& options) {
   runtime::ExecPlan plan;
+  std::vector<codegen::CudaKernelSource> cuda_kernels;
+  std::vector<codegen::CudaKernelSource>* cuda = options.device == "cuda" ? &cuda_kernels : nullptr;
   codegen::Isa isa = isa_of(options);
   if (isa != codegen::Isa::Scalar) {
     auto exp = std::make_shared<codegen::UnaryKernel>(isa, codegen::UnaryFn::Exp, options.perf_map);
@@ -338,9 +362,19 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
     plan.functions.push_back(lowered.backward);
     const ir::Function& forward = *lowered.forward;
     const ir::Function& backward = *lowered.backward;
-    plan.types.push_back({lower_function(forward, options, values_read_by_backward(forward, backward), log, "forward"),
-                          lower_function(backward, options, std::vector<bool>(backward.nodes.size(), false), log,
-                                         "backward")});
+    plan.types.push_back(
+        {lower_function(forward, options, values_read_by_backward(forward, backward), log, "forward", cuda),
+         lower_function(backward, options, std::vector<bool>(backward.nodes.size(), false), log, "backward", cuda)});
+  }
+  if (cuda) {
+    cuda->push_back({"executor", codegen::cuda_runtime_kernels_source() + codegen::cuda_index_kernels_source()});
+    const int arch = runtime::CudaDevice::get().info().arch();
+    CudaModuleImage image = compile_cuda_module(codegen::cuda_module_source(*cuda), arch, options.cache_dir,
+                                                "the CUDA module of a plan");
+    if (options.logs("kernels"))
+      std::cerr << "[vjit] CUDA module: " << cuda->size() << " kernel sources for sm_" << arch
+                << (image.from_memory ? " (memory cache)" : image.from_disk ? " (disk cache)" : " (compiled)") << "\n";
+    plan.cuda = {image.arch, image.ptx, std::move(image.image)};
   }
   return plan;
 }

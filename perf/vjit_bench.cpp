@@ -14,7 +14,12 @@
 // Each process measures its GEMM peak (measure_gemm_peak, --peak-seconds,
 // default 1.5: half on one thread, half on all; in two halves around the first
 // timed steps, keeping the faster) and every line reports the model's useful
-// flops per second against it (roofline_ratio).
+// flops per second against it (roofline_ratio). On the GPU (--device cuda) the
+// peak is cuBLASLt's FP32 8192³ product, timed with events; every step
+// synchronises with the device before it returns, so the wall-clock timer sees
+// the GPU's work. Each line says where it ran (device, and the host's cpu) and
+// how long its engine took to start (engine_start_s: lowering, NVRTC compile
+// or cache).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -162,6 +167,7 @@ struct Timing {
   int samples = 0;
   EngineStats stats;
   CompileInfo compile;
+  std::string device;  // where the engine ran: cpu or cuda
 };
 
 Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options, int batch_size, int steps) {
@@ -180,7 +186,7 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
   engine.reset_stats();
   Timer timer;
   for (const GraphBatch& batch : timed) step(batch);
-  Timing timing{timer.seconds(), steps * batch_size, engine.stats(), engine.compile_info()};
+  Timing timing{timer.seconds(), steps * batch_size, engine.stats(), engine.compile_info(), engine.options().device};
   if (first_run) measure_peak_half(args, options);
   // The ED-Batch lower bound of the same batches, outside the timed loop.
   engine.reset_stats();
@@ -238,6 +244,8 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"roofline_ratio", useful / peak.all_threads_gflops_per_s},
               {"threads", options.threads},
               {"cpu", cpu_description()},
+              {"device", t.device},
+              {"engine_start_s", t.compile.lower_s},
               {"fused_groups", t.compile.fused_groups},
               {"jit_compiles", t.compile.jit_compiles},
               {"jit_cache_hits", t.compile.jit_cache_hits},

@@ -42,6 +42,7 @@ bool can_launch(KernelTarget target) {
     case KernelTarget::HostReference: return true;
     case KernelTarget::X86Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case KernelTarget::X86Avx512: return __builtin_cpu_supports("avx512f");
+    case KernelTarget::Cuda: return false;
   }
   return false;
 }

@@ -24,6 +24,7 @@ enum class KernelTarget : uint8_t {
   HostReference,  // portable C++ (the reference kernel)
   X86Avx2,
   X86Avx512,
+  Cuda,  // a kernel of ExecPlan::cuda's module, launched by name (entry is null)
 };
 
 const char* kernel_target_name(KernelTarget target);
@@ -75,6 +76,15 @@ struct UnaryKernelRef {
   std::shared_ptr<const void> owner;
 };
 
+// The CUDA module of a plan lowered for the GPU (VJIT_DEVICE=cuda): every fused
+// kernel of every type and the fixed kernels the CUDA executor runs for the
+// other steps (codegen/cuda_source.h), compiled by NVRTC for one architecture.
+struct CudaModule {
+  int arch = 0;       // sm_<arch> (compute_<arch> for PTX)
+  bool ptx = false;
+  std::string image;  // what cuModuleLoadData takes; empty: the plan is for the CPU
+};
+
 struct ExecPlan {
   std::vector<TypePlan> types;
   // The lowered F and ∂F of every type (FunctionPlan::function points into them).
@@ -82,6 +92,7 @@ struct ExecPlan {
   // exp, vectorised: the softmax of the loss ops runs through it (a std::exp
   // loop where there is none).
   UnaryKernelRef exp;
+  CudaModule cuda;
 };
 
 }  // namespace vjit::runtime

@@ -346,20 +346,13 @@ void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads,
   for (double p : partial_) sum += p;
   if (!std::isfinite(sum)) throw_non_finite(model, grads, rows);
 
-  const double norm = std::sqrt(sum);
-  float scale = 1.0f;
-  if (clip_norm_ > 0.0f && norm > double(clip_norm_)) {
-    scale = float(double(clip_norm_) / norm);
-    // Guard against float rounding pushing the clipped norm just above the bound.
-    while (scale > 0.0f && double(scale) * norm > double(clip_norm_)) scale = std::nextafter(scale, 0.0f);
-  }
-
+  const float scale = clip_scale(sum);
   if (!made(state)) make_state(model, state);
   const size_t slots = size_t(state_slots());
   slot_pointers_.resize(size_t(model.size()) * slots);
   for (size_t p = 0; p < size_t(model.size()); ++p)
     for (size_t k = 0; k < slots; ++k) slot_pointers_[p * slots + k] = state.slots[p][k].data();
-  last_grad_norm_ = norm;
+  last_grad_norm_ = std::sqrt(sum);
   ++steps_;
   begin_update(++state.steps);
 
@@ -373,7 +366,42 @@ void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads,
   for_each_chunk(parallel, work, update_one);
 }
 
+float Optimizer::clip_scale(double sum_of_squares) const {
+  const double norm = std::sqrt(sum_of_squares);
+  float scale = 1.0f;
+  if (clip_norm_ > 0.0f && norm > double(clip_norm_)) {
+    scale = float(double(clip_norm_) / norm);
+    // Guard against float rounding pushing the clipped norm just above the bound.
+    while (scale > 0.0f && double(scale) * norm > double(clip_norm_)) scale = std::nextafter(scale, 0.0f);
+  }
+  return scale;
+}
+
+DeviceUpdate Optimizer::begin_device_step(const Model& model, OptimizerState& state, double sum_of_squares) {
+  VJIT_INTERNAL_CHECK(device_rule().kind != DeviceUpdate::Kind::None && std::isfinite(sum_of_squares),
+                      "begin_device_step needs a rule with a device form and a finite norm");
+  const float scale = clip_scale(sum_of_squares);
+  const bool made_now = !made(state);
+  if (made_now) make_state(model, state);
+  last_grad_norm_ = std::sqrt(sum_of_squares);
+  ++steps_;
+  begin_update(++state.steps);
+  DeviceUpdate rule = device_rule();
+  rule.scale = scale;
+  rule.state_made = made_now;
+  return rule;
+}
+
 // --- SGD ---
+
+DeviceUpdate SGD::device_rule() const {
+  DeviceUpdate rule;
+  rule.kind = momentum_ > 0.0f ? DeviceUpdate::Kind::SgdMomentum : DeviceUpdate::Kind::Sgd;
+  rule.lr = lr();
+  rule.weight_decay = weight_decay_;
+  rule.momentum = momentum_;
+  return rule;
+}
 
 SGD::SGD(float lr, float momentum, float weight_decay, float clip_norm)
     : Optimizer(lr, clip_norm), momentum_(momentum), weight_decay_(weight_decay) {
@@ -401,6 +429,20 @@ Adam::Adam(float lr, float beta1, float beta2, float eps, float weight_decay, fl
   check_hyper(finite(eps) && eps > 0.0f, "Adam", "eps", eps, "a finite value > 0");
   check_hyper(finite(weight_decay) && weight_decay >= 0.0f, "Adam", "weight_decay", weight_decay,
               "a finite value >= 0");
+}
+
+DeviceUpdate Adam::device_rule() const {
+  DeviceUpdate rule;
+  rule.kind = DeviceUpdate::Kind::Adam;
+  rule.lr = lr();
+  rule.weight_decay = weight_decay_;
+  rule.beta1 = beta1_;
+  rule.beta2 = beta2_;
+  rule.correction1 = correction1_;
+  rule.correction2 = correction2_;
+  rule.eps = eps_;
+  rule.decay = 1.0f - lr() * weight_decay_;
+  return rule;
 }
 
 void Adam::begin_update(int64_t steps) {

@@ -51,7 +51,7 @@ struct EngineStats {
 // What building the engine's plans cost and made.
 struct CompileInfo {
   int fused_groups = 0;      // fused elementwise kernels in the plans (F and ∂F)
-  int64_t jit_compiles = 0;  // kernels compiled for this engine (the rest were cache hits)
+  int64_t jit_compiles = 0;  // kernels compiled for this engine, a CUDA plan's module counting one (the rest were cache hits)
   int64_t jit_cache_hits = 0;
   double jit_compile_s = 0;
   double lower_s = 0;        // the whole lowering, compiles included

@@ -108,9 +108,33 @@ struct OptimizerState {
   uint64_t generation = 0;
 };
 
+// An optimizer's update rule as constants, for an executor that updates the
+// parameters on a device with a kernel of its own (runtime/cuda_executor.cpp):
+// the same float operations as the rule's update() in runtime/optimizer.cpp.
+struct DeviceUpdate {
+  enum class Kind : uint8_t { None, Sgd, SgdMomentum, Adam };
+  Kind kind = Kind::None;  // None: the rule has no device form (a subclass of the user's)
+  float lr = 0, weight_decay = 0, momentum = 0;                            // SGD
+  float beta1 = 0, beta2 = 0, correction1 = 1, correction2 = 1, eps = 0;  // Adam (corrections of this step)
+  float decay = 1;          // Adam: 1 − lr·weight_decay
+  float scale = 1;          // the clipping factor of this step
+  bool state_made = false;  // the state was made by this step: the device's slots start at zero
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
+
+  // The rule as constants (kind None when it has none), for device executors.
+  virtual DeviceUpdate device_rule() const { return {}; }
+  // One step for an executor that keeps the parameters, gradients and state
+  // slots on a device and has summed the squares of the listed gradients
+  // there (finite: a non-finite gradient goes through step() for its error):
+  // everything step() does but the element loops — the clipping factor, the
+  // state made when needed (its host slots are zeros; the device keeps the
+  // live ones), the steps counted, the per-step constants — returning the
+  // rule to apply. Needs device_rule().kind != None.
+  DeviceUpdate begin_device_step(const Model& model, OptimizerState& state, double sum_of_squares);
 
   // One dense update on the calling thread: every element of every parameter.
   // Throws UserError (leaving the model untouched) on a mismatch in count or
@@ -175,6 +199,8 @@ class Optimizer {
   // Throws UserError on a wrong count, size or state shape, or bad rows.
   void validate(const Model& model, const std::vector<std::vector<float>>& grads,
                 const std::vector<GradientRows>& rows, const OptimizerState& state) const;
+  // The clipping factor for gradients of this squared norm (1 when not clipped).
+  float clip_scale(double sum_of_squares) const;
   // Whether `state` was made by this optimizer since its last reset().
   bool made(const OptimizerState& state) const;
   // Makes `state` for `model`: zeros, t = 0, owned by this optimizer.
@@ -213,6 +239,7 @@ class Optimizer {
 class SGD : public Optimizer {
  public:
   explicit SGD(float lr, float momentum = 0.0f, float weight_decay = 0.0f, float clip_norm = 0.0f);
+  DeviceUpdate device_rule() const override;
 
   float momentum() const { return momentum_; }
   float weight_decay() const { return weight_decay_; }
@@ -244,6 +271,7 @@ class Adam : public Optimizer {
  public:
   explicit Adam(float lr = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f,
                 float weight_decay = 0.0f, float clip_norm = 0.0f);
+  DeviceUpdate device_rule() const override;
 
   float beta1() const { return beta1_; }
   float beta2() const { return beta2_; }

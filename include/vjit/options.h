@@ -37,7 +37,14 @@
 // |                  |             | unless the rows lie in place; padded is a   |              |
 // |                  |             | test layout; pqtree is refused until it     |              |
 // |                  |             | exists)                                     |              |
-// | VJIT_DEVICE      | device      | cpu | cuda                                   | cpu          |
+// | VJIT_DEVICE      | device      | cpu | cuda | auto (cuda: fail unless a   | cpu          |
+// |                  |             | CUDA device runs the plan, naming what is   |              |
+// |                  |             | missing; auto: the GPU when one runs it,    |              |
+// |                  |             | else the CPU, saying why once)              |              |
+// | VJIT_TF32        | tf32        | bool: GPU matrix products on TF32 tensor    | off          |
+// |                  |             | cores (10-bit mantissa: products agree with |              |
+// |                  |             | FP32 to about 1e-3 relative; gradients of   |              |
+// |                  |             | the example models to about 1e-2)           |              |
 // | VJIT_THREADS     | threads     | positive integer (CPU worker threads)       | hardware     |
 // |                  |             |                                             | concurrency  |
 // | VJIT_ISA         | isa         | auto | avx512 | avx2 | scalar (x86 JIT      | auto         |
@@ -74,7 +81,7 @@ namespace vjit {
 namespace option_values {
 inline constexpr std::array<std::string_view, 5> policy{"depth", "agenda", "frontier", "ratio", "fsm"};
 inline constexpr std::array<std::string_view, 3> memplan{"copy", "padded", "pqtree"};
-inline constexpr std::array<std::string_view, 2> device{"cpu", "cuda"};
+inline constexpr std::array<std::string_view, 3> device{"cpu", "cuda", "auto"};
 inline constexpr std::array<std::string_view, 4> isa{"auto", "avx512", "avx2", "scalar"};
 inline constexpr std::array<std::string_view, 6> gemm{"auto", "onednn", "openblas", "blis", "libxsmm",
                                                       "reference"};
@@ -93,6 +100,7 @@ struct Options {
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
+  bool tf32 = false;                // VJIT_TF32
   int threads = default_threads();  // VJIT_THREADS
   std::string isa = "auto";         // VJIT_ISA
   std::string gemm = "auto";        // VJIT_GEMM

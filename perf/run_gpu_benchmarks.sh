@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU figures of the README (VJIT_DEVICE=cuda), as JSON lines in one file:
+# the Tree-LSTM on SST at hidden 256 and 512, batch 64 and 256, training and
+# inference (FP32, and TF32 at hidden 512, batch 256); the Var-LSTM and the
+# Tree-FC on their built-in data; the engine's cold and warm start (NVRTC
+# compile against the disk cache). Each line's peak is cuBLASLt's FP32 8192³
+# product measured in the same process. Build first: scripts/build.sh Release.
+#   perf/run_gpu_benchmarks.sh [vjit-bench] [sst train.txt] [output.jsonl]
+set -euo pipefail
+bench=${1:-build/perf/vjit-bench}
+sst=${2:-../shared/data/sst/train.txt}
+out=${3:-perf/results/gpu.jsonl}
+mkdir -p "$(dirname "$out")"
+: > "$out"
+export VJIT_DEVICE=cuda
+run() { "$bench" --peak-seconds 0.5 --steps 10 "$@" >> "$out"; }
+
+# Cold and warm start: a fresh cache directory, then the same one again (the
+# timed engine is the process's first: --no-check).
+cache=$(mktemp -d)
+for start in cold warm; do
+  VJIT_CACHE_DIR=$cache "$bench" --peak-seconds 0.1 --steps 1 --warmup 1 --no-check --model tree_lstm \
+    --data "$sst" --hidden 256 --batch 64 | sed "s/^{/{\"start\":\"$start\",/" >> "$out"
+done
+rm -rf "$cache"
+
+for hidden in 256 512; do
+  for batch in 64 256; do
+    for mode in train infer; do
+      run --model tree_lstm --data "$sst" --hidden "$hidden" --batch "$batch" --mode "$mode"
+    done
+  done
+done
+VJIT_TF32=on run --model tree_lstm --data "$sst" --hidden 512 --batch 256 --mode train --no-check
+for model in var_lstm tree_fc; do
+  for batch in 64 256; do
+    for mode in train infer; do
+      run --model "$model" --hidden 256 --batch "$batch" --mode "$mode"
+    done
+  done
+done

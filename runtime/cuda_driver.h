@@ -1,0 +1,138 @@
+#pragma once
+// The CUDA driver, loaded with dlopen("libcuda.so.1") at run time, so one
+// binary runs on machines with and without a driver and says which; and
+// cuBLASLt, loaded the same way (VJIT_CUBLASLT_SONAME) when the first GEMM is
+// asked for. This header needs no CUDA header: handles are opaque here.
+//
+// CudaDevice is device 0's primary context with two streams (eager and core
+// work) and a device arena: memory comes from cuMemAlloc in large blocks and is
+// sub-allocated, never one cuMemAlloc per tensor.
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace vjit::runtime {
+
+using DevicePtr = uint64_t;  // CUdeviceptr
+
+// dlopen(RTLD_NOW | RTLD_LOCAL) of the first of `paths` that loads; nullptr
+// when none does, with `error` = "<what> could not be loaded (dlopen("p"): why; ...)".
+void* open_first_library(std::initializer_list<const char*> paths, const char* what, std::string& error);
+
+struct CudaDeviceInfo {
+  std::string name;            // "NVIDIA H100 80GB HBM3"
+  int major = 0, minor = 0;    // compute capability
+  int multiprocessors = 0;
+  size_t memory_bytes = 0;
+  int driver_version = 0;      // 13000 for 13.0
+  int arch() const { return major * 10 + minor; }
+};
+
+// Whether a CUDA device can be used here. `reason` says what is missing when
+// not: the driver library, a device, or an initialisation failure (with the
+// driver's error). Probed once per process.
+struct CudaProbe {
+  bool ok = false;
+  std::string reason;
+  CudaDeviceInfo info;
+};
+const CudaProbe& probe_cuda();
+
+class CudaDevice {
+ public:
+  // Device 0's primary context, made current on the calling thread. Throws
+  // UserError with probe_cuda().reason when there is none.
+  static CudaDevice& get();
+  ~CudaDevice();
+
+  const CudaDeviceInfo& info() const { return info_; }
+
+  // Memory. alloc rounds up to 256 bytes and takes from the arena.
+  DevicePtr alloc(size_t bytes);
+  void release_all();  // every arena block is reused from its start (per-batch memory)
+  void upload(DevicePtr dst, const void* src, size_t bytes, int stream = 0);
+  void download(void* dst, DevicePtr src, size_t bytes, int stream = 0);
+  void memset_zero(DevicePtr dst, size_t bytes, int stream = 0);
+  // Queued on `stream`; `dst` is valid after synchronize(). Asynchronous
+  // only for pinned memory.
+  void download_async(void* dst, DevicePtr src, size_t bytes, int stream = 0);
+  // Memory of its own (cuMemAlloc), outside the arena, for what lives as long
+  // as an executor; see DeviceBuffer.
+  DevicePtr alloc_owned(size_t bytes);
+  void free_owned(DevicePtr p);
+  // Page-locked host memory (cuMemAllocHost): the staging of batch inputs.
+  void* alloc_pinned(size_t bytes);
+  void free_pinned(void* p);
+  // Page-locks memory the caller owns (cuMemHostRegister), so copies from and
+  // to it run at full speed; false when the driver refuses. unpin before it is freed.
+  bool pin(void* p, size_t bytes);
+  void unpin(void* p);
+
+  // Modules and launches. `image` is a cubin or PTX (jit/nvrtc.h).
+  void* load_module(const std::string& image);
+  void* function(void* module, const std::string& name);
+  void launch(void* function, unsigned grid, unsigned block, void** params, int stream = 0);
+  // A grid for a grid-stride loop over `elements` with 256 threads a block.
+  static unsigned grid_for(int64_t elements);
+  void synchronize();
+  // Stream `waiter` waits for the work queued on `signaller` so far.
+  void wait(int waiter, int signaller);
+
+  // C = alpha·op(A)·op(B) + beta·C, row-major, FP32 (TF32 tensor cores when
+  // `tf32`), on `stream`, through cuBLASLt.
+  void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, DevicePtr a, int64_t lda, DevicePtr b,
+             int64_t ldb, float beta, DevicePtr c, int64_t ldc, bool tf32 = false, int stream = 0);
+
+  // Milliseconds `body` takes on stream 0, measured with events.
+  template <typename Body>
+  double time_ms(Body&& body) {
+    record_start();
+    body();
+    return record_stop_ms();
+  }
+
+ private:
+  CudaDevice();
+  void record_start();
+  double record_stop_ms();
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  CudaDeviceInfo info_;
+};
+
+// Device memory owned by one object (an executor's parameters, gradients,
+// optimizer slots, per-pass arenas), freed with it: engines made and dropped
+// in one process give their memory back. Movable, not copyable.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(CudaDevice& device, size_t bytes) : device_(&device), ptr_(device.alloc_owned(bytes)) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept : device_(other.device_), ptr_(other.ptr_) { other.ptr_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      device_ = other.device_;
+      ptr_ = other.ptr_;
+      other.ptr_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { release(); }
+  DevicePtr get() const { return ptr_; }
+
+ private:
+  void release() {
+    if (ptr_) device_->free_owned(ptr_);
+    ptr_ = 0;
+  }
+  CudaDevice* device_ = nullptr;
+  DevicePtr ptr_ = 0;
+};
+
+}  // namespace vjit::runtime

@@ -1,0 +1,972 @@
+#include "runtime/cuda_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <span>
+
+#include "ir/op_semantics.h"
+#include "vjit/error.h"
+
+namespace vjit::runtime {
+
+using ir::Node;
+using ir::Op;
+using ir::ValueId;
+using ir::is_copy;
+using ir::is_view;
+
+namespace {
+
+constexpr int kMoveCopy = 0, kMoveAdd = 1, kMoveZero = 2;
+
+// The device address `floats` floats past `base`.
+DevicePtr at(DevicePtr base, int64_t floats) { return base + DevicePtr(floats) * sizeof(float); }
+
+int64_t bytes_of(int64_t floats) { return floats * int64_t(sizeof(float)); }
+
+}  // namespace
+
+// --- parameter store ---
+
+CudaParameterStore::CudaParameterStore(CudaExecutor& owner, CudaDevice& device, Model& model, const ExecPlan& plan)
+    : owner_(owner),
+      device_(device),
+      model_(model),
+      values_(size_t(model.size())),
+      grads_(size_t(model.size())),
+      rows_(size_t(model.size())),
+      row_written_(size_t(model.size())),
+      host_grads_(size_t(model.size())),
+      host_rows_(size_t(model.size())) {
+  std::vector<char> embedding(size_t(model.size()), 0), dense(size_t(model.size()), 0);
+  for (const TypePlan& type : plan.types)
+    for (const Node& n : type.backward.function->nodes) {
+      if (n.op == Op::EmbeddingGrad) embedding[size_t(n.param)] = 1;
+      if (n.op == Op::ParamGrad) dense[size_t(n.param)] = 1;
+    }
+  // Two blocks, each parameter's part 256-byte aligned.
+  std::vector<size_t> offset(size_t(model.size()) + 1, 0);
+  for (size_t p = 0; p < size_t(model.size()); ++p)
+    offset[p + 1] = offset[p] + ((size_t(model.param(int(p)).shape.numel()) * sizeof(float) + 255) & ~size_t(255));
+  values_block_ = DeviceBuffer(device_, offset.back());
+  grads_block_ = DeviceBuffer(device_, offset.back());
+  device_.memset_zero(grads_block_.get(), offset.back());
+  for (size_t p = 0; p < size_t(model.size()); ++p) {
+    const size_t numel = size_t(model.param(int(p)).shape.numel());
+    values_[p] = values_block_.get() + offset[p];
+    grads_[p] = grads_block_.get() + offset[p];
+    host_grads_[p].assign(numel, 0.0f);
+    for (void* host : {static_cast<void*>(host_grads_[p].data()), static_cast<void*>(model.param(int(p)).value.data())})
+      if (device_.pin(host, numel * sizeof(float))) pinned_.push_back(host);
+    if (!embedding[p] || dense[p]) continue;
+    rows_[p].all = false;
+    rows_[p].rows.reserve(size_t(model.param(int(p)).shape.rows()));
+    row_written_[p].assign(size_t(model.param(int(p)).shape.rows()), 0);
+  }
+  upload(model);
+}
+
+CudaParameterStore::~CudaParameterStore() {
+  for (void* host : pinned_) device_.unpin(host);
+}
+
+void CudaParameterStore::upload(const Model& model) {
+  CudaDevice::get();
+  for (int p = 0; p < model.size(); ++p) {
+    const ParamData& param = model.param(p);
+    VJIT_USER_CHECK(param.value.size() == size_t(param.shape.numel()),
+                    "parameter '" << param.name << "' holds " << param.value.size() << " values but its shape "
+                                  << param.shape.str() << " needs " << param.shape.numel());
+    device_.upload(values_[size_t(p)], param.value.data(), param.value.size() * sizeof(float));
+  }
+  device_.synchronize();
+}
+
+void CudaParameterStore::download(Model& model) const {
+  CudaDevice::get();
+  for (int p = 0; p < model.size(); ++p) {
+    ParamData& param = model.param(p);
+    param.value.resize(size_t(param.shape.numel()));
+    device_.download(param.value.data(), values_[size_t(p)], param.value.size() * sizeof(float));
+  }
+}
+
+const std::vector<std::vector<float>>& CudaParameterStore::gradients() const {
+  if (!host_current_) {
+    owner_.fetch_gradients();
+    host_current_ = true;
+  }
+  return host_grads_;
+}
+
+void CudaParameterStore::finish_touched() {
+  for (GradientRows& rows : rows_) std::sort(rows.rows.begin(), rows.rows.end());
+}
+
+// --- executor ---
+
+CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const Config& config)
+    : program_(program),
+      plan_(plan),
+      device_(CudaDevice::get()),
+      config_(config),
+      pool_(config.threads),
+      parallel_(pool_),
+      store_(*this, device_, program.model(), plan) {
+  VJIT_INTERNAL_CHECK(!plan.cuda.image.empty(), "the CUDA executor needs a plan lowered for VJIT_DEVICE=cuda");
+  module_ = device_.load_module(plan.cuda.image);
+  auto fn = [&](const char* name) { return device_.function(module_, name); };
+  move_rows_fn_ = fn("vjit_move_rows");
+  copy_rows_fn_ = fn("vjit_copy_rows");
+  elementwise_fn_ = fn("vjit_elementwise");
+  dropout_fn_ = fn("vjit_dropout");
+  broadcast_fn_ = fn("vjit_broadcast");
+  sum_mod_fn_ = fn("vjit_sum_mod");
+  sum_columns_fn_ = fn("vjit_sum_columns_into");
+  loss_sum_fn_ = fn("vjit_loss_sum");
+  outer_fn_ = fn("vjit_outer");
+  batched_matmul_fn_ = fn("vjit_batched_matmul");
+  softmax_fn_ = fn("vjit_softmax_ce");
+  gather_sum_fn_ = fn("vjit_gather_sum");
+  fill_rows_fn_ = fn("vjit_fill_rows");
+  sum_squares_fn_ = fn("vjit_sum_squares");
+  optimizer_fn_ = fn("vjit_optimizer_update");
+  size_t max_values = 0;
+  push_widths_.resize(plan.types.size());
+  push_index_.resize(plan.types.size());
+  for (size_t t = 0; t < plan.types.size(); ++t) {
+    for (Pass pass : {Pass::Forward, Pass::Backward}) {
+      const FunctionPlan& fp = pass == Pass::Forward ? plan.types[t].forward : plan.types[t].backward;
+      max_values = std::max(max_values, fp.function->nodes.size());
+      fused_begin_[int(pass)].push_back(fused_fn_[int(pass)].size());
+      for (const FusedStep& step : fp.fused) {
+        VJIT_INTERNAL_CHECK(step.kernel.target == KernelTarget::Cuda,
+                            "the CUDA executor cannot launch kernel " << step.kernel.name << " of target "
+                                                                     << kernel_target_name(step.kernel.target));
+        fused_fn_[int(pass)].push_back(fn(step.kernel.name.c_str()));
+      }
+    }
+    const ir::Function& f = *plan.types[t].forward.function;
+    const ValueId scattered = plan.types[t].forward.scatter_value;
+    scatter_width_.push_back(scattered >= 0 ? f[scattered].shape.numel() : 0);
+    push_index_[t].assign(f.nodes.size(), -1);
+    for (ValueId id = 0; id < f.size(); ++id) {
+      if (f[id].op != Op::Push) continue;
+      push_index_[t][size_t(id)] = int(push_widths_[t].size());
+      push_widths_[t].push_back(f[f[id].args[0]].shape.numel());
+    }
+  }
+  views_[0].resize(max_values);
+  views_[1].resize(max_values);
+  scalars_ = DeviceBuffer(device_, 2 * sizeof(double));
+  objective_ = scalars_.get();
+  norm_ = scalars_.get() + sizeof(double);
+}
+
+CudaExecutor::~CudaExecutor() {
+  try {
+    device_.synchronize();
+  } catch (...) {  // a failed device cannot be waited for; nothing to save
+  }
+  device_.free_pinned(staging_host_);
+}
+
+ExecStats CudaExecutor::take_stats() {
+  ExecStats s = stats_;
+  stats_ = {};
+  return s;
+}
+
+const FunctionPlan& CudaExecutor::function_plan(Pass pass, int type) const {
+  const TypePlan& t = plan_.types[size_t(type)];
+  return pass == Pass::Forward ? t.forward : t.backward;
+}
+
+// Arenas grow geometrically, with half again as much room as asked for: a
+// new buffer costs a cuMemFree (which waits for the device) and a cuMemAlloc,
+// a millisecond or more at these sizes, so batches a little larger than the
+// first must not each pay it. The old buffer goes once no queued work reads it
+// (a pass reserves before it queues anything, so the wait finds the device idle).
+DevicePtr CudaExecutor::reserve(Arena& arena, int64_t floats) {
+  if (floats > arena.capacity) {
+    device_.synchronize();
+    arena.capacity = std::max(floats + floats / 2, 2 * arena.capacity);
+    arena.buffer = DeviceBuffer(device_, size_t(bytes_of(arena.capacity)));
+    arena.data = arena.buffer.get();
+  }
+  return arena.data;
+}
+
+template <typename T>
+DevicePtr CudaExecutor::stage(const T* data, size_t count) {
+  const size_t bytes = count * sizeof(T);
+  const size_t aligned = (bytes + 255) & ~size_t(255);
+  if (staging_used_ + aligned > staging_capacity_) {
+    // Everything staged so far must have reached the device, and the kernels
+    // reading it run, before either buffer goes.
+    device_.synchronize();
+    device_.free_pinned(staging_host_);
+    staging_capacity_ = std::max(aligned, 2 * staging_capacity_ + (size_t(4) << 20));
+    staging_host_ = static_cast<char*>(device_.alloc_pinned(staging_capacity_));
+    staging_buffer_ = DeviceBuffer(device_, staging_capacity_);
+    staging_device_ = staging_buffer_.get();
+    staging_used_ = 0;
+  }
+  std::memcpy(staging_host_ + staging_used_, data, bytes);
+  DevicePtr dst = staging_device_ + staging_used_;
+  device_.upload(dst, staging_host_ + staging_used_, bytes);
+  staging_used_ += aligned;
+  return dst;
+}
+
+template <typename... Args>
+void CudaExecutor::launch(void* fn, int64_t elements, Args... args) {
+  static_assert(((sizeof(Args) <= sizeof(uint64_t)) && ...));
+  uint64_t slots[sizeof...(Args)] = {};
+  void* params[sizeof...(Args)];
+  size_t i = 0;
+  ((std::memcpy(&slots[i], &args, sizeof(Args)), params[i] = &slots[i], ++i), ...);
+  ++stats_.kernels;
+  device_.launch(fn, CudaDevice::grid_for(elements), 256, params);
+}
+
+void CudaExecutor::move_rows(const std::vector<uint64_t>& pairs, int64_t width, int mode) {
+  const int64_t rows = int64_t(pairs.size() / 2);
+  if (rows == 0 || width == 0) return;
+  ++stats_.copy_calls;
+  stats_.copy_bytes += rows * bytes_of(width);
+  launch(move_rows_fn_, rows * width, rows, width, stage(pairs.data(), pairs.size()), mode);
+}
+
+void CudaExecutor::copy_rows(int64_t rows, int64_t width, DevicePtr src, int64_t sld, DevicePtr dst, int64_t dld) {
+  if (rows == 0 || width == 0) return;
+  launch(copy_rows_fn_, rows * width, rows, width, src, sld, dst, dld);
+}
+
+void CudaExecutor::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, DevicePtr a, int64_t lda, DevicePtr b,
+                        int64_t ldb, float beta, DevicePtr c, int64_t ldc) {
+  ++stats_.gemm_calls;
+  stats_.gemm_flops += 2.0 * double(m) * double(n) * double(k);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // C = beta·C: nothing to add
+    VJIT_INTERNAL_CHECK(beta == 1.0f, "a GEMM over no terms must accumulate");
+    return;
+  }
+  device_.sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, config_.tf32);
+}
+
+CudaExecutor::View CudaExecutor::scattered_rows(int type, int64_t row) const {
+  const ValueLayout& v = batch_.layout->value(Pass::Forward, type, function_plan(Pass::Forward, type).scatter_value);
+  return {at(arena_[0].data, v.offset + row * v.ld), v.ld};
+}
+
+// The CPU executor's bind (runtime/cpu_executor.cpp), with device addresses.
+void CudaExecutor::bind(Pass pass, const Rows& rows) {
+  const BatchLayout& layout = *batch_.layout;
+  for (Pass p : {Pass::Forward, Pass::Backward}) {
+    if (p == Pass::Backward && pass == Pass::Forward) break;
+    const ir::Function& f = function(p, rows.type);
+    std::vector<View>& views = views_[int(p)];
+    const DevicePtr base = arena_[int(p)].data;
+    for (ValueId id = 0; id < f.size(); ++id) {
+      const Node& n = f[id];
+      View& view = views[size_t(id)];
+      const ValueLayout& own = layout.value(p, rows.type, id);
+      if (own.offset >= 0) view = {at(base, own.offset + rows.begin * own.ld), own.ld};
+      else view = {};
+      switch (n.op) {
+        case Op::Param: view = {store_.value(n.param), 0}; break;
+        case Op::Slice: view = {at(views[size_t(n.args[0])].data, n.start), views[size_t(n.args[0])].ld}; break;
+        case Op::Reshape: view = views[size_t(n.args[0])]; break;
+        case Op::Fwd: view = views_[int(Pass::Forward)][size_t(n.forward_value)]; break;
+        case Op::ScatterGrad: {
+          const ValueLayout& g = layout.scatter_grad[size_t(rows.type)];
+          view = {at(arena_[1].data, g.offset + rows.begin * g.ld), g.ld};
+          break;
+        }
+        case Op::Gather:
+          if (rows.task >= 0) {
+            const GatherLayout& g = layout.gather(rows.task, n.child_slot);
+            if (g.is_view()) {
+              view = scattered_rows(g.source_type, g.first_row);
+              view.ld *= g.row_step;
+            }
+          }
+          break;
+        default: break;
+      }
+    }
+  }
+}
+
+void CudaExecutor::fill_uniform_values(Pass pass) {
+  const BatchLayout& layout = *batch_.layout;
+  for (int t = 0; t < program_.num_types(); ++t) {
+    if (layout.type_rows[size_t(t)] == 0) continue;
+    const ir::Function& f = function(pass, t);
+    for (ValueId id = 0; id < f.size(); ++id) {
+      const Node& n = f[id];
+      if (!n.uniform || n.op == Op::Param) continue;
+      VJIT_INTERNAL_CHECK(n.op == Op::Concat, "executor cannot compute uniform " << ir::to_string(f, id));
+      DevicePtr dst = at(arena_[int(pass)].data, layout.value(pass, t, id).offset);
+      for (ValueId arg : n.args) {
+        const int64_t part = f[arg].shape.numel();
+        DevicePtr src = f[arg].op == Op::Param ? store_.value(f[arg].param)
+                                               : at(arena_[int(pass)].data, layout.value(pass, t, arg).offset);
+        copy_rows(1, part, src, 0, dst, 0);
+        dst = at(dst, part);
+      }
+    }
+  }
+}
+
+void CudaExecutor::forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) {
+  CudaDevice::get();  // the context current on this thread (an engine may move between threads)
+  batch_ = batch;
+  options_ = options;
+  has_batch_ = false;
+  result_ = &result;
+  const scheduler::FlatBatch& graph = *batch.graph;
+  result.objective = 0.0;
+  result.pushes.reset(graph.num_samples(),
+                      [&](int s) { return graph.sample_offset(s + 1) - graph.sample_offset(s); });
+  for (int v = 0; v < graph.num_vertices(); ++v) result.pushes.add_vertex(push_widths_[size_t(graph.type(v))]);
+  result.pushes.allocate();
+  const int64_t push_floats = int64_t(result.pushes.values().size());
+  reserve(pushes_, push_floats);
+  reserve(arena_[0], batch.layout->arena_floats[0]);
+  staging_used_ = 0;  // the last pass ended with the device idle
+  device_.memset_zero(objective_, sizeof(double));
+  stats_.tasks += batch.schedule->num_tasks();
+  fill_uniform_values(Pass::Forward);
+  for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Forward, ir::Phase::Eager, t);
+  for (int t = 0; t < batch.schedule->num_tasks(); ++t) run_task(Pass::Forward, t);
+  for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Forward, ir::Phase::Lazy, t);
+  double objective = 0;
+  device_.download_async(&objective, objective_, sizeof objective);
+  if (push_floats > 0) device_.download_async(result.pushes.data(), pushes_.data, size_t(bytes_of(push_floats)));
+  device_.synchronize();
+  result.objective = objective;
+  result_ = nullptr;
+  has_batch_ = options.backward;
+}
+
+void CudaExecutor::backward() {
+  VJIT_USER_CHECK(has_batch_, "backward() needs a forward() with RunOptions::backward set before it");
+  CudaDevice::get();
+  has_batch_ = false;
+  staging_used_ = 0;
+  // Zero the gradients: dense ones whole, embedding tables the rows last touched.
+  for (int p = 0; p < store_.model().size(); ++p) {
+    GradientRows& rows = store_.rows_[size_t(p)];
+    const ParamData& param = store_.model().param(p);
+    if (rows.all) {
+      device_.memset_zero(store_.gradient(p), size_t(bytes_of(param.shape.numel())));
+      continue;
+    }
+    const int64_t cols = param.shape.cols();
+    pairs_.clear();
+    for (int row : rows.rows) {
+      pairs_.push_back(at(store_.gradient(p), int64_t(row) * cols));
+      pairs_.push_back(0);
+      store_.row_written_[size_t(p)][size_t(row)] = 0;
+    }
+    move_rows(pairs_, cols, kMoveZero);
+    rows.rows.clear();
+  }
+  store_.host_current_ = false;
+  const BatchLayout& layout = *batch_.layout;
+  DevicePtr arena = reserve(arena_[1], layout.arena_floats[1]);
+  for (size_t t = 0; t < layout.scatter_grad.size(); ++t) {
+    const ValueLayout& g = layout.scatter_grad[t];
+    if (g.offset >= 0) device_.memset_zero(at(arena, g.offset), size_t(bytes_of(layout.type_rows[t] * g.ld)));
+  }
+  fill_uniform_values(Pass::Backward);
+  for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Backward, ir::Phase::Eager, t);
+  for (int t = batch_.schedule->num_tasks(); t-- > 0;) run_task(Pass::Backward, t);
+  for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Backward, ir::Phase::Lazy, t);
+  store_.finish_touched();
+  device_.synchronize();
+}
+
+// Per parameter: a dense one's device array `source(p)` whole into `dense(p)`
+// (host, its size); for an embedding table, its touched rows of `source(p)`,
+// gathered into one block on the device and downloaded at once, each handed to
+// put(p, row, values).
+template <typename Source, typename Dense, typename Put>
+void CudaExecutor::download_touched(Source&& source, Dense&& dense, Put&& put) {
+  const Model& model = store_.model();
+  int64_t sparse_floats = 0;
+  for (int p = 0; p < model.size(); ++p)
+    if (!store_.rows_[size_t(p)].all)
+      sparse_floats += int64_t(store_.rows_[size_t(p)].rows.size()) * model.param(p).shape.cols();
+  DevicePtr block = reserve(pushes_, std::max<int64_t>(sparse_floats, 1));  // the push buffer is free here
+  int64_t used = 0;
+  for (int p = 0; p < model.size(); ++p) {
+    const GradientRows& rows = store_.rows_[size_t(p)];
+    if (rows.all) {
+      device_.download_async(dense(p), source(p), size_t(bytes_of(model.param(p).shape.numel())));
+      continue;
+    }
+    const int64_t cols = model.param(p).shape.cols();
+    pairs_.clear();
+    for (size_t i = 0; i < rows.rows.size(); ++i) {
+      pairs_.push_back(at(block, used + int64_t(i) * cols));
+      pairs_.push_back(at(source(p), int64_t(rows.rows[i]) * cols));
+    }
+    move_rows(pairs_, cols, kMoveCopy);
+    used += int64_t(rows.rows.size()) * cols;
+  }
+  floats_.resize(size_t(std::max<int64_t>(sparse_floats, 1)));
+  if (sparse_floats > 0) device_.download_async(floats_.data(), block, size_t(bytes_of(sparse_floats)));
+  device_.synchronize();
+  used = 0;
+  for (int p = 0; p < model.size(); ++p) {
+    const GradientRows& rows = store_.rows_[size_t(p)];
+    if (rows.all) continue;
+    const int64_t cols = model.param(p).shape.cols();
+    for (int32_t row : rows.rows) {
+      put(p, row, floats_.data() + used);
+      used += cols;
+    }
+  }
+}
+
+// The host gradients: an embedding table's rows of the previous backward are
+// zeroed before this one's are written.
+void CudaExecutor::fetch_gradients() {
+  CudaDevice::get();
+  staging_used_ = 0;
+  for (int p = 0; p < store_.model().size(); ++p) {
+    if (store_.rows_[size_t(p)].all) continue;
+    const int64_t cols = store_.model().param(p).shape.cols();
+    std::vector<float>& host = store_.host_grads_[size_t(p)];
+    for (int32_t row : store_.host_rows_[size_t(p)]) std::fill_n(host.begin() + int64_t(row) * cols, cols, 0.0f);
+    store_.host_rows_[size_t(p)] = store_.rows_[size_t(p)].rows;
+  }
+  download_touched([&](int p) { return store_.gradient(p); }, [&](int p) { return store_.host_grads_[size_t(p)].data(); },
+                   [&](int p, int32_t row, const float* values) {
+                     const int64_t cols = store_.model().param(p).shape.cols();
+                     std::copy_n(values, cols, store_.host_grads_[size_t(p)].begin() + int64_t(row) * cols);
+                   });
+}
+
+void CudaExecutor::upload_updated(bool dense) {
+  staging_used_ = 0;
+  for (int p = 0; p < store_.model().size(); ++p) {
+    const ParamData& param = store_.model().param(p);
+    const GradientRows& rows = store_.rows_[size_t(p)];
+    if (rows.all || dense) {
+      device_.upload(store_.value(p), param.value.data(), param.value.size() * sizeof(float));
+      continue;
+    }
+    // The touched rows, staged as one block, then moved into the table.
+    const int64_t cols = param.shape.cols();
+    floats_.resize(rows.rows.size() * size_t(cols));
+    for (size_t i = 0; i < rows.rows.size(); ++i)
+      std::copy_n(param.value.begin() + int64_t(rows.rows[i]) * cols, cols, floats_.begin() + int64_t(i) * cols);
+    if (floats_.empty()) continue;
+    DevicePtr block = stage(floats_.data(), floats_.size());
+    pairs_.clear();
+    for (size_t i = 0; i < rows.rows.size(); ++i) {
+      pairs_.push_back(at(store_.value(p), int64_t(rows.rows[i]) * cols));
+      pairs_.push_back(at(block, int64_t(i) * cols));
+    }
+    move_rows(pairs_, cols, kMoveCopy);
+  }
+  device_.synchronize();
+}
+
+void CudaExecutor::update_on_host(Optimizer& optimizer) {
+  Model& model = store_.model();
+  OptimizerState& state = store_.optimizer_state();
+  if (slots_on_device_) {  // the device's slots are the live ones: bring them over
+    for (int p = 0; p < model.size(); ++p)
+      for (size_t k = 0; k < 2 && size_t(p) < state.slots.size() && k < state.slots[size_t(p)].size(); ++k)
+        device_.download_async(state.slots[size_t(p)][k].data(), slots_[size_t(2 * p) + k],
+                               state.slots[size_t(p)][k].size() * sizeof(float));
+    device_.synchronize();
+    slots_on_device_ = false;
+  }
+  store_.gradients();
+  optimizer.step(model, store_.host_grads_, store_.rows_, &parallel_, &state);
+  upload_updated(optimizer.dense_updates());
+}
+
+void CudaExecutor::download_updated() {
+  Model& model = store_.model();
+  download_touched([&](int p) { return store_.value(p); }, [&](int p) { return model.param(p).value.data(); },
+                   [&](int p, int32_t row, const float* values) {
+                     const int64_t cols = model.param(p).shape.cols();
+                     std::copy_n(values, cols, model.param(p).value.begin() + int64_t(row) * cols);
+                   });
+}
+
+// One step on the device (see the header): rows of (weights, gradient, slot 0,
+// slot 1) per parameter — a dense parameter as one row, an embedding table its
+// touched rows — summed, then updated by the rule's kernel.
+void CudaExecutor::update(Optimizer& optimizer) {
+  CudaDevice::get();
+  DeviceUpdate rule = optimizer.device_rule();
+  if (rule.kind == DeviceUpdate::Kind::None || optimizer.dense_updates()) return update_on_host(optimizer);
+  Model& model = store_.model();
+  staging_used_ = 0;
+  if (slots_.empty()) {  // two slots per parameter, in one block
+    size_t bytes = 0;
+    for (int p = 0; p < model.size(); ++p) bytes += 2 * ((size_t(bytes_of(model.param(p).shape.numel())) + 255) & ~size_t(255));
+    slots_block_ = DeviceBuffer(device_, bytes);
+    DevicePtr next = slots_block_.get();
+    for (int p = 0; p < model.size(); ++p)
+      for (int k = 0; k < 2; ++k) {
+        slots_.push_back(next);
+        next += (size_t(bytes_of(model.param(p).shape.numel())) + 255) & ~size_t(255);
+      }
+  }
+  struct Segment {
+    int64_t first = 0, rows = 0, width = 0;  // first tuple, tuples, floats per row
+  };
+  std::vector<Segment> segments;
+  pairs_.clear();
+  for (int p = 0; p < model.size(); ++p) {
+    const GradientRows& rows = store_.rows_[size_t(p)];
+    const int64_t cols = model.param(p).shape.cols();
+    Segment segment{int64_t(pairs_.size() / 4), 0, rows.all ? model.param(p).shape.numel() : cols};
+    auto tuple = [&](int64_t offset) {
+      pairs_.insert(pairs_.end(), {at(store_.value(p), offset), at(store_.gradient(p), offset),
+                                   at(slots_[size_t(2 * p)], offset), at(slots_[size_t(2 * p + 1)], offset)});
+      ++segment.rows;
+    };
+    if (rows.all) tuple(0);
+    else
+      for (int32_t row : rows.rows) tuple(int64_t(row) * cols);
+    if (segment.rows > 0 && segment.width > 0) segments.push_back(segment);
+  }
+  if (segments.empty()) return update_on_host(optimizer);
+  const DevicePtr tuples = stage(pairs_.data(), pairs_.size());
+  // Σ g²: a few hundred blocks, each thread's partial added once.
+  constexpr int64_t kNormThreads = 65536;
+  device_.memset_zero(norm_, sizeof(double));
+  for (const Segment& s : segments)
+    launch(sum_squares_fn_, std::min(s.rows * s.width, kNormThreads), s.rows, s.width,
+           tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t), norm_);
+  double sum = 0;
+  device_.download_async(&sum, norm_, sizeof sum);
+  device_.synchronize();
+  if (!std::isfinite(sum)) return update_on_host(optimizer);  // step() names the culprit
+  OptimizerState& state = store_.optimizer_state();
+  rule = optimizer.begin_device_step(model, state, sum);
+  if (rule.state_made || !slots_on_device_) {
+    // Fresh state: zeros; after host steps: the host's slots.
+    for (int p = 0; p < model.size(); ++p)
+      for (size_t k = 0; k < 2; ++k) {
+        const size_t bytes = size_t(bytes_of(model.param(p).shape.numel()));
+        if (rule.state_made || k >= state.slots[size_t(p)].size()) device_.memset_zero(slots_[size_t(2 * p) + k], bytes);
+        else device_.upload(slots_[size_t(2 * p) + k], state.slots[size_t(p)][k].data(), bytes);
+      }
+    slots_on_device_ = true;
+  }
+  const int kind = rule.kind == DeviceUpdate::Kind::Sgd ? 1 : rule.kind == DeviceUpdate::Kind::SgdMomentum ? 2 : 3;
+  for (const Segment& s : segments)
+    launch(optimizer_fn_, s.rows * s.width, s.rows, s.width, tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t), kind,
+           rule.lr, rule.weight_decay, rule.momentum, rule.beta1, rule.beta2, 1.0f - rule.beta1, 1.0f - rule.beta2,
+           rule.correction1, rule.correction2, rule.eps, rule.decay, rule.scale);
+  download_updated();
+}
+
+void CudaExecutor::run_type_phase(Pass pass, ir::Phase phase, int type) {
+  const BatchLayout& layout = *batch_.layout;
+  if (layout.type_rows[size_t(type)] == 0) return;
+  const FunctionPlan& fp = function_plan(pass, type);
+  const std::vector<Step>& steps = phase == ir::Phase::Eager ? fp.eager : fp.lazy;
+  if (steps.empty()) return;
+  Rows rows{type, -1, 0, layout.type_rows[size_t(type)], layout.rows_of(type).data()};
+  bind(pass, rows);
+  run_steps(pass, rows, steps);
+}
+
+void CudaExecutor::run_task(Pass pass, int task) {
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatSchedule& schedule = *batch_.schedule;
+  int type = schedule.task_type[size_t(task)];
+  std::span<const int> vertices = schedule.task(task);
+  Rows rows{type, task, layout.task_first_row[size_t(task)], int64_t(vertices.size()), vertices.data()};
+  bind(pass, rows);
+  run_steps(pass, rows, function_plan(pass, type).core);
+}
+
+void CudaExecutor::run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps) {
+  for (const Step& step : steps) {
+    if (step.fused >= 0) run_fused(pass, rows, function_plan(pass, rows.type).fused[size_t(step.fused)]);
+    else run_node(pass, rows, step.node);
+  }
+}
+
+void CudaExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step) {
+  const std::vector<View>& views = views_[int(pass)];
+  const size_t index = size_t(&step - function_plan(pass, rows.type).fused.data());
+  void* fn = fused_fn_[int(pass)][fused_begin_[int(pass)][size_t(rows.type)] + index];
+  // long long rows, then (pointer, ld) per input and per output.
+  std::vector<uint64_t>& slots = pairs_;
+  slots.clear();
+  slots.push_back(uint64_t(rows.count));
+  for (ValueId in : step.inputs) slots.insert(slots.end(), {views[size_t(in)].data, uint64_t(views[size_t(in)].ld)});
+  for (ValueId out : step.outputs)
+    slots.insert(slots.end(), {views[size_t(out)].data, uint64_t(views[size_t(out)].ld)});
+  params_.resize(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) params_[i] = &slots[i];
+  ++stats_.kernels;
+  device_.launch(fn, CudaDevice::grid_for(rows.count * step.width), 256, params_.data());
+}
+
+void CudaExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {
+  const Node& n = function(pass, rows.type)[id];
+  if (is_view(n.op) || n.op == Op::Scatter || n.uniform) return;
+  const View& out = views_[int(pass)][size_t(id)];
+  if (is_copy(n.op)) {
+    switch (n.op) {
+      case Op::Gather: gather(rows, n, out); break;
+      case Op::GatherSum:
+      case Op::GatherAll: gather_variadic(rows, n, out); break;
+      case Op::Pull:
+      case Op::PullEmbedding: pull(rows, n, out); break;
+      case Op::GatherGrad: gather_grad(rows, n, views_[int(pass)][size_t(n.args[0])]); break;
+      default: sink(pass, rows, n); break;
+    }
+    return;
+  }
+  if (n.op == Op::MatMul) return matmul(pass, rows, n, out);
+  if (n.op == Op::ParamGrad) return param_grad(pass, rows, n);
+  if (n.op == Op::Add && bias_add(pass, rows, n, out)) return;
+  switch (ir::op_kind(n.op)) {
+    case ir::OpKind::Unary:
+    case ir::OpKind::Binary: elementwise(pass, rows, n, out); return;
+    default: break;
+  }
+  const ir::Function& f = function(pass, rows.type);
+  switch (n.op) {
+    case Op::Constant:
+      launch(fill_rows_fn_, rows.count * n.shape.numel(), int64_t(rows.count), n.shape.numel(), float(n.value),
+             out.data, out.ld);
+      return;
+    case Op::Outer: {
+      const View& a = views_[int(pass)][size_t(n.args[0])];
+      const View& b = views_[int(pass)][size_t(n.args[1])];
+      int64_t m = f[n.args[0]].shape.numel(), k = f[n.args[1]].shape.numel();
+      launch(outer_fn_, rows.count * m * k, int64_t(rows.count), m, k, a.data, a.ld, b.data, b.ld, out.data, out.ld);
+      return;
+    }
+    case Op::SoftmaxCE:
+    case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out); return;
+    case Op::Loss: sink(pass, rows, n); return;
+    default: reshape_data(pass, rows, n, out); return;
+  }
+}
+
+// --- node kinds ---
+
+void CudaExecutor::gather(const Rows& rows, const Node& node, const View& out) {
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  if (rows.task >= 0 && layout.gather(rows.task, node.child_slot).is_view()) {
+    ++stats_.gather_views;
+    return;
+  }
+  const RowRef* sources =
+      rows.task >= 0 ? layout.gather_sources.data() + layout.gather(rows.task, node.child_slot).first_source : nullptr;
+  pairs_.clear();
+  for (int64_t r = 0; r < rows.count; ++r) {
+    RowRef src = sources ? sources[r] : RowRef{};
+    if (!sources) {
+      int child = graph.children(rows.vertices[r])[size_t(node.child_slot)];
+      src = {graph.type(child), layout.vertex_row[size_t(child)]};
+    }
+    pairs_.push_back(at(out.data, r * out.ld));
+    pairs_.push_back(scattered_rows(src.type, src.row).data);
+  }
+  move_rows(pairs_, node.shape.numel(), kMoveCopy);
+}
+
+// Sources in order per row (vjit_gather_sum): GatherSum adds them in child
+// order like the CPU; GatherAll stacks them into zeroed rows.
+void CudaExecutor::gather_variadic(const Rows& rows, const Node& node, const View& out) {
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const bool stack = node.op == Op::GatherAll;
+  const int64_t width = stack ? node.shape.dims[1] : node.shape.numel();
+  const size_t first = size_t(program_.signature(rows.type).fixed_arity);
+  ints_.assign(1, 0);
+  offsets_.clear();
+  const DevicePtr base = arena_[0].data;
+  for (int64_t r = 0; r < rows.count; ++r) {
+    std::span<const int> children = graph.children(rows.vertices[r]);
+    for (size_t k = first; k < children.size(); ++k) {
+      int child = children[k];
+      offsets_.push_back(int64_t((scattered_rows(graph.type(child), layout.vertex_row[size_t(child)]).data - base) /
+                                 sizeof(float)));
+    }
+    ints_.push_back(int(offsets_.size()));
+  }
+  if (stack) launch(fill_rows_fn_, rows.count * node.shape.numel(), int64_t(rows.count), node.shape.numel(), 0.0f,
+                    out.data, out.ld);
+  if (offsets_.empty()) {
+    if (!stack) launch(fill_rows_fn_, rows.count * width, int64_t(rows.count), width, 0.0f, out.data, out.ld);
+    return;
+  }
+  ++stats_.copy_calls;
+  stats_.copy_bytes += int64_t(offsets_.size()) * bytes_of(width);
+  DevicePtr begin = stage(ints_.data(), ints_.size());
+  DevicePtr src = stage(offsets_.data(), offsets_.size());
+  launch(gather_sum_fn_, rows.count * width, int64_t(rows.count), width, begin, src, base, out.data, out.ld,
+         int(stack));
+}
+
+void CudaExecutor::pull(const Rows& rows, const Node& node, const View& out) {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const int64_t width = node.shape.numel();
+  if (node.op == Op::PullEmbedding) {
+    pairs_.clear();
+    for (int64_t r = 0; r < rows.count; ++r) {
+      pairs_.push_back(at(out.data, r * out.ld));
+      pairs_.push_back(at(store_.value(node.param), int64_t(graph.token(rows.vertices[r])) * width));
+    }
+    move_rows(pairs_, width, kMoveCopy);
+    return;
+  }
+  // Features: the rows' feature vectors, staged packed, then copied to their rows.
+  floats_.resize(size_t(rows.count * width));
+  for (int64_t r = 0; r < rows.count; ++r)
+    std::copy_n(graph.vertex(rows.vertices[r]).features.data(), width, floats_.begin() + r * width);
+  ++stats_.copy_calls;
+  stats_.copy_bytes += rows.count * bytes_of(width);
+  copy_rows(rows.count, width, stage(floats_.data(), floats_.size()), width, out.data, out.ld);
+}
+
+void CudaExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, const View& out) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = views_[int(pass)];
+  const int64_t width = node.shape.numel();
+  const View& a = views[size_t(node.args[0])];
+  if (node.op == Op::Dropout) {
+    const scheduler::FlatBatch& graph = *batch_.graph;
+    ints_.resize(size_t(2 * rows.count));
+    for (int64_t r = 0; r < rows.count; ++r) {
+      scheduler::VertexRef ref = graph.ref(rows.vertices[r]);
+      ints_[size_t(2 * r)] = ref.sample;
+      ints_[size_t(2 * r + 1)] = ref.vertex;
+    }
+    const float scale = options_.training ? float(1.0 / (1.0 - node.rate)) : 1.0f;
+    launch(dropout_fn_, rows.count * width, int64_t(rows.count), width, a.data, a.ld, out.data, out.ld,
+           stage(ints_.data(), ints_.size()), uint64_t(options_.seed), int(node.dropout_key), double(node.rate), scale,
+           int(options_.training));
+    return;
+  }
+  // An operand of another shape is a scalar (element 0) or a vector broadcast
+  // over the rows (element i mod n), as in the CPU's elementwise.
+  auto count = [&](ValueId arg) { return f[arg].shape == node.shape ? width : f[arg].shape.numel(); };
+  const bool unary = ir::op_kind(node.op) == ir::OpKind::Unary;
+  const View b = unary ? View{} : views[size_t(node.args[1])];
+  launch(elementwise_fn_, rows.count * width, int(node.op), int64_t(rows.count), width, a.data, a.ld,
+         count(node.args[0]), b.data, b.ld, unary ? int64_t(1) : count(node.args[1]), float(ir::unary_constant(node)),
+         out.data, out.ld);
+}
+
+void CudaExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, const View& out) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = views_[int(pass)];
+  const int64_t width = node.shape.numel();
+  const int64_t R = rows.count;
+  switch (node.op) {
+    case Op::Concat: {  // parts laid out in place (ValueLayout::in_concat) are already there
+      int64_t column = 0;
+      for (ValueId arg : node.args) {
+        const View& src = views[size_t(arg)];
+        const int64_t part = f[arg].shape.numel();
+        if (src.data != at(out.data, column) || src.ld != out.ld)
+          copy_rows(R, part, src.data, src.ld, at(out.data, column), out.ld);
+        column += part;
+      }
+      return;
+    }
+    case Op::Pad: {
+      const View& src = views[size_t(node.args[0])];
+      launch(fill_rows_fn_, R * width, R, width, 0.0f, out.data, out.ld);
+      copy_rows(R, f[node.args[0]].shape.numel(), src.data, src.ld, at(out.data, node.start), out.ld);
+      return;
+    }
+    case Op::Broadcast:
+    case Op::BroadcastRows: {
+      const View& src = views[size_t(node.args[0])];
+      const int64_t mod = node.op == Op::Broadcast ? 0 : node.shape.dims[1];
+      launch(broadcast_fn_, R * width, R, width, src.data, src.ld, mod, out.data, out.ld);
+      return;
+    }
+    case Op::Sum:
+    case Op::SumRows: {
+      const View& src = views[size_t(node.args[0])];
+      launch(sum_mod_fn_, R * width, R, width, f[node.args[0]].shape.numel(), src.data, src.ld, out.data, out.ld);
+      return;
+    }
+    default: break;
+  }
+  VJIT_INTERNAL_CHECK(false, "the CUDA executor cannot run " << ir::to_string(f, int(&node - f.nodes.data())));
+}
+
+// The GEMM epilogue: the rows start as the bias, the GEMM adds the product.
+bool CudaExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const View& out) {
+  const FunctionPlan& fp = function_plan(pass, rows.type);
+  const int side = fp.folded[size_t(node.args[0])] ? 0 : fp.folded[size_t(node.args[1])] ? 1 : -1;
+  if (side < 0) return false;
+  const Node& product = (*fp.function)[node.args[size_t(side)]];
+  const View& bias = views_[int(pass)][size_t(node.args[size_t(1 - side)])];
+  copy_rows(rows.count, node.shape.numel(), bias.data, 0, out.data, out.ld);
+  matmul(pass, rows, product, out, 1.0f);
+  return true;
+}
+
+void CudaExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, float beta) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = views_[int(pass)];
+  const Shape& sa = f[node.args[0]].shape;
+  const Shape& sb = f[node.args[1]].shape;
+  const View& a = views[size_t(node.args[0])];
+  const View& b = views[size_t(node.args[1])];
+  const int64_t R = rows.count;
+  if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x  →  Y = X op(W)ᵀ
+    int64_t m = node.trans_a ? sa.dims[1] : sa.dims[0], k = node.trans_a ? sa.dims[0] : sa.dims[1];
+    gemm(false, !node.trans_a, R, m, k, b.data, b.ld, a.data, sa.dims[1], beta, out.data, out.ld);
+    return;
+  }
+  if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)  →  Y = X op(W)
+    int64_t n = node.trans_b ? sb.dims[0] : sb.dims[1], k = node.trans_b ? sb.dims[1] : sb.dims[0];
+    gemm(false, node.trans_b, R, n, k, a.data, a.ld, b.data, sb.dims[1], beta, out.data, out.ld);
+    return;
+  }
+  VJIT_INTERNAL_CHECK(beta == 0.0f, "a per-vertex product cannot accumulate");
+  // Per-vertex matrices (MV-RNN): one launch over every row's product.
+  int64_t a_rows = sa.rank == 2 ? sa.dims[0] : 1, a_cols = sa.rank == 2 ? sa.dims[1] : sa.dims[0];
+  int64_t b_rows = sb.dims[0], b_cols = sb.rank == 2 ? sb.dims[1] : 1;
+  int64_t m = node.trans_a ? a_cols : a_rows, k = node.trans_a ? a_rows : a_cols;
+  int64_t n = node.trans_b ? b_rows : b_cols;
+  stats_.gemm_calls += R;
+  stats_.gemm_flops += 2.0 * double(m) * double(n) * double(k) * double(R);
+  launch(batched_matmul_fn_, R * m * n, R, m, n, k, a.data, a.ld, a_cols, int(node.trans_a), b.data, b.ld, b_cols,
+         int(node.trans_b), out.data, out.ld);
+}
+
+void CudaExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, const View& out) {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const View& logits = views_[int(pass)][size_t(node.args[0])];
+  const int64_t classes = function(pass, rows.type)[node.args[0]].shape.numel();
+  const bool gradient = node.op == Op::SoftmaxCEGrad;
+  const View upstream = gradient ? views_[int(pass)][size_t(node.args[1])] : View{};
+  ints_.resize(size_t(rows.count));
+  for (int64_t r = 0; r < rows.count; ++r) ints_[size_t(r)] = graph.label(rows.vertices[r]);
+  launch(softmax_fn_, rows.count, int64_t(rows.count), classes, logits.data, logits.ld,
+         stage(ints_.data(), ints_.size()), upstream.data, upstream.ld, int(gradient), out.data, out.ld);
+}
+
+void CudaExecutor::sink(Pass pass, const Rows& rows, const Node& node) {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const View& x = views_[int(pass)][size_t(node.args[0])];
+  const int64_t width = function(pass, rows.type)[node.args[0]].shape.numel();
+  switch (node.op) {
+    case Op::Push: {
+      PushedValues<float>& pushes = result_->pushes;
+      int k = push_index_[size_t(rows.type)][size_t(&node - function(pass, rows.type).nodes.data())];
+      pairs_.clear();
+      for (int64_t r = 0; r < rows.count; ++r) {
+        pairs_.push_back(at(pushes_.data, pushes.value_offset(rows.vertices[r], k)));
+        pairs_.push_back(at(x.data, r * x.ld));
+      }
+      move_rows(pairs_, width, kMoveCopy);
+      return;
+    }
+    case Op::Loss: launch(loss_sum_fn_, rows.count, int64_t(rows.count), x.data, x.ld, objective_); return;
+    case Op::EmbeddingGrad: {
+      pairs_.clear();
+      for (int64_t r = 0; r < rows.count; ++r) {
+        int token = graph.token(rows.vertices[r]);
+        store_.touch(node.param, token);
+        pairs_.push_back(at(store_.gradient(node.param), int64_t(token) * width));
+        pairs_.push_back(at(x.data, r * x.ld));
+      }
+      move_rows(pairs_, width, kMoveAdd);
+      return;
+    }
+    default: VJIT_INTERNAL_CHECK(false, "not a sink: " << ir::op_name(node.op));
+  }
+}
+
+void CudaExecutor::param_grad(Pass pass, const Rows& rows, const Node& node) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = views_[int(pass)];
+  DevicePtr grad = store_.gradient(node.param);
+  ValueId term = node.args[0];
+  if (function_plan(pass, rows.type).folded[size_t(term)]) {
+    const Node& o = f[term];
+    const View& a = views[size_t(o.args[0])];
+    const View& b = views[size_t(o.args[1])];
+    int64_t m = f[o.args[0]].shape.numel(), n = f[o.args[1]].shape.numel();
+    ++stats_.param_grad_gemms;
+    gemm(true, false, m, n, rows.count, a.data, a.ld, b.data, b.ld, 1.0f, grad, n);
+    return;
+  }
+  const View& x = views[size_t(term)];
+  const int64_t width = f[term].shape.numel();
+  launch(sum_columns_fn_, width, int64_t(rows.count), width, x.data, x.ld, grad);
+}
+
+void CudaExecutor::gather_grad(const Rows& rows, const Node& node, const View& g) {
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  auto grad_row = [&](int type, int64_t row) {
+    const ValueLayout& s = layout.scatter_grad[size_t(type)];
+    return at(arena_[1].data, s.offset + row * s.ld);
+  };
+  // One launch per width (the children of a slot may be of types that scatter
+  // rows of different widths only in principle; each width is its own launch).
+  int64_t width = -1;
+  pairs_.clear();
+  auto add = [&](int type, int64_t row, DevicePtr src) {
+    const int64_t w = scatter_width_[size_t(type)];
+    if (width >= 0 && w != width) {
+      move_rows(pairs_, width, kMoveAdd);
+      pairs_.clear();
+    }
+    width = w;
+    pairs_.push_back(grad_row(type, row));
+    pairs_.push_back(src);
+  };
+  if (node.target == ir::GatherGradTarget::Slot) {
+    const GatherLayout* g_layout = rows.task >= 0 ? &layout.gather(rows.task, node.child_slot) : nullptr;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      RowRef dst;
+      if (g_layout && g_layout->is_view()) {
+        dst = {g_layout->source_type, g_layout->first_row + int(r) * g_layout->row_step};
+      } else if (g_layout) {
+        dst = layout.gather_sources[size_t(g_layout->first_source + r)];
+      } else {
+        int child = graph.children(rows.vertices[r])[size_t(node.child_slot)];
+        dst = {graph.type(child), layout.vertex_row[size_t(child)]};
+      }
+      add(dst.type, dst.row, at(g.data, r * g.ld));
+    }
+  } else {
+    const size_t first = size_t(program_.signature(rows.type).fixed_arity);
+    for (int64_t r = 0; r < rows.count; ++r) {
+      std::span<const int> children = graph.children(rows.vertices[r]);
+      for (size_t k = first; k < children.size(); ++k) {
+        int child = children[k];
+        int type = graph.type(child);
+        DevicePtr part = at(g.data, r * g.ld + (node.target == ir::GatherGradTarget::VariadicRows
+                                                    ? int64_t(k - first) * scatter_width_[size_t(type)]
+                                                    : 0));
+        add(type, layout.vertex_row[size_t(child)], part);
+      }
+    }
+  }
+  if (width >= 0) move_rows(pairs_, width, kMoveAdd);
+}
+
+}  // namespace vjit::runtime

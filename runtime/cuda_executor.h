@@ -1,0 +1,211 @@
+#pragma once
+// The CUDA executor: runs an execution plan lowered for the GPU (every fused
+// group a kernel of ExecPlan::cuda's module) over a planned batch, task by
+// task, on one stream of CudaDevice. It is the device form of the CPU executor
+// (runtime/cpu_executor.cpp), which specifies what every step means; it follows
+// the same layout (offsets and leading dimensions into one device arena per
+// pass), resolves the same views, and runs each step as one launch over the
+// task's rows: cuBLASLt for products, the plan's fused kernels, and the
+// module's fixed kernels (codegen/cuda_source.h) for gathers, scatters,
+// pushes, pulls, dropout, reshapes, softmax and losses.
+//
+// Index lists (which rows a gather reads, which tokens a lookup takes, the
+// features a pull reads) are built on the host per step, staged in pinned
+// memory and copied asynchronously on the same stream ahead of the launch
+// that reads them. The host waits for the device only at the end of a forward
+// (the objective and the pushed values come back) and of a backward.
+//
+// Parameter store: parameters, gradients and the optimizer's state slots live
+// on the device. An SGD or Adam step runs there (Optimizer::device_rule: the
+// same float operations as runtime/optimizer.cpp, so the same weights as a CPU
+// step): the norm of the listed gradients is summed on the device, the
+// optimizer does its bookkeeping (Optimizer::begin_device_step), one kernel
+// per parameter updates the listed rows, and the changed values are copied
+// back into the Model, which stays current for its user. A rule with no device
+// form, or dense updates of an embedding table, runs on the host over the
+// downloaded gradients instead. Values changed in the Model by hand after the
+// engine was built need parameters().upload(model).
+#include <cstdint>
+#include <vector>
+
+#include "runtime/cuda_driver.h"
+#include "runtime/executor.h"
+#include "runtime/pool_parallel_for.h"
+#include "runtime/thread_pool.h"
+
+namespace vjit::runtime {
+
+class CudaExecutor;
+
+class CudaParameterStore final : public ParameterStore {
+ public:
+  CudaParameterStore(CudaExecutor& owner, CudaDevice& device, Model& model, const ExecPlan& plan);
+  ~CudaParameterStore() override;
+  void upload(const Model& model) override;
+  void download(Model& model) const override;
+  // Downloads the gradients of the last backward the first time they are asked for.
+  const std::vector<std::vector<float>>& gradients() const override;
+  const std::vector<GradientRows>& gradient_rows() const override { return rows_; }
+
+  Model& model() const { return model_; }
+  DevicePtr value(int param) const { return values_[size_t(param)]; }
+  DevicePtr gradient(int param) const { return grads_[size_t(param)]; }
+  void touch(int param, int row) {
+    GradientRows& rows = rows_[size_t(param)];
+    char& written = row_written_[size_t(param)][size_t(row)];
+    if (rows.all || written) return;
+    written = 1;
+    rows.rows.push_back(row);
+  }
+  void finish_touched();
+  OptimizerState& optimizer_state() { return optimizer_state_; }
+
+ private:
+  CudaExecutor& owner_;
+  CudaDevice& device_;
+  Model& model_;
+  OptimizerState optimizer_state_;
+  DeviceBuffer values_block_, grads_block_;  // every parameter's values, gradients
+  std::vector<DevicePtr> values_, grads_;
+  std::vector<GradientRows> rows_;
+  std::vector<std::vector<char>> row_written_;
+  mutable std::vector<std::vector<float>> host_grads_;
+  mutable std::vector<std::vector<int32_t>> host_rows_;  // rows of an embedding table's host gradient written last
+  mutable bool host_current_ = false;
+  // Host memory page-locked for the optimizer's transfers: the host gradients
+  // and the Model's values as they were at construction.
+  std::vector<void*> pinned_;
+  friend class CudaExecutor;
+};
+
+class CudaExecutor final : public Executor {
+ public:
+  struct Config {
+    int threads = 1;   // the host optimizer's threads
+    bool profile = false;
+    bool tf32 = false;  // cuBLASLt on TF32 tensor cores
+  };
+  CudaExecutor(const Program& program, const ExecPlan& plan, const Config& config);
+  ~CudaExecutor() override;
+
+  const char* device() const override { return "cuda"; }
+  void forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) override;
+  void backward() override;
+  void update(Optimizer& optimizer) override;
+  ParameterStore& parameters() override { return store_; }
+  ExecStats take_stats() override;
+
+ private:
+  struct View {
+    DevicePtr data = 0;  // a byte address on the device
+    int64_t ld = 0;      // floats
+  };
+  struct Rows {
+    int type = 0;
+    int task = -1;
+    int64_t begin = 0, count = 0;
+    const int* vertices = nullptr;
+  };
+  struct Arena {
+    DeviceBuffer buffer;
+    DevicePtr data = 0;
+    int64_t capacity = 0;  // floats
+  };
+
+  const FunctionPlan& function_plan(Pass pass, int type) const;
+  const ir::Function& function(Pass pass, int type) const { return *function_plan(pass, type).function; }
+  DevicePtr reserve(Arena& arena, int64_t floats);
+  View scattered_rows(int type, int64_t row) const;
+  void bind(Pass pass, const Rows& rows);
+  // Copies `count` items to the device through the pinned staging buffer, on
+  // the stream, and returns their device address.
+  template <typename T>
+  DevicePtr stage(const T* data, size_t count);
+  template <typename... Args>
+  void launch(void* fn, int64_t elements, Args... args);
+  void move_rows(const std::vector<uint64_t>& pairs, int64_t width, int mode);
+  void copy_rows(int64_t rows, int64_t width, DevicePtr src, int64_t sld, DevicePtr dst, int64_t dld);
+  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, DevicePtr a, int64_t lda, DevicePtr b, int64_t ldb,
+            float beta, DevicePtr c, int64_t ldc);
+
+  void fill_uniform_values(Pass pass);
+  void run_type_phase(Pass pass, ir::Phase phase, int type);
+  void run_task(Pass pass, int task);
+  void run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps);
+  void run_fused(Pass pass, const Rows& rows, const FusedStep& step);
+  void run_node(Pass pass, const Rows& rows, ir::ValueId id);
+
+  void gather(const Rows& rows, const ir::Node& node, const View& out);
+  void gather_variadic(const Rows& rows, const ir::Node& node, const View& out);
+  void pull(const Rows& rows, const ir::Node& node, const View& out);
+  void elementwise(Pass pass, const Rows& rows, const ir::Node& node, const View& out);
+  void reshape_data(Pass pass, const Rows& rows, const ir::Node& node, const View& out);
+  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, float beta = 0.0f);
+  bool bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out);
+  void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out);
+  void sink(Pass pass, const Rows& rows, const ir::Node& node);
+  void param_grad(Pass pass, const Rows& rows, const ir::Node& node);
+  void gather_grad(const Rows& rows, const ir::Node& node, const View& g);
+  // The store's host copy of the gradients, from the device.
+  void fetch_gradients();
+  template <typename Source, typename Dense, typename Put>
+  void download_touched(Source&& source, Dense&& dense, Put&& put);
+  // Uploads what an optimizer step changed: every dense parameter, and the
+  // touched rows of each embedding table (all of it when `dense`).
+  void upload_updated(bool dense);
+  // The optimizer on the host (runtime/optimizer.cpp), for a rule without a
+  // device form or dense updates of embedding tables.
+  void update_on_host(Optimizer& optimizer);
+  // Copies the values an update changed into the Model: dense parameters
+  // whole, embedding tables their touched rows.
+  void download_updated();
+  friend class CudaParameterStore;
+
+  const Program& program_;
+  const ExecPlan& plan_;
+  CudaDevice& device_;
+  Config config_;
+  ThreadPool pool_;
+  PoolParallelFor parallel_;
+  CudaParameterStore store_;
+  ExecStats stats_;
+  void* module_ = nullptr;
+  std::vector<void*> fused_fn_[2];  // per type·fused index, flattened: [pass][fused_begin[type] + i]
+  std::vector<size_t> fused_begin_[2];
+  void *move_rows_fn_ = nullptr, *copy_rows_fn_ = nullptr, *elementwise_fn_ = nullptr, *dropout_fn_ = nullptr,
+       *broadcast_fn_ = nullptr, *sum_mod_fn_ = nullptr, *sum_columns_fn_ = nullptr, *loss_sum_fn_ = nullptr,
+       *outer_fn_ = nullptr, *batched_matmul_fn_ = nullptr, *softmax_fn_ = nullptr, *gather_sum_fn_ = nullptr,
+       *fill_rows_fn_ = nullptr, *sum_squares_fn_ = nullptr, *optimizer_fn_ = nullptr;
+  // The optimizer's state slots on the device (two per parameter), live when
+  // slots_on_device_; otherwise the host's OptimizerState holds them.
+  DeviceBuffer slots_block_;
+  std::vector<DevicePtr> slots_;
+  bool slots_on_device_ = false;
+  DevicePtr norm_ = 0;  // Σ g² of a step, in double
+  std::vector<std::vector<int64_t>> push_widths_;
+  std::vector<std::vector<int>> push_index_;
+  std::vector<int64_t> scatter_width_;
+
+  // The batch being run.
+  PlannedBatch batch_;
+  RunOptions options_;
+  Evaluation<float>* result_ = nullptr;
+  bool has_batch_ = false;
+  Arena arena_[2], pushes_;
+  DeviceBuffer scalars_;  // the objective and a step's Σ g², in double
+  DevicePtr objective_ = 0;
+  std::vector<View> views_[2];
+  // Staging: pinned host memory mirrored by a device buffer of the same size.
+  char* staging_host_ = nullptr;
+  DeviceBuffer staging_buffer_;
+  DevicePtr staging_device_ = 0;
+  size_t staging_capacity_ = 0, staging_used_ = 0;
+  // Scratch for index lists.
+  std::vector<uint64_t> pairs_;
+  std::vector<int64_t> offsets_;
+  std::vector<int> ints_;
+  std::vector<float> floats_;
+  std::vector<void*> params_;  // a fused kernel's kernelParams
+};
+
+}  // namespace vjit::runtime
