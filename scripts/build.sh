@@ -4,6 +4,7 @@
 #   Release  -> build/        (default)
 #   Debug    -> build-debug/
 #   Sanitize -> build-asan/   (Debug with -DVJIT_SANITIZE=ON: ASan + UBSan)
+#   NoCuda   -> build-nocuda/ (Release with -DVJIT_CUDA=OFF: no GPU back end)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,8 +15,9 @@ case "$mode" in
   Release)  dir=build;       flags=(-DCMAKE_BUILD_TYPE=Release -DVJIT_SANITIZE=OFF) ;;
   Debug)    dir=build-debug; flags=(-DCMAKE_BUILD_TYPE=Debug -DVJIT_SANITIZE=OFF) ;;
   Sanitize) dir=build-asan;  flags=(-DCMAKE_BUILD_TYPE=Debug -DVJIT_SANITIZE=ON) ;;
+  NoCuda)   dir=build-nocuda; flags=(-DCMAKE_BUILD_TYPE=Release -DVJIT_SANITIZE=OFF -DVJIT_CUDA=OFF) ;;
   *)
-    echo "build.sh: unknown mode '$mode'; valid modes: Release, Debug, Sanitize" >&2
+    echo "build.sh: unknown mode '$mode'; valid modes: Release, Debug, Sanitize, NoCuda" >&2
     exit 2
     ;;
 esac
