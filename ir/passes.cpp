@@ -166,7 +166,7 @@ class SliceSimplifier {
 
 Function simplify_slices(const Function& function) { return SliceSimplifier(function).run(); }
 
-std::vector<bool> fold_outer_products(const Function& backward) {
+std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_matmuls) {
   std::vector<int> readers(backward.nodes.size(), 0);
   for (const Node& node : backward.nodes)
     for (ValueId arg : node.args) ++readers[size_t(arg)];
@@ -175,7 +175,8 @@ std::vector<bool> fold_outer_products(const Function& backward) {
     if (node.op != Op::ParamGrad) continue;
     ValueId term = node.args[0];
     const Node& product = backward[term];
-    bool per_vertex_operands = (product.op == Op::Outer || product.op == Op::MatMul) &&
+    bool foldable = product.op == Op::Outer || (per_vertex_matmuls && product.op == Op::MatMul);
+    bool per_vertex_operands = foldable &&
                                !backward[product.args[0]].uniform && !backward[product.args[1]].uniform;
     if (per_vertex_operands && readers[size_t(term)] == 1) folded[size_t(term)] = true;
   }

@@ -44,7 +44,9 @@ Function simplify_slices(const Function& function);
 // ParamGrad accumulates product by product into the gradient (beta = 1)
 // instead of writing every row's product and summing the rows. One flag per
 // node.
-std::vector<bool> fold_outer_products(const Function& backward);
+// `per_vertex_matmuls` false folds only the Outer products (for an executor
+// that cannot accumulate per-vertex matrix products in its ParamGrad).
+std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_matmuls = true);
 
 // Bias adds a GEMM does itself (the GEMM epilogue): y = p + b where p is a
 // product of a uniform weight and a per-vertex vector (one GEMM over the rows),

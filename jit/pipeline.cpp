@@ -225,7 +225,9 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   for (ValueId id = 0; id < function.size(); ++id)
     if (function[id].op == ir::Op::Scatter) plan.scatter_value = function[id].args[0];
 
-  plan.folded = ir::fold_outer_products(function);
+  // The CUDA executor sums per-vertex matrix products with a kernel of its
+  // own; only the CPU executor accumulates them inside the ParamGrad.
+  plan.folded = ir::fold_outer_products(function, /*per_vertex_matmuls=*/cuda == nullptr);
   log.print("fold_outer_products", which, flagged_nodes(function, plan.folded));
 
   plan.phases = ir::classify_phases(function, options.lazy);

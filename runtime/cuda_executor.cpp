@@ -905,6 +905,8 @@ void CudaExecutor::param_grad(Pass pass, const Rows& rows, const Node& node) {
   ValueId term = node.args[0];
   if (function_plan(pass, rows.type).folded[size_t(term)]) {
     const Node& o = f[term];
+    // The pipeline folds only outer products into a ParamGrad for this executor.
+    VJIT_INTERNAL_CHECK(o.op == Op::Outer, "the CUDA executor cannot accumulate a folded " << ir::op_name(o.op));
     const View& a = views[size_t(o.args[0])];
     const View& b = views[size_t(o.args[1])];
     int64_t m = f[o.args[0]].shape.numel(), n = f[o.args[1]].shape.numel();
