@@ -143,8 +143,10 @@ std::vector<std::vector<int>> batches_of(int num_samples, int batch, int count) 
 }
 
 // Checks one batch against the reference interpreter (relative 1e-3 on the
-// objective and the gradients: the reference runs in float here too).
+// objective and the gradients: the reference runs in float here too; 5e-2,
+// the stated accuracy, when the products round their operands to bf16).
 void check_against_reference(Engine& engine, const Program& program, const GraphBatch& batch) {
+  const double tolerance = engine.options().gemm == "onednn_bf16" ? 5e-2 : 1e-3;
   RunOptions run;
   run.seed = 1;
   double objective = engine.forward(batch, run);
@@ -159,7 +161,8 @@ void check_against_reference(Engine& engine, const Program& program, const Graph
     }
     worst = std::max(worst, diff / scale);
   }
-  if (worst > 1e-3) throw InternalError("vjit-bench: batched results differ from the reference by " + std::to_string(worst));
+  if (worst > tolerance)
+    throw InternalError("vjit-bench: batched results differ from the reference by " + std::to_string(worst));
 }
 
 struct Timing {

@@ -91,6 +91,7 @@ const char* gemm_backend_name(GemmBackend backend) {
     case GemmBackend::OpenBlas: return "openblas";
     case GemmBackend::Blis: return "blis";
     case GemmBackend::Libxsmm: return "libxsmm";
+    case GemmBackend::OneDnnBf16: return "onednn_bf16";
     case GemmBackend::Reference: return "reference";
   }
   return "unknown";
@@ -107,7 +108,8 @@ GemmBackend parse_gemm_backend(std::string_view name) {
 bool gemm_backend_built(GemmBackend backend) {
   switch (backend) {
 #ifdef VJIT_HAVE_DNNL
-    case GemmBackend::OneDnn: return true;
+    case GemmBackend::OneDnn:
+    case GemmBackend::OneDnnBf16: return true;
 #endif
 #ifdef VJIT_HAVE_OPENBLAS
     case GemmBackend::OpenBlas: return true;
@@ -129,12 +131,15 @@ std::string gemm_backend_unavailable_reason(GemmBackend backend) {
     case GemmBackend::OpenBlas: return gemm_detail::openblas_unavailable();
     case GemmBackend::Blis: return gemm_detail::blis_unavailable();
     case GemmBackend::Libxsmm: return gemm_detail::libxsmm_unavailable();
+    case GemmBackend::OneDnnBf16: return gemm_detail::onednn_bf16_unavailable();
     case GemmBackend::Reference: return "";
   }
   return "unknown back end";
 }
 
 bool gemm_backend_available(GemmBackend backend) { return gemm_backend_unavailable_reason(backend).empty(); }
+
+bool gemm_backend_rounds_operands(GemmBackend backend) { return backend == GemmBackend::OneDnnBf16; }
 
 std::string gemm_backend_info(GemmBackend backend) {
   if (!gemm_backend_available(backend)) return "unavailable: " + gemm_backend_unavailable_reason(backend);
@@ -143,6 +148,7 @@ std::string gemm_backend_info(GemmBackend backend) {
     case GemmBackend::OpenBlas: return gemm_detail::openblas_info();
     case GemmBackend::Blis: return gemm_detail::blis_info();
     case GemmBackend::Libxsmm: return gemm_detail::libxsmm_info();
+    case GemmBackend::OneDnnBf16: return gemm_detail::onednn_bf16_info();
     case GemmBackend::Reference: return "scalar triple loop, double accumulation";
   }
   return "";
@@ -151,7 +157,7 @@ std::string gemm_backend_info(GemmBackend backend) {
 GemmBackend default_gemm_backend() {
   if (gemm_backend_available(kMeasuredDefault)) return kMeasuredDefault;
   for (GemmBackend b : kGemmBackends)
-    if (gemm_backend_available(b)) return b;
+    if (gemm_backend_available(b) && !gemm_backend_rounds_operands(b)) return b;
   return GemmBackend::Reference;
 }
 
@@ -203,6 +209,7 @@ void run(const char* who, GemmBackend backend, int threads, bool trans_a, bool t
     case GemmBackend::OpenBlas: gemm_detail::openblas_sgemm(args, threads); return;
     case GemmBackend::Blis: gemm_detail::blis_sgemm(args, threads); return;
     case GemmBackend::Libxsmm: gemm_detail::libxsmm_sgemm(args); return;
+    case GemmBackend::OneDnnBf16: gemm_detail::onednn_bf16_sgemm(args, threads); return;
     case GemmBackend::Reference: gemm_detail::reference_sgemm(args); return;
   }
 }

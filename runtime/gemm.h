@@ -32,15 +32,23 @@ enum class GemmBackend {
   OpenBlas,   // cblas_sgemm of libopenblas.so.0, loaded with dlopen
   Blis,       // bli_sgemm_ex (BLIS typed API, threads set per call)
   Libxsmm,    // libxsmm JIT kernels, cache-blocked by vjit
+  // oneDNN's matmul primitive on bf16 operands (A and B rounded to bfloat16,
+  // to nearest even), accumulating in float: AVX-512 BF16 or AMX only. Not
+  // float-exact, so "auto" never picks it (gemm_backend_rounds_operands).
+  OneDnnBf16,
   Reference,  // plain triple loop with double accumulation; the oracle of the tests
 };
 
 // Every back end, in dispatch-list order (Reference last).
-inline constexpr std::array<GemmBackend, 5> kGemmBackends{GemmBackend::OneDnn, GemmBackend::OpenBlas,
-                                                          GemmBackend::Blis, GemmBackend::Libxsmm,
-                                                          GemmBackend::Reference};
+inline constexpr std::array<GemmBackend, 6> kGemmBackends{GemmBackend::OneDnn,     GemmBackend::OpenBlas,
+                                                          GemmBackend::Blis,       GemmBackend::Libxsmm,
+                                                          GemmBackend::OneDnnBf16, GemmBackend::Reference};
 
-// "onednn", "openblas", "blis", "libxsmm", "reference" (the VJIT_GEMM values).
+// True for a back end that rounds its operands to a narrower type (bf16): its
+// results differ from float products by far more than float rounding.
+bool gemm_backend_rounds_operands(GemmBackend backend);
+
+// "onednn", "openblas", "blis", "libxsmm", "onednn_bf16", "reference" (the VJIT_GEMM values).
 const char* gemm_backend_name(GemmBackend backend);
 
 // Parses a back-end name, case-insensitively. "auto" means default_gemm_backend().
@@ -64,7 +72,7 @@ std::string gemm_backend_unavailable_reason(GemmBackend backend);
 std::string gemm_backend_info(GemmBackend backend);
 
 // The measured choice (perf/GEMM.md): oneDNN. When it is unavailable, the first
-// available back end of the dispatch list (Reference at worst).
+// available float-exact back end of the dispatch list (Reference at worst).
 GemmBackend default_gemm_backend();
 
 // The back end Options::gemm (VJIT_GEMM) names: "auto" or empty =

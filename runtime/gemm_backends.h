@@ -34,6 +34,12 @@ std::string onednn_unavailable();
 std::string onednn_info();
 void onednn_sgemm(const GemmArgs& args, int threads);
 
+// The bf16 product (GemmBackend::OneDnnBf16): "" only on a CPU with AVX-512
+// BF16 or AMX, as oneDNN sees it.
+std::string onednn_bf16_unavailable();
+std::string onednn_bf16_info();
+void onednn_bf16_sgemm(const GemmArgs& args, int threads);
+
 std::string openblas_unavailable();
 std::string openblas_info();
 void openblas_sgemm(const GemmArgs& args, int threads);

@@ -10,6 +10,11 @@
 // opening an OpenMP team, so our pool's workers never start OpenMP threads.)
 #include "runtime/gemm_backends.h"
 
+#include <cstring>
+#include <map>
+#include <tuple>
+#include <vector>
+
 #include "vjit/error.h"
 
 #ifdef VJIT_HAVE_DNNL
@@ -89,6 +94,138 @@ void onednn_sgemm(const GemmArgs& g, int threads) {
                                                                                << " n=" << g.n << " k=" << g.k);
 }
 
+// --- bf16 products: the matmul primitive on bfloat16 operands ---------------
+
+namespace {
+
+bool cpu_has_bf16() {
+  const unsigned isa = unsigned(dnnl_get_effective_cpu_isa());
+  return (isa & unsigned(dnnl_cpu_isa_avx512_core_bf16)) == unsigned(dnnl_cpu_isa_avx512_core_bf16);
+}
+
+// float -> bfloat16, rounding to nearest even (NaN stays NaN).
+uint16_t to_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+
+// op(X) (rows × cols, stored row-major with leading dimension ld, transposed
+// when `trans`) as a packed row-major bf16 matrix.
+void pack_bf16(bool trans, int64_t rows, int64_t cols, const float* x, int64_t ld, std::vector<uint16_t>& out) {
+  out.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = to_bf16(trans ? x[c * ld + r] : x[r * ld + c]);
+}
+
+void check(dnnl_status_t status, const char* what) {
+  VJIT_INTERNAL_CHECK(status == dnnl_success, "oneDNN " << what << " failed with status " << int(status));
+}
+
+// One thread's engine, stream and matmul primitives (one per shape, alpha and
+// beta), kept for the thread's life.
+class Bf16Matmuls {
+ public:
+  Bf16Matmuls() {
+    check(dnnl_engine_create(&engine_, dnnl_cpu, 0), "engine creation");
+    check(dnnl_stream_create(&stream_, engine_, dnnl_stream_default_flags), "stream creation");
+  }
+  ~Bf16Matmuls() {
+    for (auto& [key, primitive] : primitives_) dnnl_primitive_destroy(primitive);
+    dnnl_stream_destroy(stream_);
+    dnnl_engine_destroy(engine_);
+  }
+  Bf16Matmuls(const Bf16Matmuls&) = delete;
+  Bf16Matmuls& operator=(const Bf16Matmuls&) = delete;
+
+  void run(const GemmArgs& g) {
+    pack_bf16(g.trans_a, g.m, g.k, g.a, g.lda, a_);
+    pack_bf16(g.trans_b, g.k, g.n, g.b, g.ldb, b_);
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    describe(a_md, b_md, c_md, g);
+    dnnl_primitive_t primitive = primitive_for(g, a_md, b_md, c_md);
+    dnnl_memory_t a_mem, b_mem, c_mem;
+    check(dnnl_memory_create(&a_mem, &a_md, engine_, a_.data()), "memory creation");
+    check(dnnl_memory_create(&b_mem, &b_md, engine_, b_.data()), "memory creation");
+    check(dnnl_memory_create(&c_mem, &c_md, engine_, g.c), "memory creation");
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+    const dnnl_status_t status = dnnl_primitive_execute(primitive, stream_, 3, args);
+    if (status == dnnl_success) check(dnnl_stream_wait(stream_), "stream wait");
+    dnnl_memory_destroy(a_mem);
+    dnnl_memory_destroy(b_mem);
+    dnnl_memory_destroy(c_mem);
+    check(status, "bf16 matmul");
+  }
+
+ private:
+  static void describe(dnnl_memory_desc_t& a_md, dnnl_memory_desc_t& b_md, dnnl_memory_desc_t& c_md,
+                       const GemmArgs& g) {
+    dnnl_dims_t a_dims = {g.m, g.k}, b_dims = {g.k, g.n}, c_dims = {g.m, g.n};
+    dnnl_dims_t a_strides = {g.k, 1}, b_strides = {g.n, 1}, c_strides = {g.ldc, 1};
+    check(dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, dnnl_bf16, a_strides), "memory descriptor");
+    check(dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, dnnl_bf16, b_strides), "memory descriptor");
+    check(dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_strides), "memory descriptor");
+  }
+
+  dnnl_primitive_t primitive_for(const GemmArgs& g, const dnnl_memory_desc_t& a_md, const dnnl_memory_desc_t& b_md,
+                                 const dnnl_memory_desc_t& c_md) {
+    const Key key{g.m, g.n, g.k, g.ldc, g.alpha, g.beta};
+    auto found = primitives_.find(key);
+    if (found != primitives_.end()) return found->second;
+    dnnl_primitive_attr_t attr;
+    check(dnnl_primitive_attr_create(&attr), "attribute creation");
+    if (g.alpha != 1.0f) check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g.alpha), "output scale");
+    dnnl_post_ops_t post_ops = nullptr;
+    if (g.beta != 0.0f) {  // C = alpha·AB + beta·C
+      check(dnnl_post_ops_create(&post_ops), "post-op creation");
+      check(dnnl_post_ops_append_sum(post_ops, g.beta), "sum post-op");
+      check(dnnl_primitive_attr_set_post_ops(attr, post_ops), "post-ops");
+    }
+    dnnl_matmul_desc_t desc;
+    check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, nullptr, &c_md), "matmul descriptor");
+    dnnl_primitive_desc_t pd;
+    const dnnl_status_t made = dnnl_primitive_desc_create(&pd, &desc, attr, engine_, nullptr);
+    if (post_ops) dnnl_post_ops_destroy(post_ops);
+    dnnl_primitive_attr_destroy(attr);
+    check(made, "bf16 matmul primitive descriptor");
+    dnnl_primitive_t primitive;
+    const dnnl_status_t created = dnnl_primitive_create(&primitive, pd);
+    dnnl_primitive_desc_destroy(pd);
+    check(created, "bf16 matmul primitive");
+    primitives_.emplace(key, primitive);
+    return primitive;
+  }
+
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, float, float>;
+  dnnl_engine_t engine_ = nullptr;
+  dnnl_stream_t stream_ = nullptr;
+  std::map<Key, dnnl_primitive_t> primitives_;
+  std::vector<uint16_t> a_, b_;
+};
+
+}  // namespace
+
+std::string onednn_bf16_unavailable() {
+  const std::string why = onednn_unavailable();
+  if (!why.empty()) return why;
+  if (!cpu_has_bf16())
+    return std::string("needs a CPU with AVX-512 BF16 or AMX; oneDNN's best ISA here is ") +
+           isa_name(dnnl_get_effective_cpu_isa());
+  return "";
+}
+
+std::string onednn_bf16_info() {
+  return onednn_info() + ", matmul primitive on bf16 operands with float accumulation";
+}
+
+void onednn_bf16_sgemm(const GemmArgs& g, int threads) {
+  thread_local Bf16Matmuls matmuls;
+  ScopedLibraryThreads scope(threads);
+  matmuls.run(g);
+}
+
 #else  // !VJIT_HAVE_DNNL
 
 std::string onednn_unavailable() {
@@ -97,6 +234,9 @@ std::string onednn_unavailable() {
 }
 std::string onednn_info() { return ""; }
 void onednn_sgemm(const GemmArgs&, int) { VJIT_INTERNAL_CHECK(false, "oneDNN back end not built"); }
+std::string onednn_bf16_unavailable() { return onednn_unavailable(); }
+std::string onednn_bf16_info() { return ""; }
+void onednn_bf16_sgemm(const GemmArgs&, int) { VJIT_INTERNAL_CHECK(false, "oneDNN back end not built"); }
 
 #endif
 

@@ -145,6 +145,29 @@ TEST(WideRows, PaddedAndUnpaddedMatchTheReference) {
   }
 }
 
+// bf16 products (VJIT_GEMM=onednn_bf16, AVX-512 BF16 or AMX): every matrix
+// product on operands rounded to bfloat16. The stated accuracy: the Tree-LSTM's
+// objective and every gradient within 5e-2 (relative to the largest entry) of
+// the double reference at hidden 64. Where the CPU lacks bf16 the engine
+// refuses the option with the reason, and the test says so.
+TEST(Bf16Products, TreeLstmStaysWithinTheStatedToleranceOfTheReference) {
+  models::Config config = small_config(8);
+  config.hidden = 64;
+  config.embed = 64;
+  models::Bundle bundle = models::make_model("tree_lstm", config);
+  Options options = Options::defaults();
+  options.gemm = "onednn_bf16";
+  std::unique_ptr<Engine> engine;
+  try {
+    engine = std::make_unique<Engine>(*bundle.program, options);
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("AVX-512 BF16 or AMX"), std::string::npos) << e.what();
+    GTEST_SKIP() << "skipped: " << e.what();
+  }
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(8));
+  testing::expect_matches_reference(*engine, *bundle.program, batch, 5e-2, "tree_lstm bf16");
+}
+
 // Lazy batching: each weight gradient is one GEMM per vertex type that uses it,
 // however many samples or vertices the batch has.
 TEST(LazyBatching, WeightGradientGemmsDoNotGrowWithTheBatch) {

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <random>
@@ -107,10 +108,11 @@ double expect_close(const Problem& p, float alpha, float beta, const std::vector
   return worst;
 }
 
+// The float-exact back ends usable here (the bf16 one has its own tolerance).
 std::vector<GemmBackend> available_backends() {
   std::vector<GemmBackend> out;
   for (GemmBackend b : kGemmBackends)
-    if (gemm_backend_available(b)) out.push_back(b);
+    if (gemm_backend_available(b) && !gemm_backend_rounds_operands(b)) out.push_back(b);
   return out;
 }
 
@@ -139,9 +141,44 @@ TEST(GemmNames, UnknownNameListsTheValidOnes) {
   } catch (const UserError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("'mkl'"), std::string::npos) << msg;
-    for (const char* name : {"auto", "onednn", "openblas", "blis", "libxsmm", "reference"})
+    for (const char* name : {"auto", "onednn", "openblas", "blis", "libxsmm", "onednn_bf16", "reference"})
       EXPECT_NE(msg.find(name), std::string::npos) << msg;
   }
+}
+
+// bf16 products: A and B rounded to bfloat16 (8 significant bits), products
+// summed in float. Each term a·b is then off by at most about 2^-8 of |a·b|,
+// so |C − C_ref| ≤ 2^-7 · Σ|a||b| with margin. Runs only where the CPU has
+// AVX-512 BF16 or AMX; elsewhere using it is a UserError that says so.
+TEST(Bf16Gemm, MatchesTheReferenceWithinBf16Rounding) {
+  const std::string why = gemm_backend_unavailable_reason(GemmBackend::OneDnnBf16);
+  if (!why.empty()) {
+    EXPECT_THROW(select_gemm_backend("onednn_bf16"), UserError);
+    GTEST_SKIP() << "skipped: onednn_bf16 unavailable here: " << why;
+  }
+  EXPECT_TRUE(gemm_backend_rounds_operands(GemmBackend::OneDnnBf16));
+  EXPECT_NE(default_gemm_backend(), GemmBackend::OneDnnBf16) << "auto never picks a rounding back end";
+  double worst_seen = 0;
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {7, 13, 5}, {37, 200, 65}, {64, 768, 512}}) {
+    for (int t = 0; t < 4; ++t) {
+      const Problem p(t & 1, t & 2, s);
+      for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.5f, 1.0f}}) {
+        const std::vector<float> want = run(GemmBackend::Reference, p, alpha, beta);
+        const std::vector<float> got = run(GemmBackend::OneDnnBf16, p, alpha, beta);
+        for (int64_t i = 0; i < s.m; ++i)
+          for (int64_t j = 0; j < s.n; ++j) {
+            double scale = 0;
+            for (int64_t q = 0; q < s.k; ++q) scale += std::fabs(double(p.op_a(i, q)) * double(p.op_b(q, j)));
+            scale = std::fabs(alpha) * scale + std::fabs(beta * double(p.c0.data[size_t(i * p.c0.ld + j)]));
+            const size_t at = size_t(i * p.c0.ld + j);
+            const double err = std::fabs(double(got[at]) - double(want[at]));
+            worst_seen = std::max(worst_seen, scale > 0 ? err / scale : err);
+            EXPECT_LE(err, std::ldexp(1.0, -7) * scale + 1e-30) << label(GemmBackend::OneDnnBf16, p);
+          }
+      }
+    }
+  }
+  std::cout << "bf16 GEMM: worst error / Σ|a||b| = " << worst_seen << "\n";
 }
 
 TEST(GemmNames, DefaultIsAvailable) {

@@ -171,7 +171,7 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
       {"VJIT_MEMPLAN", "copy, padded, pqtree"},
       {"VJIT_DEVICE", "cpu, cuda"},
       {"VJIT_ISA", "auto, avx512, avx2, scalar"},
-      {"VJIT_GEMM", "auto, onednn, openblas, blis, libxsmm, reference"},
+      {"VJIT_GEMM", "auto, onednn, openblas, blis, libxsmm, onednn_bf16, reference"},
       {"VJIT_LOG", "off, passes, schedule, kernels, all"},
   };
   for (const auto& [variable, valid] : cases) {

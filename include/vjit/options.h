@@ -50,8 +50,10 @@
 // | VJIT_ISA         | isa         | auto | avx512 | avx2 | scalar (x86 JIT      | auto         |
 // |                  |             | target; auto = best the CPU supports)       |              |
 // | VJIT_GEMM        | gemm        | auto | onednn | openblas | blis | libxsmm  | auto         |
-// |                  |             | | reference (matrix-product back end;       |              |
-// |                  |             | auto = chosen by measurement)               |              |
+// |                  |             | | onednn_bf16 | reference (matrix-product |              |
+// |                  |             | back end; auto = chosen by measurement;     |              |
+// |                  |             | onednn_bf16 = bf16 operands, AVX-512 BF16   |              |
+// |                  |             | or AMX only)                                |              |
 // | VJIT_CACHE_DIR   | cache_dir   | directory for the on-disk kernel cache;     | "" (memory   |
 // |                  |             | empty = kernels are cached in memory only   | only)        |
 // | VJIT_PROFILE     | profile     | bool: time every pipeline stage and kernel  | off          |
@@ -83,8 +85,8 @@ inline constexpr std::array<std::string_view, 5> policy{"depth", "agenda", "fron
 inline constexpr std::array<std::string_view, 3> memplan{"copy", "padded", "pqtree"};
 inline constexpr std::array<std::string_view, 3> device{"cpu", "cuda", "auto"};
 inline constexpr std::array<std::string_view, 4> isa{"auto", "avx512", "avx2", "scalar"};
-inline constexpr std::array<std::string_view, 6> gemm{"auto", "onednn", "openblas", "blis", "libxsmm",
-                                                      "reference"};
+inline constexpr std::array<std::string_view, 7> gemm{"auto",    "onednn",      "openblas", "blis",
+                                                      "libxsmm", "onednn_bf16", "reference"};
 inline constexpr std::array<std::string_view, 5> log{"off", "passes", "schedule", "kernels", "all"};
 }  // namespace option_values
 
