@@ -41,6 +41,7 @@ namespace {
   X(cuStreamCreate) X(cuMemAlloc) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemsetD8Async)            \
   X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamSynchronize) X(cuCtxSynchronize) \
   X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamWaitEvent)      \
+  X(cuEventDestroy)                                                                                       \
   X(cuGetErrorString) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemFree)
 
 struct Driver {
@@ -184,7 +185,7 @@ struct CudaDevice::Impl {
   std::vector<Block> blocks;
   std::mutex mutex;
   cublasLtHandle_t lt = nullptr;
-  CUdeviceptr workspace = 0;
+  CUdeviceptr workspace[2] = {0, 0};  // one per stream: GEMMs on the two streams may run at once
   // Per GEMM shape (transposes, m, n, k, leading dimensions, TF32): the
   // descriptors and the algorithm cuBLASLt's heuristic chose, made on the
   // first call of that shape; a Tree-LSTM step repeats a few dozen shapes
@@ -326,6 +327,24 @@ void CudaDevice::wait(int waiter, int signaller) {
   VJIT_CU_CHECK(driver().cuStreamWaitEvent(impl_->streams[waiter], impl_->sync, 0));
 }
 
+void* CudaDevice::create_event() {
+  CUevent event = nullptr;
+  VJIT_CU_CHECK(driver().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+  return event;
+}
+
+void CudaDevice::destroy_event(void* event) {
+  if (event) driver().cuEventDestroy(static_cast<CUevent>(event));
+}
+
+void CudaDevice::record(void* event, int stream) {
+  VJIT_CU_CHECK(driver().cuEventRecord(static_cast<CUevent>(event), impl_->streams[stream]));
+}
+
+void CudaDevice::wait_event(int stream, void* event) {
+  VJIT_CU_CHECK(driver().cuStreamWaitEvent(impl_->streams[stream], static_cast<CUevent>(event), 0));
+}
+
 void CudaDevice::record_start() { VJIT_CU_CHECK(driver().cuEventRecord(impl_->start, impl_->streams[0])); }
 
 double CudaDevice::record_stop_ms() {
@@ -344,7 +363,7 @@ void CudaDevice::sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
   VJIT_USER_CHECK(lt.error.empty(), lt.error);
   if (!impl_->lt) {
     VJIT_LT_CHECK(lt.cublasLtCreate(&impl_->lt));
-    impl_->workspace = alloc(kWorkspace);
+    for (CUdeviceptr& w : impl_->workspace) w = alloc(kWorkspace);
   }
   const std::array<int64_t, 9> key{int64_t(ta), int64_t(tb), m, n, k, lda, ldb, ldc, int64_t(tf32)};
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -386,7 +405,7 @@ void CudaDevice::sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
   cublasStatus_t status =
       lt.cublasLtMatmul(impl_->lt, plan.desc, &alpha, reinterpret_cast<const void*>(b), plan.first,
                         reinterpret_cast<const void*>(a), plan.second, &beta, reinterpret_cast<void*>(c), plan.out,
-                        reinterpret_cast<void*>(c), plan.out, &plan.algo, reinterpret_cast<void*>(impl_->workspace),
+                        reinterpret_cast<void*>(c), plan.out, &plan.algo, reinterpret_cast<void*>(impl_->workspace[stream]),
                         kWorkspace, impl_->streams[stream]);
   VJIT_INTERNAL_CHECK(status == CUBLAS_STATUS_SUCCESS,
                       "cuBLASLt sgemm m=" << m << " n=" << n << " k=" << k << " failed: status " << int(status));
@@ -424,6 +443,10 @@ unsigned CudaDevice::grid_for(int64_t) { return 1; }
 void CudaDevice::launch(void*, unsigned, unsigned, void**, int) {}
 void CudaDevice::synchronize() {}
 void CudaDevice::wait(int, int) {}
+void* CudaDevice::create_event() { return nullptr; }
+void CudaDevice::destroy_event(void*) {}
+void CudaDevice::record(void*, int) {}
+void CudaDevice::wait_event(int, void*) {}
 void CudaDevice::sgemm(bool, bool, int64_t, int64_t, int64_t, float, DevicePtr, int64_t, DevicePtr, int64_t, float,
                        DevicePtr, int64_t, bool, int) {}
 void CudaDevice::record_start() {}

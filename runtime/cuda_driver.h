@@ -80,9 +80,16 @@ class CudaDevice {
   void synchronize();
   // Stream `waiter` waits for the work queued on `signaller` so far.
   void wait(int waiter, int signaller);
+  // Events of the caller's own (no timing), destroyed by it: record() marks
+  // the work queued on `stream` so far; wait_event() makes `stream` wait for
+  // the work the event's last record() marked.
+  void* create_event();
+  void destroy_event(void* event);
+  void record(void* event, int stream);
+  void wait_event(int stream, void* event);
 
   // C = alpha·op(A)·op(B) + beta·C, row-major, FP32 (TF32 tensor cores when
-  // `tf32`), on `stream`, through cuBLASLt.
+  // `tf32`), on `stream`, through cuBLASLt (a workspace per stream).
   void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, DevicePtr a, int64_t lda, DevicePtr b,
              int64_t ldb, float beta, DevicePtr c, int64_t ldc, bool tf32 = false, int stream = 0);
 
