@@ -43,8 +43,9 @@ struct Engine::Impl {
     }
     planner = runtime::make_planner(options.memplan, plan, signatures, {options.inplace_concat, options.pad_wide_rows});
     if (options.device == "cuda")
-      executor = std::make_unique<runtime::CudaExecutor>(program, plan,
-                                                         runtime::CudaExecutor::Config{options.threads, options.profile, options.tf32});
+      executor = std::make_unique<runtime::CudaExecutor>(
+          program, plan,
+          runtime::CudaExecutor::Config{options.threads, options.profile, options.tf32, options.streaming});
     else
       executor = std::make_unique<runtime::CpuExecutor>(
           program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile});

@@ -162,6 +162,8 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
   scalars_ = DeviceBuffer(device_, 2 * sizeof(double));
   objective_ = scalars_.get();
   norm_ = scalars_.get() + sizeof(double);
+  if (config.streaming)
+    for (int t = 0; t < program.num_types(); ++t) type_events_.push_back(device_.create_event());
 }
 
 CudaExecutor::~CudaExecutor() {
@@ -169,6 +171,7 @@ CudaExecutor::~CudaExecutor() {
     device_.synchronize();
   } catch (...) {  // a failed device cannot be waited for; nothing to save
   }
+  for (void* event : type_events_) device_.destroy_event(event);
   device_.free_pinned(staging_host_);
 }
 
@@ -215,7 +218,7 @@ DevicePtr CudaExecutor::stage(const T* data, size_t count) {
   }
   std::memcpy(staging_host_ + staging_used_, data, bytes);
   DevicePtr dst = staging_device_ + staging_used_;
-  device_.upload(dst, staging_host_ + staging_used_, bytes);
+  device_.upload(dst, staging_host_ + staging_used_, bytes, stream_);
   staging_used_ += aligned;
   return dst;
 }
@@ -228,7 +231,7 @@ void CudaExecutor::launch(void* fn, int64_t elements, Args... args) {
   size_t i = 0;
   ((std::memcpy(&slots[i], &args, sizeof(Args)), params[i] = &slots[i], ++i), ...);
   ++stats_.kernels;
-  device_.launch(fn, CudaDevice::grid_for(elements), 256, params);
+  device_.launch(fn, CudaDevice::grid_for(elements), 256, params, stream_);
 }
 
 void CudaExecutor::move_rows(const std::vector<uint64_t>& pairs, int64_t width, int mode) {
@@ -253,7 +256,7 @@ void CudaExecutor::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, Devic
     VJIT_INTERNAL_CHECK(beta == 1.0f, "a GEMM over no terms must accumulate");
     return;
   }
-  device_.sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, config_.tf32);
+  device_.sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, config_.tf32, stream_);
 }
 
 CudaExecutor::View CudaExecutor::scattered_rows(int type, int64_t row) const {
@@ -340,8 +343,12 @@ void CudaExecutor::forward(const PlannedBatch& batch, const RunOptions& options,
   device_.memset_zero(objective_, sizeof(double));
   stats_.tasks += batch.schedule->num_tasks();
   fill_uniform_values(Pass::Forward);
-  for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Forward, ir::Phase::Eager, t);
-  for (int t = 0; t < batch.schedule->num_tasks(); ++t) run_task(Pass::Forward, t);
+  if (config_.streaming) {
+    run_forward_streaming();
+  } else {
+    for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Forward, ir::Phase::Eager, t);
+    for (int t = 0; t < batch.schedule->num_tasks(); ++t) run_task(Pass::Forward, t);
+  }
   for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Forward, ir::Phase::Lazy, t);
   double objective = 0;
   device_.download_async(&objective, objective_, sizeof objective);
@@ -585,6 +592,50 @@ void CudaExecutor::run_type_phase(Pass pass, ir::Phase phase, int type) {
   run_steps(pass, rows, steps);
 }
 
+// Streaming (see the header). The second stream starts after what the main
+// stream queued for this forward (the zeroed objective, the uniform values);
+// the main stream waits for each type's event at most once, and for the whole
+// second stream before the lazy steps. The staging buffer is one: each list is
+// copied on the stream whose kernel reads it, and the buffer is replaced only
+// after a synchronize() of both streams (stage()).
+void CudaExecutor::run_forward_streaming() {
+  const scheduler::FlatSchedule& schedule = *batch_.schedule;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const size_t num_types = size_t(program_.num_types());
+  stream_order_.clear();
+  type_waited_.assign(num_types, 0);
+  for (int type : schedule.task_type)
+    if (!type_waited_[size_t(type)]) {
+      type_waited_[size_t(type)] = 1;
+      stream_order_.push_back(type);
+    }
+  type_waited_.assign(num_types, 0);
+  device_.wait(1, 0);
+  stream_ = 1;
+  try {
+    for (int t : stream_order_) {
+      run_type_phase(Pass::Forward, ir::Phase::Eager, t);
+      device_.record(type_events_[size_t(t)], 1);
+    }
+  } catch (...) {
+    stream_ = 0;
+    throw;
+  }
+  stream_ = 0;
+  auto wait_for = [&](int type) {
+    if (type_waited_[size_t(type)]) return;
+    type_waited_[size_t(type)] = 1;
+    device_.wait_event(0, type_events_[size_t(type)]);
+  };
+  for (int t = 0; t < schedule.num_tasks(); ++t) {
+    wait_for(schedule.task_type[size_t(t)]);
+    for (int v : schedule.task(t))
+      for (int child : graph.children(v)) wait_for(graph.type(child));
+    run_task(Pass::Forward, t);
+  }
+  device_.wait(0, 1);
+}
+
 void CudaExecutor::run_task(Pass pass, int task) {
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatSchedule& schedule = *batch_.schedule;
@@ -616,7 +667,7 @@ void CudaExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step)
   params_.resize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) params_[i] = &slots[i];
   ++stats_.kernels;
-  device_.launch(fn, CudaDevice::grid_for(rows.count * step.width), 256, params_.data());
+  device_.launch(fn, CudaDevice::grid_for(rows.count * step.width), 256, params_.data(), stream_);
 }
 
 void CudaExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {

@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA executor: runs an execution plan lowered for the GPU (every fused
 // group a kernel of ExecPlan::cuda's module) over a planned batch, task by
-// task, on one stream of CudaDevice. It is the device form of the CPU executor
+// task, on one stream of CudaDevice (two with Config::streaming, below). It is the device form of the CPU executor
 // (runtime/cpu_executor.cpp), which specifies what every step means; it follows
 // the same layout (offsets and leading dimensions into one device arena per
 // pass), resolves the same views, and runs each step as one launch over the
@@ -14,6 +14,16 @@
 // memory and copied asynchronously on the same stream ahead of the launch
 // that reads them. The host waits for the device only at the end of a forward
 // (the objective and the pushed values come back) and of a backward.
+//
+// Streaming (Config::streaming, VJIT_STREAMING; Cavs §3.4, as in
+// CpuExecutor::run_forward_streaming): the forward's eager steps are queued on
+// the second stream, type by type in the order the tasks first need them, with
+// an event recorded after each type's; the tasks run on the main stream, each
+// after a wait on the events of its type and of its children's types. Eager
+// forward steps write only their own type's buffers. The lazy steps, the
+// backward and the update stay on the main stream, which waits for all of the
+// second stream before the lazy steps. One host thread queues both streams;
+// the staging buffer is shared, each list uploaded on the stream that reads it.
 //
 // Parameter store: parameters, gradients and the optimizer's state slots live
 // on the device. An SGD or Adam step runs there (Optimizer::device_rule: the
@@ -84,6 +94,7 @@ class CudaExecutor final : public Executor {
     int threads = 1;   // the host optimizer's threads
     bool profile = false;
     bool tf32 = false;  // cuBLASLt on TF32 tensor cores
+    bool streaming = false;  // eager forward steps on the second stream (see above)
   };
   CudaExecutor(const Program& program, const ExecPlan& plan, const Config& config);
   ~CudaExecutor() override;
@@ -130,6 +141,7 @@ class CudaExecutor final : public Executor {
 
   void fill_uniform_values(Pass pass);
   void run_type_phase(Pass pass, ir::Phase phase, int type);
+  void run_forward_streaming();
   void run_task(Pass pass, int task);
   void run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps);
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step);
@@ -185,6 +197,13 @@ class CudaExecutor final : public Executor {
   std::vector<std::vector<int64_t>> push_widths_;
   std::vector<std::vector<int>> push_index_;
   std::vector<int64_t> scatter_width_;
+
+  // The stream that launches, GEMMs and staging copies are queued on: 0, or 1
+  // while the eager forward steps are queued with streaming on.
+  int stream_ = 0;
+  std::vector<void*> type_events_;  // streaming: per type, after its eager forward steps
+  std::vector<int> stream_order_;
+  std::vector<char> type_waited_;
 
   // The batch being run.
   PlannedBatch batch_;

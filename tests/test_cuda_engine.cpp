@@ -1,7 +1,8 @@
 // The CUDA executor end to end (ctest label `gpu`): every example model on the
 // GPU equals the double reference interpreter (objective, pushed values,
 // every gradient) under the lowering options that change what the executor
-// runs, inference equals the CPU engine's, and training steps leave the same
+// runs (streaming on too), inference equals the CPU engine's, streaming equals
+// one stream, and training steps leave the same
 // weights as on the CPU. Without a usable device every test says
 // "skipped: no CUDA device (reason)".
 #include <gtest/gtest.h>
@@ -60,6 +61,7 @@ TEST_P(CudaEngine, MatchesTheReferenceUnderEveryLowering) {
          o.policy = "depth";
          o.fuse_across_phases = false;
        }},
+      {"streaming=on", [](Options& o) { o.streaming = true; }},
   };
   for (const Variant& v : variants) {
     Options options = cuda_options();
@@ -129,6 +131,47 @@ TEST_P(CudaEngine, TrainingStepsEqualTheCpu) {
   }
   compare("sgd with momentum and clipping");
   EXPECT_NEAR(gpu_sgd.last_grad_norm(), cpu_sgd.last_grad_norm(), 1e-4 * std::max(1.0, cpu_sgd.last_grad_norm()));
+}
+
+// Streaming (eager forward steps on the second stream, events for the
+// dependencies) computes what one stream does: the objective, the pushed
+// values and every gradient of a training pass, then the weights after Adam
+// steps, agree within float rounding (the loss is summed atomically, in
+// whatever order the blocks run, on either path).
+TEST_P(CudaEngine, StreamingEqualsOneStream) {
+  VJIT_SKIP_WITHOUT_CUDA();
+  const std::string& model = GetParam();
+  models::Bundle one = models::make_model(model, testing::small_config());
+  models::Bundle two = models::make_model(model, testing::small_config());
+  Options streaming = cuda_options();
+  streaming.streaming = true;
+  Engine plain(*one.program, cuda_options()), streamed(*two.program, streaming);
+  constexpr double kSame = 1e-5;
+  for (int batch_size : {3, 48}) {
+    GraphBatch batch = models::make_batch(one.train, first_indices(batch_size));
+    RunOptions run;
+    run.seed = 11;
+    const std::string what = model + " batch " + std::to_string(batch_size);
+    double a = plain.forward(batch, run), b = streamed.forward(batch, run);
+    EXPECT_NEAR(b, a, kSame * std::max(1.0, std::abs(a))) << what;
+    EXPECT_LE(testing::tensor_error(streamed.last_result().pushes.values(), plain.last_result().pushes.values()), kSame)
+        << what;
+    plain.backward();
+    streamed.backward();
+    ASSERT_EQ(streamed.gradients().size(), plain.gradients().size()) << what;
+    for (size_t p = 0; p < plain.gradients().size(); ++p)
+      EXPECT_LE(testing::tensor_error(streamed.gradients()[p], plain.gradients()[p]), kSame)
+          << what << ": gradient of " << one.model->param(int(p)).name;
+  }
+  Adam adam_one(0.01f), adam_two(0.01f);
+  GraphBatch batch = models::make_batch(one.train, first_indices(16));
+  for (int step = 0; step < 3; ++step) {
+    double a = plain.train_step(batch, adam_one), b = streamed.train_step(batch, adam_two);
+    EXPECT_NEAR(b, a, kSame * std::max(1.0, std::abs(a))) << model << " step " << step;
+  }
+  for (int p = 0; p < one.model->size(); ++p)
+    EXPECT_LE(testing::tensor_error(two.model->param(p).value, one.model->param(p).value), kSame)
+        << model << ": " << one.model->param(p).name;
 }
 
 // A non-finite gradient on the device is the optimizer's UserError, naming
