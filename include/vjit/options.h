@@ -15,8 +15,9 @@
 // | VJIT_LAZY        | lazy        | bool: lazy batching of parameter-gradient   | on           |
 // |                  |             | ops (one GEMM per parameter per batch)      |              |
 // | VJIT_STREAMING   | streaming   | bool: eager forward steps on a second thread| off          |
-// |                  |             | while the tasks run (off by default: on two |              |
-// |                  |             | cores the GEMMs already use both, measured) |              |
+// |                  |             | (CPU) or CUDA stream (GPU) while the tasks  |              |
+// |                  |             | run (off by default: no gain measured on    |              |
+// |                  |             | either; README)                             |              |
 // | VJIT_MERGE_MATMULS | merge_matmuls | bool: matmul merging: products of one | on         |
 // |                  |             | operand by several parameters become one    |              |
 // |                  |             | GEMM over the stacked weights (ir/          |              |
