@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <map>
 #include <memory>
@@ -233,5 +234,12 @@ CudaModuleImage compile_cuda_module(const std::string&, int, const std::string&,
 NvrtcCounters nvrtc_counters() { return {}; }
 
 #endif
+
+std::string cuda_module_cache_dir(const std::string& cache_dir) {
+  if (!cache_dir.empty()) return cache_dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') return std::string(xdg) + "/vjit";
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') return std::string(home) + "/.cache/vjit";
+  return "";
+}
 
 }  // namespace vjit::jit

@@ -13,7 +13,8 @@
 //
 // Cache: in memory per (source, architecture, NVRTC version, options), with
 // concurrent misses of one key waiting on a single build and failed builds
-// never kept; and on disk under `cache_dir` (jit/disk_cache.h) when it is set.
+// never kept; and on disk under `cache_dir` (jit/disk_cache.h) when it is set
+// (the engine passes cuda_module_cache_dir: the user's cache directory by default).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,5 +51,10 @@ CudaModuleImage compile_cuda_module(const std::string& source, int arch, const s
                                     const std::string& name = "vjit module");
 
 NvrtcCounters nvrtc_counters();
+
+// Where compiled CUDA modules are kept on disk: `cache_dir` (VJIT_CACHE_DIR)
+// when set, else the user's cache directory — $XDG_CACHE_HOME/vjit, or
+// $HOME/.cache/vjit — and "" (memory only) when neither variable is set.
+std::string cuda_module_cache_dir(const std::string& cache_dir);
 
 }  // namespace vjit::jit

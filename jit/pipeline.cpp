@@ -371,8 +371,8 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
   if (cuda) {
     cuda->push_back({"executor", codegen::cuda_runtime_kernels_source() + codegen::cuda_index_kernels_source()});
     const int arch = runtime::CudaDevice::get().info().arch();
-    CudaModuleImage image = compile_cuda_module(codegen::cuda_module_source(*cuda), arch, options.cache_dir,
-                                                "the CUDA module of a plan");
+    CudaModuleImage image = compile_cuda_module(codegen::cuda_module_source(*cuda), arch,
+                                                cuda_module_cache_dir(options.cache_dir), "the CUDA module of a plan");
     if (options.logs("kernels"))
       std::cerr << "[vjit] CUDA module: " << cuda->size() << " kernel sources for sm_" << arch
                 << (image.from_memory ? " (memory cache)" : image.from_disk ? " (disk cache)" : " (compiled)") << "\n";

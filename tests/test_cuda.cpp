@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "codegen/cuda_source.h"
@@ -291,6 +293,30 @@ TEST(CudaHostShim, IndexKernelsMatchLoops) {
 
 // Every kernel the example models generate compiles with NVRTC and assembles
 // (NVRTC runs ptxas for a cubin) for the A100's and the H100's architectures.
+// Compiled modules go to VJIT_CACHE_DIR when it is set, else to the user's
+// cache directory ($XDG_CACHE_HOME/vjit, then $HOME/.cache/vjit).
+TEST(DiskCache, ModulesGoToTheUsersCacheDirectoryByDefault) {
+  auto saved = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  const std::optional<std::string> xdg = saved("XDG_CACHE_HOME"), home = saved("HOME");
+  auto restore = [](const char* name, const std::optional<std::string>& v) {
+    if (v) setenv(name, v->c_str(), 1);
+    else unsetenv(name);
+  };
+  EXPECT_EQ(jit::cuda_module_cache_dir("/tmp/mine"), "/tmp/mine");
+  setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  setenv("HOME", "/tmp/home", 1);
+  EXPECT_EQ(jit::cuda_module_cache_dir(""), "/tmp/xdg/vjit");
+  unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(jit::cuda_module_cache_dir(""), "/tmp/home/.cache/vjit");
+  unsetenv("HOME");
+  EXPECT_EQ(jit::cuda_module_cache_dir(""), "") << "nowhere to put it: memory only";
+  restore("XDG_CACHE_HOME", xdg);
+  restore("HOME", home);
+}
+
 TEST(Nvrtc, EveryExampleKernelCompilesForSm80AndSm90) {
   VJIT_SKIP_WITHOUT_NVRTC();
   std::vector<codegen::CudaKernelSource> kernels;

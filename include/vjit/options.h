@@ -55,8 +55,11 @@
 // |                  |             | back end; auto = chosen by measurement;     |              |
 // |                  |             | onednn_bf16 = bf16 operands, AVX-512 BF16   |              |
 // |                  |             | or AMX only)                                |              |
-// | VJIT_CACHE_DIR   | cache_dir   | directory for the on-disk kernel cache;     | "" (memory   |
-// |                  |             | empty = kernels are cached in memory only   | only)        |
+// | VJIT_CACHE_DIR   | cache_dir   | directory for learned policies and compiled | ""           |
+// |                  |             | CUDA modules; empty = policies not saved,   |              |
+// |                  |             | CUDA modules in the user's cache directory  |              |
+// |                  |             | ($XDG_CACHE_HOME/vjit or ~/.cache/vjit); x86|              |
+// |                  |             | kernels are always cached in memory only    |              |
 // | VJIT_PROFILE     | profile     | bool: time every pipeline stage and kernel  | off          |
 // | VJIT_PERF_MAP    | perf_map    | bool: name JIT code in /tmp/perf-<pid>.map  | off          |
 // |                  |             | for `perf report`                           |              |
