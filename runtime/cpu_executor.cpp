@@ -85,21 +85,7 @@ void add_row(const float* src, float* dst, int64_t width) {
 // --- parameter store ---
 
 CpuParameterStore::CpuParameterStore(Model& model, const ExecPlan& plan)
-    : model_(model), gradients_(size_t(model.size())), rows_(size_t(model.size())), row_written_(size_t(model.size())) {
-  // A parameter's gradient is row-sparse when only EmbeddingGrad nodes write it.
-  std::vector<char> embedding(size_t(model.size()), 0), dense(size_t(model.size()), 0);
-  for (const TypePlan& type : plan.types)
-    for (const Node& n : type.backward.function->nodes) {
-      if (n.op == Op::EmbeddingGrad) embedding[size_t(n.param)] = 1;
-      if (n.op == Op::ParamGrad) dense[size_t(n.param)] = 1;
-    }
-  for (size_t p = 0; p < size_t(model.size()); ++p) {
-    if (!embedding[p] || dense[p]) continue;
-    rows_[p].all = false;
-    rows_[p].rows.reserve(size_t(model.param(int(p)).shape.rows()));
-    row_written_[p].assign(size_t(model.param(int(p)).shape.rows()), 0);
-  }
-}
+    : model_(model), gradients_(size_t(model.size())), touched_(model, plan) {}
 
 void CpuParameterStore::upload(const Model&) {}
 void CpuParameterStore::download(Model&) const {}
@@ -108,23 +94,15 @@ void CpuParameterStore::zero_gradients() {
   for (int p = 0; p < model_.size(); ++p) {
     std::vector<float>& g = gradients_[size_t(p)];
     const ParamData& param = model_.param(p);
-    GradientRows& rows = rows_[size_t(p)];
-    size_t numel = size_t(param.shape.numel());
-    if (!rows.all && g.size() == numel) {
-      size_t cols = size_t(param.shape.cols());
-      for (int row : rows.rows) {
-        std::fill_n(g.begin() + int64_t(size_t(row) * cols), cols, 0.0f);
-        row_written_[size_t(p)][size_t(row)] = 0;
-      }
+    const size_t numel = size_t(param.shape.numel());
+    if (!touched_.of(p).all && g.size() == numel) {
+      const size_t cols = size_t(param.shape.cols());
+      touched_.clear(p, [&](int row) { std::fill_n(g.begin() + int64_t(size_t(row) * cols), cols, 0.0f); });
     } else {
       g.assign(numel, 0.0f);
+      touched_.clear(p, [](int) {});
     }
-    rows.rows.clear();
   }
-}
-
-void CpuParameterStore::finish_touched() {
-  for (GradientRows& rows : rows_) std::sort(rows.rows.begin(), rows.rows.end());
 }
 
 // --- executor ---
@@ -745,18 +723,18 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   const View& b = views[size_t(node.args[1])];
   const int64_t R = rows.count;
   // Every vertex times one parameter matrix: a single GEMM over the rows.
-  if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x  →  Y = X op(W)ᵀ
-    int64_t m = node.trans_a ? sa.dims[1] : sa.dims[0], k = node.trans_a ? sa.dims[0] : sa.dims[1];
-    gemm(frame, false, !node.trans_a, R, m, k, b.data, b.ld, a.data, sa.dims[1], bias, out.data, out.ld);
+  if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x
+    const RowGemm g = row_gemm(node, sa, true);
+    gemm(frame, false, g.trans_w, R, g.n, g.k, b.data, b.ld, a.data, g.ldw, bias, out.data, out.ld);
     return;
   }
-  if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)  →  Y = X op(W)
-    int64_t n = node.trans_b ? sb.dims[0] : sb.dims[1], k = node.trans_b ? sb.dims[1] : sb.dims[0];
-    gemm(frame, false, node.trans_b, R, n, k, a.data, a.ld, b.data, sb.dims[1], bias, out.data, out.ld);
+  if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)
+    const RowGemm g = row_gemm(node, sb, false);
+    gemm(frame, false, g.trans_w, R, g.n, g.k, a.data, a.ld, b.data, g.ldw, bias, out.data, out.ld);
     return;
   }
   VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
-  const PerVertexProduct p = per_vertex_product(f, node);
+  const PerVertexProduct p = per_vertex_product(node, sa, sb);
   frame.stats->gemm_calls += R;
   frame.stats->gemm_flops += p.flops() * double(R);
   // The rows' products are independent: blocks of rows run on the pool's threads.
@@ -767,17 +745,6 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   });
 }
 
-// Per-vertex matrices (MV-RNN): one small product per row. A vector is a row
-// on the left ([1, k]) and a column on the right ([k, 1]).
-CpuExecutor::PerVertexProduct CpuExecutor::per_vertex_product(const ir::Function& f, const Node& node) {
-  const Shape& sa = f[node.args[0]].shape;
-  const Shape& sb = f[node.args[1]].shape;
-  int64_t a_rows = sa.rank == 2 ? sa.dims[0] : 1, a_cols = sa.rank == 2 ? sa.dims[1] : sa.dims[0];
-  int64_t b_rows = sb.dims[0], b_cols = sb.rank == 2 ? sb.dims[1] : 1;
-  return {node.trans_a ? a_cols : a_rows, node.trans_b ? b_rows : b_cols, node.trans_a ? a_rows : a_cols, a_cols,
-          b_cols};
-}
-
 // Σ_rows A_r·B_r into the gradient, the per-vertex products never stored:
 // blocks of rows on the pool's threads, block 0 into the gradient itself and
 // the others into their own zeroed scratch, added in at the end.
@@ -786,7 +753,7 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
   const std::vector<View>& views = frame.views[int(Pass::Backward)];
   const View& a = views[size_t(product.args[0])];
   const View& b = views[size_t(product.args[1])];
-  const PerVertexProduct p = per_vertex_product(f, product);
+  const PerVertexProduct p = per_vertex_product(product, f[product.args[0]].shape, f[product.args[1]].shape);
   const int64_t size = p.m * p.n;
   frame.stats->gemm_calls += rows.count;
   frame.stats->gemm_flops += p.flops() * double(rows.count);

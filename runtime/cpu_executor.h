@@ -18,8 +18,10 @@
 
 #include "runtime/executor.h"
 #include "runtime/gemm.h"
+#include "runtime/products.h"
 #include "runtime/pool_parallel_for.h"
 #include "runtime/thread_pool.h"
+#include "runtime/touched_rows.h"
 
 namespace vjit::runtime {
 
@@ -31,7 +33,7 @@ class CpuParameterStore final : public ParameterStore {
   void upload(const Model& model) override;
   void download(Model& model) const override;
   const std::vector<std::vector<float>>& gradients() const override { return gradients_; }
-  const std::vector<GradientRows>& gradient_rows() const override { return rows_; }
+  const std::vector<GradientRows>& gradient_rows() const override { return touched_.all(); }
 
   Model& model() const { return model_; }
   float* value(int param) const { return model_.param(param).value.data(); }
@@ -39,15 +41,9 @@ class CpuParameterStore final : public ParameterStore {
   // Zeroes the gradients (of an embedding table only the rows last touched).
   void zero_gradients();
   // Notes that the backward wrote row `row` of `param` (an embedding table).
-  void touch(int param, int row) {
-    GradientRows& rows = rows_[size_t(param)];
-    char& written = row_written_[size_t(param)][size_t(row)];
-    if (rows.all || written) return;
-    written = 1;
-    rows.rows.push_back(row);
-  }
+  void touch(int param, int row) { touched_.touch(param, row); }
   // Sorts the touched rows, after a backward.
-  void finish_touched();
+  void finish_touched() { touched_.finish(); }
   // The optimizer's state for these parameters (moments, step count), in host
   // memory beside them; every train_step reads and updates it.
   OptimizerState& optimizer_state() { return optimizer_state_; }
@@ -56,11 +52,7 @@ class CpuParameterStore final : public ParameterStore {
   Model& model_;
   OptimizerState optimizer_state_;
   std::vector<std::vector<float>> gradients_;
-  // Per parameter: rows.all for a dense one; an embedding table has room for
-  // every row reserved, and row_written marks the rows listed, so that
-  // collecting them never allocates.
-  std::vector<GradientRows> rows_;
-  std::vector<std::vector<char>> row_written_;
+  TouchedRows touched_;
 };
 
 class CpuExecutor final : public Executor {
@@ -162,13 +154,6 @@ class CpuExecutor final : public Executor {
   void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void sink(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
   void param_grad(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
-  // A product of two per-vertex operands: C_r = op(A_r)·op(B_r), m×n, inner k;
-  // lda and ldb are the operands' row lengths as stored.
-  struct PerVertexProduct {
-    int64_t m, n, k, lda, ldb;
-    double flops() const { return 2.0 * double(m) * double(n) * double(k); }
-  };
-  static PerVertexProduct per_vertex_product(const ir::Function& f, const ir::Node& node);
   void accumulate_products(const Rows& rows, const ir::Function& f, const ir::Node& product, float* grad,
                            Frame& frame);
   void gather_grad(const Rows& rows, const ir::Node& node, const View& g, Frame& frame);

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "ir/op_semantics.h"
+#include "runtime/products.h"
 #include "vjit/error.h"
 
 namespace vjit::runtime {
@@ -35,16 +36,9 @@ CudaParameterStore::CudaParameterStore(CudaExecutor& owner, CudaDevice& device, 
       model_(model),
       values_(size_t(model.size())),
       grads_(size_t(model.size())),
-      rows_(size_t(model.size())),
-      row_written_(size_t(model.size())),
+      touched_(model, plan),
       host_grads_(size_t(model.size())),
       host_rows_(size_t(model.size())) {
-  std::vector<char> embedding(size_t(model.size()), 0), dense(size_t(model.size()), 0);
-  for (const TypePlan& type : plan.types)
-    for (const Node& n : type.backward.function->nodes) {
-      if (n.op == Op::EmbeddingGrad) embedding[size_t(n.param)] = 1;
-      if (n.op == Op::ParamGrad) dense[size_t(n.param)] = 1;
-    }
   // Two blocks, each parameter's part 256-byte aligned.
   std::vector<size_t> offset(size_t(model.size()) + 1, 0);
   for (size_t p = 0; p < size_t(model.size()); ++p)
@@ -59,10 +53,6 @@ CudaParameterStore::CudaParameterStore(CudaExecutor& owner, CudaDevice& device, 
     host_grads_[p].assign(numel, 0.0f);
     for (void* host : {static_cast<void*>(host_grads_[p].data()), static_cast<void*>(model.param(int(p)).value.data())})
       if (device_.pin(host, numel * sizeof(float))) pinned_.push_back(host);
-    if (!embedding[p] || dense[p]) continue;
-    rows_[p].all = false;
-    rows_[p].rows.reserve(size_t(model.param(int(p)).shape.rows()));
-    row_written_[p].assign(size_t(model.param(int(p)).shape.rows()), 0);
   }
   upload(model);
 }
@@ -100,9 +90,6 @@ const std::vector<std::vector<float>>& CudaParameterStore::gradients() const {
   return host_grads_;
 }
 
-void CudaParameterStore::finish_touched() {
-  for (GradientRows& rows : rows_) std::sort(rows.rows.begin(), rows.rows.end());
-}
 
 // --- executor ---
 
@@ -366,21 +353,18 @@ void CudaExecutor::backward() {
   staging_used_ = 0;
   // Zero the gradients: dense ones whole, embedding tables the rows last touched.
   for (int p = 0; p < store_.model().size(); ++p) {
-    GradientRows& rows = store_.rows_[size_t(p)];
     const ParamData& param = store_.model().param(p);
-    if (rows.all) {
+    if (store_.touched_.of(p).all) {
       device_.memset_zero(store_.gradient(p), size_t(bytes_of(param.shape.numel())));
       continue;
     }
     const int64_t cols = param.shape.cols();
     pairs_.clear();
-    for (int row : rows.rows) {
+    store_.touched_.clear(p, [&](int row) {
       pairs_.push_back(at(store_.gradient(p), int64_t(row) * cols));
       pairs_.push_back(0);
-      store_.row_written_[size_t(p)][size_t(row)] = 0;
-    }
+    });
     move_rows(pairs_, cols, kMoveZero);
-    rows.rows.clear();
   }
   store_.host_current_ = false;
   const BatchLayout& layout = *batch_.layout;
@@ -406,12 +390,12 @@ void CudaExecutor::download_touched(Source&& source, Dense&& dense, Put&& put) {
   const Model& model = store_.model();
   int64_t sparse_floats = 0;
   for (int p = 0; p < model.size(); ++p)
-    if (!store_.rows_[size_t(p)].all)
-      sparse_floats += int64_t(store_.rows_[size_t(p)].rows.size()) * model.param(p).shape.cols();
+    if (!store_.touched_.of(p).all)
+      sparse_floats += int64_t(store_.touched_.of(p).rows.size()) * model.param(p).shape.cols();
   DevicePtr block = reserve(pushes_, std::max<int64_t>(sparse_floats, 1));  // the push buffer is free here
   int64_t used = 0;
   for (int p = 0; p < model.size(); ++p) {
-    const GradientRows& rows = store_.rows_[size_t(p)];
+    const GradientRows& rows = store_.touched_.of(p);
     if (rows.all) {
       device_.download_async(dense(p), source(p), size_t(bytes_of(model.param(p).shape.numel())));
       continue;
@@ -430,7 +414,7 @@ void CudaExecutor::download_touched(Source&& source, Dense&& dense, Put&& put) {
   device_.synchronize();
   used = 0;
   for (int p = 0; p < model.size(); ++p) {
-    const GradientRows& rows = store_.rows_[size_t(p)];
+    const GradientRows& rows = store_.touched_.of(p);
     if (rows.all) continue;
     const int64_t cols = model.param(p).shape.cols();
     for (int32_t row : rows.rows) {
@@ -446,11 +430,11 @@ void CudaExecutor::fetch_gradients() {
   CudaDevice::get();
   staging_used_ = 0;
   for (int p = 0; p < store_.model().size(); ++p) {
-    if (store_.rows_[size_t(p)].all) continue;
+    if (store_.touched_.of(p).all) continue;
     const int64_t cols = store_.model().param(p).shape.cols();
     std::vector<float>& host = store_.host_grads_[size_t(p)];
     for (int32_t row : store_.host_rows_[size_t(p)]) std::fill_n(host.begin() + int64_t(row) * cols, cols, 0.0f);
-    store_.host_rows_[size_t(p)] = store_.rows_[size_t(p)].rows;
+    store_.host_rows_[size_t(p)] = store_.touched_.of(p).rows;
   }
   download_touched([&](int p) { return store_.gradient(p); }, [&](int p) { return store_.host_grads_[size_t(p)].data(); },
                    [&](int p, int32_t row, const float* values) {
@@ -463,7 +447,7 @@ void CudaExecutor::upload_updated(bool dense) {
   staging_used_ = 0;
   for (int p = 0; p < store_.model().size(); ++p) {
     const ParamData& param = store_.model().param(p);
-    const GradientRows& rows = store_.rows_[size_t(p)];
+    const GradientRows& rows = store_.touched_.of(p);
     if (rows.all || dense) {
       device_.upload(store_.value(p), param.value.data(), param.value.size() * sizeof(float));
       continue;
@@ -497,7 +481,7 @@ void CudaExecutor::update_on_host(Optimizer& optimizer) {
     slots_on_device_ = false;
   }
   store_.gradients();
-  optimizer.step(model, store_.host_grads_, store_.rows_, &parallel_, &state);
+  optimizer.step(model, store_.host_grads_, store_.touched_.all(), &parallel_, &state);
   upload_updated(optimizer.dense_updates());
 }
 
@@ -536,7 +520,7 @@ void CudaExecutor::update(Optimizer& optimizer) {
   std::vector<Segment> segments;
   pairs_.clear();
   for (int p = 0; p < model.size(); ++p) {
-    const GradientRows& rows = store_.rows_[size_t(p)];
+    const GradientRows& rows = store_.touched_.of(p);
     const int64_t cols = model.param(p).shape.cols();
     Segment segment{int64_t(pairs_.size() / 4), 0, rows.all ? model.param(p).shape.numel() : cols};
     auto tuple = [&](int64_t offset) {
@@ -883,26 +867,23 @@ void CudaExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const V
   const View& a = views[size_t(node.args[0])];
   const View& b = views[size_t(node.args[1])];
   const int64_t R = rows.count;
-  if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x  →  Y = X op(W)ᵀ
-    int64_t m = node.trans_a ? sa.dims[1] : sa.dims[0], k = node.trans_a ? sa.dims[0] : sa.dims[1];
-    gemm(false, !node.trans_a, R, m, k, b.data, b.ld, a.data, sa.dims[1], beta, out.data, out.ld);
+  if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x
+    const RowGemm g = row_gemm(node, sa, true);
+    gemm(false, g.trans_w, R, g.n, g.k, b.data, b.ld, a.data, g.ldw, beta, out.data, out.ld);
     return;
   }
-  if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)  →  Y = X op(W)
-    int64_t n = node.trans_b ? sb.dims[0] : sb.dims[1], k = node.trans_b ? sb.dims[1] : sb.dims[0];
-    gemm(false, node.trans_b, R, n, k, a.data, a.ld, b.data, sb.dims[1], beta, out.data, out.ld);
+  if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)
+    const RowGemm g = row_gemm(node, sb, false);
+    gemm(false, g.trans_w, R, g.n, g.k, a.data, a.ld, b.data, g.ldw, beta, out.data, out.ld);
     return;
   }
   VJIT_INTERNAL_CHECK(beta == 0.0f, "a per-vertex product cannot accumulate");
   // Per-vertex matrices (MV-RNN): one launch over every row's product.
-  int64_t a_rows = sa.rank == 2 ? sa.dims[0] : 1, a_cols = sa.rank == 2 ? sa.dims[1] : sa.dims[0];
-  int64_t b_rows = sb.dims[0], b_cols = sb.rank == 2 ? sb.dims[1] : 1;
-  int64_t m = node.trans_a ? a_cols : a_rows, k = node.trans_a ? a_rows : a_cols;
-  int64_t n = node.trans_b ? b_rows : b_cols;
+  const PerVertexProduct p = per_vertex_product(node, sa, sb);
   stats_.gemm_calls += R;
-  stats_.gemm_flops += 2.0 * double(m) * double(n) * double(k) * double(R);
-  launch(batched_matmul_fn_, R * m * n, R, m, n, k, a.data, a.ld, a_cols, int(node.trans_a), b.data, b.ld, b_cols,
-         int(node.trans_b), out.data, out.ld);
+  stats_.gemm_flops += p.flops() * double(R);
+  launch(batched_matmul_fn_, R * p.m * p.n, R, p.m, p.n, p.k, a.data, a.ld, p.lda, int(node.trans_a), b.data, b.ld,
+         p.ldb, int(node.trans_b), out.data, out.ld);
 }
 
 void CudaExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, const View& out) {

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "runtime/cuda_driver.h"
+#include "runtime/touched_rows.h"
 #include "runtime/executor.h"
 #include "runtime/pool_parallel_for.h"
 #include "runtime/thread_pool.h"
@@ -55,19 +56,13 @@ class CudaParameterStore final : public ParameterStore {
   void download(Model& model) const override;
   // Downloads the gradients of the last backward the first time they are asked for.
   const std::vector<std::vector<float>>& gradients() const override;
-  const std::vector<GradientRows>& gradient_rows() const override { return rows_; }
+  const std::vector<GradientRows>& gradient_rows() const override { return touched_.all(); }
 
   Model& model() const { return model_; }
   DevicePtr value(int param) const { return values_[size_t(param)]; }
   DevicePtr gradient(int param) const { return grads_[size_t(param)]; }
-  void touch(int param, int row) {
-    GradientRows& rows = rows_[size_t(param)];
-    char& written = row_written_[size_t(param)][size_t(row)];
-    if (rows.all || written) return;
-    written = 1;
-    rows.rows.push_back(row);
-  }
-  void finish_touched();
+  void touch(int param, int row) { touched_.touch(param, row); }
+  void finish_touched() { touched_.finish(); }
   OptimizerState& optimizer_state() { return optimizer_state_; }
 
  private:
@@ -77,8 +72,7 @@ class CudaParameterStore final : public ParameterStore {
   OptimizerState optimizer_state_;
   DeviceBuffer values_block_, grads_block_;  // every parameter's values, gradients
   std::vector<DevicePtr> values_, grads_;
-  std::vector<GradientRows> rows_;
-  std::vector<std::vector<char>> row_written_;
+  TouchedRows touched_;
   mutable std::vector<std::vector<float>> host_grads_;
   mutable std::vector<std::vector<int32_t>> host_rows_;  // rows of an embedding table's host gradient written last
   mutable bool host_current_ = false;
