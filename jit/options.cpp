@@ -189,7 +189,8 @@ std::string Options::describe() const {
   out += " threads=" + std::to_string(threads);
   out += " isa=" + isa;
   out += " gemm=" + gemm;
-  out += " cache_dir=" + (cache_dir.empty() ? std::string("(memory)") : cache_dir);
+  // Empty: policies are not saved, CUDA modules go to the user's cache directory.
+  out += " cache_dir=" + (cache_dir.empty() ? std::string("(default)") : cache_dir);
   out += " profile=" + std::string(on_off(profile));
   out += " perf_map=" + std::string(on_off(perf_map));
   out += " log=" + log;
