@@ -36,7 +36,9 @@ struct Engine::Impl {
         plan(lower_and_count(program, options, compile_info)),
         gemm(runtime::select_gemm_backend(options.gemm)),
         policy(scheduler::parse_policy(options.policy)) {
-    VJIT_USER_CHECK(options.memplan != "pqtree", "VJIT_MEMPLAN=pqtree is not available yet (valid here: copy, padded)");
+    VJIT_USER_CHECK(options.memplan != "pqtree" || options.device == "cpu",
+                    "VJIT_MEMPLAN=pqtree runs on the CPU executor only (VJIT_DEVICE=cpu); the CUDA executor "
+                    "follows the copy and padded layouts");
     for (int t = 0; t < program.num_types(); ++t) {
       forward_flops.push_back(double(ir::flops_per_vertex(program.forward(t))));
       backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
@@ -126,6 +128,8 @@ struct Engine::Impl {
     start = std::chrono::steady_clock::now();
     planner->plan({&graph, &schedule}, layout);
     stats.plan_s += seconds_since(start);
+    stats.aligned_batches += layout.aligned_batches;
+    stats.aligned_satisfied += layout.aligned_satisfied;
     stats.batches += 1;
     stats.vertices += graph.num_vertices();
     stats.tasks += schedule.num_tasks();
@@ -165,6 +169,7 @@ struct Engine::Impl {
     stats.param_grad_gemms += e.param_grad_gemms;
     stats.copy_calls += e.copy_calls;
     stats.copy_bytes += e.copy_bytes;
+    stats.layout_copy_bytes += e.layout_copy_bytes;
     stats.gather_views += e.gather_views;
     stats.copy_s += e.copy_s;
     stats.gemm_s += e.gemm_s;

@@ -80,6 +80,46 @@ void add_row(const float* src, float* dst, int64_t width) {
   for (int64_t i = 0; i < width; ++i) dst[i] += src[i];
 }
 
+// Per value of `f`: the gather slots whose rows the value is a view of (bit k:
+// slot k, bit `fixed_arity`: the variadic sum); `forward` gives the forward
+// function's masks for Fwd (nullptr for a forward function).
+std::vector<uint64_t> gather_alias_masks(const ir::Function& f, int fixed_arity, const std::vector<uint64_t>* forward) {
+  std::vector<uint64_t> mask(size_t(f.size()), 0);
+  for (ValueId id = 0; id < f.size(); ++id) {
+    const Node& n = f[id];
+    switch (n.op) {
+      case Op::Gather: mask[size_t(id)] = uint64_t(1) << n.child_slot; break;
+      case Op::GatherSum: mask[size_t(id)] = uint64_t(1) << fixed_arity; break;
+      case Op::Slice:
+      case Op::Reshape: mask[size_t(id)] = mask[size_t(n.args[0])]; break;
+      case Op::Fwd: mask[size_t(id)] = forward ? (*forward)[size_t(n.forward_value)] : 0; break;
+      default: break;
+    }
+  }
+  return mask;
+}
+
+// The gather slots a step reads in place: its inputs' masks, looking through
+// nodes folded into it (a weight gradient's outer product, a biased product).
+uint64_t step_reads(const FunctionPlan& fp, const std::vector<uint64_t>& alias, const Step& step) {
+  if (step.fused >= 0) {
+    uint64_t mask = 0;
+    for (ValueId in : fp.fused[size_t(step.fused)].inputs) mask |= alias[size_t(in)];
+    return mask;
+  }
+  uint64_t mask = 0;
+  std::vector<ValueId> pending{step.node};
+  while (!pending.empty()) {
+    ValueId id = pending.back();
+    pending.pop_back();
+    for (ValueId arg : (*fp.function)[id].args) {
+      mask |= alias[size_t(arg)];
+      if (fp.folded[size_t(arg)]) pending.push_back(arg);
+    }
+  }
+  return mask;
+}
+
 }  // namespace
 
 // --- parameter store ---
@@ -150,6 +190,17 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       push_index_[t][size_t(id)] = int(push_widths_[t].size());
       push_widths_[t].push_back(f[f[id].args[0]].shape.numel());
     }
+    const int fixed = program.signature(int(t)).fixed_arity;
+    std::vector<uint64_t> forward_alias = gather_alias_masks(f, fixed, nullptr);
+    std::vector<uint64_t> backward_alias = gather_alias_masks(*plan.types[t].backward.function, fixed, &forward_alias);
+    for (Pass pass : {Pass::Forward, Pass::Backward}) {
+      const FunctionPlan& fp = pass == Pass::Forward ? plan.types[t].forward : plan.types[t].backward;
+      const std::vector<uint64_t>& alias = pass == Pass::Forward ? forward_alias : backward_alias;
+      eager_reads_[int(pass)].emplace_back();
+      lazy_reads_[int(pass)].emplace_back();
+      for (const Step& step : fp.eager) eager_reads_[int(pass)].back().push_back(step_reads(fp, alias, step));
+      for (const Step& step : fp.lazy) lazy_reads_[int(pass)].back().push_back(step_reads(fp, alias, step));
+    }
   }
   // Fused steps split rows over the pool: one set of pointers per block.
   size_t blocks = size_t(pool_.size());
@@ -211,8 +262,10 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
           break;
         }
         case Op::Gather:
+        case Op::GatherSum:
           if (rows.task >= 0) {
-            const GatherLayout& g = layout.gather(rows.task, n.child_slot);
+            const int slot = n.op == Op::Gather ? n.child_slot : program_.signature(rows.type).fixed_arity;
+            const GatherLayout& g = layout.gather(rows.task, slot);
             if (g.is_view()) {
               view = scattered_rows(g.source_type, g.first_row);
               view.ld *= g.row_step;
@@ -314,8 +367,39 @@ void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type, Frame& fr
   const std::vector<Step>& steps = phase == ir::Phase::Eager ? fp.eager : fp.lazy;
   if (steps.empty()) return;
   Rows rows{type, -1, 0, layout.type_rows[size_t(type)], layout.rows_of(type).data()};
-  bind(pass, rows, frame);
-  run_steps(pass, rows, steps, frame);
+  const uint64_t views = layout.view_slots.empty() ? 0 : layout.view_slots[size_t(type)];
+  const std::vector<uint64_t>& reads =
+      (phase == ir::Phase::Eager ? eager_reads_ : lazy_reads_)[int(pass)][size_t(type)];
+  // Runs of steps over every row alternate with runs that read gather views
+  // and so run task by task.
+  for (size_t begin = 0; begin < steps.size();) {
+    const bool per_task = (reads[begin] & views) != 0;
+    size_t end = begin + 1;
+    while (end < steps.size() && ((reads[end] & views) != 0) == per_task) ++end;
+    if (per_task) {
+      run_steps_per_task(pass, type, steps.data() + begin, steps.data() + end, frame);
+    } else {
+      bind(pass, rows, frame);
+      for (size_t i = begin; i < end; ++i) {
+        if (profile_) run_step_profiled(pass, rows, steps[i], frame);
+        else run_step(pass, rows, steps[i], frame);
+      }
+    }
+    begin = end;
+  }
+}
+
+void CpuExecutor::run_steps_per_task(Pass pass, int type, const Step* begin, const Step* end, Frame& frame) {
+  const scheduler::FlatSchedule& schedule = *batch_.schedule;
+  for (int t = 0; t < schedule.num_tasks(); ++t) {
+    if (schedule.task_type[size_t(t)] != type) continue;
+    Rows rows = task_rows(t);
+    bind(pass, rows, frame);
+    for (const Step* step = begin; step != end; ++step) {
+      if (profile_) run_step_profiled(pass, rows, *step, frame);
+      else run_step(pass, rows, *step, frame);
+    }
+  }
 }
 
 // Streaming (Cavs §3.4): a second thread runs the eager steps type by type, in
@@ -370,14 +454,19 @@ void CpuExecutor::run_forward_streaming() {
   if (error) std::rethrow_exception(error);
 }
 
-void CpuExecutor::run_task(Pass pass, int task, Frame& frame) {
+// A task's rows, its vertices in the order the layout gave them.
+CpuExecutor::Rows CpuExecutor::task_rows(int task) const {
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatSchedule& schedule = *batch_.schedule;
-  int type = schedule.task_type[size_t(task)];
-  std::span<const int> vertices = schedule.task(task);
-  Rows rows{type, task, layout.task_first_row[size_t(task)], int64_t(vertices.size()), vertices.data()};
+  const int type = schedule.task_type[size_t(task)];
+  const int count = int(schedule.task(task).size());
+  return {type, task, layout.task_first_row[size_t(task)], count, layout.task_rows(type, task, count).data()};
+}
+
+void CpuExecutor::run_task(Pass pass, int task, Frame& frame) {
+  Rows rows = task_rows(task);
   bind(pass, rows, frame);
-  run_steps(pass, rows, function_plan(pass, type).core, frame);
+  run_steps(pass, rows, function_plan(pass, rows.type).core, frame);
 }
 
 void CpuExecutor::run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps, Frame& frame) {
@@ -536,15 +625,20 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Fr
     }
   });
   stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
+  stats.layout_copy_bytes += rows.count * width * int64_t(sizeof(float));
 }
 
 void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View& out, Frame& frame) {
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *frame.stats;
+  const size_t first = size_t(program_.signature(rows.type).fixed_arity);
+  if (node.op == Op::GatherSum && rows.task >= 0 && layout.gather(rows.task, int(first)).is_view()) {
+    ++stats.gather_views;  // one variadic child per row: bind() pointed the value at its rows
+    return;
+  }
   ++stats.copy_calls;
   const int64_t width = node.op == Op::GatherAll ? node.shape.dims[1] : node.shape.numel();
-  const size_t first = size_t(program_.signature(rows.type).fixed_arity);
   for (int64_t r = 0; r < rows.count; ++r) {
     float* dst = out.data + r * out.ld;
     std::fill_n(dst, size_t(node.shape.numel()), 0.0f);
@@ -554,6 +648,7 @@ void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View
       const float* src = scattered_rows(graph.type(child), layout.vertex_row[size_t(child)]).data;
       add_row(src, node.op == Op::GatherAll ? dst + int64_t(k - first) * width : dst, width);
       stats.copy_bytes += width * int64_t(sizeof(float));
+      stats.layout_copy_bytes += width * int64_t(sizeof(float));
     }
   }
 }
@@ -624,6 +719,7 @@ void CpuExecutor::concat(Pass pass, const Rows& rows, const Node& node, const Vi
     const View& src = views[size_t(arg)];
     const int64_t part = f[arg].shape.numel();
     if (src.data != out.data + column || src.ld != out.ld) {
+      frame.stats->layout_copy_bytes += rows.count * part * int64_t(sizeof(float));
       for_row_blocks(frame, rows.count, part, [&](int64_t begin, int64_t count, int) {
         for (int64_t r = begin; r < begin + count; ++r)
           std::memcpy(out.data + r * out.ld + column, src.data + r * src.ld, size_t(part) * sizeof(float));
@@ -905,11 +1001,22 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
       int64_t width = scatter_width_[size_t(dst.type)];
       add_row(g.data + r * g.ld, grad_row(dst.type, dst.row), width);
       stats.copy_bytes += width * int64_t(sizeof(float));
+      stats.layout_copy_bytes += width * int64_t(sizeof(float));
     }
     return;
   }
   // Every variadic child, or row k to variadic child k.
   const size_t first = size_t(program_.signature(rows.type).fixed_arity);
+  if (node.target == ir::GatherGradTarget::EveryVariadic && rows.task >= 0 &&
+      layout.gather(rows.task, int(first)).is_view()) {
+    const GatherLayout& view = layout.gather(rows.task, int(first));  // one variadic child per row
+    const int64_t width = scatter_width_[size_t(view.source_type)];
+    for (int64_t r = 0; r < rows.count; ++r)
+      add_row(g.data + r * g.ld, grad_row(view.source_type, view.first_row + r * view.row_step), width);
+    stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
+    stats.layout_copy_bytes += rows.count * width * int64_t(sizeof(float));
+    return;
+  }
   for (int64_t r = 0; r < rows.count; ++r) {
     std::span<const int> children = graph.children(rows.vertices[r]);
     const float* src = g.data + r * g.ld;
@@ -920,6 +1027,7 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
       const float* part = node.target == ir::GatherGradTarget::VariadicRows ? src + int64_t(k - first) * width : src;
       add_row(part, grad_row(type, layout.vertex_row[size_t(child)]), width);
       stats.copy_bytes += width * int64_t(sizeof(float));
+      stats.layout_copy_bytes += width * int64_t(sizeof(float));
     }
   }
 }

@@ -122,6 +122,10 @@ class CpuExecutor final : public Executor {
   void run_phase(Pass pass, ir::Phase phase, Frame& frame);
   void run_type_phase(Pass pass, ir::Phase phase, int type, Frame& frame);
   void run_task(Pass pass, int task, Frame& frame);
+  Rows task_rows(int task) const;
+  // Runs phase steps [begin, end) once per task of the type (the gathers they
+  // read are views in some task, so not one buffer: BatchLayout::view_slots).
+  void run_steps_per_task(Pass pass, int type, const Step* begin, const Step* end, Frame& frame);
   void run_forward_streaming();
   void run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps, Frame& frame);
   void run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame);
@@ -178,6 +182,10 @@ class CpuExecutor final : public Executor {
   std::vector<std::vector<int64_t>> push_widths_;  // per type: the width of each push, in function order
   std::vector<std::vector<int>> push_index_;       // per type, per forward value id: which push it is (-1)
   std::vector<int64_t> scatter_width_;             // per type: floats per row of what it scatters (0: none)
+  // Per (pass, type), per step of the eager and lazy phases: the gather slots
+  // whose rows it reads in place (bit k: slot k, bit fixed_arity: the variadic
+  // sum), through views, Fwd and folded nodes.
+  std::vector<std::vector<uint64_t>> eager_reads_[2], lazy_reads_[2];
 
   // The batch being run.
   PlannedBatch batch_;

@@ -28,6 +28,7 @@ struct ExecStats {
   int64_t param_grad_gemms = 0;  // GEMMs that accumulate a weight gradient
   int64_t copy_calls = 0;
   int64_t copy_bytes = 0;
+  int64_t layout_copy_bytes = 0;  // of those a layout decides: gathers, their gradients, Concat copies
   int64_t gather_views = 0;      // (task, slot) gathers read in place, without a copy
   double copy_s = 0, gemm_s = 0, elementwise_s = 0;
 
@@ -39,6 +40,7 @@ struct ExecStats {
     param_grad_gemms += o.param_grad_gemms;
     copy_calls += o.copy_calls;
     copy_bytes += o.copy_bytes;
+    layout_copy_bytes += o.layout_copy_bytes;
     gather_views += o.gather_views;
     copy_s += o.copy_s;
     gemm_s += o.gemm_s;

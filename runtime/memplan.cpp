@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "layout/aligned_order.h"
 #include "vjit/error.h"
 
 namespace vjit::runtime {
@@ -97,11 +98,19 @@ ConcatPlacement place_in_concats(const FunctionPlan& fp) {
 
 // The planners of this file differ only in row padding and in whether gathers
 // may be views.
+// How rows are ordered: as the schedule lists the vertices, or by the PQ-tree.
+enum class RowOrder { Schedule, PQTree };
+
 class RowPlanner : public Planner {
  public:
   RowPlanner(const char* name, const ExecPlan& plan, const std::vector<TypeSignature>& signatures, int64_t pad,
-             bool views, const PlannerOptions& options)
-      : name_(name), plan_(plan), signatures_(signatures), pad_(pad), pad_wide_rows_(options.pad_wide_rows) {
+             bool views, RowOrder order, const PlannerOptions& options)
+      : name_(name),
+        plan_(plan),
+        signatures_(signatures),
+        pad_(pad),
+        pad_wide_rows_(options.pad_wide_rows),
+        row_order_(order) {
     const bool inplace_concat = options.inplace_concat;
     view_ok_.resize(plan.types.size());
     for (size_t t = 0; t < plan.types.size(); ++t) {
@@ -111,8 +120,18 @@ class RowPlanner : public Planner {
                                                         : ConcatPlacement{std::vector<ValueId>(fp.function->nodes.size(), -1),
                                                                           std::vector<int64_t>(fp.function->nodes.size(), 0)});
       }
-      view_ok_[t].assign(size_t(signatures[t].fixed_arity), views);
+      // Slots 0..fixed_arity-1 and the variadic sum (fixed_arity).
+      view_ok_[t].assign(size_t(signatures[t].fixed_arity) + 1, views);
       const FunctionPlan& fp = plan.types[t].forward;
+      // A gather_all, or a gather_sum only the pqtree planner lays out, is never a view.
+      bool variadic_view = order == RowOrder::PQTree;
+      for (ValueId id = 0; id < fp.function->size(); ++id) {
+        if ((*fp.function)[id].op == Op::GatherAll) variadic_view = false;
+      }
+      view_ok_[t].back() = views && variadic_view;
+      // The pqtree planner's views may be read outside the tasks: the executor
+      // runs those steps task by task. The others' may not.
+      if (order == RowOrder::PQTree) continue;
       for (ValueId id = 0; id < fp.function->size(); ++id) {
         const Node& n = (*fp.function)[id];
         if (n.op != Op::Gather) continue;
@@ -128,7 +147,8 @@ class RowPlanner : public Planner {
   void plan(const PlanInput& input, BatchLayout& out) override {
     out.planner = name_;
     out.num_types = int(plan_.types.size());
-    assign_rows(*input.graph, *input.schedule, out);
+    if (row_order_ == RowOrder::PQTree) order_by_pq_tree(*input.graph, *input.schedule, out);
+    else assign_rows(*input.graph, *input.schedule, out);
     assign_buffers(Pass::Forward, out);
     assign_buffers(Pass::Backward, out);
     assign_gathers(*input.graph, *input.schedule, out);
@@ -140,11 +160,36 @@ class RowPlanner : public Planner {
     return width + pad_ + (conflicting ? kAlignFloats : 0);
   }
 
+  // Rows in schedule order: a type's tasks as the schedule runs them, a
+  // task's vertices as it lists them.
   void assign_rows(const scheduler::FlatBatch& graph, const scheduler::FlatSchedule& schedule, BatchLayout& out) {
+    out.aligned_batches = out.aligned_satisfied = 0;
+    position_.clear();
+    place_rows(graph, schedule, out);
+  }
+
+  // Rows in schedule order, or, when position_ holds each vertex's place in
+  // the order the planner chose, by position: a type's tasks by their lowest
+  // position, a task's vertices by position. Every task's rows stay contiguous.
+  void place_rows(const scheduler::FlatBatch& graph, const scheduler::FlatSchedule& schedule, BatchLayout& out) {
     const size_t num_types = plan_.types.size();
+    const bool by_position = !position_.empty();
+    auto rank = [&](int v) { return position_[size_t(v)]; };
+    task_order_.resize(size_t(schedule.num_tasks()));
+    task_rank_.resize(size_t(schedule.num_tasks()));
+    for (int t = 0; t < schedule.num_tasks(); ++t) {
+      task_order_[size_t(t)] = t;
+      int lowest = by_position ? rank(schedule.task(t)[0]) : t;
+      if (by_position)
+        for (int v : schedule.task(t)) lowest = std::min(lowest, rank(v));
+      task_rank_[size_t(t)] = lowest;
+    }
+    if (by_position)
+      std::sort(task_order_.begin(), task_order_.end(),
+                [&](int a, int b) { return task_rank_[size_t(a)] < task_rank_[size_t(b)]; });
     out.type_rows.assign(num_types, 0);
     out.task_first_row.resize(size_t(schedule.num_tasks()));
-    for (int t = 0; t < schedule.num_tasks(); ++t) {
+    for (int t : task_order_) {
       int type = schedule.task_type[size_t(t)];
       out.task_first_row[size_t(t)] = out.type_rows[size_t(type)];
       out.type_rows[size_t(type)] += int(schedule.task(t).size());
@@ -157,13 +202,61 @@ class RowPlanner : public Planner {
     out.vertex_row.assign(size_t(graph.num_vertices()), -1);
     for (int t = 0; t < schedule.num_tasks(); ++t) {
       int type = schedule.task_type[size_t(t)];
-      int row = out.task_first_row[size_t(t)];
-      for (int v : schedule.task(t)) {
-        VJIT_INTERNAL_CHECK(graph.type(v) == type, "a task mixes vertex types");
-        out.row_vertex[size_t(out.type_row_begin[size_t(type)] + row)] = v;
-        out.vertex_row[size_t(v)] = row++;
+      std::span<const int> task = schedule.task(t);
+      int* rows = out.row_vertex.data() + out.type_row_begin[size_t(type)] + out.task_first_row[size_t(t)];
+      std::copy(task.begin(), task.end(), rows);
+      if (by_position) std::sort(rows, rows + task.size(), [&](int a, int b) { return rank(a) < rank(b); });
+      for (size_t r = 0; r < task.size(); ++r) {
+        VJIT_INTERNAL_CHECK(graph.type(rows[r]) == type, "a task mixes vertex types");
+        out.vertex_row[size_t(rows[r])] = out.task_first_row[size_t(t)] + int(r);
       }
     }
+  }
+
+  // ED-Batch's PQ-tree layout over every vertex of the batch: each task's
+  // vertices consecutive (always possible: tasks are disjoint), and for each
+  // task and gather slot that may be a view, a batch asking its children to be
+  // consecutive and in the task's order. Rows then follow the order: a type's
+  // tasks by position, a task's vertices by position.
+  void order_by_pq_tree(const scheduler::FlatBatch& graph, const scheduler::FlatSchedule& schedule,
+                        BatchLayout& out) {
+    aligned_.reset(graph.num_vertices());
+    for (int t = 0; t < schedule.num_tasks(); ++t) aligned_.require_consecutive(schedule.task(t));
+    out.aligned_batches = 0;
+    for (int t = 0; t < schedule.num_tasks(); ++t) {
+      const int type = schedule.task_type[size_t(t)];
+      for (int slot = 0; slot <= signatures_[size_t(type)].fixed_arity; ++slot)
+        if (view_ok_[size_t(type)][size_t(slot)] && add_slot_batch(graph, schedule.task(t), type, slot))
+          ++out.aligned_batches;
+    }
+    aligned_.solve(order_);
+    out.aligned_satisfied = 0;
+    for (int b = 0; b < aligned_.num_batches(); ++b) out.aligned_satisfied += aligned_.satisfied(b) ? 1 : 0;
+    position_.resize(size_t(graph.num_vertices()));
+    for (size_t p = 0; p < order_.size(); ++p) position_[size_t(order_[p])] = int(p);
+    place_rows(graph, schedule, out);
+  }
+
+  // Asks for slot `slot`'s children of `vertices` to be consecutive and in the
+  // same order, when they could form a view: one child each, all of one type.
+  bool add_slot_batch(const scheduler::FlatBatch& graph, std::span<const int> vertices, int type, int slot) {
+    batch_values_.assign(vertices.begin(), vertices.end());
+    for (int v : vertices) {
+      const int c = child_in_slot(graph, type, v, slot);
+      if (c < 0 || graph.type(c) != graph.type(child_in_slot(graph, type, vertices[0], slot))) return false;
+      batch_values_.push_back(c);
+    }
+    aligned_.add_batch(batch_values_, 2);
+    return true;
+  }
+
+  // The child a view of `slot` reads for vertex v: fixed slot k's child, or for
+  // the variadic slot the one variadic child (-1 when there are none or several).
+  int child_in_slot(const scheduler::FlatBatch& graph, int type, int v, int slot) const {
+    std::span<const int> children = graph.children(v);
+    const size_t fixed = size_t(signatures_[size_t(type)].fixed_arity);
+    if (size_t(slot) < fixed) return children[size_t(slot)];
+    return children.size() == fixed + 1 ? children[fixed] : -1;
   }
 
   void assign_buffers(Pass pass, BatchLayout& out) const {
@@ -215,39 +308,49 @@ class RowPlanner : public Planner {
     out.gather_begin.resize(size_t(schedule.num_tasks()));
     out.gathers.clear();
     out.gather_sources.clear();
+    out.view_slots.assign(plan_.types.size(), 0);
     for (int t = 0; t < schedule.num_tasks(); ++t) {
       const int type = schedule.task_type[size_t(t)];
+      const int fixed = signatures_[size_t(type)].fixed_arity;
       out.gather_begin[size_t(t)] = int(out.gathers.size());
-      std::span<const int> vertices = schedule.task(t);
-      for (int slot = 0; slot < signatures_[size_t(type)].fixed_arity; ++slot) {
+      std::span<const int> vertices = out.task_rows(type, t, int(schedule.task(t).size()));
+      for (int slot = 0; slot <= fixed; ++slot) {
         GatherLayout g;
-        if (view_ok_[size_t(type)][size_t(slot)] && children_in_order(graph, vertices, slot, out, g)) {
+        if (view_ok_[size_t(type)][size_t(slot)] && children_in_order(graph, vertices, type, slot, out, g)) {
           out.gathers.push_back(g);
+          out.view_slots[size_t(type)] |= uint64_t(1) << slot;
           continue;
         }
         g = GatherLayout{};
         g.first_source = int(out.gather_sources.size());
-        for (int v : vertices) {
-          int child = graph.children(v)[size_t(slot)];
-          out.gather_sources.push_back({graph.type(child), out.vertex_row[size_t(child)]});
-        }
+        if (slot < fixed)  // the variadic sum, when a copy, reads the graph
+          for (int v : vertices) {
+            int child = graph.children(v)[size_t(slot)];
+            out.gather_sources.push_back({graph.type(child), out.vertex_row[size_t(child)]});
+          }
         out.gathers.push_back(g);
       }
     }
   }
 
-  // Whether child `slot` of the task's vertices are rows of one type at a
-  // constant positive stride, in order; then `view` reads them in place.
-  static bool children_in_order(const scheduler::FlatBatch& graph, std::span<const int> vertices, int slot,
-                                const BatchLayout& out, GatherLayout& view) {
-    auto child = [&](size_t r) { return graph.children(vertices[r])[size_t(slot)]; };
+  // Whether the task's children in `slot` are rows of one type at a constant
+  // positive stride, in order; then `view` reads them in place.
+  bool children_in_order(const scheduler::FlatBatch& graph, std::span<const int> vertices, int type, int slot,
+                         const BatchLayout& out, GatherLayout& view) const {
+    auto child = [&](size_t r) { return child_in_slot(graph, type, vertices[r], slot); };
+    if (child(0) < 0) return false;
     view.source_type = graph.type(child(0));
     view.first_row = out.vertex_row[size_t(child(0))];
-    view.row_step = vertices.size() > 1 ? out.vertex_row[size_t(child(1))] - view.first_row : 1;
+    view.row_step = 1;
+    if (vertices.size() > 1) {
+      if (child(1) < 0) return false;
+      view.row_step = out.vertex_row[size_t(child(1))] - view.first_row;
+    }
     if (view.row_step < 1) return false;
     for (size_t r = 1; r < vertices.size(); ++r) {
       int c = child(r);
-      if (graph.type(c) != view.source_type || out.vertex_row[size_t(c)] != view.first_row + int(r) * view.row_step)
+      if (c < 0 || graph.type(c) != view.source_type ||
+          out.vertex_row[size_t(c)] != view.first_row + int(r) * view.row_step)
         return false;
     }
     return true;
@@ -262,18 +365,25 @@ class RowPlanner : public Planner {
   const std::vector<TypeSignature>& signatures_;
   int64_t pad_;
   bool pad_wide_rows_;
-  std::vector<std::vector<char>> view_ok_;           // [type][fixed slot]
+  RowOrder row_order_;
+  std::vector<std::vector<char>> view_ok_;           // [type][slot]; slot fixed_arity: the variadic sum
   std::vector<ConcatPlacement> placements_[2];       // [pass][type]
+  // Working memory, kept between batches.
+  layout::AlignedOrder aligned_;
+  std::vector<int> order_, position_, batch_values_, task_order_, task_rank_;
 };
 
 }  // namespace
 
 std::unique_ptr<Planner> make_planner(const std::string& name, const ExecPlan& plan,
                                       const std::vector<TypeSignature>& signatures, const PlannerOptions& options) {
-  if (name == "copy") return std::make_unique<RowPlanner>("copy", plan, signatures, 0, true, options);
+  if (name == "copy") return std::make_unique<RowPlanner>("copy", plan, signatures, 0, true, RowOrder::Schedule, options);
   // Three floats of padding: rows lose their alignment too.
-  if (name == "padded") return std::make_unique<RowPlanner>("padded", plan, signatures, 3, false, options);
-  throw UserError("VJIT_MEMPLAN=" + name + " is not available (valid here: copy, padded)");
+  if (name == "padded")
+    return std::make_unique<RowPlanner>("padded", plan, signatures, 3, false, RowOrder::Schedule, options);
+  if (name == "pqtree")
+    return std::make_unique<RowPlanner>("pqtree", plan, signatures, 0, true, RowOrder::PQTree, options);
+  throw UserError("VJIT_MEMPLAN=" + name + " is not available (valid here: copy, padded, pqtree)");
 }
 
 }  // namespace vjit::runtime

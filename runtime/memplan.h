@@ -31,7 +31,16 @@
 //   padded   a test planner: like copy, but every row is padded by a few floats
 //            (ld > width) and every gather is a copy; it exists to prove that
 //            the executor follows the layout
-// The PQ-tree planner of ED-Batch plugs in beside these.
+//   pqtree   ED-Batch's PQ-tree layout (layout/aligned_order.h), per batch: one
+//            order of every vertex of the batch in which each task's vertices
+//            are consecutive and, wherever the constraints allow, each task's
+//            children in a gather slot are consecutive and in the task's own
+//            order. Rows follow that order (type by type), so those gathers are
+//            views. Gathers read outside the tasks (the backward's weight
+//            gradients read the gathered children over every row of a type)
+//            may be views too: the executor runs the steps that read them task
+//            by task (BatchLayout::view_slots). A gather_sum whose rows each
+//            have one variadic child is a view as well. CPU executor only.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -94,10 +103,20 @@ struct BatchLayout {
   std::vector<ValueLayout> values[2];    // per (type, value id)
   std::vector<ValueLayout> scatter_grad; // per type: the gradient of what it scatters (backward arena)
 
-  // Gathers: task t, fixed slot k at gathers[gather_begin[t] + k].
+  // Gathers: task t, fixed slot k at gathers[gather_begin[t] + k]; slot
+  // fixed_arity (every task has it) is the variadic gather_sum, a view only
+  // when each row has exactly one variadic child (else the executor sums the
+  // children itself and first_source is unused).
   std::vector<int> gather_begin;
   std::vector<GatherLayout> gathers;
   std::vector<RowRef> gather_sources;
+  // Per type: bit k set when slot k (fixed_arity: the variadic sum) is a view
+  // in some task. A step outside the tasks that reads such a gather must run
+  // task by task: the rows of that gather are not one buffer.
+  std::vector<uint64_t> view_slots;
+  // The pqtree planner's constraints (one per task and gather slot it could
+  // make a view) and how many of them hold in its order; 0 for the others.
+  int aligned_batches = 0, aligned_satisfied = 0;
 
   const ValueLayout& value(Pass pass, int type, ir::ValueId id) const {
     return values[int(pass)][size_t(value_begin[int(pass)][size_t(type)] + id)];
@@ -107,6 +126,10 @@ struct BatchLayout {
   }
   std::span<const int> rows_of(int type) const {
     return {row_vertex.data() + type_row_begin[size_t(type)], size_t(type_rows[size_t(type)])};
+  }
+  // A task's vertices in row order (the schedule's order, or the planner's).
+  std::span<const int> task_rows(int type, int task, int count) const {
+    return rows_of(type).subspan(size_t(task_first_row[size_t(task)]), size_t(count));
   }
 };
 
@@ -124,7 +147,7 @@ class Planner {
   virtual void plan(const PlanInput& input, BatchLayout& out) = 0;
 };
 
-// The planner named by VJIT_MEMPLAN ("copy", "padded"); throws UserError naming
+// The planner named by VJIT_MEMPLAN ("copy", "padded", "pqtree"); throws UserError naming
 // the valid ones otherwise. `plan` and `signatures` must outlive it.
 struct PlannerOptions {
   bool inplace_concat = true;  // lay Concat arguments out in place (above)

@@ -104,6 +104,26 @@ std::vector<EngineCase> engine_cases() {
       c.memplan = "padded";
       c.fusion = false;
     });
+    // The PQ-tree layout (rows reordered, gathers read in place, steps that
+    // read them outside the tasks run task by task) under every policy, and
+    // with lazy batching, fusion and streaming in turn changed.
+    for (const char* policy : {"depth", "agenda", "frontier", "ratio", "fsm"})
+      add([&](EngineCase& c) {
+        c.policy = policy;
+        c.memplan = "pqtree";
+      });
+    add([](EngineCase& c) {
+      c.memplan = "pqtree";
+      c.lazy = false;
+    });
+    add([](EngineCase& c) {
+      c.memplan = "pqtree";
+      c.fusion = false;
+    });
+    add([](EngineCase& c) {
+      c.memplan = "pqtree";
+      c.streaming = true;
+    });
     add([](EngineCase& c) { c.merge_matmuls = false; });
     add([](EngineCase& c) { c.inplace_concat = false; });
     add([](EngineCase& c) { c.epilogue = false; });

@@ -40,8 +40,15 @@ struct EngineStats {
   double useful_flops = 0;
   int64_t param_grad_gemms = 0;  // GEMMs accumulating weight gradients
   int64_t copy_calls = 0;
-  int64_t copy_bytes = 0;
-  int64_t gather_views = 0;      // (task, slot) gathers read in place instead of copied
+  int64_t copy_bytes = 0;         // gathers, their gradients, pulls, pushes, embedding gradients
+  // Bytes moved only because of where values lie (VJIT_MEMPLAN decides them):
+  // gathers that are not views, their gradients, and Concat arguments not laid
+  // out in place. A subset of copy_bytes, except the Concat copies.
+  int64_t layout_copy_bytes = 0;
+  int64_t gather_views = 0;
+  // VJIT_MEMPLAN=pqtree: the alignment constraints it posed (a task's children
+  // in one gather slot, consecutive and in the task's order) and how many hold.
+  int64_t aligned_batches = 0, aligned_satisfied = 0;      // (task, slot) gathers read in place instead of copied
   // Seconds: validating, flattening and scheduling a batch; laying it out in
   // memory (the memory planner); gather/pull/push/scatter-gradient copies;
   // GEMMs; elementwise and other kernels; the optimizer's update.

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The memory-layout table of the PQ-tree issue (ED-Batch's Table 2 analogue):
+# VJIT_MEMPLAN=copy against pqtree on Tree-LSTM, Tree-GRU, Fixed-LSTM, Var-LSTM
+# and Lattice-LSTM, batch 8 and 64, hidden 64 and 256, training steps and
+# inference batches, on the real data where it exists; then the planner's time
+# at batch 16, 64, 256 and 1024 (Tree-LSTM, SST, hidden 256, training). The two
+# planners alternate within each configuration, so both see the same load.
+# Writes perf/results/memplan.jsonl and memplan_scaling.jsonl, then prints the
+# tables (perf/memplan_table.py). Build first: scripts/build.sh Release. ~15 min.
+#   perf/memplan_table.sh [build-dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+data=../shared/data
+out=perf/results
+mkdir -p "$out"
+bench="$build/perf/vjit-bench"
+
+data_of() {
+  case "$1" in
+    tree_lstm|tree_gru) [ -f "$data/sst/train.txt" ] && echo "--data $data/sst/train.txt" ;;
+    var_lstm) [ -f "$data/ptb/dev.txt" ] && echo "--data $data/ptb/dev.txt" ;;
+    lattice_lstm) [ -f "$data/lattice/train.txt" ] && echo "--data $data/lattice/train.txt" ;;
+  esac
+  return 0
+}
+
+: > "$out/memplan.jsonl"
+for model in tree_lstm tree_gru fixed_lstm var_lstm lattice_lstm; do
+  for batch in 8 64; do
+    for hidden in 64 256; do
+      for mode in train infer; do
+        steps=10
+        [ "$batch" = 8 ] && steps=40
+        for memplan in copy pqtree copy pqtree; do
+          # shellcheck disable=SC2046
+          VJIT_MEMPLAN=$memplan "$bench" --model "$model" --mode "$mode" --hidden "$hidden" --batch "$batch" \
+            --steps "$steps" --peak-seconds 0.2 $(data_of "$model") >> "$out/memplan.jsonl"
+        done
+      done
+    done
+  done
+done
+
+: > "$out/memplan_scaling.jsonl"
+if [ -f "$data/sst/train.txt" ]; then
+  for batch in 16 64 256 1024; do
+    steps=6
+    [ "$batch" = 1024 ] && steps=2
+    for memplan in copy pqtree; do
+      VJIT_MEMPLAN=$memplan "$bench" --model tree_lstm --mode train --hidden 256 --batch "$batch" --steps "$steps" \
+        --peak-seconds 0.2 --data "$data/sst/train.txt" >> "$out/memplan_scaling.jsonl"
+    done
+  done
+fi
+python3 perf/memplan_table.py "$out/memplan.jsonl" "$out/memplan_scaling.jsonl"
