@@ -39,7 +39,7 @@ class PQTree {
   int num_leaves() const;
 
   // Restricts the tree to the orders in which `leaves` (distinct, each in
-  // [0, num_leaves)) are consecutive. Returns false, leaving the tree exactly
+  // [0, num_leaves), else std::invalid_argument) are consecutive. Returns false, leaving the tree exactly
   // as it was, when no admitted order has them consecutive. Sets of fewer than
   // two leaves, or of every leaf, always succeed and change nothing. When
   // `changed` is given, the nodes the reduction created or whose children it
@@ -47,22 +47,27 @@ class PQTree {
   bool reduce(std::span<const int> leaves, std::vector<NodeId>* changed = nullptr);
 
   // --- structure (valid until the next reset or successful reduce) ---
+  // A node id that is not alive gets std::invalid_argument.
   NodeId root() const;
   Kind kind(NodeId node) const;
   int leaf(NodeId node) const;         // the leaf a Leaf node stands for
   NodeId leaf_node(int leaf) const;    // the node of a leaf
-  NodeId parent(NodeId node) const;    // kNone at the root
+  NodeId parent(NodeId node) const;    // kNone at the root; O(1) for every node
   // Children in their current order (a Q-node's left to right).
   void children(NodeId node, std::vector<NodeId>& out) const;
   int num_children(NodeId node) const;
   // Whether `node` is alive (ids of nodes a reduction removed may be reused).
   bool alive(NodeId node) const;
   // The deepest node whose subtree contains every leaf of `leaves` (non-empty).
+  // Costs the union of the leaves' paths up to where they meet. Uses scratch
+  // of the tree: not to be called concurrently on one tree.
   NodeId lowest_common_ancestor(std::span<const int> leaves) const;
 
   // The frontier: every leaf once, in one admitted order.
   void frontier(std::vector<int>& order) const;
-  // Whether `order` (a permutation of the leaves) is admitted.
+  // Whether `order` (a permutation of the leaves) is admitted: every node's
+  // leaves consecutive, a Q-node's children in its order or the reverse. O(n).
+  // Throws std::invalid_argument when `order` is not a permutation.
   bool admits(std::span<const int> order) const;
   // Structure in text, e.g. "P(0 Q(1 2 3) 4)", for tests and logs.
   std::string describe() const;

@@ -89,6 +89,42 @@ NodeId brute_lca(const PQTree& tree, const std::vector<int>& set) {
   return path[best];
 }
 
+// Each live interior node's kind and children; a P-node's sorted.
+using Shape = std::vector<std::vector<NodeId>>;
+Shape shape_of(const PQTree& tree) {
+  Shape shape;
+  std::vector<NodeId> stack, kids;
+  if (tree.root() != PQTree::kNone) stack.push_back(tree.root());
+  while (!stack.empty()) {
+    const NodeId x = stack.back();
+    stack.pop_back();
+    if (tree.kind(x) == Kind::Leaf) continue;
+    tree.children(x, kids);
+    stack.insert(stack.end(), kids.begin(), kids.end());
+    if (tree.kind(x) == Kind::P) std::sort(kids.begin(), kids.end());
+    if (shape.size() <= static_cast<size_t>(x)) shape.resize(static_cast<size_t>(x) + 1);
+    shape[static_cast<size_t>(x)] = kids;
+    shape[static_cast<size_t>(x)].push_back(tree.kind(x) == Kind::P ? -10 : -20);
+  }
+  return shape;
+}
+
+// Every interior node that is new or whose children differ (a Q-node's up to
+// reversal) is in `changed`.
+void expect_changes_reported(const Shape& before, const Shape& after, const std::vector<NodeId>& changed,
+                             const std::string& what) {
+  for (size_t x = 0; x < after.size(); ++x) {
+    if (after[x].empty()) continue;
+    const std::vector<NodeId> none;
+    const std::vector<NodeId>& old = x < before.size() ? before[x] : none;
+    std::vector<NodeId> reversed(old.rbegin() + (old.empty() ? 0 : 1), old.rend());
+    if (!old.empty()) reversed.push_back(old.back());
+    if (old == after[x] || reversed == after[x]) continue;
+    EXPECT_TRUE(std::find(changed.begin(), changed.end(), static_cast<NodeId>(x)) != changed.end())
+        << what << ": node " << x << " changed but is not reported";
+  }
+}
+
 // Every permutation of 0..n-1 with its positions.
 struct AllOrders {
   std::vector<std::vector<int>> orders, pos;
@@ -146,6 +182,7 @@ void check_random_sequence(const AllOrders& all, int n, int steps, std::mt19937&
       feasible = feasible || restricted[i];
     }
     const std::string before = tree.describe();
+    const Shape shape_before = shape_of(tree);
     changed.clear();
     const bool ok = tree.reduce(set, &changed);
     ASSERT_EQ(ok, feasible) << history << "  tree before: " << before;
@@ -153,6 +190,7 @@ void check_random_sequence(const AllOrders& all, int n, int steps, std::mt19937&
     if (ok) {
       allowed = restricted;
       for (const NodeId x : changed) EXPECT_TRUE(tree.alive(x)) << what;
+      expect_changes_reported(shape_before, shape_of(tree), changed, what);
     } else {
       ASSERT_EQ(tree.describe(), before) << what;
       EXPECT_TRUE(changed.empty()) << what;
