@@ -702,60 +702,54 @@ bool PQTree::admits(std::span<const int> order) const {
     throw std::invalid_argument("PQTree::admits: order has " + std::to_string(order.size()) +
                                 " entries, the tree " + std::to_string(n) + " leaves");
   }
-  std::vector<int> low(nodes_.size()), high(nodes_.size()), count(nodes_.size(), 0);
+  struct Span {
+    int low = 0, high = -1, count = 0;  // positions of a subtree's leaves
+  };
+  std::vector<Span> spans(nodes_.size());
   for (size_t p = 0; p < n; ++p) {
     const int leaf = order[p];
-    if (leaf < 0 || leaf >= num_leaves_ || count[static_cast<size_t>(leaf)] != 0) {
+    if (leaf < 0 || leaf >= num_leaves_ || spans[static_cast<size_t>(leaf)].count != 0) {
       throw std::invalid_argument("PQTree::admits: order is not a permutation of 0.." +
                                   std::to_string(num_leaves_ - 1) + " (entry " + std::to_string(leaf) + ")");
     }
-    low[static_cast<size_t>(leaf)] = high[static_cast<size_t>(leaf)] = static_cast<int>(p);
-    count[static_cast<size_t>(leaf)] = 1;
+    spans[static_cast<size_t>(leaf)] = {static_cast<int>(p), static_cast<int>(p), 1};
   }
   if (root_ == kNone) return true;
-  // Pre-order, then visit it backwards: children before parents.
-  std::vector<NodeId> preorder;
-  std::vector<NodeId> stack{root_};
-  while (!stack.empty()) {
-    const NodeId x = stack.back();
-    stack.pop_back();
-    preorder.push_back(x);
+  // Breadth-first order, visited backwards: children before parents.
+  std::vector<NodeId> queue;
+  queue.reserve(nodes_.size());
+  queue.push_back(root_);
+  for (size_t head = 0; head < queue.size(); ++head) {
     NodeId prev = kNone;
-    for (NodeId c = nodes_[x].end[0]; c != kNone;) {
-      stack.push_back(c);
+    for (NodeId c = nodes_[queue[head]].end[0]; c != kNone;) {
+      queue.push_back(c);
       const NodeId next = next_sibling(c, prev);
       prev = c;
       c = next;
     }
   }
-  for (auto it = preorder.rbegin(); it != preorder.rend(); ++it) {
-    const NodeId x = *it;
-    const Node& node = nodes_[x];
+  for (auto it = queue.rbegin(); it != queue.rend(); ++it) {
+    const Node& node = nodes_[*it];
     if (node.kind == Kind::Leaf) continue;
-    int lo = num_leaves_, hi = -1, total = 0;
+    Span whole{num_leaves_, -1, 0};
     int direction = 0;  // Q-node: +1 children left to right, -1 reversed
+    const Span* last = nullptr;
     NodeId prev = kNone;
-    NodeId last = kNone;
     for (NodeId c = node.end[0]; c != kNone;) {
-      lo = std::min(lo, low[static_cast<size_t>(c)]);
-      hi = std::max(hi, high[static_cast<size_t>(c)]);
-      total += count[static_cast<size_t>(c)];
-      if (node.kind == Kind::Q && last != kNone) {
-        const int step = high[static_cast<size_t>(last)] + 1 == low[static_cast<size_t>(c)]   ? 1
-                         : high[static_cast<size_t>(c)] + 1 == low[static_cast<size_t>(last)] ? -1
-                                                                                               : 0;
+      const Span& span = spans[static_cast<size_t>(c)];
+      whole = {std::min(whole.low, span.low), std::max(whole.high, span.high), whole.count + span.count};
+      if (node.kind == Kind::Q && last != nullptr) {
+        const int step = last->high + 1 == span.low ? 1 : span.high + 1 == last->low ? -1 : 0;
         if (step == 0 || (direction != 0 && step != direction)) return false;
         direction = step;
       }
-      last = c;
+      last = &span;
       const NodeId next = next_sibling(c, prev);
       prev = c;
       c = next;
     }
-    if (hi - lo + 1 != total) return false;
-    low[static_cast<size_t>(x)] = lo;
-    high[static_cast<size_t>(x)] = hi;
-    count[static_cast<size_t>(x)] = total;
+    if (whole.high - whole.low + 1 != whole.count) return false;
+    spans[static_cast<size_t>(*it)] = whole;
   }
   return true;
 }

@@ -213,7 +213,7 @@ void check_random_sequence(const AllOrders& all, int n, int steps, std::mt19937&
 
 TEST(PQTree, MatchesBruteForceOnRandomSmallInstances) {
   // (leaves, sequences): n! orders are checked after every step.
-  const std::pair<int, int> plan[] = {{1, 50}, {2, 200}, {3, 1500}, {4, 2500}, {5, 2500}, {6, 600}, {7, 60}};
+  const std::pair<int, int> plan[] = {{1, 50}, {2, 200}, {3, 1500}, {4, 2500}, {5, 1500}, {6, 300}, {7, 30}};
   PQTree tree;  // reused: reset must start over from any state
   std::mt19937 rng(12345);
   int sequences = 0;
@@ -225,7 +225,7 @@ TEST(PQTree, MatchesBruteForceOnRandomSmallInstances) {
       ++sequences;
     }
   }
-  EXPECT_EQ(sequences, 7410);
+  EXPECT_EQ(sequences, 6080);
 }
 
 // Counts the admitted orders of `tree` by brute force.
@@ -353,7 +353,7 @@ TEST(PQTree, ChangedNodesAreReported) {
 // hidden order always succeed. Random sets are first tried on a copy; those
 // that fail there must fail on the tree too and leave it as it was.
 TEST(PQTree, LargeInstanceStaysConsistent) {
-  const int n = 3000;
+  const int n = 2000;
   std::mt19937 rng(7);
   std::vector<int> hidden(n);
   std::iota(hidden.begin(), hidden.end(), 0);
@@ -362,7 +362,7 @@ TEST(PQTree, LargeInstanceStaysConsistent) {
   PQTree tree(n);
   std::vector<std::vector<int>> accepted;
   int rejected = 0;
-  for (int step = 0; step < 4000; ++step) {
+  for (int step = 0; step < 2400; ++step) {
     std::vector<int> set;
     if (step % 4 != 3) {
       const int len = 2 + static_cast<int>(rng() % 40);
@@ -390,7 +390,7 @@ TEST(PQTree, LargeInstanceStaysConsistent) {
     ASSERT_EQ(tree.describe(), before) << step;
   }
   EXPECT_GT(rejected, 0);
-  EXPECT_GE(accepted.size(), 3000u);
+  EXPECT_GE(accepted.size(), 1800u);
   expect_well_formed(tree, "large");
   std::vector<int> front;
   tree.frontier(front);
