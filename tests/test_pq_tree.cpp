@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "layout/pq_tree.h"
+#include "tests/allocation_counter.h"
 
 namespace vjit::layout {
 namespace {
@@ -403,6 +404,40 @@ TEST(PQTree, LargeInstanceStaysConsistent) {
   EXPECT_EQ(tree.num_children(tree.root()), n);
   tree.reset(n + 5);
   expect_well_formed(tree, "reset");
+}
+
+// Run time use: one tree reset per batch. Once a sequence of reductions has
+// run, resetting and running it again allocates nothing.
+TEST(PQTree, SteadyStateReductionsAllocateNothing) {
+  const int n = 1000;
+  std::mt19937 rng(3);
+  std::vector<int> hidden(n);
+  std::iota(hidden.begin(), hidden.end(), 0);
+  std::shuffle(hidden.begin(), hidden.end(), rng);
+  std::vector<std::vector<int>> sets;
+  for (int i = 0; i < 1500; ++i) {
+    const int len = 2 + static_cast<int>(rng() % 50);
+    const int start = static_cast<int>(rng() % static_cast<unsigned>(n - len + 1));
+    sets.emplace_back(hidden.begin() + start, hidden.begin() + start + len);
+    if (i % 3 == 0) sets.back().push_back(hidden[static_cast<size_t>((start + len + 7) % n)]);  // may conflict
+  }
+  PQTree tree;
+  std::vector<NodeId> changed;
+  int accepted[2] = {0, 0};
+  int64_t allocations = -1;
+  for (int round = 0; round < 2; ++round) {
+    test_util::AllocationCounter counter;
+    tree.reset(n);
+    for (const auto& set : sets) {
+      changed.clear();
+      accepted[round] += tree.reduce(set, &changed) ? 1 : 0;
+    }
+    allocations = counter.count();
+  }
+  EXPECT_EQ(allocations, 0);
+  EXPECT_EQ(accepted[0], accepted[1]);
+  EXPECT_LT(accepted[0], 1500);  // some sets did conflict
+  EXPECT_GT(accepted[0], 500);
 }
 
 TEST(PQTree, BadInputIsReported) {
