@@ -1,0 +1,684 @@
+// Aligned leaf orders: ED-Batch's PQ-tree memory allocation (ICML'23, §3.2,
+// Algorithm 2; appendix B, Algorithms 3-6).
+//
+// solve() runs, on one PQ-tree over the n values:
+//  1. ConstructPQTree: the accepted hard sets, then every batch's operands
+//     (each must be consecutive). A batch one of whose operands cannot be made
+//     consecutive is dropped; operands of it reduced before the failing one
+//     stay reduced (the tree stays valid, it only admits fewer orders; undoing
+//     would need a copy of the tree per batch).
+//  2. BROADCASTCONSTRAINT: a queue over the batches, all of them at first. A
+//     popped batch whose operands' regions are already isomorphic (step 3's
+//     walk, without recording) is done. Otherwise, for each operand o, the
+//     constraints of its region (GETSUBTREECONS: a P-node's leaves; the leaves
+//     of each pair of adjacent children of a Q-node, or of a run of one) are
+//     turned into operand indices (frontier intervals), mapped through the
+//     alignment onto every other operand and reduced there. A failed reduction
+//     drops the batch (earlier ones stay, as in 1.). A reduction that changed
+//     the tree (PQTree::reduce's `changed` not empty) queues again every
+//     batch holding one of the reduced values: a reduction of S restructures
+//     only nodes with leaves in S, so an operand disjoint from S keeps its
+//     region's shape. A budget of pops (a multiple of batches + values) stops
+//     the pass if it ever fails to settle; that only costs satisfied batches.
+//  3. DECIDENODESORDER: per batch, a simultaneous bottom-up walk of operand
+//     0's region and its image in each other operand (PARSEEQUIVNODEORDERPAIR):
+//     node N (children c_i) maps to the common parent M of the images of its
+//     children, which must have as many children and the same kind — except at
+//     the top, where a run of a Q-node's children may map to a run of
+//     another's. Each pair gives a relation: a parity for Q-nodes and nodes of
+//     two children (same or reversed direction), a permutation beta for P-nodes
+//     of three or more (child i of N sits where child beta(i) of M sits). The
+//     relations go into an extended union-find (Algorithm 5: per node a parent
+//     and the transform sigma to it; union by size, no path compression, so a
+//     batch whose relations contradict the ones accepted before is undone from
+//     a log and dropped).
+//  4. GETLEAFORDER: an iterative DFS; every set root keeps its current child
+//     order, every other node the order its transform to the root dictates.
+//  5. satisfied(b) is checked on the final order (each operand consecutive and
+//     at the same offsets as operand 0), never assumed.
+//
+// Simplifications: failed batches are not undone in the tree (1., 2.); the
+// isomorphism test is structural (kinds and child counts); a P-node of three or
+// more children related to a Q-node is treated as a conflict (broadcasting
+// makes them equal in every case we met); batches are processed in insertion
+// order, so which of two conflicting batches wins is the earlier one's.
+//
+// Cost: construction O(sum |b|) (PQ-tree reduce is linear); broadcasting
+// O(k^2 * sum of region constraint sizes) per batch visit, i.e. O(k^2 m d) for
+// an operand of length m and region depth d (the paper's O(m k^2) bound per
+// visit); DECIDENODESORDER O(sum |b| * log n) (finds without path compression,
+// plus the size of the permutations); GETLEAFORDER O(n). Every buffer is kept
+// across reset(), so a solve of a size seen before allocates nothing.
+#include "layout/aligned_order.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace vjit::layout {
+
+using NodeId = PQTree::NodeId;
+
+// --- NodeScratch ---
+
+void AlignedOrder::NodeScratch::clear() {
+  if (++epoch_ == 0) {  // wrapped: forget every stamp
+    std::fill(stamp_.begin(), stamp_.end(), 0u);
+    epoch_ = 1;
+  }
+}
+
+int AlignedOrder::NodeScratch::get(NodeId node) const {
+  const auto i = static_cast<size_t>(node);
+  return i < stamp_.size() && stamp_[i] == epoch_ ? value_[i] : 0;
+}
+
+void AlignedOrder::NodeScratch::set(NodeId node, int value) {
+  const auto i = static_cast<size_t>(node);
+  if (i >= stamp_.size()) {
+    const size_t size = std::max(i + 1, 2 * stamp_.size());
+    stamp_.resize(size, 0u);
+    value_.resize(size, 0);
+  }
+  stamp_[i] = epoch_;
+  value_[i] = value;
+}
+
+// --- problem ---
+
+void AlignedOrder::reset(int num_values) {
+  if (num_values < 0) throw std::invalid_argument("AlignedOrder::reset: negative number of values");
+  num_values_ = num_values;
+  tree_.reset(num_values);
+  tree_has_batches_ = false;
+  solved_ = false;
+  hard_values_.clear();
+  hard_begin_.assign(1, 0);
+  values_.clear();
+  batches_.clear();
+  value_stamp_.assign(static_cast<size_t>(num_values), 0);
+  index_of_value_.resize(static_cast<size_t>(num_values));
+  value_epoch_ = 0;
+}
+
+namespace {
+
+void check_values(std::span<const int> values, int num_values, const char* where) {
+  for (int v : values) {
+    if (v < 0 || v >= num_values) {
+      throw std::invalid_argument(std::string(where) + ": value " + std::to_string(v) + " is outside [0, " +
+                                  std::to_string(num_values) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+bool AlignedOrder::require_consecutive(std::span<const int> values) {
+  check_values(values, num_values_, "AlignedOrder::require_consecutive");
+  if (tree_has_batches_) rebuild_hard_sets();
+  solved_ = false;
+  // A set: repeated values count once.
+  const size_t begin = hard_values_.size();
+  ++value_epoch_;
+  for (int v : values) {
+    if (value_stamp_[v] == value_epoch_) continue;
+    value_stamp_[v] = value_epoch_;
+    hard_values_.push_back(v);
+  }
+  const std::span<const int> set(hard_values_.data() + begin, hard_values_.size() - begin);
+  if (!tree_.reduce(set)) {
+    hard_values_.resize(begin);
+    return false;
+  }
+  hard_begin_.push_back(static_cast<int>(hard_values_.size()));
+  return true;
+}
+
+int AlignedOrder::add_batch(std::span<const int> values, int num_operands) {
+  if (num_operands < 1) {
+    throw std::invalid_argument("AlignedOrder::add_batch: num_operands must be at least 1, got " +
+                                std::to_string(num_operands));
+  }
+  if (values.size() % static_cast<size_t>(num_operands) != 0) {
+    throw std::invalid_argument("AlignedOrder::add_batch: " + std::to_string(values.size()) +
+                                " values do not split into " + std::to_string(num_operands) +
+                                " operands of equal length");
+  }
+  check_values(values, num_values_, "AlignedOrder::add_batch");
+  solved_ = false;
+  Batch batch;
+  batch.begin = static_cast<int>(values_.size());
+  batch.num_operands = num_operands;
+  batch.length = static_cast<int>(values.size() / static_cast<size_t>(num_operands));
+  ++value_epoch_;
+  for (int v : values) {
+    if (value_stamp_[v] == value_epoch_) batch.distinct = false;
+    value_stamp_[v] = value_epoch_;
+  }
+  values_.insert(values_.end(), values.begin(), values.end());
+  batches_.push_back(batch);
+  return static_cast<int>(batches_.size()) - 1;
+}
+
+int AlignedOrder::num_batches() const { return static_cast<int>(batches_.size()); }
+
+bool AlignedOrder::satisfied(int batch) const {
+  if (batch < 0 || batch >= num_batches()) {
+    throw std::out_of_range("AlignedOrder::satisfied: no batch " + std::to_string(batch));
+  }
+  return solved_ && satisfied_[static_cast<size_t>(batch)] != 0;
+}
+
+std::span<const int> AlignedOrder::operand(int batch, int o) const {
+  const Batch& b = batches_[static_cast<size_t>(batch)];
+  return {values_.data() + b.begin + static_cast<size_t>(o) * b.length, static_cast<size_t>(b.length)};
+}
+
+void AlignedOrder::rebuild_hard_sets() {
+  tree_.reset(num_values_);
+  for (size_t s = 0; s + 1 < hard_begin_.size(); ++s) {
+    const std::span<const int> set(hard_values_.data() + hard_begin_[s],
+                                   static_cast<size_t>(hard_begin_[s + 1] - hard_begin_[s]));
+    tree_.reduce(set);  // accepted before, in this order: succeeds again
+  }
+  tree_has_batches_ = false;
+}
+
+// --- solve ---
+
+void AlignedOrder::solve(std::vector<int>& order) {
+  if (tree_has_batches_) rebuild_hard_sets();
+  tree_has_batches_ = true;
+  const size_t num = batches_.size();
+  active_.assign(num, 0);
+  satisfied_.assign(num, 0);
+  for (size_t b = 0; b < num; ++b) active_[b] = batches_[b].distinct ? 1 : 0;
+  apply_operand_adjacency();
+  index_batches_by_value();
+  broadcast_constraints();
+  decide_nodes_order();
+  emit_leaf_order(order);
+  check_batches(order);
+  solved_ = true;
+}
+
+// 1. ConstructPQTree: every operand consecutive.
+void AlignedOrder::apply_operand_adjacency() {
+  for (int b = 0; b < num_batches(); ++b) {
+    if (!active_[b]) continue;
+    for (int o = 0; o < batches_[b].num_operands; ++o) {
+      if (!tree_.reduce(operand(b, o))) {
+        active_[b] = 0;
+        break;
+      }
+    }
+  }
+}
+
+void AlignedOrder::index_batches_by_value() {
+  batches_of_begin_.assign(static_cast<size_t>(num_values_) + 1, 0);
+  for (int b = 0; b < num_batches(); ++b) {
+    if (!active_[b]) continue;
+    const Batch& batch = batches_[b];
+    for (int i = 0; i < batch.num_operands * batch.length; ++i) ++batches_of_begin_[values_[batch.begin + i] + 1];
+  }
+  for (int v = 0; v < num_values_; ++v) batches_of_begin_[v + 1] += batches_of_begin_[v];
+  batches_of_.resize(static_cast<size_t>(batches_of_begin_[num_values_]));
+  position_of_value_.assign(batches_of_begin_.begin(), batches_of_begin_.end() - 1);  // fill cursors
+  for (int b = 0; b < num_batches(); ++b) {
+    if (!active_[b]) continue;
+    const Batch& batch = batches_[b];
+    for (int i = 0; i < batch.num_operands * batch.length; ++i) {
+      batches_of_[position_of_value_[values_[batch.begin + i]]++] = b;
+    }
+  }
+}
+
+// 2. BROADCASTCONSTRAINT.
+void AlignedOrder::broadcast_constraints() {
+  queued_.assign(batches_.size(), 0);
+  queue_.clear();
+  for (int b = 0; b < num_batches(); ++b) {
+    if (active_[b] && batches_[b].num_operands > 1 && batches_[b].length > 1) {
+      queue_.push_back(b);
+      queued_[b] = 1;
+    }
+  }
+  const size_t budget = 16 * (batches_.size() + static_cast<size_t>(num_values_)) + 64;
+  for (size_t head = 0; head < queue_.size() && head < budget; ++head) {
+    const int b = queue_[head];
+    queued_[b] = 0;
+    if (!active_[b] || match_batch(b, false)) continue;
+    if (!broadcast_batch(b)) active_[b] = 0;
+  }
+  // Positions in queue_ are never reused within a pass: it only grows, by at
+  // most the batches of each changing reduction.
+}
+
+// Maps every region constraint of every operand onto every other operand.
+bool AlignedOrder::broadcast_batch(int batch) {
+  const Batch& b = batches_[batch];
+  for (int source = 0; source < b.num_operands; ++source) {
+    const std::span<const int> values = operand(batch, source);
+    if (!find_region(values, region_)) return false;
+    collect_subtree_constraints(values);
+    for (size_t c = 0; c + 1 < constraint_bounds_.size(); c += 2) {
+      const int begin = constraint_bounds_[c], end = constraint_bounds_[c + 1];
+      for (int target = 0; target < b.num_operands; ++target) {
+        if (target == source) continue;
+        const std::span<const int> image = operand(batch, target);
+        mapped_.clear();
+        for (int p = begin; p < end; ++p) mapped_.push_back(image[frontier_[p]]);
+        changed_.clear();
+        if (!tree_.reduce(mapped_, &changed_)) return false;
+        if (!changed_.empty()) requeue_batches_touching(mapped_);
+      }
+    }
+  }
+  return true;
+}
+
+void AlignedOrder::requeue_batches_touching(std::span<const int> values) {
+  for (int v : values) {
+    for (int i = batches_of_begin_[v]; i < batches_of_begin_[v + 1]; ++i) {
+      const int b = batches_of_[i];
+      if (active_[b] && !queued_[b]) {
+        queued_[b] = 1;
+        queue_.push_back(b);
+      }
+    }
+  }
+}
+
+// GETSUBTREECONS on region_ of an operand: a DFS that lists the operand's
+// indices in tree order (frontier_) and, as pairs [begin, end) of frontier
+// positions (constraint_bounds_), each P-node's leaves and the leaves of each
+// two adjacent children of a Q-node (or of the top run). Constraints of fewer
+// than two values or of the whole operand hold already and are left out.
+void AlignedOrder::collect_subtree_constraints(std::span<const int> values) {
+  const int m = static_cast<int>(values.size());
+  for (int i = 0; i < m; ++i) index_of_value_[values[i]] = i;
+  frontier_.clear();
+  constraint_bounds_.clear();
+  frames_.clear();
+  frame_kids_.clear();
+  frame_kid_start_.clear();
+  auto add = [&](int begin, int end) {
+    if (end - begin >= 2 && end - begin < m) {
+      constraint_bounds_.push_back(begin);
+      constraint_bounds_.push_back(end);
+    }
+  };
+  auto open = [&](NodeId node, bool run) {
+    if (!run && tree_.kind(node) == PQTree::Kind::Leaf) {
+      frontier_.push_back(index_of_value_[tree_.leaf(node)]);
+      return;
+    }
+    const int kids_begin = static_cast<int>(frame_kids_.size());
+    if (run) {
+      frame_kids_.insert(frame_kids_.end(), region_.run.begin(), region_.run.end());
+    } else {
+      kids_.clear();
+      tree_.children(node, kids_);
+      frame_kids_.insert(frame_kids_.end(), kids_.begin(), kids_.end());
+    }
+    frame_kid_start_.resize(frame_kids_.size());
+    const bool q_like = run || tree_.kind(node) == PQTree::Kind::Q;
+    frames_.push_back({node, kids_begin, static_cast<int>(frame_kids_.size()), kids_begin,
+                       static_cast<int>(frontier_.size()), q_like});
+  };
+  open(region_.top, region_.top_is_run);
+  while (!frames_.empty()) {
+    Frame& f = frames_.back();
+    if (f.next < f.kids_end) {
+      const int slot = f.next++;
+      frame_kid_start_[slot] = static_cast<int>(frontier_.size());
+      open(frame_kids_[slot], false);  // may invalidate f
+      continue;
+    }
+    const int end = static_cast<int>(frontier_.size());
+    if (f.q_like) {
+      for (int i = f.kids_begin; i + 1 < f.kids_end; ++i) {
+        add(frame_kid_start_[i], i + 2 < f.kids_end ? frame_kid_start_[i + 2] : end);
+      }
+    } else {
+      add(f.start, end);
+    }
+    frame_kids_.resize(static_cast<size_t>(f.kids_begin));
+    frame_kid_start_.resize(static_cast<size_t>(f.kids_begin));
+    frames_.pop_back();
+  }
+}
+
+// The operand's region, bottom up from its leaves (Algorithm 4's leaf counts):
+// a node is complete when all its children are; the top is the complete node
+// holding all m values or, failing that, the one parent of the maximal complete
+// nodes, which must be a Q-node holding them as a run. False when the operand
+// is not consecutive in every admitted order.
+bool AlignedOrder::find_region(std::span<const int> values, Region& region) {
+  const int m = static_cast<int>(values.size());
+  region.inner.clear();
+  region.run.clear();
+  region.top = PQTree::kNone;
+  region.top_is_run = false;
+  hits_.clear();
+  leaves_in_.clear();
+  complete_.clear();
+  queue_of_region_.clear();
+  for (int v : values) {
+    const NodeId leaf = tree_.leaf_node(v);
+    leaves_in_.set(leaf, 1);
+    complete_.set(leaf, 1);
+    queue_of_region_.push_back(leaf);
+  }
+  touched_parents_.clear();
+  for (size_t head = 0; head < queue_of_region_.size(); ++head) {
+    const NodeId node = queue_of_region_[head];
+    if (leaves_in_.get(node) == m) {
+      region.top = node;
+      return true;
+    }
+    const NodeId parent = tree_.parent(node);
+    if (parent == PQTree::kNone) return false;
+    const int hits = hits_.get(parent) + 1;
+    if (hits == 1) touched_parents_.push_back(parent);
+    hits_.set(parent, hits);
+    leaves_in_.set(parent, leaves_in_.get(parent) + leaves_in_.get(node));
+    if (hits == tree_.num_children(parent)) {
+      complete_.set(parent, 1);
+      region.inner.push_back(parent);
+      queue_of_region_.push_back(parent);
+    }
+  }
+  NodeId top = PQTree::kNone;
+  for (NodeId parent : touched_parents_) {
+    if (complete_.get(parent)) continue;
+    if (top != PQTree::kNone) return false;  // two partial parents: not consecutive
+    top = parent;
+  }
+  if (top == PQTree::kNone || tree_.kind(top) != PQTree::Kind::Q) return false;
+  kids_.clear();
+  tree_.children(top, kids_);
+  int first = -1, last = -1;
+  for (int i = 0; i < static_cast<int>(kids_.size()); ++i) {
+    if (!complete_.get(kids_[i])) continue;
+    if (first < 0) first = i;
+    last = i;
+  }
+  if (first < 0 || last - first + 1 != hits_.get(top)) return false;
+  region.top = top;
+  region.top_is_run = true;
+  region.run.assign(kids_.begin() + first, kids_.begin() + last + 1);
+  return true;
+}
+
+// 3. The simultaneous walk: operand 0's region against each other operand.
+// With `record`, appends the node-order relations to relations_.
+bool AlignedOrder::match_batch(int batch, bool record) {
+  const Batch& b = batches_[batch];
+  if (b.num_operands < 2 || b.length < 2) return true;
+  if (!find_region(operand(batch, 0), region_)) return false;
+  const std::span<const int> first = operand(batch, 0);
+  for (int o = 1; o < b.num_operands; ++o) {
+    const std::span<const int> other = operand(batch, o);
+    image_.clear();
+    for (int i = 0; i < b.length; ++i) image_.set(tree_.leaf_node(first[i]), tree_.leaf_node(other[i]) + 1);
+    for (NodeId node : region_.inner) {
+      kids_.clear();
+      tree_.children(node, kids_);
+      NodeId image = PQTree::kNone;
+      if (!match_children(node, kids_, node == region_.top, image, record)) return false;
+      image_.set(node, image + 1);
+    }
+    if (region_.top_is_run) {
+      NodeId image = PQTree::kNone;
+      if (!match_children(region_.top, region_.run, true, image, record)) return false;
+    }
+  }
+  return true;
+}
+
+// Node `node` (kids: its children, or the top run) against the common parent
+// of the kids' images.
+bool AlignedOrder::match_children(NodeId node, std::span<const NodeId> kids, bool is_top,
+                                  NodeId& image_out, bool record) {
+  const NodeId first_image = image_.get(kids[0]) - 1;
+  const NodeId image = tree_.parent(first_image);
+  if (image == PQTree::kNone) return false;
+  for (NodeId kid : kids) {
+    if (tree_.parent(image_.get(kid) - 1) != image) return false;
+  }
+  other_kids_.clear();
+  tree_.children(image, other_kids_);
+  const int r = static_cast<int>(kids.size());
+  const int r_image = static_cast<int>(other_kids_.size());
+  position_.clear();
+  for (int i = 0; i < r_image; ++i) position_.set(other_kids_[i], i);
+  beta_.resize(static_cast<size_t>(r));
+  for (int i = 0; i < r; ++i) beta_[i] = position_.get(image_.get(kids[i]) - 1);
+  image_out = image;
+  const bool node_is_p = tree_.kind(node) == PQTree::Kind::P;
+  const bool image_is_p = tree_.kind(image) == PQTree::Kind::P;
+  if (r == r_image && r >= 3 && node_is_p != image_is_p) return false;
+  if (r == r_image && r >= 3 && node_is_p) {  // permutation
+    if (record) {
+      relations_.push_back({node, image, 0, static_cast<int>(relation_perms_.size()), r});
+      relation_perms_.insert(relation_perms_.end(), beta_.begin(), beta_.end());
+    }
+    return true;
+  }
+  // Parity: node and image are Q-nodes or have two children; a run only at the top.
+  if (r < r_image && (!is_top || image_is_p)) return false;
+  if (r < r_image && node_is_p && r >= 3) return false;
+  int step = r >= 2 ? beta_[1] - beta_[0] : 1;
+  if (step != 1 && step != -1) return false;
+  for (int i = 1; i < r; ++i) {
+    if (beta_[i] - beta_[i - 1] != step) return false;
+  }
+  if (record) relations_.push_back({node, image, step < 0 ? 1 : 0, -1, r});
+  return true;
+}
+
+// DECIDENODESORDER: the batches' relations, batch by batch, into the
+// extended union-find; a batch that contradicts the accepted ones is undone.
+void AlignedOrder::decide_nodes_order() {
+  if (++uf_epoch_ == 0) {
+    std::fill(uf_stamp_.begin(), uf_stamp_.end(), 0u);
+    uf_epoch_ = 1;
+  }
+  uf_perm_pool_.clear();
+  for (int b = 0; b < num_batches(); ++b) {
+    if (!active_[b]) continue;
+    relations_.clear();
+    relation_perms_.clear();
+    if (!match_batch(b, true) || !apply_relations()) active_[b] = 0;
+  }
+}
+
+bool AlignedOrder::apply_relations() {
+  undo_log_.clear();
+  const size_t pool_size = uf_perm_pool_.size();
+  for (const Relation& relation : relations_) {
+    const bool ok = relation.perm_begin < 0
+                        ? union_parity(relation.node, relation.other, relation.parity)
+                        : union_permutation(relation.node, relation.other,
+                                            {relation_perms_.data() + relation.perm_begin,
+                                             static_cast<size_t>(relation.size)});
+    if (!ok) {
+      undo_unions(pool_size);
+      return false;
+    }
+  }
+  return true;
+}
+
+void AlignedOrder::undo_unions(size_t perm_pool_size) {
+  for (size_t i = undo_log_.size(); i-- > 0;) {
+    const UndoStep& step = undo_log_[i];
+    uf_parent_[step.attached] = step.attached;
+    uf_parity_[step.attached] = 0;
+    uf_perm_begin_[step.attached] = -1;
+    uf_size_[step.root] -= uf_size_[step.attached];
+  }
+  undo_log_.clear();
+  uf_perm_pool_.resize(perm_pool_size);
+}
+
+// A node's union-find entry, made a singleton the first time it is seen in
+// this solve.
+void AlignedOrder::uf_touch(NodeId node) {
+  const auto i = static_cast<size_t>(node);
+  if (i >= uf_stamp_.size()) {
+    const size_t size = std::max(i + 1, 2 * uf_stamp_.size());
+    uf_stamp_.resize(size, 0u);
+    uf_parent_.resize(size);
+    uf_size_.resize(size);
+    uf_parity_.resize(size);
+    uf_perm_begin_.resize(size);
+  }
+  if (uf_stamp_[i] != uf_epoch_) {
+    uf_stamp_[i] = uf_epoch_;
+    uf_parent_[i] = node;
+    uf_size_[i] = 1;
+    uf_parity_[i] = 0;
+    uf_perm_begin_[i] = -1;
+  }
+}
+
+// FIND for directions: the root, and dir(node) = dir(root) ^ parity.
+NodeId AlignedOrder::find_parity(NodeId node, int& parity) {
+  uf_touch(node);
+  parity = 0;
+  while (uf_parent_[node] != node) {
+    parity ^= uf_parity_[node];
+    node = uf_parent_[node];
+  }
+  return node;
+}
+
+// FIND for permutations: the root, and `transform` with
+// order(root) = transform ∘ order(node) (child i of node ~ child transform[i]
+// of the root), an order being a map position -> child.
+NodeId AlignedOrder::find_permutation(NodeId node, std::vector<int>& transform) {
+  uf_touch(node);
+  const int r = tree_.num_children(node);
+  transform.resize(static_cast<size_t>(r));
+  for (int i = 0; i < r; ++i) transform[i] = i;
+  while (uf_parent_[node] != node) {
+    const int* sigma = uf_perm_pool_.data() + uf_perm_begin_[node];
+    for (int i = 0; i < r; ++i) transform[i] = sigma[transform[i]];
+    node = uf_parent_[node];
+  }
+  return node;
+}
+
+// UNION for directions: dir(b) = dir(a) ^ parity.
+bool AlignedOrder::union_parity(NodeId a, NodeId b, int parity) {
+  int pa = 0, pb = 0;
+  const NodeId ra = find_parity(a, pa), rb = find_parity(b, pb);
+  const int between = pa ^ parity ^ pb;  // dir(rb) = dir(ra) ^ between
+  if (ra == rb) return between == 0;
+  const bool a_under_b = uf_size_[ra] <= uf_size_[rb];
+  const NodeId attached = a_under_b ? ra : rb, root = a_under_b ? rb : ra;
+  uf_parent_[attached] = root;
+  uf_parity_[attached] = between;
+  uf_size_[root] += uf_size_[attached];
+  undo_log_.push_back({false, attached, root});
+  return true;
+}
+
+// UNION for permutations: order(b) = beta ∘ order(a).
+bool AlignedOrder::union_permutation(NodeId a, NodeId b, std::span<const int> beta) {
+  const NodeId ra = find_permutation(a, t1_), rb = find_permutation(b, t2_);
+  // order(rb) = t2 ∘ beta ∘ t1^-1 ∘ order(ra) =: x ∘ order(ra)
+  const size_t r = beta.size();
+  composed_.resize(r);
+  for (size_t i = 0; i < r; ++i) composed_[t1_[i]] = t2_[beta[i]];
+  if (ra == rb) {
+    for (size_t i = 0; i < r; ++i) {
+      if (composed_[i] != static_cast<int>(i)) return false;
+    }
+    return true;
+  }
+  const bool a_under_b = uf_size_[ra] <= uf_size_[rb];
+  const NodeId attached = a_under_b ? ra : rb, root = a_under_b ? rb : ra;
+  const int begin = static_cast<int>(uf_perm_pool_.size());
+  uf_perm_pool_.resize(uf_perm_pool_.size() + r);
+  int* sigma = uf_perm_pool_.data() + begin;
+  for (size_t i = 0; i < r; ++i) {
+    if (a_under_b) {
+      sigma[i] = composed_[i];
+    } else {
+      sigma[composed_[i]] = static_cast<int>(i);  // the inverse
+    }
+  }
+  uf_parent_[attached] = root;
+  uf_perm_begin_[attached] = begin;
+  uf_size_[root] += uf_size_[attached];
+  undo_log_.push_back({true, attached, root});
+  return true;
+}
+
+// 4. GETLEAFORDER: DFS; each internal node's children in its decided order.
+void AlignedOrder::emit_leaf_order(std::vector<int>& order) {
+  order.clear();
+  order.reserve(static_cast<size_t>(num_values_));
+  if (num_values_ == 0) return;
+  emit_stack_.clear();
+  emit_stack_.push_back(tree_.root());
+  while (!emit_stack_.empty()) {
+    const NodeId node = emit_stack_.back();
+    emit_stack_.pop_back();
+    if (tree_.kind(node) == PQTree::Kind::Leaf) {
+      order.push_back(tree_.leaf(node));
+      continue;
+    }
+    kids_.clear();
+    tree_.children(node, kids_);
+    const int r = static_cast<int>(kids_.size());
+    if (tree_.kind(node) == PQTree::Kind::Q || r == 2) {
+      int parity = 0;
+      find_parity(node, parity);
+      if (parity) std::reverse(kids_.begin(), kids_.end());
+    } else {
+      // order(node) = t^-1 ∘ order(root), the root keeping its own order:
+      // child i goes to position t[i].
+      find_permutation(node, t1_);
+      other_kids_.resize(kids_.size());
+      for (int i = 0; i < r; ++i) other_kids_[t1_[i]] = kids_[i];
+      kids_.swap(other_kids_);
+    }
+    for (int i = r; i-- > 0;) emit_stack_.push_back(kids_[i]);
+  }
+}
+
+// 5. satisfied(b), on the order itself: operand 0 consecutive, and every
+// operand's values at the same offsets from its first position.
+void AlignedOrder::check_batches(std::span<const int> order) {
+  position_of_value_.resize(static_cast<size_t>(num_values_));
+  for (int p = 0; p < num_values_; ++p) position_of_value_[order[p]] = p;
+  for (int b = 0; b < num_batches(); ++b) {
+    const Batch& batch = batches_[b];
+    bool ok = batch.distinct;
+    const int m = batch.length;
+    auto lowest = [&](std::span<const int> values) {
+      int low = num_values_;
+      for (int v : values) low = std::min(low, position_of_value_[v]);
+      return low;
+    };
+    const std::span<const int> first = operand(b, 0);
+    const int first_low = m > 0 ? lowest(first) : 0;
+    for (int i = 0; ok && i < m; ++i) ok = position_of_value_[first[i]] - first_low < m;
+    for (int o = 1; ok && o < batch.num_operands; ++o) {
+      const std::span<const int> other = operand(b, o);
+      const int low = lowest(other);
+      for (int i = 0; ok && i < m; ++i) {
+        ok = position_of_value_[other[i]] - low == position_of_value_[first[i]] - first_low;
+      }
+    }
+    satisfied_[b] = ok ? 1 : 0;
+  }
+}
+
+}  // namespace vjit::layout
