@@ -99,6 +99,43 @@ std::vector<uint64_t> gather_alias_masks(const ir::Function& f, int fixed_arity,
   return mask;
 }
 
+// Whether `id` is computed and read by task-by-task (core) steps only.
+bool within_tasks(const FunctionPlan& fp, ValueId id) {
+  const ir::Function& f = *fp.function;
+  if (fp.phases[size_t(id)] != ir::Phase::Core || fp.folded[size_t(id)] || ir::is_view(f[id].op) || f[id].uniform)
+    return false;
+  for (ValueId user = id + 1; user < f.size(); ++user)
+    if (std::find(f[user].args.begin(), f[user].args.end(), id) != f[user].args.end() &&
+        fp.phases[size_t(user)] != ir::Phase::Core)
+      return false;
+  return true;
+}
+
+// The GatherGrad nodes of a backward whose gradient value (and each value a
+// Concat of it may hold in place) lives within the tasks: read by nothing but
+// the GatherGrad (and the Concat), so it may be placed in the children's
+// scatter-gradient rows.
+std::vector<ValueId> gather_grads_placeable_in_place(const FunctionPlan& fp) {
+  const ir::Function& f = *fp.function;
+  std::vector<int> readers(size_t(f.size()), 0);
+  for (ValueId id = 0; id < f.size(); ++id)
+    for (ValueId arg : f[id].args) ++readers[size_t(arg)];
+  std::vector<ValueId> out;
+  for (ValueId id = 0; id < f.size(); ++id) {
+    const Node& n = f[id];
+    if (n.op != Op::GatherGrad || n.target == ir::GatherGradTarget::VariadicRows) continue;
+    const ValueId g = n.args[0];
+    bool ok = readers[size_t(g)] == 1 && within_tasks(fp, g);
+    if (ok && f[g].op == Op::Concat)
+      for (ValueId part : f[g].args) {
+        while (f[part].op == Op::Reshape) part = f[part].args[0];
+        ok = ok && (ir::is_view(f[part].op) || within_tasks(fp, part));
+      }
+    if (ok) out.push_back(id);
+  }
+  return out;
+}
+
 // The gather slots a step reads in place: its inputs' masks, looking through
 // nodes folded into it (a weight gradient's outer product, a biased product).
 uint64_t step_reads(const FunctionPlan& fp, const std::vector<uint64_t>& alias, const Step& step) {
@@ -193,6 +230,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     const int fixed = program.signature(int(t)).fixed_arity;
     std::vector<uint64_t> forward_alias = gather_alias_masks(f, fixed, nullptr);
     std::vector<uint64_t> backward_alias = gather_alias_masks(*plan.types[t].backward.function, fixed, &forward_alias);
+    in_place_gather_grads_.push_back(gather_grads_placeable_in_place(plan.types[t].backward));
     for (Pass pass : {Pass::Forward, Pass::Backward}) {
       const FunctionPlan& fp = pass == Pass::Forward ? plan.types[t].forward : plan.types[t].backward;
       const std::vector<uint64_t>& alias = pass == Pass::Forward ? forward_alias : backward_alias;
@@ -205,6 +243,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
   // Fused steps split rows over the pool: one set of pointers per block.
   size_t blocks = size_t(pool_.size());
   for (Frame* frame : {&frame_, &stream_frame_}) {
+    in_place_target_.assign(max_values, -1);
     frame->views[0].resize(max_values);
     frame->views[1].resize(max_values);
     frame->inputs.resize(max_inputs * blocks);
@@ -245,12 +284,28 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
     if (p == Pass::Backward && pass == Pass::Forward) break;
     const ir::Function& f = function(p, rows.type);
     std::vector<View>& views = frame.views[int(p)];
+    // Gradients of exclusive gather views: computed in the children's
+    // scatter-gradient rows, with what is laid out in them.
+    const bool in_place_grads = p == Pass::Backward && rows.task >= 0;
+    if (in_place_grads)
+      for (ValueId gg : in_place_gather_grads_[size_t(rows.type)])
+        if (in_place_gather(rows, f[gg])) in_place_target_[size_t(f[gg].args[0])] = gg;
     for (ValueId id = 0; id < f.size(); ++id) {
       const Node& n = f[id];
       View& view = views[size_t(id)];
       const ValueLayout& own = layout.value(p, rows.type, id);
       if (own.offset >= 0) view = {arena(p) + own.offset + rows.begin * own.ld, own.ld};
       else view = {};
+      if (in_place_grads) {
+        const ValueId whole = own.in_concat >= 0 ? own.in_concat : id;
+        const ValueId gg = in_place_target_[size_t(whole)];
+        if (gg >= 0) {
+          const GatherLayout& g = *in_place_gather(rows, f[gg]);
+          const ValueLayout& grad = layout.scatter_grad[size_t(g.source_type)];
+          const int64_t column = own.in_concat >= 0 ? own.offset - layout.value(p, rows.type, whole).offset : 0;
+          view = {arena(p) + grad.offset + int64_t(g.first_row) * grad.ld + column, grad.ld * g.row_step};
+        }
+      }
       switch (n.op) {
         case Op::Param: view = {store_.value(n.param), 0}; break;
         case Op::Slice: view = {views[size_t(n.args[0])].data + n.start, views[size_t(n.args[0])].ld}; break;
@@ -275,7 +330,19 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
         default: break;
       }
     }
+    if (in_place_grads)
+      for (ValueId gg : in_place_gather_grads_[size_t(rows.type)]) in_place_target_[size_t(f[gg].args[0])] = -1;
   }
+}
+
+// The gather a task's GatherGrad adds its gradient into, when that gradient
+// may be computed there in place instead (an exclusive view); else nullptr.
+const GatherLayout* CpuExecutor::in_place_gather(const Rows& rows, const Node& gather_grad) const {
+  if (rows.task < 0) return nullptr;
+  const int slot = gather_grad.target == ir::GatherGradTarget::Slot ? gather_grad.child_slot
+                                                                    : program_.signature(rows.type).fixed_arity;
+  const GatherLayout& g = batch_.layout->gather(rows.task, slot);
+  return g.is_view() && g.exclusive ? &g : nullptr;
 }
 
 // --- passes ---
@@ -981,6 +1048,13 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *frame.stats;
+  const std::vector<ValueId>& in_place = in_place_gather_grads_[size_t(rows.type)];
+  if (in_place_gather(rows, node) &&
+      std::find(in_place.begin(), in_place.end(), ValueId(&node - function(Pass::Backward, rows.type).nodes.data())) !=
+          in_place.end()) {
+    ++stats.gather_views;  // bind() placed the gradient in the children's scatter-gradient rows
+    return;
+  }
   ++stats.copy_calls;
   auto grad_row = [&](int type, int64_t row) {
     const ValueLayout& s = layout.scatter_grad[size_t(type)];

@@ -186,6 +186,15 @@ class CpuExecutor final : public Executor {
   // whose rows it reads in place (bit k: slot k, bit fixed_arity: the variadic
   // sum), through views, Fwd and folded nodes.
   std::vector<std::vector<uint64_t>> eager_reads_[2], lazy_reads_[2];
+  // Per type: the backward's GatherGrad nodes whose gradient may be computed
+  // straight into the children's scatter-gradient rows (when the layout's
+  // gather is an exclusive view): it, and what is laid out in it, are computed
+  // and read within the task only.
+  std::vector<std::vector<ir::ValueId>> in_place_gather_grads_;
+  // The GatherGrad whose gradient the task being bound computes in place, per
+  // gradient value (-1: none); bind()'s scratch.
+  std::vector<ir::ValueId> in_place_target_;
+  const GatherLayout* in_place_gather(const Rows& rows, const ir::Node& gather_grad) const;
 
   // The batch being run.
   PlannedBatch batch_;

@@ -317,6 +317,7 @@ class RowPlanner : public Planner {
       for (int slot = 0; slot <= fixed; ++slot) {
         GatherLayout g;
         if (view_ok_[size_t(type)][size_t(slot)] && children_in_order(graph, vertices, type, slot, out, g)) {
+          g.exclusive = row_order_ == RowOrder::PQTree && only_parent_of_children(graph, vertices, type, slot);
           out.gathers.push_back(g);
           out.view_slots[size_t(type)] |= uint64_t(1) << slot;
           continue;
@@ -331,6 +332,14 @@ class RowPlanner : public Planner {
         out.gathers.push_back(g);
       }
     }
+  }
+
+  // Whether each child the task reads in `slot` has one parent edge only: this one.
+  bool only_parent_of_children(const scheduler::FlatBatch& graph, std::span<const int> vertices, int type,
+                               int slot) const {
+    for (int v : vertices)
+      if (graph.parents(child_in_slot(graph, type, v, slot)).size() != 1) return false;
+    return true;
   }
 
   // Whether the task's children in `slot` are rows of one type at a constant

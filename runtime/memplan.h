@@ -82,6 +82,11 @@ struct GatherLayout {
   int first_row = 0;
   int row_step = 1;
   int first_source = 0;
+  // A view whose children are each read by this one gather of this one parent
+  // (no other parent, no other slot): the backward may then compute the
+  // gather's gradient straight into their scatter-gradient rows instead of
+  // adding it there from a buffer of its own.
+  bool exclusive = false;
 
   bool is_view() const { return source_type >= 0; }
 };
