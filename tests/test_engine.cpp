@@ -322,6 +322,32 @@ TEST(MemoryPlan, StridedChildrenAreGatheredInPlace) {
   EXPECT_DOUBLE_EQ(copy.last_result().objective, padded.last_result().objective);
 }
 
+// The PQ-tree layout on chains (the language models, sentences of every
+// length): every task's predecessors are consecutive rows in its order, so each
+// gather_sum is read in place and its gradient computed in place, and neither
+// pass copies for the layout; values and gradients still equal the reference.
+// On trees it keeps the reference too, and copies no more than the copy planner.
+TEST(MemoryPlan, PQTreeReadsChainsInPlaceInBothPasses) {
+  for (const std::string model : {"var_lstm", "fixed_lstm", "tree_lstm", "lattice_lstm"}) {
+    models::Bundle bundle = models::make_model(model, small_config());
+    GraphBatch batch = models::make_batch(bundle.train, first_indices(16));
+    Options options = Options::defaults();
+    Engine copy(*bundle.program, options);
+    testing::expect_matches_reference(copy, *bundle.program, batch, kTolerance, model + " copy");
+    options.memplan = "pqtree";
+    Engine pqtree(*bundle.program, options);
+    testing::expect_matches_reference(pqtree, *bundle.program, batch, kTolerance, model + " pqtree");
+    EXPECT_GT(copy.stats().layout_copy_bytes, 0) << model;
+    EXPECT_LE(pqtree.stats().layout_copy_bytes, copy.stats().layout_copy_bytes) << model;
+    EXPECT_GE(pqtree.stats().aligned_batches, pqtree.stats().aligned_satisfied) << model;
+    if (model == "var_lstm" || model == "fixed_lstm") {
+      EXPECT_EQ(pqtree.stats().layout_copy_bytes, 0) << model;
+      EXPECT_EQ(pqtree.stats().aligned_satisfied, pqtree.stats().aligned_batches) << model;
+      EXPECT_GT(pqtree.stats().gather_views, pqtree.stats().tasks) << model;  // forward and backward
+    }
+  }
+}
+
 // The optimizer state (Adam's moments and t) lives in each engine's parameter
 // store: one Adam driving two engines steps each exactly as its own Adam would,
 // and reset() makes the engines' states start over.

@@ -36,8 +36,8 @@
 // | VJIT_MEMPLAN     | memplan     | copy | padded | pqtree (the memory      | copy         |
 // |                  |             | planner, runtime/memplan.h: copy gathers    |              |
 // |                  |             | unless the rows lie in place; padded is a   |              |
-// |                  |             | test layout; pqtree is refused until it     |              |
-// |                  |             | exists)                                     |              |
+// |                  |             | test layout; pqtree orders rows by a PQ-tree |              |
+// |                  |             | so gathers are read in place, CPU only)     |              |
 // | VJIT_DEVICE      | device      | cpu | cuda | auto (cuda: fail unless a   | cpu          |
 // |                  |             | CUDA device runs the plan, naming what is   |              |
 // |                  |             | missing; auto: the GPU when one runs it,    |              |
