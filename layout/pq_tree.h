@@ -39,7 +39,7 @@ class PQTree {
   int num_leaves() const;
 
   // Restricts the tree to the orders in which `leaves` (distinct, each in
-  // [0, num_leaves)) are consecutive. Returns false, leaving the tree exactly
+  // [0, num_leaves), else std::invalid_argument) are consecutive. Returns false, leaving the tree exactly
   // as it was, when no admitted order has them consecutive. Sets of fewer than
   // two leaves, or of every leaf, always succeed and change nothing. When
   // `changed` is given, the nodes the reduction created or whose children it
@@ -47,30 +47,126 @@ class PQTree {
   bool reduce(std::span<const int> leaves, std::vector<NodeId>* changed = nullptr);
 
   // --- structure (valid until the next reset or successful reduce) ---
+  // A node id that is not alive gets std::invalid_argument.
   NodeId root() const;
   Kind kind(NodeId node) const;
   int leaf(NodeId node) const;         // the leaf a Leaf node stands for
   NodeId leaf_node(int leaf) const;    // the node of a leaf
-  NodeId parent(NodeId node) const;    // kNone at the root
+  NodeId parent(NodeId node) const;    // kNone at the root; O(1) for every node
   // Children in their current order (a Q-node's left to right).
   void children(NodeId node, std::vector<NodeId>& out) const;
   int num_children(NodeId node) const;
   // Whether `node` is alive (ids of nodes a reduction removed may be reused).
   bool alive(NodeId node) const;
   // The deepest node whose subtree contains every leaf of `leaves` (non-empty).
+  // Costs the union of the leaves' paths up to where they meet. Uses scratch
+  // of the tree: not to be called concurrently on one tree.
   NodeId lowest_common_ancestor(std::span<const int> leaves) const;
 
   // The frontier: every leaf once, in one admitted order.
   void frontier(std::vector<int>& order) const;
-  // Whether `order` (a permutation of the leaves) is admitted.
+  // Whether `order` (a permutation of the leaves) is admitted: every node's
+  // leaves consecutive, a Q-node's children in its order or the reverse. O(n).
+  // Throws std::invalid_argument when `order` is not a permutation.
   bool admits(std::span<const int> order) const;
   // Structure in text, e.g. "P(0 Q(1 2 3) 4)", for tests and logs.
   std::string describe() const;
 
  private:
-  // Representation chosen by the implementation (pq_tree.cpp).
-  struct Impl;
-  // ... see pq_tree.cpp
+  // Representation (flat pools, index links, no per-node heap allocation):
+  //  * nodes_ is a pool; leaf i is node i for the tree's lifetime, interior
+  //    nodes come from a free list. A node's children form a list with
+  //    undirected sibling links (sib[2], order-free, as in Booth & Lueker), so
+  //    two Q-nodes are concatenated in O(1) and a Q-node is reversed by
+  //    swapping its two ends.
+  //  * Parent pointers are exact for every node, Q-node interior children
+  //    included: a node names the child list holding it (in_list) and each
+  //    list names its owner. Absorbing a partial Q-node into its parent
+  //    relabels the shorter of the two lists (small into large), O(log n)
+  //    relabels per node amortised, so parent() is O(1) and BUBBLE needs no
+  //    blocked/pseudo-node machinery.
+  //  * marks_ holds per-reduction scratch, valid where stamp == epoch_, so a
+  //    reduction never clears arrays of the tree's size.
+  enum class Label : uint8_t { Empty, Full, Partial };
+  struct Node {
+    Kind kind = Kind::Leaf;
+    bool alive = false;
+    NodeId sib[2] = {kNone, kNone};  // neighbours in the parent's child list
+    NodeId end[2] = {kNone, kNone};  // the two end children
+    int num_children = 0;
+    int in_list = -1;   // child list holding this node; -1 at the root
+    int own_list = -1;  // child list of this node's children; -1 for leaves
+  };
+  struct Mark {
+    uint32_t stamp = 0;
+    Label label = Label::Empty;
+    bool reached = false;        // in S, or reached by BUBBLE
+    int pertinent_children = 0;  // BUBBLE's count, consumed by REDUCE
+    int pertinent_leaves = 0;
+    int full_count = 0;
+    int partial_count = 0;
+    NodeId full_head = kNone;  // full children, linked through next_in_group
+    NodeId partial_head = kNone;
+    NodeId next_in_group = kNone;
+  };
+  struct Outcome {
+    NodeId node;
+    Label label;
+  };
+
+  // Pool and list primitives.
+  NodeId new_node(Kind kind);
+  void free_node(NodeId node);
+  int new_list(NodeId owner);
+  void release_list(int list);
+  NodeId parent_of(NodeId node) const;
+  NodeId next_sibling(NodeId node, NodeId prev) const;
+  void replace_sibling(NodeId node, NodeId old_sib, NodeId new_sib);
+  void attach_sibling(NodeId end_node, NodeId sib);
+  void append_child(NodeId parent, NodeId child, int side);
+  void remove_child(NodeId parent, NodeId child);
+  void replace_child(NodeId parent, NodeId old_child, NodeId new_child);
+  void splice(NodeId child, NodeId toward);
+  void adopt_children_lists(NodeId parent, NodeId child);
+  // Scratch.
+  void next_epoch();
+  Mark& mark(NodeId node);
+  void add_to_group(NodeId parent, NodeId child, Label label);
+  // reduce's passes.
+  void validate_leaves(std::span<const int> leaves, const char* what);
+  void bubble(std::span<const int> leaves);
+  bool find_reduction_order(std::span<const int> leaves);
+  bool classify(NodeId node, bool is_root, Label& label);
+  bool q_node_matches(NodeId node, bool is_root);
+  void apply_reduction(std::vector<NodeId>* changed);
+  Outcome apply_template(NodeId node, bool is_root);
+  Outcome p_root_template(NodeId node);
+  Outcome p_nonroot_template(NodeId node);
+  Outcome q_root_template(NodeId node);
+  Outcome q_nonroot_template(NodeId node);
+  NodeId take_full_group(NodeId node);
+  NodeId detach_empty_part(NodeId node);
+  NodeId pertinent_neighbour(NodeId node);
+  void note_changed(NodeId node);
+  void check_node(NodeId node, const char* what) const;
+
+  int num_leaves_ = 0;
+  NodeId root_ = kNone;
+  std::vector<Node> nodes_;
+  std::vector<Mark> marks_;
+  std::vector<NodeId> list_owner_;
+  std::vector<NodeId> free_nodes_;
+  std::vector<int> free_lists_;
+  uint32_t epoch_ = 0;
+  std::vector<NodeId> queue_;    // BUBBLE's and REDUCE's queue
+  std::vector<NodeId> order_;    // pertinent nodes, children first, root last
+  std::vector<NodeId> touched_;  // nodes a reduction created or changed
+  // lowest_common_ancestor's scratch (so const queries on one tree must not
+  // run concurrently).
+  mutable std::vector<uint32_t> lca_stamp_;
+  mutable std::vector<int> lca_join_;
+  mutable std::vector<NodeId> lca_path_, lca_climb_;
+  mutable uint32_t lca_epoch_ = 0;
 };
 
 }  // namespace vjit::layout
