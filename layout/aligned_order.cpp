@@ -52,6 +52,7 @@
 #include "layout/aligned_order.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -235,7 +236,11 @@ void AlignedOrder::index_batches_by_value() {
   }
 }
 
-// 2. BROADCASTCONSTRAINT.
+// 2. BROADCASTCONSTRAINT, depth first: a stack of batches, every batch at
+// first (the last added on top), a batch queued again when a reduction changes
+// the tree under one of its values. (The paper's queue is breadth first; on
+// chains of batches that costs a sweep per level of structure, depth first
+// one sweep.)
 void AlignedOrder::broadcast_constraints() {
   queued_.assign(batches_.size(), 0);
   queue_.clear();
@@ -245,36 +250,103 @@ void AlignedOrder::broadcast_constraints() {
       queued_[b] = 1;
     }
   }
-  const size_t budget = 16 * (batches_.size() + static_cast<size_t>(num_values_)) + 64;
-  for (size_t head = 0; head < queue_.size() && head < budget; ++head) {
-    const int b = queue_[head];
-    queued_[b] = 0;
-    if (!active_[b] || match_batch(b, false)) continue;
-    if (!broadcast_batch(b)) active_[b] = 0;
+  size_t budget = 16 * (batches_.size() + static_cast<size_t>(num_values_)) + 64;
+  while (!queue_.empty() && budget-- > 0) {
+    const int b = queue_.back();
+    queue_.pop_back();
+    if (active_[b] && !settle_batch(b)) active_[b] = 0;
+    queued_[b] = 0;  // after the visit: its own reductions do not queue it again
   }
-  // Positions in queue_ are never reused within a pass: it only grows, by at
-  // most the batches of each changing reduction.
 }
 
-// Maps every region constraint of every operand onto every other operand.
+// Makes the batch's operand regions isomorphic. Each round walks operand 0's
+// region onto each other operand's, reducing at each node that does not map
+// its constraints there (walk_operand with `fix`); when that is not enough
+// (the other operand has structure operand 0 lacks), the other operand's
+// region is walked onto operand 0's the same way, and the round starts again.
+// When a round changes nothing, the paper's broadcast of every constraint of
+// every operand is the last resort. False when a reduction fails (the batch
+// conflicts with what the tree holds).
+//
+// Progress is judged by the shape of the operands' regions (region_shape),
+// not by PQTree::reduce's `changed` alone, which may also list nodes that a
+// reduction only touched; the batches holding values of changing reductions
+// are queued again only when the shape did change.
+bool AlignedOrder::settle_batch(int batch) {
+  const int k = batches_[batch].num_operands;
+  pending_requeue_.clear();
+  const uint64_t shape_before = region_shape(batch);
+  uint64_t shape = shape_before;
+  bool broadcast = false, conflict = false;
+  for (int round = 0; round < 2 * batches_[batch].length + 8 && !conflict; ++round) {
+    bool all_match = true;
+    for (int other = 1; other < k; ++other) {
+      Walk walk = walk_operand(batch, 0, other, false, true);
+      if (walk == Walk::Match) continue;
+      all_match = false;
+      if (walk != Walk::Conflict) walk = walk_operand(batch, other, 0, false, true);
+      conflict = walk == Walk::Conflict;
+      break;  // operand 0 may have changed: walk again
+    }
+    if (all_match || conflict) break;
+    uint64_t now = region_shape(batch);
+    if (now == shape) {
+      if (broadcast) break;  // nothing more to learn; DECIDENODESORDER judges it
+      broadcast = true;
+      conflict = !broadcast_batch(batch);
+      now = region_shape(batch);
+      if (now == shape) break;
+    }
+    shape = now;
+  }
+  if (!conflict && region_shape(batch) != shape_before) requeue_batches_touching(pending_requeue_);
+  return !conflict;
+}
+
+// A summary of the batch's operand regions that any restriction of one of
+// them changes (it creates nodes, merges them, or turns a P-node into a
+// Q-node): per operand, the inner nodes, their children, their Q-nodes and
+// the top run. 0 when an operand is not consecutive.
+uint64_t AlignedOrder::region_shape(int batch) {
+  uint64_t shape = 0;
+  for (int o = 0; o < batches_[batch].num_operands; ++o) {
+    if (!find_region(operand(batch, o), region_)) return 0;
+    uint64_t nodes = region_.inner.size(), kids = region_.run.size(), q_nodes = 0;
+    for (NodeId node : region_.inner) {
+      kids += static_cast<uint64_t>(tree_.num_children(node));
+      q_nodes += tree_.kind(node) == PQTree::Kind::Q ? 1 : 0;
+    }
+    shape = shape * 1000003u + ((nodes * 1000033u + kids) * 1000037u + q_nodes) * 2u + (region_.top_is_run ? 1 : 0);
+  }
+  return shape == 0 ? 1 : shape;
+}
+
+// The paper's step: every region constraint of every operand, mapped onto
+// every other operand.
 bool AlignedOrder::broadcast_batch(int batch) {
-  const Batch& b = batches_[batch];
-  for (int source = 0; source < b.num_operands; ++source) {
+  const int k = batches_[batch].num_operands;
+  for (int source = 0; source < k; ++source) {
     const std::span<const int> values = operand(batch, source);
     if (!find_region(values, region_)) return false;
-    collect_subtree_constraints(values);
-    for (size_t c = 0; c + 1 < constraint_bounds_.size(); c += 2) {
-      const int begin = constraint_bounds_[c], end = constraint_bounds_[c + 1];
-      for (int target = 0; target < b.num_operands; ++target) {
-        if (target == source) continue;
-        const std::span<const int> image = operand(batch, target);
-        mapped_.clear();
-        for (int p = begin; p < end; ++p) mapped_.push_back(image[frontier_[p]]);
-        changed_.clear();
-        if (!tree_.reduce(mapped_, &changed_)) return false;
-        if (!changed_.empty()) requeue_batches_touching(mapped_);
-      }
+    collect_subtree_constraints(values, region_.top, region_.top_is_run, false);
+    for (int target = 0; target < k; ++target) {
+      if (target != source && !reduce_mapped_constraints(batch, target)) return false;
     }
+  }
+  return true;
+}
+
+// Reduces constraint_bounds_ (intervals of frontier_, operand indices) on
+// operand `target`; the values of reductions that changed the tree go to
+// pending_requeue_.
+bool AlignedOrder::reduce_mapped_constraints(int batch, int target) {
+  const std::span<const int> image = operand(batch, target);
+  for (size_t c = 0; c + 1 < constraint_bounds_.size(); c += 2) {
+    mapped_.clear();
+    for (int p = constraint_bounds_[c]; p < constraint_bounds_[c + 1]; ++p) mapped_.push_back(image[frontier_[p]]);
+    changed_.clear();
+    if (!tree_.reduce(mapped_, &changed_)) return false;
+    if (!changed_.empty()) pending_requeue_.insert(pending_requeue_.end(), mapped_.begin(), mapped_.end());
   }
   return true;
 }
@@ -291,12 +363,15 @@ void AlignedOrder::requeue_batches_touching(std::span<const int> values) {
   }
 }
 
-// GETSUBTREECONS on region_ of an operand: a DFS that lists the operand's
-// indices in tree order (frontier_) and, as pairs [begin, end) of frontier
-// positions (constraint_bounds_), each P-node's leaves and the leaves of each
-// two adjacent children of a Q-node (or of the top run). Constraints of fewer
-// than two values or of the whole operand hold already and are left out.
-void AlignedOrder::collect_subtree_constraints(std::span<const int> values) {
+// GETSUBTREECONS below `start` (a node of an operand's region, or its top run
+// when `start_is_run`: region_.run): a DFS that lists the operand's indices in
+// tree order (frontier_) and, as pairs [begin, end) of frontier positions
+// (constraint_bounds_), each P-node's leaves and the leaves of each two
+// adjacent children of a Q-node (or of the run); only start's own with
+// `start_only`. Constraints of fewer than two values or of the whole operand
+// hold already and are left out.
+void AlignedOrder::collect_subtree_constraints(std::span<const int> values, NodeId start, bool start_is_run,
+                                               bool start_only) {
   const int m = static_cast<int>(values.size());
   for (int i = 0; i < m; ++i) index_of_value_[values[i]] = i;
   frontier_.clear();
@@ -305,7 +380,7 @@ void AlignedOrder::collect_subtree_constraints(std::span<const int> values) {
   frame_kids_.clear();
   frame_kid_start_.clear();
   auto add = [&](int begin, int end) {
-    if (end - begin >= 2 && end - begin < m) {
+    if (end - begin >= 2 && end - begin < m && (!start_only || frames_.size() == 1)) {
       constraint_bounds_.push_back(begin);
       constraint_bounds_.push_back(end);
     }
@@ -328,7 +403,7 @@ void AlignedOrder::collect_subtree_constraints(std::span<const int> values) {
     frames_.push_back({node, kids_begin, static_cast<int>(frame_kids_.size()), kids_begin,
                        static_cast<int>(frontier_.size()), q_like});
   };
-  open(region_.top, region_.top_is_run);
+  open(start, start_is_run);
   while (!frames_.empty()) {
     Frame& f = frames_.back();
     if (f.next < f.kids_end) {
@@ -413,30 +488,55 @@ bool AlignedOrder::find_region(std::span<const int> values, Region& region) {
   return true;
 }
 
-// 3. The simultaneous walk: operand 0's region against each other operand.
-// With `record`, appends the node-order relations to relations_.
+// 3. The simultaneous walk (PARSEEQUIVNODEORDERPAIR): operand 0's region
+// against each other operand's. With `record`, appends the node-order
+// relations to relations_.
 bool AlignedOrder::match_batch(int batch, bool record) {
   const Batch& b = batches_[batch];
   if (b.num_operands < 2 || b.length < 2) return true;
-  if (!find_region(operand(batch, 0), region_)) return false;
-  const std::span<const int> first = operand(batch, 0);
   for (int o = 1; o < b.num_operands; ++o) {
-    const std::span<const int> other = operand(batch, o);
-    image_.clear();
-    for (int i = 0; i < b.length; ++i) image_.set(tree_.leaf_node(first[i]), tree_.leaf_node(other[i]) + 1);
-    for (NodeId node : region_.inner) {
-      kids_.clear();
-      tree_.children(node, kids_);
-      NodeId image = PQTree::kNone;
-      if (!match_children(node, kids_, node == region_.top, image, record)) return false;
-      image_.set(node, image + 1);
-    }
-    if (region_.top_is_run) {
-      NodeId image = PQTree::kNone;
-      if (!match_children(region_.top, region_.run, true, image, record)) return false;
-    }
+    if (walk_operand(batch, 0, o, record, false) != Walk::Match) return false;
   }
   return true;
+}
+
+// Walks operand `source`'s region bottom up, each node onto the common parent
+// of its children's images in operand `target`. At a node that does not map,
+// with `fix`, its own constraints are reduced on `target` and it is tried
+// once more (images of the nodes mapped so far stay: they are full or empty for
+// that reduction, which leaves such nodes as they are). On a mismatch,
+// mismatch_ is the first node that did not map.
+AlignedOrder::Walk AlignedOrder::walk_operand(int batch, int source, int target, bool record, bool fix) {
+  const int m = batches_[batch].length;
+  const std::span<const int> from = operand(batch, source), to = operand(batch, target);
+  if (!find_region(from, region_)) return Walk::Conflict;
+  if (m < 2) return Walk::Match;
+  image_.clear();
+  for (int i = 0; i < m; ++i) image_.set(tree_.leaf_node(from[i]), tree_.leaf_node(to[i]) + 1);
+  for (size_t n = 0; n <= region_.inner.size(); ++n) {
+    const bool run = n == region_.inner.size();
+    if (run && !region_.top_is_run) break;
+    const NodeId node = run ? region_.top : region_.inner[n];
+    NodeId image = PQTree::kNone;
+    bool fixed = false;  // one try: the node's constraints are all it can give
+    for (;;) {
+      if (!run) {
+        kids_.clear();
+        tree_.children(node, kids_);
+      }
+      if (match_children(node, run ? std::span<const NodeId>(region_.run) : std::span<const NodeId>(kids_),
+                         node == region_.top, image, record)) {
+        break;
+      }
+      mismatch_ = node;
+      if (!fix || fixed) return Walk::Mismatch;
+      fixed = true;
+      collect_subtree_constraints(from, node, run, true);
+      if (!reduce_mapped_constraints(batch, target)) return Walk::Conflict;
+    }
+    image_.set(node, image + 1);
+  }
+  return Walk::Match;
 }
 
 // Node `node` (kids: its children, or the top run) against the common parent

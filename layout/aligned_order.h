@@ -21,6 +21,7 @@
 // (satisfied(b) is false); the order is still a permutation, so a dropped batch
 // costs its user a copy, never a wrong result. satisfied(b) is checked on the
 // final order, never assumed.
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -87,11 +88,17 @@ class AlignedOrder {
   void apply_operand_adjacency();
   void index_batches_by_value();
   void broadcast_constraints();
+  bool settle_batch(int batch);
+  uint64_t region_shape(int batch);
   bool broadcast_batch(int batch);
-  void collect_subtree_constraints(std::span<const int> values);
+  bool reduce_mapped_constraints(int batch, int target);
+  void collect_subtree_constraints(std::span<const int> values, PQTree::NodeId start, bool start_is_run,
+                                   bool start_only);
   void requeue_batches_touching(std::span<const int> values);
   bool find_region(std::span<const int> values, Region& region);
   bool match_batch(int batch, bool record);
+  enum class Walk { Match, Mismatch, Conflict };
+  Walk walk_operand(int batch, int source, int target, bool record, bool fix);
   bool match_children(PQTree::NodeId node, std::span<const PQTree::NodeId> kids, bool is_top,
                       PQTree::NodeId& image_out, bool record);
   void decide_nodes_order();
@@ -121,6 +128,8 @@ class AlignedOrder {
   std::vector<PQTree::NodeId> changed_, kids_, other_kids_;
   NodeScratch hits_, leaves_in_, complete_, image_, position_;
   Region region_;
+  PQTree::NodeId mismatch_ = PQTree::kNone;
+  std::vector<int> pending_requeue_;  // values of the reductions of one visit
   std::vector<int> frontier_, constraint_bounds_, mapped_, queue_;
   std::vector<PQTree::NodeId> queue_of_region_, touched_parents_;
   struct Frame {
