@@ -299,7 +299,8 @@ bool AlignedOrder::settle_batch(int batch) {
     }
     shape = now;
   }
-  if (!conflict && region_shape(batch) != shape_before) requeue_batches_touching(pending_requeue_);
+  // A conflict drops the batch, but what it reduced before stays.
+  if (conflict || region_shape(batch) != shape_before) requeue_batches_touching(pending_requeue_);
   return !conflict;
 }
 
