@@ -304,20 +304,24 @@ bool AlignedOrder::settle_batch(int batch) {
   return !conflict;
 }
 
-// A summary of the batch's operand regions that any restriction of one of
-// them changes (it creates nodes, merges them, or turns a P-node into a
-// Q-node): per operand, the inner nodes, their children, their Q-nodes and
-// the top run. 0 when an operand is not consecutive.
+// A hash of the shape of the batch's operand regions, which any restriction
+// of one of them changes (it creates nodes, merges them, moves children or
+// turns a P-node into a Q-node): per operand, each inner node's kind, number
+// of children and number of leaves (bottom up), then the top run's length.
+// 0 when an operand is not consecutive.
 uint64_t AlignedOrder::region_shape(int batch) {
-  uint64_t shape = 0;
+  uint64_t shape = 0x9e3779b97f4a7c15u;
+  auto mix = [&](uint64_t x) {
+    shape ^= x + 0x9e3779b97f4a7c15u + (shape << 6) + (shape >> 2);
+    shape *= 0xff51afd7ed558ccdu;
+  };
   for (int o = 0; o < batches_[batch].num_operands; ++o) {
     if (!find_region(operand(batch, o), region_)) return 0;
-    uint64_t nodes = region_.inner.size(), kids = region_.run.size(), q_nodes = 0;
     for (NodeId node : region_.inner) {
-      kids += static_cast<uint64_t>(tree_.num_children(node));
-      q_nodes += tree_.kind(node) == PQTree::Kind::Q ? 1 : 0;
+      mix(static_cast<uint64_t>(tree_.num_children(node)) * 4 + (tree_.kind(node) == PQTree::Kind::Q ? 1 : 0));
+      mix(static_cast<uint64_t>(leaves_in_.get(node)));
     }
-    shape = shape * 1000003u + ((nodes * 1000033u + kids) * 1000037u + q_nodes) * 2u + (region_.top_is_run ? 1 : 0);
+    mix(region_.top_is_run ? region_.run.size() + (uint64_t{1} << 40) : 0);
   }
   return shape == 0 ? 1 : shape;
 }
