@@ -7,19 +7,25 @@
 //     consecutive is dropped; operands of it reduced before the failing one
 //     stay reduced (the tree stays valid, it only admits fewer orders; undoing
 //     would need a copy of the tree per batch).
-//  2. BROADCASTCONSTRAINT: a queue over the batches, all of them at first. A
-//     popped batch whose operands' regions are already isomorphic (step 3's
-//     walk, without recording) is done. Otherwise, for each operand o, the
-//     constraints of its region (GETSUBTREECONS: a P-node's leaves; the leaves
-//     of each pair of adjacent children of a Q-node, or of a run of one) are
-//     turned into operand indices (frontier intervals), mapped through the
-//     alignment onto every other operand and reduced there. A failed reduction
-//     drops the batch (earlier ones stay, as in 1.). A reduction that changed
-//     the tree (PQTree::reduce's `changed` not empty) queues again every
-//     batch holding one of the reduced values: a reduction of S restructures
-//     only nodes with leaves in S, so an operand disjoint from S keeps its
-//     region's shape. A budget of pops (a multiple of batches + values) stops
-//     the pass if it ever fails to settle; that only costs satisfied batches.
+//  2. BROADCASTCONSTRAINT, depth first: a stack of the batches (the last
+//     added on top). A visit (settle_batch) walks operand 0's region onto
+//     each other operand's (step 3's walk, without recording); at the lowest
+//     node N that does not map, N's own constraints (GETSUBTREECONS: a
+//     P-node's leaves; the leaves of each two adjacent children of a Q-node or
+//     of the top run), turned into operand indices and mapped through the
+//     alignment, are reduced on the other operand and N is tried again; when
+//     that does not help, the other operand is walked onto operand 0 the same
+//     way. When a round changes nothing, the paper's full broadcast (every
+//     region constraint of every operand onto every other) is the last resort.
+//     A failed reduction drops the batch (earlier ones stay, as in 1.). The
+//     batches holding a value of a reduction that PQTree::reduce reports as
+//     changing the tree are pushed again when the visit changed the shape of
+//     the batch's regions (a hash, region_shape: reduce also reports nodes a
+//     no-op reduction touched) or ended in a conflict. A reduction of S
+//     restructures only nodes with leaves in S, so an operand disjoint from S
+//     keeps its region's shape. A budget of pops (a multiple of batches +
+//     values) stops the pass if it ever fails to settle; that only costs
+//     satisfied batches.
 //  3. DECIDENODESORDER: per batch, a simultaneous bottom-up walk of operand
 //     0's region and its image in each other operand (PARSEEQUIVNODEORDERPAIR):
 //     node N (children c_i) maps to the common parent M of the images of its
@@ -37,18 +43,31 @@
 //  5. satisfied(b) is checked on the final order (each operand consecutive and
 //     at the same offsets as operand 0), never assumed.
 //
-// Simplifications: failed batches are not undone in the tree (1., 2.); the
-// isomorphism test is structural (kinds and child counts); a P-node of three or
-// more children related to a Q-node is treated as a conflict (broadcasting
-// makes them equal in every case we met); batches are processed in insertion
-// order, so which of two conflicting batches wins is the earlier one's.
+// Departures from the paper and simplifications: reductions of a dropped
+// batch are not undone in the tree (1., 2.); settling reduces only where the
+// regions differ, and depth first rather than breadth first (on chains of
+// batches breadth first costs a sweep per level of structure, depth first one
+// sweep; the full broadcast stays as the fallback); the isomorphism test is
+// structural (kinds and child counts); a P-node of three or more children
+// facing a Q-node is a mismatch (settling turns it into a Q-node whenever the
+// constraints say so); batches are applied in insertion order, so of two
+// conflicting batches the earlier one usually wins.
 //
-// Cost: construction O(sum |b|) (PQ-tree reduce is linear); broadcasting
-// O(k^2 * sum of region constraint sizes) per batch visit, i.e. O(k^2 m d) for
-// an operand of length m and region depth d (the paper's O(m k^2) bound per
-// visit); DECIDENODESORDER O(sum |b| * log n) (finds without path compression,
-// plus the size of the permutations); GETLEAFORDER O(n). Every buffer is kept
-// across reset(), so a solve of a size seen before allocates nothing.
+// Completeness: when some order satisfies every hard set and every batch, no
+// reduction fails (each broadcast constraint holds in that order), settled
+// regions admit the same orders (so are isomorphic), and that order's own
+// child orders satisfy every relation, so every batch is satisfied; the tests
+// check this against brute force.
+//
+// Cost: construction O(sum |b|) (PQ-tree reduce is linear in the set); a visit
+// O(k m) for walks and region shapes plus the reductions it makes, each as
+// large as the node it copies; DECIDENODESORDER O(sum |b| log n) (finds
+// without path compression, permutations as long as the P-node); GETLEAFORDER
+// O(n). On chains whose sequences have many distinct lengths the reductions
+// add up to about sum over sequences of length^2 / 2 (every task receives a
+// nested prefix per longer length): the paper's O(sum |b| * max |b|). Every
+// buffer is kept across reset(), so a solve of a size seen before allocates
+// nothing.
 #include "layout/aligned_order.h"
 
 #include <algorithm>
@@ -299,24 +318,29 @@ bool AlignedOrder::settle_batch(int batch) {
     }
     shape = now;
   }
-  if (!conflict && region_shape(batch) != shape_before) requeue_batches_touching(pending_requeue_);
+  // A conflict drops the batch, but what it reduced before stays.
+  if (conflict || region_shape(batch) != shape_before) requeue_batches_touching(pending_requeue_);
   return !conflict;
 }
 
-// A summary of the batch's operand regions that any restriction of one of
-// them changes (it creates nodes, merges them, or turns a P-node into a
-// Q-node): per operand, the inner nodes, their children, their Q-nodes and
-// the top run. 0 when an operand is not consecutive.
+// A hash of the shape of the batch's operand regions, which any restriction
+// of one of them changes (it creates nodes, merges them, moves children or
+// turns a P-node into a Q-node): per operand, each inner node's kind, number
+// of children and number of leaves (bottom up), then the top run's length.
+// 0 when an operand is not consecutive.
 uint64_t AlignedOrder::region_shape(int batch) {
-  uint64_t shape = 0;
+  uint64_t shape = 0x9e3779b97f4a7c15u;
+  auto mix = [&](uint64_t x) {
+    shape ^= x + 0x9e3779b97f4a7c15u + (shape << 6) + (shape >> 2);
+    shape *= 0xff51afd7ed558ccdu;
+  };
   for (int o = 0; o < batches_[batch].num_operands; ++o) {
     if (!find_region(operand(batch, o), region_)) return 0;
-    uint64_t nodes = region_.inner.size(), kids = region_.run.size(), q_nodes = 0;
     for (NodeId node : region_.inner) {
-      kids += static_cast<uint64_t>(tree_.num_children(node));
-      q_nodes += tree_.kind(node) == PQTree::Kind::Q ? 1 : 0;
+      mix(static_cast<uint64_t>(tree_.num_children(node)) * 4 + (tree_.kind(node) == PQTree::Kind::Q ? 1 : 0));
+      mix(static_cast<uint64_t>(leaves_in_.get(node)));
     }
-    shape = shape * 1000003u + ((nodes * 1000033u + kids) * 1000037u + q_nodes) * 2u + (region_.top_is_run ? 1 : 0);
+    mix(region_.top_is_run ? region_.run.size() + (uint64_t{1} << 40) : 0);
   }
   return shape == 0 ? 1 : shape;
 }
