@@ -65,9 +65,8 @@
 // without path compression, permutations as long as the P-node); GETLEAFORDER
 // O(n). On chains whose sequences have many distinct lengths the reductions
 // add up to about sum over sequences of length^2 / 2 (every task receives a
-// nested prefix per longer length): the paper's O(sum |b| * max |b|). Every
-// buffer is kept across reset(), so a solve of a size seen before allocates
-// nothing.
+// nested prefix per longer length): the paper's O(sum |b| * max |b|). Buffers
+// are kept across reset() and reused (not verified to be allocation-free).
 #include "layout/aligned_order.h"
 
 #include <algorithm>
