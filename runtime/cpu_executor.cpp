@@ -444,28 +444,22 @@ void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type, Frame& fr
     size_t end = begin + 1;
     while (end < steps.size() && ((reads[end] & views) != 0) == per_task) ++end;
     if (per_task) {
-      run_steps_per_task(pass, type, steps.data() + begin, steps.data() + end, frame);
+      run_steps_per_task(pass, type, std::span(steps).subspan(begin, end - begin), frame);
     } else {
       bind(pass, rows, frame);
-      for (size_t i = begin; i < end; ++i) {
-        if (profile_) run_step_profiled(pass, rows, steps[i], frame);
-        else run_step(pass, rows, steps[i], frame);
-      }
+      run_steps(pass, rows, std::span(steps).subspan(begin, end - begin), frame);
     }
     begin = end;
   }
 }
 
-void CpuExecutor::run_steps_per_task(Pass pass, int type, const Step* begin, const Step* end, Frame& frame) {
+void CpuExecutor::run_steps_per_task(Pass pass, int type, std::span<const Step> steps, Frame& frame) {
   const scheduler::FlatSchedule& schedule = *batch_.schedule;
   for (int t = 0; t < schedule.num_tasks(); ++t) {
     if (schedule.task_type[size_t(t)] != type) continue;
     Rows rows = task_rows(t);
     bind(pass, rows, frame);
-    for (const Step* step = begin; step != end; ++step) {
-      if (profile_) run_step_profiled(pass, rows, *step, frame);
-      else run_step(pass, rows, *step, frame);
-    }
+    run_steps(pass, rows, steps, frame);
   }
 }
 
@@ -536,7 +530,7 @@ void CpuExecutor::run_task(Pass pass, int task, Frame& frame) {
   run_steps(pass, rows, function_plan(pass, rows.type).core, frame);
 }
 
-void CpuExecutor::run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps, Frame& frame) {
+void CpuExecutor::run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Frame& frame) {
   for (const Step& step : steps) {
     if (profile_) run_step_profiled(pass, rows, step, frame);
     else run_step(pass, rows, step, frame);
@@ -678,16 +672,10 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Fr
   }
   ++stats.copy_calls;
   const int64_t width = node.shape.numel();
-  const RowRef* sources =
-      rows.task >= 0 ? layout.gather_sources.data() + layout.gather(rows.task, node.child_slot).first_source : nullptr;
   // Each row is written once: blocks of rows copy on the pool's threads.
   for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r) {
-      RowRef src = sources ? sources[r] : RowRef{};
-      if (!sources) {  // every vertex of the type at once: only with lazy batching off
-        int child = graph.children(rows.vertices[r])[size_t(node.child_slot)];
-        src = {graph.type(child), layout.vertex_row[size_t(child)]};
-      }
+      RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
       std::memcpy(out.data + r * out.ld, scattered_rows(src.type, src.row).data, size_t(width) * sizeof(float));
     }
   });
@@ -1061,17 +1049,8 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
     return arena(Pass::Backward) + s.offset + row * s.ld;
   };
   if (node.target == ir::GatherGradTarget::Slot) {
-    const GatherLayout* g_layout = rows.task >= 0 ? &layout.gather(rows.task, node.child_slot) : nullptr;
     for (int64_t r = 0; r < rows.count; ++r) {
-      RowRef dst;
-      if (g_layout && g_layout->is_view()) {
-        dst = {g_layout->source_type, g_layout->first_row + int(r) * g_layout->row_step};
-      } else if (g_layout) {
-        dst = layout.gather_sources[size_t(g_layout->first_source + r)];
-      } else {
-        int child = graph.children(rows.vertices[r])[size_t(node.child_slot)];
-        dst = {graph.type(child), layout.vertex_row[size_t(child)]};
-      }
+      RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
       int64_t width = scatter_width_[size_t(dst.type)];
       add_row(g.data + r * g.ld, grad_row(dst.type, dst.row), width);
       stats.copy_bytes += width * int64_t(sizeof(float));

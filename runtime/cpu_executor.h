@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -123,11 +124,11 @@ class CpuExecutor final : public Executor {
   void run_type_phase(Pass pass, ir::Phase phase, int type, Frame& frame);
   void run_task(Pass pass, int task, Frame& frame);
   Rows task_rows(int task) const;
-  // Runs phase steps [begin, end) once per task of the type (the gathers they
+  // Runs phase steps once per task of the type (the gathers they
   // read are views in some task, so not one buffer: BatchLayout::view_slots).
-  void run_steps_per_task(Pass pass, int type, const Step* begin, const Step* end, Frame& frame);
+  void run_steps_per_task(Pass pass, int type, std::span<const Step> steps, Frame& frame);
   void run_forward_streaming();
-  void run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps, Frame& frame);
+  void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Frame& frame);
   void run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame);
   void run_step_profiled(Pass pass, const Rows& rows, const Step& step, Frame& frame);
   void run_node(Pass pass, const Rows& rows, ir::ValueId id, Frame& frame);

@@ -707,15 +707,9 @@ void CudaExecutor::gather(const Rows& rows, const Node& node, const View& out) {
     ++stats_.gather_views;
     return;
   }
-  const RowRef* sources =
-      rows.task >= 0 ? layout.gather_sources.data() + layout.gather(rows.task, node.child_slot).first_source : nullptr;
   pairs_.clear();
   for (int64_t r = 0; r < rows.count; ++r) {
-    RowRef src = sources ? sources[r] : RowRef{};
-    if (!sources) {
-      int child = graph.children(rows.vertices[r])[size_t(node.child_slot)];
-      src = {graph.type(child), layout.vertex_row[size_t(child)]};
-    }
+    RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
     pairs_.push_back(at(out.data, r * out.ld));
     pairs_.push_back(scattered_rows(src.type, src.row).data);
   }
@@ -973,17 +967,8 @@ void CudaExecutor::gather_grad(const Rows& rows, const Node& node, const View& g
     pairs_.push_back(src);
   };
   if (node.target == ir::GatherGradTarget::Slot) {
-    const GatherLayout* g_layout = rows.task >= 0 ? &layout.gather(rows.task, node.child_slot) : nullptr;
     for (int64_t r = 0; r < rows.count; ++r) {
-      RowRef dst;
-      if (g_layout && g_layout->is_view()) {
-        dst = {g_layout->source_type, g_layout->first_row + int(r) * g_layout->row_step};
-      } else if (g_layout) {
-        dst = layout.gather_sources[size_t(g_layout->first_source + r)];
-      } else {
-        int child = graph.children(rows.vertices[r])[size_t(node.child_slot)];
-        dst = {graph.type(child), layout.vertex_row[size_t(child)]};
-      }
+      RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
       add(dst.type, dst.row, at(g.data, r * g.ld));
     }
   } else {

@@ -138,6 +138,21 @@ struct BatchLayout {
   }
 };
 
+// The row that row r of a task's fixed gather slot reads in the forward (and
+// adds its gradient to in the backward): the view's row, the copy's listed
+// source, or, with task -1 (every vertex of the type at once: lazy batching
+// off), the child the graph names. `vertices` are the rows' vertices.
+inline RowRef gather_source(const BatchLayout& layout, const scheduler::FlatBatch& graph, int task, int slot,
+                            const int* vertices, int64_t r) {
+  if (task >= 0) {
+    const GatherLayout& g = layout.gather(task, slot);
+    if (g.is_view()) return {g.source_type, g.first_row + int(r) * g.row_step};
+    return layout.gather_sources[size_t(g.first_source + r)];
+  }
+  const int child = graph.children(vertices[r])[size_t(slot)];
+  return {graph.type(child), layout.vertex_row[size_t(child)]};
+}
+
 // What a planner reads.
 struct PlanInput {
   const scheduler::FlatBatch* graph = nullptr;
