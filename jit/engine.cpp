@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <set>
 
 #include "ir/flops.h"
 #include "jit/kernel_cache.h"
@@ -50,9 +51,49 @@ struct Engine::Impl {
           runtime::CudaExecutor::Config{options.threads, options.profile, options.tf32, options.streaming});
     else
       executor = std::make_unique<runtime::CpuExecutor>(
-          program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile});
-    if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
-      fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(policy_cache_path(), program.signature_string()));
+          program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile, options.max_memory});
+    if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
+  }
+
+  // The policy saved in the cache for this program, or null. A file that does
+  // not load (corrupt, truncated, another format or program) must not block
+  // every later engine: it is reported, moved aside to "<file>.rejected" for
+  // whoever wants to look at it, and the policy is learned again.
+  std::shared_ptr<const FsmPolicy> load_cached_policy() const {
+    const std::string path = policy_cache_path();
+    if (!std::filesystem::exists(path)) return nullptr;
+    try {
+      return std::make_shared<FsmPolicy>(FsmPolicy::load(path, program.signature_string()));
+    } catch (const UserError& e) {
+      const std::string aside = path + ".rejected";
+      std::error_code error;
+      std::filesystem::rename(path, aside, error);
+      report_cache_problem(path, std::string("cannot use the cached FSM policy (") + e.what() + "); " +
+                                     (error ? "could not move it aside (" + error.message() + ")"
+                                            : "moved it to '" + aside + "'") +
+                                     "; learning the policy again");
+      return nullptr;
+    }
+  }
+
+  // Saves a learned policy in the cache. The cache only saves time: failing
+  // to write it is reported, not an error of the batch being run.
+  void save_to_cache(const FsmPolicy& policy) const {
+    const std::string path = policy_cache_path();
+    try {
+      std::filesystem::create_directories(options.cache_dir);
+      policy.save(path, program.signature_string());
+    } catch (const std::exception& e) {
+      report_cache_problem(path, std::string("cannot save the learned FSM policy in the cache: ") + e.what());
+    }
+  }
+
+  // Says `what` on stderr, once per process for each cache file.
+  static void report_cache_problem(const std::string& path, const std::string& what) {
+    static std::mutex mutex;
+    static std::set<std::string> reported;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (reported.insert(path).second) std::cerr << "[vjit] VJIT_CACHE_DIR: " << what << "\n";
   }
 
   // VJIT_DEVICE: cuda runs on a GPU or fails saying why; auto runs on the GPU
@@ -86,10 +127,7 @@ struct Engine::Impl {
     check_program_unchanged();
     validate_and_order(signatures, batch);
     fsm = std::make_shared<FsmPolicy>(FsmPolicy::learn(batch, program.num_types()));
-    if (!options.cache_dir.empty()) {
-      std::filesystem::create_directories(options.cache_dir);
-      fsm->save(policy_cache_path(), program.signature_string());
-    }
+    if (!options.cache_dir.empty()) save_to_cache(*fsm);
     return fsm;
   }
 
@@ -128,6 +166,7 @@ struct Engine::Impl {
     start = std::chrono::steady_clock::now();
     planner->plan({&graph, &schedule}, layout);
     stats.plan_s += seconds_since(start);
+    check_memory_bound(batch, run);
     stats.aligned_batches += layout.aligned_batches;
     stats.aligned_satisfied += layout.aligned_satisfied;
     stats.batches += 1;
@@ -140,6 +179,19 @@ struct Engine::Impl {
     has_result = true;
     has_forward = run.backward;
     collect();
+  }
+
+  // VJIT_MAX_MEMORY: a batch whose buffers (the vertex values, and their
+  // gradients when it trains) would not fit is refused before anything runs.
+  void check_memory_bound(const GraphBatch& batch, const RunOptions& run) const {
+    if (options.max_memory == 0) return;
+    const int64_t forward_bytes = layout.arena_floats[0] * int64_t(sizeof(float));
+    const int64_t backward_bytes = run.backward ? layout.arena_floats[1] * int64_t(sizeof(float)) : 0;
+    VJIT_USER_CHECK(forward_bytes + backward_bytes <= options.max_memory,
+                    "a batch of " << batch.samples.size() << " samples (" << graph.num_vertices() << " vertices) needs "
+                                  << forward_bytes + backward_bytes << " bytes of buffers (values " << forward_bytes
+                                  << ", gradients " << backward_bytes << "), more than VJIT_MAX_MEMORY="
+                                  << options.max_memory << " bytes; run smaller batches or raise the bound");
   }
 
   void backward() {
@@ -219,6 +271,8 @@ struct Engine::Impl {
   bool lower_bound_tracked = false;
   uint64_t step = 0;
   EngineStats stats;
+  // Every public call holds it: one call runs at a time (engine.h, "Threads").
+  mutable std::mutex call_mutex;
 };
 
 Engine::Engine(const Program& program, Options options) : impl_(std::make_unique<Impl>(program, std::move(options))) {}
@@ -250,13 +304,18 @@ Engine::~Engine() {
 }
 
 double Engine::forward(const GraphBatch& batch, const RunOptions& options) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
   impl_->forward(batch, options);
   return impl_->result.objective;
 }
 
-void Engine::backward() { impl_->backward(); }
+void Engine::backward() {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  impl_->backward();
+}
 
 double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
   RunOptions run;
   run.seed = ++impl_->step;
   impl_->forward(batch, run);
@@ -268,43 +327,74 @@ double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
 }
 
 Evaluation<float> Engine::infer(const GraphBatch& batch) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
   RunOptions run;
   run.training = false;
   run.backward = false;
   impl_->forward(batch, run);
-  return impl_->result;
+  return impl_->result;  // a copy, made before another call may reuse the buffers
 }
 
 const Evaluation<float>& Engine::last_result() const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
   VJIT_USER_CHECK(impl_->has_result, "Engine::last_result: no forward() has completed yet");
   return impl_->result;
 }
 
 const std::vector<std::vector<float>>& Engine::gradients() const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
   VJIT_USER_CHECK(impl_->has_gradients, "Engine::gradients: no backward() has run yet");
   return impl_->executor->parameters().gradients();
 }
 
 const std::vector<GradientRows>& Engine::gradient_rows() const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
   VJIT_USER_CHECK(impl_->has_gradients, "Engine::gradient_rows: no backward() has run yet");
   return impl_->executor->parameters().gradient_rows();
 }
 
-void Engine::track_lower_bound(bool on) { impl_->lower_bound_tracked = on; }
-const EngineStats& Engine::stats() const { return impl_->stats; }
+void Engine::track_lower_bound(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  impl_->lower_bound_tracked = on;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  return impl_->stats;
+}
+
+void Engine::reset_stats() {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  impl_->stats = {};
+}
+
+// Set when the engine is built, never changed: no lock needed.
 const CompileInfo& Engine::compile_info() const { return impl_->compile_info; }
-void Engine::reset_stats() { impl_->stats = {}; }
 const Options& Engine::options() const { return impl_->options; }
-void Engine::set_fsm_policy(std::shared_ptr<const FsmPolicy> policy) { impl_->fsm = std::move(policy); }
-std::shared_ptr<const FsmPolicy> Engine::fsm_policy() const { return impl_->fsm; }
-std::shared_ptr<const FsmPolicy> Engine::learn_fsm_policy(const GraphBatch& batch) { return impl_->learn(batch); }
+
+void Engine::set_fsm_policy(std::shared_ptr<const FsmPolicy> policy) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  impl_->fsm = std::move(policy);
+}
+
+std::shared_ptr<const FsmPolicy> Engine::fsm_policy() const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  return impl_->fsm;
+}
+
+std::shared_ptr<const FsmPolicy> Engine::learn_fsm_policy(const GraphBatch& batch) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  return impl_->learn(batch);
+}
 
 void Engine::save_fsm_policy(const std::string& path) const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
   VJIT_USER_CHECK(impl_->fsm, "Engine::save_fsm_policy: no policy was learned or loaded");
   impl_->fsm->save(path, impl_->program.signature_string());
 }
 
 void Engine::load_fsm_policy(const std::string& path) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
   impl_->fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(path, impl_->program.signature_string()));
 }
 

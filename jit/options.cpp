@@ -13,7 +13,7 @@ namespace vjit {
 
 namespace {
 
-enum class Kind { Bool, Int, Choice, String };
+enum class Kind { Bool, Int, Bytes, Choice, String };
 
 // One row of the options table: how an option is named, parsed and stored.
 struct Spec {
@@ -24,20 +24,21 @@ struct Spec {
   bool Options::*bool_field;
   int Options::*int_field;
   std::string Options::*string_field;
+  int64_t Options::*bytes_field;
 };
 
 constexpr Spec bool_spec(const char* name, const char* env, bool Options::*field) {
-  return Spec{name, env, Kind::Bool, {}, field, nullptr, nullptr};
+  return Spec{name, env, Kind::Bool, {}, field, nullptr, nullptr, nullptr};
 }
 constexpr Spec choice_spec(const char* name, const char* env, std::span<const std::string_view> choices,
                            std::string Options::*field) {
-  return Spec{name, env, Kind::Choice, choices, nullptr, nullptr, field};
+  return Spec{name, env, Kind::Choice, choices, nullptr, nullptr, field, nullptr};
 }
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 19>& specs() {
-  static const std::array<Spec, 19> table{
+const std::array<Spec, 20>& specs() {
+  static const std::array<Spec, 20> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
       bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
@@ -50,10 +51,11 @@ const std::array<Spec, 19>& specs() {
       choice_spec("memplan", "VJIT_MEMPLAN", option_values::memplan, &Options::memplan),
       choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device),
       bool_spec("tf32", "VJIT_TF32", &Options::tf32),
-      Spec{"threads", "VJIT_THREADS", Kind::Int, {}, nullptr, &Options::threads, nullptr},
+      Spec{"threads", "VJIT_THREADS", Kind::Int, {}, nullptr, &Options::threads, nullptr, nullptr},
+      Spec{"max_memory", "VJIT_MAX_MEMORY", Kind::Bytes, {}, nullptr, nullptr, nullptr, &Options::max_memory},
       choice_spec("isa", "VJIT_ISA", option_values::isa, &Options::isa),
       choice_spec("gemm", "VJIT_GEMM", option_values::gemm, &Options::gemm),
-      Spec{"cache_dir", "VJIT_CACHE_DIR", Kind::String, {}, nullptr, nullptr, &Options::cache_dir},
+      Spec{"cache_dir", "VJIT_CACHE_DIR", Kind::String, {}, nullptr, nullptr, &Options::cache_dir, nullptr},
       bool_spec("profile", "VJIT_PROFILE", &Options::profile),
       bool_spec("perf_map", "VJIT_PERF_MAP", &Options::perf_map),
       choice_spec("log", "VJIT_LOG", option_values::log, &Options::log),
@@ -74,6 +76,24 @@ std::string join(std::span<const std::string_view> values) {
     out += values[i];
   }
   return out;
+}
+
+// A byte count: digits with an optional K, M or G (powers of 1024, any case,
+// an optional trailing B or iB: "512M", "2GiB"); 0 means no bound.
+int64_t parse_bytes(std::string_view value, const std::string& culprit) {
+  int64_t number = 0;
+  const char* last = value.data() + value.size();
+  auto [ptr, ec] = std::from_chars(value.data(), last, number);
+  std::string unit = lower(std::string_view(ptr, size_t(last - ptr)));
+  if (unit.ends_with("ib")) unit.resize(unit.size() - 2);
+  else if (unit.ends_with("b")) unit.resize(unit.size() - 1);
+  const int shift = unit.empty() ? 0 : unit == "k" ? 10 : unit == "m" ? 20 : unit == "g" ? 30 : -1;
+  const bool valid = !value.empty() && ec == std::errc() && number >= 0 && shift >= 0 &&
+                     number <= (std::numeric_limits<int64_t>::max() >> shift);
+  VJIT_USER_CHECK(valid, culprit << "='" << value
+                                 << "' is not a valid value; valid values: a number of bytes with an optional K, M or "
+                                    "G suffix (powers of 1024), e.g. 512M; 0 for no bound");
+  return number << shift;
 }
 
 // Parses `value` into the field `spec` describes. `culprit` names where the value
@@ -103,6 +123,7 @@ void set(Options& options, const Spec& spec, std::string_view value, const std::
       options.*spec.int_field = parsed;
       return;
     }
+    case Kind::Bytes: options.*spec.bytes_field = parse_bytes(value, culprit); return;
     case Kind::Choice: {
       const std::string v = lower(value);
       for (std::string_view choice : spec.choices) {
@@ -170,6 +191,8 @@ void Options::validate() const {
   }
   VJIT_USER_CHECK(threads >= 1, "Options::threads=" << threads
                                                     << " is not a valid value; valid values: a positive integer");
+  VJIT_USER_CHECK(max_memory >= 0, "Options::max_memory=" << max_memory
+                                                          << " is not a valid value; valid values: bytes >= 0 (0: no bound)");
 }
 
 std::string Options::describe() const {
@@ -187,6 +210,7 @@ std::string Options::describe() const {
   out += " device=" + device;
   out += " tf32=" + std::string(on_off(tf32));
   out += " threads=" + std::to_string(threads);
+  out += " max_memory=" + (max_memory == 0 ? std::string("unbounded") : std::to_string(max_memory));
   out += " isa=" + isa;
   out += " gemm=" + gemm;
   // Empty: policies are not saved, CUDA modules go to the user's cache directory.

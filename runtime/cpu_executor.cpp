@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <system_error>
 #include <thread>
 
 #include "ir/dropout.h"
@@ -184,15 +185,41 @@ void CpuParameterStore::zero_gradients() {
 
 // --- executor ---
 
-float* CpuExecutor::Arena::reserve(int64_t floats) {
-  if (floats > capacity_) {
+float* CpuExecutor::Arena::reserve(int64_t floats, int64_t max_capacity) {
+  if (floats > capacity_ || capacity_ > std::max(floats, max_capacity)) {
     // Geometric growth: a run whose batches grow by a little each time
     // reallocates (and faults fresh pages in) only a few times. The old
     // contents are dead between batches, so nothing is copied or zeroed.
-    capacity_ = std::max(floats, capacity_ + capacity_ / 2);
+    capacity_ = std::max(floats, std::min(capacity_ + capacity_ / 2, max_capacity));
+    data_.reset();  // before the new one: never both at once
     data_ = std::make_unique_for_overwrite<float[]>(size_t(capacity_));
   }
   return data_.get();
+}
+
+void CpuExecutor::Arena::release() {
+  data_.reset();
+  capacity_ = 0;
+}
+
+// Without a bound the arenas just grow. With one, the forward arena grows at
+// most to what leaves room for this batch's backward arena, and the backward
+// arena (dead between batches) is released when both would not fit.
+void CpuExecutor::reserve_forward_arena(int64_t forward, int64_t backward) {
+  Arena& values = arena_[int(Pass::Forward)];
+  Arena& gradients = arena_[int(Pass::Backward)];
+  if (max_memory_floats_ == 0) {
+    values.reserve(forward);
+    return;
+  }
+  values.reserve(forward, max_memory_floats_ - backward);
+  if (values.capacity() + gradients.capacity() > max_memory_floats_) gradients.release();
+}
+
+float* CpuExecutor::reserve_backward_arena(int64_t backward) {
+  Arena& gradients = arena_[int(Pass::Backward)];
+  if (max_memory_floats_ == 0) return gradients.reserve(backward);
+  return gradients.reserve(backward, max_memory_floats_ - arena_[int(Pass::Forward)].capacity());
 }
 
 CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config)
@@ -203,6 +230,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       gemm_backend_(config.gemm),
       streaming_(config.streaming),
       profile_(config.profile),
+      max_memory_floats_(config.max_memory / int64_t(sizeof(float))),
       store_(program.model(), plan) {
   size_t max_values = 0, max_inputs = 0, max_outputs = 0;
   push_widths_.resize(plan.types.size());
@@ -386,7 +414,8 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   has_batch_ = false;
   result_ = &result;
   prepare_pushes(result);
-  arena_[int(Pass::Forward)].reserve(batch.layout->arena_floats[int(Pass::Forward)]);
+  reserve_forward_arena(batch.layout->arena_floats[int(Pass::Forward)],
+                        options.backward ? batch.layout->arena_floats[int(Pass::Backward)] : 0);
   stats_.tasks += batch.schedule->num_tasks();
   fill_uniform_values(Pass::Forward);
   if (streaming_) {
@@ -405,7 +434,7 @@ void CpuExecutor::backward() {
   has_batch_ = false;
   store_.zero_gradients();
   const BatchLayout& layout = *batch_.layout;
-  float* arena = arena_[int(Pass::Backward)].reserve(layout.arena_floats[int(Pass::Backward)]);
+  float* arena = reserve_backward_arena(layout.arena_floats[int(Pass::Backward)]);
   for (size_t t = 0; t < layout.scatter_grad.size(); ++t) {
     const ValueLayout& g = layout.scatter_grad[t];
     if (g.offset >= 0) std::fill_n(arena + g.offset, size_t(layout.type_rows[t] * g.ld), 0.0f);
@@ -483,7 +512,9 @@ void CpuExecutor::run_forward_streaming() {
   std::vector<std::atomic<bool>> done(num_types);
   for (auto& d : done) d.store(false);
   std::exception_ptr error;
-  std::thread streamer([&] {
+  std::thread streamer;
+  try {
+    streamer = std::thread([&] {
     try {
       for (int t : order) {
         run_type_phase(Pass::Forward, ir::Phase::Eager, t, stream_frame_);
@@ -493,7 +524,11 @@ void CpuExecutor::run_forward_streaming() {
       error = std::current_exception();
     }
     for (auto& d : done) d.store(true, std::memory_order_release);  // never leave a waiter behind
-  });
+    });
+  } catch (const std::system_error& e) {
+    throw UserError(std::string("VJIT_STREAMING: cannot start the thread that runs the eager steps: ") + e.what() +
+                    "; turn streaming off");
+  }
   auto wait_for = [&](int type) {
     while (!done[size_t(type)].load(std::memory_order_acquire)) std::this_thread::yield();
   };

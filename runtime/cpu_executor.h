@@ -11,6 +11,7 @@
 // Each thread that runs steps has its own Frame. A steady-state step (a batch
 // no larger than one seen before) allocates nothing.
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -66,6 +67,9 @@ class CpuExecutor final : public Executor {
     bool streaming = false;
     // Time every step (VJIT_PROFILE): step_profile().
     bool profile = false;
+    // VJIT_MAX_MEMORY: the two arenas together never hold more (0: no bound).
+    // The engine refuses a batch that needs more before it runs.
+    int64_t max_memory = 0;
   };
   CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config);
 
@@ -107,8 +111,13 @@ class CpuExecutor final : public Executor {
   // The buffers of one pass: uninitialised floats, grown geometrically.
   class Arena {
    public:
-    float* reserve(int64_t floats);  // at least `floats`; invalidates earlier pointers when it grows
+    // At least `floats`, at most `max_capacity` when that is more (the
+    // geometric slack is capped, and an arena already past the cap is
+    // allocated again); invalidates earlier pointers when it reallocates.
+    float* reserve(int64_t floats, int64_t max_capacity = std::numeric_limits<int64_t>::max());
+    void release();
     float* data() const { return data_.get(); }
+    int64_t capacity() const { return capacity_; }
 
    private:
     std::unique_ptr<float[]> data_;
@@ -118,6 +127,10 @@ class CpuExecutor final : public Executor {
   View scattered_rows(int type, int64_t row);  // forward: what `type` scatters, at `row`
   void bind(Pass pass, const Rows& rows, Frame& frame);
 
+  // Sizes both arenas for a batch that needs `forward` and (when it trains)
+  // `backward` floats, within max_memory.
+  void reserve_forward_arena(int64_t forward, int64_t backward);
+  float* reserve_backward_arena(int64_t backward);
   void prepare_pushes(Evaluation<float>& result);
   void fill_uniform_values(Pass pass);  // stacked parameters (uniform Concat), once per pass
   void run_phase(Pass pass, ir::Phase phase, Frame& frame);
@@ -175,6 +188,7 @@ class CpuExecutor final : public Executor {
   GemmBackend gemm_backend_;
   bool streaming_;
   bool profile_;
+  int64_t max_memory_floats_;  // Config::max_memory in floats (0: no bound)
   CpuParameterStore store_;
   ExecStats stats_;
   ExecStats stream_stats_;  // the streaming thread's, merged after each forward

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 
 #include "vjit/error.h"
 
@@ -48,10 +49,23 @@ ThreadPool::ThreadPool(int threads, int spin_us) : spin_us_(std::max(0, spin_us)
   VJIT_USER_CHECK(threads >= 0, "ThreadPool: threads=" << threads << " must be >= 0 (0 = hardware concurrency)");
   if (threads == 0) threads = std::max(1, int(std::thread::hardware_concurrency()));
   workers_.reserve(size_t(threads - 1));
-  for (int t = 1; t < threads; ++t) workers_.emplace_back([this, t] { worker_main(t); });
+  for (int t = 1; t < threads; ++t) {
+    try {
+      workers_.emplace_back([this, t] { worker_main(t); });
+    } catch (const std::system_error& e) {
+      // Out of threads or memory for a stack (a large VJIT_THREADS under a
+      // limit): stop the workers already started and say so, instead of
+      // std::terminate from a destructor-less half-built pool.
+      stop_workers();
+      throw UserError((detail::Message() << "cannot start worker thread " << t << " of the " << threads - 1
+                                         << " that VJIT_THREADS=" << threads << " asks for: " << e.what()
+                                         << "; set VJIT_THREADS lower")
+                          .str());
+    }
+  }
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(run_mutex_);
     stop_.store(true, std::memory_order_release);
@@ -59,7 +73,10 @@ ThreadPool::~ThreadPool() {
     generation_.notify_all();
   }
   for (std::thread& w : workers_) w.join();
+  workers_.clear();
 }
+
+ThreadPool::~ThreadPool() { stop_workers(); }
 
 void ThreadPool::work(uint32_t job, int thread) {
   for (;;) {

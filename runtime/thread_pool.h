@@ -31,6 +31,8 @@ class ThreadPool {
  public:
   // `threads` >= 1 counts the caller; 0 means std::thread::hardware_concurrency().
   // `spin_us`: how long an idle worker polls for new work before sleeping.
+  // Throws UserError, naming the thread and the system's reason, when a worker
+  // cannot be started (the ones started are stopped first).
   explicit ThreadPool(int threads = 0, int spin_us = 50);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -67,6 +69,7 @@ class ThreadPool {
   void run(int64_t n_tasks, Trampoline trampoline, void* fn);
   void work(uint32_t job, int thread);  // claims and runs tasks of `job` until none are left
   void worker_main(int thread);
+  void stop_workers();  // wakes every worker to exit and joins them
 
   std::vector<std::thread> workers_;
   const int spin_us_;

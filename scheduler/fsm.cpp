@@ -14,6 +14,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "io/atomic_file.h"
 #include "vjit/error.h"
 
 namespace vjit::scheduler {
@@ -26,6 +27,8 @@ constexpr std::array<std::pair<StateEncoding, const char*>, 4> kEncodingNames{{
     {StateEncoding::Critical, "critical"},
 }};
 constexpr const char* kFormatName = "vjit-fsm-policy";
+// More vertex types than any program has: a loaded file's num_types is bounded by it.
+constexpr int kMaxTypes = 1 << 16;
 
 void append_int(std::string& out, int value) {
   if (value >= 0 && value < 10) {
@@ -732,7 +735,6 @@ std::optional<std::vector<int>> parse_state_key(const std::string& key, StateEnc
     return std::nullopt;
   }
   std::vector<int> types;
-  std::vector<char> seen(num_types, 0);
   int marked = 0;
   for (size_t pos = 0;;) {
     const size_t comma = types_part.find(',', pos);
@@ -744,17 +746,19 @@ std::optional<std::vector<int>> parse_state_key(const std::string& key, StateEnc
     int type = -1;
     const auto r = std::from_chars(token.data(), token.data() + token.size(), type);
     if (r.ec != std::errc() || r.ptr != token.data() + token.size()) return std::nullopt;
-    if (type < 0 || type >= num_types || seen[type]) return std::nullopt;
-    seen[type] = 1;
+    if (type < 0 || type >= num_types) return std::nullopt;
     types.push_back(type);
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }
   if (types.empty()) return std::nullopt;
+  std::vector<int> sorted = types;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return std::nullopt;  // a type twice
   if (encoding == StateEncoding::Critical && marked == 0) return std::nullopt;
   const bool by_count = encoding == StateEncoding::Sort || encoding == StateEncoding::Critical;
   if (!by_count && !std::is_sorted(types.begin(), types.end())) return std::nullopt;
-  if (encoding == StateEncoding::Max && (most < 0 || most >= num_types || !seen[most])) return std::nullopt;
+  if (encoding == StateEncoding::Max && !std::binary_search(sorted.begin(), sorted.end(), most)) return std::nullopt;
   return types;
 }
 
@@ -787,18 +791,8 @@ void FsmPolicy::save(const std::string& path, const std::string& signature) cons
                   {"training", training_to_json(training_)},
                   {"states", std::move(states)}};
 
-  // Write a temporary file and rename it, so a crash never leaves half a policy.
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    VJIT_USER_CHECK(out, "cannot write FSM policy file '" << temporary << "'");
-    out << file.dump(1) << '\n';
-    out.close();
-    VJIT_USER_CHECK(out, "cannot write FSM policy file '" << temporary << "'");
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  VJIT_USER_CHECK(!error, "cannot move '" << temporary << "' to FSM policy file '" << path << "': " << error.message());
+  // All of the old file or all of the new one, whatever happens during the write.
+  io::write_file_atomically(path, file.dump(1) + '\n');
 }
 
 FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_signature) {
@@ -832,7 +826,9 @@ FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_s
   try {
     const StateEncoding encoding = parse_encoding(file.at("encoding").get<std::string>());
     const int num_types = file.at("num_types").get<int>();
-    if (num_types < 1) malformed(path, "\"num_types\" must be positive");
+    // Bounded before anything is sized by it (a program has far fewer types).
+    if (num_types < 1 || num_types > kMaxTypes)
+      malformed(path, "\"num_types\" is " + std::to_string(num_types) + ", not in [1, " + std::to_string(kMaxTypes) + "]");
     QTable q;
     std::unordered_map<std::string, int> transitions;
     for (const json& state : file.at("states")) {
@@ -842,6 +838,9 @@ FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_s
       std::vector<ActionValue> actions;
       for (const json& a : state.at("actions")) {
         ActionValue value{a.at("type").get<int>(), a.at("q").get<double>(), a.at("visits").get<int>()};
+        if (!std::isfinite(value.q) || value.visits < 0)
+          malformed(path, "state '" + key + "' has an action with q " + std::to_string(value.q) + " and visits " +
+                              std::to_string(value.visits) + " (q must be finite, visits >= 0)");
         if (std::find(types->begin(), types->end(), value.type) == types->end())
           malformed(path, "state '" + key + "' has action " + std::to_string(value.type) + ", not on its frontier");
         actions.push_back(value);
@@ -854,8 +853,10 @@ FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_s
       }
       if (!q.emplace(key, std::move(actions)).second) malformed(path, "state '" + key + "' appears twice");
     }
-    return FsmPolicy(encoding, num_types, std::move(q), std::move(transitions),
-                     options_from_json(file.at("options"), encoding), training_from_json(file.at("training")));
+    const FsmOptions options = options_from_json(file.at("options"), encoding);
+    check_options(options, num_types);
+    return FsmPolicy(encoding, num_types, std::move(q), std::move(transitions), options,
+                     training_from_json(file.at("training")));
   } catch (const json::exception& e) {
     malformed(path, e.what());
   } catch (const UserError& e) {

@@ -16,6 +16,7 @@ const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM",
     "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
+    "VJIT_MAX_MEMORY",
 };
 
 // Clears every VJIT_* variable for the test and restores them afterwards.
@@ -69,6 +70,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(o.device, "cpu");
   EXPECT_EQ(o.threads, vjit::Options::default_threads());
   EXPECT_GE(o.threads, 1);
+  EXPECT_EQ(o.max_memory, 0);
   EXPECT_EQ(o.isa, "auto");
   EXPECT_EQ(o.gemm, "auto");
   EXPECT_EQ(o.cache_dir, "");
@@ -91,6 +93,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_MEMPLAN", "pqtree");
   set("VJIT_DEVICE", "cuda");
   set("VJIT_THREADS", "7");
+  set("VJIT_MAX_MEMORY", "3G");
   set("VJIT_ISA", "avx2");
   set("VJIT_GEMM", "openblas");
   set("VJIT_CACHE_DIR", "/tmp/vjit cache");
@@ -110,6 +113,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_EQ(o.memplan, "pqtree");
   EXPECT_EQ(o.device, "cuda");
   EXPECT_EQ(o.threads, 7);
+  EXPECT_EQ(o.max_memory, int64_t(3) << 30);
   EXPECT_EQ(o.isa, "avx2");
   EXPECT_EQ(o.gemm, "openblas");
   EXPECT_EQ(o.cache_dir, "/tmp/vjit cache");
@@ -203,6 +207,21 @@ TEST_F(OptionsEnv, MalformedThreadsIsRejected) {
     EXPECT_NE(message.find("VJIT_THREADS"), std::string::npos) << bad << ": " << message;
     EXPECT_NE(message.find(std::string("'") + bad + "'"), std::string::npos) << message;
     EXPECT_NE(message.find("positive integer"), std::string::npos) << message;
+  }
+}
+
+TEST_F(OptionsEnv, MaxMemoryTakesBytesWithPowerOfTwoSuffixes) {
+  const std::pair<const char*, int64_t> good[] = {{"0", 0},           {"4096", 4096},          {"64k", 64 << 10},
+                                                  {"512M", 512 << 20}, {"2GiB", int64_t(2) << 30}, {"1mb", 1 << 20}};
+  for (const auto& [text, bytes] : good) {
+    set("VJIT_MAX_MEMORY", text);
+    EXPECT_EQ(vjit::Options::from_env().max_memory, bytes) << text;
+  }
+  for (const char* bad : {"-1", "12X", "M", "1.5G", "99999999999G", " 5"}) {
+    set("VJIT_MAX_MEMORY", bad);
+    const std::string message = env_error();
+    EXPECT_NE(message.find(std::string("VJIT_MAX_MEMORY='") + bad + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find("K, M or G"), std::string::npos) << message;
   }
 }
 

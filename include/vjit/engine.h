@@ -7,6 +7,19 @@
 //   vjit::Engine engine(program);                 // options from VJIT_* variables
 //   double loss = engine.train_step(batch, adam); // forward, backward, update
 //   auto out = engine.infer(batch);               // pushed values, no dropout
+//
+// Threads. Every member function may be called from any thread: the engine
+// holds an internal lock for the whole call, so calls on one engine run one at
+// a time, each with the engine's worker threads (VJIT_THREADS). infer() returns
+// a copy of its results, so concurrent callers never see each other's. The
+// accessors that return a reference (last_result, gradients, gradient_rows)
+// return the engine's own buffers, valid until the next forward or backward
+// on this engine from any thread: copy them before another thread may run a
+// batch. Serving from several threads is therefore safe but serialised; for
+// throughput across threads, give each thread an Engine of its own with fewer
+// VJIT_THREADS (perf/concurrency_bench measures both). Several engines may run
+// one Program concurrently as long as none of them trains: training writes the
+// Model's parameters, which the others read.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -93,7 +106,7 @@ class Engine {
   // train_step makes (only the touched rows of embedding tables: LazyAdam).
   const std::vector<GradientRows>& gradient_rows() const;
 
-  const EngineStats& stats() const;
+  EngineStats stats() const;  // a copy, taken under the engine's lock
   // Computes each batch's ED-Batch lower bound into stats().lower_bound (a
   // diagnostic that costs a pass over the batch; off by default).
   void track_lower_bound(bool on);

@@ -48,6 +48,11 @@
 // |                  |             | the example models to about 1e-2)           |              |
 // | VJIT_THREADS     | threads     | positive integer (CPU worker threads)       | hardware     |
 // |                  |             |                                             | concurrency  |
+// | VJIT_MAX_MEMORY  | max_memory  | bytes, with an optional K, M or G suffix   | 0 (no bound) |
+// |                  |             | (powers of 1024): bounds the buffers of a   |              |
+// |                  |             | batch (vertex values and their gradients); |              |
+// |                  |             | a batch that needs more fails before it    |              |
+// |                  |             | runs, naming both (Engine::forward)        |              |
 // | VJIT_ISA         | isa         | auto | avx512 | avx2 | scalar (x86 JIT      | auto         |
 // |                  |             | target; auto = best the CPU supports)       |              |
 // | VJIT_GEMM        | gemm        | auto | onednn | openblas | blis | libxsmm  | auto         |
@@ -77,6 +82,7 @@
 // `policy` is kept as a validated string here, not as the scheduler's enum, so
 // that options depend on nothing else of vjit; the engine converts it.
 #include <array>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -108,6 +114,7 @@ struct Options {
   std::string device = "cpu";       // VJIT_DEVICE
   bool tf32 = false;                // VJIT_TF32
   int threads = default_threads();  // VJIT_THREADS
+  int64_t max_memory = 0;           // VJIT_MAX_MEMORY, bytes (0: no bound)
   std::string isa = "auto";         // VJIT_ISA
   std::string gemm = "auto";        // VJIT_GEMM
   std::string cache_dir;            // VJIT_CACHE_DIR

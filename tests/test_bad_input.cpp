@@ -1,0 +1,285 @@
+// Bad input through the public API: each case is a UserError that names the
+// sample, vertex, slot or file position, and the engine is usable afterwards
+// (the next good batch gives the reference's result). The README's reliability
+// table counts the tests of this file (scripts/reliability_table.sh).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "examples/models/models.h"
+#include "tests/engine_check.h"
+#include "tests/user_error.h"
+#include "vjit/vjit.h"
+
+namespace vjit {
+namespace {
+
+using test_util::user_error_of;
+
+constexpr int kWidth = 4;
+constexpr int kClasses = 3;
+constexpr int kVocab = 10;
+
+// A small program with every kind of external input: "word" looks up a token,
+// "feature" pulls a feature row, "pair" combines two children and has a
+// labelled loss, "wide" scatters a value of another width than "pair" reads.
+struct Fixture {
+  Model model{7};
+  Program program{model};
+  int word = -1, feature = -1, pair = -1, wide = -1;
+
+  Fixture() {
+    Param table = model.add("table", Shape::mat(kVocab, kWidth), Init::Uniform, 0.5f);
+    Param w = model.add("W", Shape::mat(kWidth, 2 * kWidth));
+    Param out = model.add("out", Shape::mat(kClasses, kWidth));
+    word = program.add_type("word", [&](Builder& b) { b.scatter(b.tanh(b.pull_embedding(table))); });
+    feature = program.add_type("feature", [&](Builder& b) { b.scatter(b.log(b.add_scalar(b.pull(kWidth), 10.0))); });
+    pair = program.add_type("pair", [&](Builder& b) {
+      Value h = b.tanh(b.matmul(w, b.concat({b.gather(0, Shape::vec(kWidth)), b.gather(1, Shape::vec(kWidth))})));
+      b.add_loss(b.softmax_cross_entropy(b.matmul(out, h), b.label(kClasses)));
+      b.scatter(h);
+    });
+    wide = program.add_type("wide", [&](Builder& b) { b.scatter(b.constant(Shape::vec(kWidth + 1), 1.0)); });
+  }
+
+  // One sample: a word and a feature vertex under a labelled pair.
+  Sample good_sample(const std::string& name) const {
+    Sample s;
+    s.name = name;
+    int a = s.add_vertex(word, {}, 3);
+    int f = s.add_vertex(feature);
+    s.vertices[size_t(f)].features.assign(kWidth, 0.5f);
+    s.add_vertex(pair, {a, f}, -1, 1);
+    return s;
+  }
+
+  GraphBatch good_batch() const {
+    GraphBatch batch;
+    for (int i = 0; i < 3; ++i) batch.samples.push_back(good_sample("good" + std::to_string(i)));
+    return batch;
+  }
+};
+
+// Runs `bad` through a fresh engine: returns the UserError's message, then
+// checks the engine still computes the reference's objective on a good batch.
+std::string error_then_still_usable(Fixture& f, const GraphBatch& bad) {
+  Engine engine(f.program, Options::defaults());
+  std::string message = user_error_of([&] { engine.forward(bad); });
+  GraphBatch good = f.good_batch();
+  RunOptions run;
+  run.seed = 5;
+  double objective = engine.forward(good, run);
+  Evaluation<double> ref = reference_evaluate(f.program, parameter_values<double>(f.model), good, run);
+  EXPECT_NEAR(objective, ref.objective, 1e-4 * std::max(1.0, std::abs(ref.objective)));
+  return message;
+}
+
+void expect_names(const std::string& message, std::initializer_list<std::string> parts) {
+  for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' in: " << message;
+}
+
+TEST(BadInput, EmptyBatchRunsAndTrainsWithoutUndefinedBehaviour) {
+  Fixture f;
+  Engine engine(f.program, Options::defaults());
+  Adam adam(0.01f);
+  for (int round = 0; round < 2; ++round) {
+    GraphBatch empty;
+    if (round == 1) empty.samples.resize(2);  // samples without vertices
+    EXPECT_EQ(engine.forward(empty), 0.0);
+    engine.backward();
+    for (const std::vector<float>& g : engine.gradients())
+      for (float x : g) ASSERT_EQ(x, 0.0f);
+    EXPECT_EQ(engine.train_step(empty, adam), 0.0);
+    Evaluation<float> out = engine.infer(empty);
+    EXPECT_EQ(out.pushes.values().size(), 0u);
+  }
+  GraphBatch good = f.good_batch();
+  EXPECT_GT(engine.forward(good), 0.0);
+}
+
+// Every example model, forward, backward and an optimizer step on batches with
+// no samples and with samples of no vertices, on every memory planner.
+TEST(BadInput, EmptyBatchOnEveryExampleModelAndPlanner) {
+  for (const std::string& name : models::model_names())
+    for (const char* memplan : {"copy", "padded", "pqtree"}) {
+      SCOPED_TRACE(name + " " + memplan);
+      models::Bundle bundle = models::make_model(name, testing::small_config(8));
+      Options options = Options::defaults();
+      options.memplan = memplan;
+      Engine engine(*bundle.program, options);
+      Adam adam(0.01f);
+      GraphBatch empty;
+      EXPECT_EQ(engine.train_step(empty, adam), 0.0);
+      empty.samples.resize(3);
+      EXPECT_EQ(engine.train_step(empty, adam), 0.0);
+      EXPECT_EQ(engine.infer(empty).objective, 0.0);
+      EXPECT_GT(engine.forward(models::make_batch(bundle.train, {0, 1})), 0.0);
+    }
+}
+
+TEST(BadInput, LabelOutOfRange) {
+  Fixture f;
+  GraphBatch bad = f.good_batch();
+  bad.samples[1].vertices[2].label = kClasses;
+  expect_names(error_then_still_usable(f, bad), {"good1", "label"});
+}
+
+TEST(BadInput, TokenOutOfRange) {
+  Fixture f;
+  GraphBatch bad = f.good_batch();
+  bad.samples[2].vertices[0].token = kVocab + 4;
+  expect_names(error_then_still_usable(f, bad), {"good2", "token"});
+}
+
+TEST(BadInput, WrongFeatureWidth) {
+  Fixture f;
+  GraphBatch bad = f.good_batch();
+  bad.samples[0].vertices[1].features.resize(kWidth + 2, 0.0f);
+  expect_names(error_then_still_usable(f, bad), {"good0", "feature"});
+}
+
+TEST(BadInput, UnknownVertexType) {
+  Fixture f;
+  GraphBatch bad = f.good_batch();
+  bad.samples[1].vertices[0].type = 99;
+  expect_names(error_then_still_usable(f, bad), {"good1", "99"});
+}
+
+TEST(BadInput, Cycle) {
+  Fixture f;
+  GraphBatch bad;
+  Sample s;
+  s.name = "loop";
+  s.add_vertex(f.pair, {1, 2}, -1, 0);
+  s.add_vertex(f.pair, {0, 2}, -1, 0);
+  s.add_vertex(f.word, {}, 1);
+  bad.samples.push_back(s);
+  expect_names(error_then_still_usable(f, bad), {"loop", "cycle"});
+}
+
+TEST(BadInput, ChildIndexOutOfRange) {
+  Fixture f;
+  GraphBatch bad = f.good_batch();
+  bad.samples[2].vertices[2].children[1] = 17;
+  expect_names(error_then_still_usable(f, bad), {"good2", "17"});
+}
+
+TEST(BadInput, BadArity) {
+  Fixture f;
+  GraphBatch bad = f.good_batch();
+  bad.samples[0].vertices[2].children.pop_back();  // "pair" gathers two children
+  expect_names(error_then_still_usable(f, bad), {"good0", "pair"});
+}
+
+TEST(BadInput, ChildScattersTheWrongShape) {
+  Fixture f;
+  GraphBatch bad = f.good_batch();
+  bad.samples[1].vertices[1] = Vertex{f.wide, {}, -1, -1, {}};  // scatters [5] where "pair" gathers [4]
+  expect_names(error_then_still_usable(f, bad), {"good1", "[5]", "[4]"});
+}
+
+// VJIT_MAX_MEMORY: a batch whose buffers exceed the bound fails before it
+// runs, naming what it needs and the bound; smaller batches still run and
+// equal the reference, before and after.
+TEST(BadInput, BatchOverTheMemoryBoundFailsAndASmallerOneRuns) {
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(64));
+  Options options = Options::defaults();
+  options.max_memory = 48 << 10;  // 48 KiB
+  Engine engine(*bundle.program, options);
+  Adam adam(0.01f);
+  std::vector<int> indices;
+  std::string message;
+  int largest_that_ran = 0;
+  for (int n = 1; n <= 64 && message.empty(); ++n) {
+    indices.push_back(n - 1);
+    GraphBatch batch = models::make_batch(bundle.train, indices);
+    message = user_error_of([&] { engine.train_step(batch, adam); });
+    if (message == "(no UserError)") {
+      message.clear();
+      largest_that_ran = n;
+    }
+  }
+  ASSERT_FALSE(message.empty()) << "64 trees fit in 48 KiB?";
+  ASSERT_GT(largest_that_ran, 0) << message;
+  expect_names(message, {"VJIT_MAX_MEMORY=49152", "bytes of buffers", std::to_string(indices.size()) + " samples"});
+  indices.pop_back();
+  GraphBatch fits = models::make_batch(bundle.train, indices);
+  RunOptions run;
+  run.seed = 11;
+  double objective = engine.forward(fits, run);
+  Evaluation<double> ref = reference_evaluate(*bundle.program, parameter_values<double>(bundle.program->model()), fits, run);
+  EXPECT_NEAR(objective, ref.objective, 1e-4 * std::max(1.0, std::abs(ref.objective)));
+}
+
+// A policy file in VJIT_CACHE_DIR that is corrupt never blocks an engine: it
+// is reported, moved aside and learned again.
+TEST(BadInput, CorruptCachedPolicyIsSetAsideAndLearnedAgain) {
+  models::Bundle bundle = models::make_model("tree_lstm_2type", testing::small_config());
+  Options options = Options::defaults();
+  options.policy = "fsm";
+  options.cache_dir = ::testing::TempDir() + "/vjit_bad_cache_" + std::to_string(::getpid());
+  std::filesystem::remove_all(options.cache_dir);
+  std::vector<int> first(32);
+  for (int i = 0; i < 32; ++i) first[size_t(i)] = i;
+  GraphBatch batch = models::make_batch(bundle.train, first);
+  std::string policy_file;
+  {
+    Engine learner(*bundle.program, options);
+    learner.forward(batch);  // learns and saves
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(options.cache_dir)) policy_file = entry.path().string();
+  ASSERT_FALSE(policy_file.empty());
+  for (const std::string& damage : {std::string("{\"format\": \"vjit-fsm-policy\", \"ver"), std::string("\x01\x02garbage"),
+                                    std::string("{\"format\":\"vjit-fsm-policy\",\"version\":1,\"num_types\":2000000000}")}) {
+    std::filesystem::remove(policy_file + ".rejected");
+    std::ofstream(policy_file, std::ios::trunc) << damage;
+    Engine engine(*bundle.program, options);  // must not throw
+    EXPECT_FALSE(engine.fsm_policy()) << "a damaged file is not used";
+    EXPECT_TRUE(std::filesystem::exists(policy_file + ".rejected")) << "set aside for inspection";
+    engine.forward(batch);  // learns again and saves a good file
+    EXPECT_TRUE(engine.fsm_policy());
+    Engine after(*bundle.program, options);
+    EXPECT_TRUE(after.fsm_policy()) << "the relearned policy was saved";
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(options.cache_dir))
+    EXPECT_EQ(entry.path().string().find(".tmp"), std::string::npos) << "left behind: " << entry.path();
+  std::filesystem::remove_all(options.cache_dir);
+}
+
+// A policy file whose num_types is huge is refused before anything is sized by it.
+TEST(BadInput, PolicyFileFieldsAreBoundedBeforeUse) {
+  std::string path = ::testing::TempDir() + "/vjit_bounded_policy_" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path, std::ios::trunc)
+      << R"({"format":"vjit-fsm-policy","version":2,"signature":"s","encoding":"sort","num_types":2000000000,)"
+      << R"("options":{},"training":{},"states":[{"state":"1999999999","actions":[]}]})";
+  std::string message = user_error_of([&] { FsmPolicy::load(path, "s"); });
+  expect_names(message, {path, "num_types"});
+  std::filesystem::remove(path);
+}
+
+// A save that cannot be written leaves nothing behind and says why.
+TEST(BadInput, FailedPolicySaveLeavesNoTemporaryFile) {
+  models::Bundle bundle = models::make_model("tree_lstm_2type", testing::small_config());
+  Options options = Options::defaults();
+  options.policy = "fsm";
+  Engine engine(*bundle.program, options);
+  std::vector<int> first(16);
+  for (int i = 0; i < 16; ++i) first[size_t(i)] = i;
+  engine.learn_fsm_policy(models::make_batch(bundle.train, first));
+  std::string dir = ::testing::TempDir() + "/vjit_save_dir_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::string target = dir + "/policy.json";
+  std::filesystem::create_directories(target);  // a directory where the file should go: rename fails
+  std::string message = user_error_of([&] { engine.save_fsm_policy(target); });
+  expect_names(message, {target});
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(entry.path().filename().string(), "policy.json") << "left behind: " << entry.path();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace vjit
