@@ -290,6 +290,13 @@ const std::vector<GradientRows>& Engine::gradient_rows() const {
   return impl_->executor->parameters().gradient_rows();
 }
 
+const Program& Engine::program() const { return impl_->program; }
+OptimizerState Engine::optimizer_state() const { return impl_->executor->optimizer_state(); }
+void Engine::set_optimizer_state(OptimizerState state) { impl_->executor->set_optimizer_state(std::move(state)); }
+uint64_t Engine::train_steps() const { return impl_->step; }
+void Engine::set_train_steps(uint64_t steps) { impl_->step = steps; }
+void Engine::upload_parameters() { impl_->executor->parameters().upload(impl_->program.model()); }
+
 void Engine::track_lower_bound(bool on) { impl_->lower_bound_tracked = on; }
 const EngineStats& Engine::stats() const { return impl_->stats; }
 const CompileInfo& Engine::compile_info() const { return impl_->compile_info; }
