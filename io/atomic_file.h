@@ -1,22 +1,26 @@
 #pragma once
-// Files that are either wholly the old version or wholly the new one, whatever
-// happens during the write (a crash, SIGKILL, a full disk, a power cut): the
-// bytes go to a temporary file beside the target, are flushed to the disk
-// (fsync), and the temporary replaces the target by rename(2), after which the
-// directory is flushed too, so the rename itself is durable. On any failure the
-// temporary file is removed and the target is untouched.
+// Writing a file so that a reader, or a crash at any moment, finds the old
+// contents or the new ones, never a mix. The bytes go to a temporary file in
+// the same directory, "<path>.tmp.<pid>.<n>" (a name no other writer uses),
+// which is fsync'ed and renamed over `path`; then the directory is fsync'ed,
+// so that the rename itself survives a power loss. On any failure the
+// temporary file is removed and `path` keeps its old contents.
 //
-// The temporary is named "<target>.tmp.<pid>". A writer killed between creating
-// it and the rename leaves that file behind (nothing can remove it then); the
-// next write_file_atomically to the same target removes such leftovers of
-// processes that no longer exist.
+// A writer killed mid-way cannot remove its temporary file. Every write to a
+// path first removes the temporary files of that path whose writer process no
+// longer runs (a pid reused since then keeps its file until that process ends).
+#include <span>
 #include <string>
 #include <string_view>
 
 namespace vjit::io {
 
-// Writes `bytes` to `path` atomically and durably. Throws UserError naming the
-// path, the step that failed and the system's reason.
-void write_file_atomically(const std::string& path, std::string_view bytes);
+// Writes the concatenation of `pieces` to `path` as above. Throws UserError
+// naming `what` ("checkpoint"), the file and the system's error text.
+void write_file_atomically(const std::string& path, std::span<const std::string_view> pieces, const std::string& what);
+
+// The temporary files of `path` left by writers that no longer run, removed;
+// returns how many.
+int remove_stale_temporaries(const std::string& path);
 
 }  // namespace vjit::io

@@ -1,17 +1,12 @@
 #include "jit/disk_cache.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
+#include "io/atomic_file.h"
 #include "vjit/error.h"
 
 namespace vjit::jit {
@@ -31,16 +26,6 @@ uint64_t read_u64(const std::string& in, size_t at) {
 }
 
 uint64_t checksum(std::string_view key, std::string_view payload) { return fnv1a64(payload, fnv1a64(key)); }
-
-void write_all(int fd, const std::string& bytes, const std::string& path) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    VJIT_USER_CHECK(n > 0, "cannot write the kernel cache entry " << path << ": " << std::strerror(errno));
-    done += size_t(n);
-  }
-}
 
 }  // namespace
 
@@ -92,36 +77,8 @@ void DiskCache::store(std::string_view key, std::string_view payload) const {
   append_u64(file, checksum(key, payload));
   file.append(key);
   file.append(payload);
-  // A name no other writer uses: process, thread and a counter.
-  static std::atomic<uint64_t> counter{0};
-  const std::string final_path = path(key);
-  std::ostringstream temp;
-  temp << final_path << ".tmp." << ::getpid() << "." << std::hash<std::thread::id>{}(std::this_thread::get_id())
-       << "." << counter.fetch_add(1);
-  const std::string temp_path = temp.str();
-  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  VJIT_USER_CHECK(fd >= 0, "cannot create the kernel cache entry " << temp_path << " (VJIT_CACHE_DIR): "
-                                                                   << std::strerror(errno));
-  try {
-    write_all(fd, file, temp_path);
-    VJIT_USER_CHECK(::fsync(fd) == 0, "cannot fsync " << temp_path << ": " << std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temp_path.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(temp_path.c_str());
-    VJIT_USER_CHECK(false, "cannot rename " << temp_path << " to " << final_path << ": " << std::strerror(err));
-  }
-  // Make the rename itself durable.
-  int dir_fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
+  const std::string_view pieces[] = {file};
+  io::write_file_atomically(path(key), pieces, "the kernel cache entry (VJIT_CACHE_DIR)");
 }
 
 }  // namespace vjit::jit

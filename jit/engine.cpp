@@ -368,7 +368,33 @@ void Engine::reset_stats() {
   impl_->stats = {};
 }
 
+OptimizerState Engine::optimizer_state() const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  return impl_->executor->optimizer_state();
+}
+
+void Engine::set_optimizer_state(OptimizerState state) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  impl_->executor->set_optimizer_state(std::move(state));
+}
+
+uint64_t Engine::train_steps() const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  return impl_->step;
+}
+
+void Engine::set_train_steps(uint64_t steps) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  impl_->step = steps;
+}
+
+void Engine::upload_parameters() {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  impl_->executor->parameters().upload(impl_->program.model());
+}
+
 // Set when the engine is built, never changed: no lock needed.
+const Program& Engine::program() const { return impl_->program; }
 const CompileInfo& Engine::compile_info() const { return impl_->compile_info; }
 const Options& Engine::options() const { return impl_->options; }
 

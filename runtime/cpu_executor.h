@@ -78,6 +78,8 @@ class CpuExecutor final : public Executor {
   void backward() override;
   void update(Optimizer& optimizer) override;
   ParameterStore& parameters() override { return store_; }
+  OptimizerState optimizer_state() override { return store_.optimizer_state(); }
+  void set_optimizer_state(OptimizerState state) override { store_.optimizer_state() = std::move(state); }
   ExecStats take_stats() override;
   std::vector<StepTime> step_profile() const override;
 

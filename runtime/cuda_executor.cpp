@@ -469,17 +469,33 @@ void CudaExecutor::upload_updated(bool dense) {
   device_.synchronize();
 }
 
+void CudaExecutor::download_slots() {
+  if (!slots_on_device_) return;
+  CudaDevice::get();
+  OptimizerState& state = store_.optimizer_state();
+  for (int p = 0; p < store_.model().size(); ++p)
+    for (size_t k = 0; k < 2 && size_t(p) < state.slots.size() && k < state.slots[size_t(p)].size(); ++k)
+      device_.download_async(state.slots[size_t(p)][k].data(), slots_[size_t(2 * p) + k],
+                             state.slots[size_t(p)][k].size() * sizeof(float));
+  device_.synchronize();
+}
+
+OptimizerState CudaExecutor::optimizer_state() {
+  download_slots();
+  return store_.optimizer_state();
+}
+
+// The next device step uploads the host's slots (update(): !slots_on_device_).
+void CudaExecutor::set_optimizer_state(OptimizerState state) {
+  store_.optimizer_state() = std::move(state);
+  slots_on_device_ = false;
+}
+
 void CudaExecutor::update_on_host(Optimizer& optimizer) {
   Model& model = store_.model();
   OptimizerState& state = store_.optimizer_state();
-  if (slots_on_device_) {  // the device's slots are the live ones: bring them over
-    for (int p = 0; p < model.size(); ++p)
-      for (size_t k = 0; k < 2 && size_t(p) < state.slots.size() && k < state.slots[size_t(p)].size(); ++k)
-        device_.download_async(state.slots[size_t(p)][k].data(), slots_[size_t(2 * p) + k],
-                               state.slots[size_t(p)][k].size() * sizeof(float));
-    device_.synchronize();
-    slots_on_device_ = false;
-  }
+  download_slots();  // the device's slots are the live ones: bring them over
+  slots_on_device_ = false;
   store_.gradients();
   optimizer.step(model, store_.host_grads_, store_.touched_.all(), &parallel_, &state);
   upload_updated(optimizer.dense_updates());

@@ -98,6 +98,8 @@ class CudaExecutor final : public Executor {
   void backward() override;
   void update(Optimizer& optimizer) override;
   ParameterStore& parameters() override { return store_; }
+  OptimizerState optimizer_state() override;
+  void set_optimizer_state(OptimizerState state) override;
   ExecStats take_stats() override;
 
  private:
@@ -165,6 +167,9 @@ class CudaExecutor final : public Executor {
   // Copies the values an update changed into the Model: dense parameters
   // whole, embedding tables their touched rows.
   void download_updated();
+  // Copies the device's state slots into the host's OptimizerState, when the
+  // device's are the live ones.
+  void download_slots();
   friend class CudaParameterStore;
 
   const Program& program_;

@@ -100,6 +100,12 @@ class Executor {
   // optimizer state the parameter store keeps.
   virtual void update(Optimizer& optimizer) = 0;
   virtual ParameterStore& parameters() = 0;
+  // For checkpoints: a copy of the optimizer state the parameter store keeps,
+  // as of now (a device executor brings its live state slots back first), and
+  // its replacement (a device executor takes the new slots up before its next
+  // step).
+  virtual OptimizerState optimizer_state() = 0;
+  virtual void set_optimizer_state(OptimizerState state) = 0;
   // Counters since the last take_stats(), which resets them.
   virtual ExecStats take_stats() = 0;
   // Per step of the plans, when the executor was asked to profile (VJIT_PROFILE);

@@ -136,6 +136,42 @@ bool Optimizer::made(const OptimizerState& state) const {
   return state.owner == this && state.generation == generation_ && !state.shapes.empty();
 }
 
+void Optimizer::adopt(OptimizerState& state) const {
+  const size_t slots = size_t(state_slots());
+  VJIT_USER_CHECK(state_slot_names().size() == slots,
+                  "Optimizer::adopt: state_slot_names() gives " << state_slot_names().size() << " names for "
+                                                                << slots << " state slots");
+  VJIT_USER_CHECK(state.slots.size() == state.shapes.size() && !state.shapes.empty(),
+                  "Optimizer::adopt: the state holds slots for " << state.slots.size() << " parameters and "
+                                                                 << state.shapes.size() << " shapes");
+  VJIT_USER_CHECK(state.steps >= 0, "Optimizer::adopt: the state's step count " << state.steps << " is negative");
+  for (size_t p = 0; p < state.slots.size(); ++p) {
+    VJIT_USER_CHECK(state.slots[p].size() == slots, "Optimizer::adopt: parameter " << p << " has "
+                                                                                   << state.slots[p].size()
+                                                                                   << " state slots, this "
+                                                                                   << kind() << " optimizer uses "
+                                                                                   << slots);
+    for (const std::vector<float>& slot : state.slots[p])
+      VJIT_USER_CHECK(int64_t(slot.size()) == state.shapes[p].numel(),
+                      "Optimizer::adopt: a state slot of parameter " << p << " holds " << slot.size()
+                                                                     << " values, its shape "
+                                                                     << state.shapes[p].str() << " needs "
+                                                                     << state.shapes[p].numel());
+  }
+  state.owner = this;
+  state.generation = generation_;
+}
+
+std::vector<std::string> Optimizer::state_slot_names() const {
+  std::vector<std::string> names;
+  for (int k = 0; k < state_slots(); ++k) names.push_back("slot" + std::to_string(k));
+  return names;
+}
+
+std::vector<std::pair<std::string, double>> Optimizer::hyper_parameters() const {
+  return {{"lr", lr_}, {"clip_norm", clip_norm_}, {"dense_updates", dense_updates_ ? 1.0 : 0.0}};
+}
+
 void Optimizer::make_state(const Model& model, OptimizerState& state) const {
   state.slots.assign(size_t(model.size()), {});
   state.shapes.clear();
@@ -403,6 +439,17 @@ DeviceUpdate SGD::device_rule() const {
   return rule;
 }
 
+std::vector<std::string> SGD::state_slot_names() const {
+  if (state_slots() == 0) return {};
+  return {"momentum_buffer"};  // torch.optim.SGD's name for the velocity
+}
+
+std::vector<std::pair<std::string, double>> SGD::hyper_parameters() const {
+  std::vector<std::pair<std::string, double>> all = Optimizer::hyper_parameters();
+  all.insert(all.end(), {{"momentum", momentum_}, {"weight_decay", weight_decay_}});
+  return all;
+}
+
 SGD::SGD(float lr, float momentum, float weight_decay, float clip_norm)
     : Optimizer(lr, clip_norm), momentum_(momentum), weight_decay_(weight_decay) {
   check_hyper(finite(momentum) && momentum >= 0.0f && momentum < 1.0f, "SGD", "momentum", momentum,
@@ -429,6 +476,17 @@ Adam::Adam(float lr, float beta1, float beta2, float eps, float weight_decay, fl
   check_hyper(finite(eps) && eps > 0.0f, "Adam", "eps", eps, "a finite value > 0");
   check_hyper(finite(weight_decay) && weight_decay >= 0.0f, "Adam", "weight_decay", weight_decay,
               "a finite value >= 0");
+}
+
+std::vector<std::string> Adam::state_slot_names() const {
+  return {"exp_avg", "exp_avg_sq"};  // torch.optim.Adam's names for m and v
+}
+
+std::vector<std::pair<std::string, double>> Adam::hyper_parameters() const {
+  std::vector<std::pair<std::string, double>> all = Optimizer::hyper_parameters();
+  all.insert(all.end(),
+             {{"beta1", beta1_}, {"beta2", beta2_}, {"eps", eps_}, {"weight_decay", weight_decay_}});
+  return all;
 }
 
 DeviceUpdate Adam::device_rule() const {

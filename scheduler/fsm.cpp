@@ -792,7 +792,9 @@ void FsmPolicy::save(const std::string& path, const std::string& signature) cons
                   {"states", std::move(states)}};
 
   // All of the old file or all of the new one, whatever happens during the write.
-  io::write_file_atomically(path, file.dump(1) + '\n');
+  const std::string text = file.dump(1) + '\n';
+  const std::string_view pieces[] = {text};
+  io::write_file_atomically(path, pieces, "FSM policy file");
 }
 
 FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_signature) {

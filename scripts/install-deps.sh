@@ -20,6 +20,7 @@ PACKAGES=(
   libblis-dev
   libdnnl-dev
   libxsmm-dev
+  python3-numpy
 )
 
 missing=()

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "cuda_test_util.h"
@@ -208,6 +209,39 @@ TEST(CudaEngineTf32, TreeLstmWithinTheStatedAccuracy) {
   Engine engine(*bundle.program, options);
   GraphBatch batch = models::make_batch(bundle.train, first_indices(32));
   testing::expect_matches_reference(engine, *bundle.program, batch, 2e-2, "tree_lstm tf32");
+}
+
+// Checkpoints of a GPU engine: the optimizer state saved is the device's
+// (downloaded), a load hands it back (uploaded before the next step), and the
+// resumed engine trains on as the one that saved (within float rounding: the
+// device sums some gradients atomically).
+TEST(CudaEngineCheckpoint, ResumedTrainingContinuesTheDevicesState) {
+  VJIT_SKIP_WITHOUT_CUDA();
+  const std::string path = ::testing::TempDir() + "vjit-cuda-checkpoint.safetensors";
+  models::Bundle saved = models::make_model("tree_lstm", testing::small_config());
+  models::Bundle resumed = models::make_model("tree_lstm", testing::small_config());
+  Engine saver(*saved.program, cuda_options()), loader(*resumed.program, cuda_options());
+  Adam saver_adam(0.01f), loader_adam(0.01f);
+  GraphBatch batch = models::make_batch(saved.train, first_indices(16));
+  GraphBatch other = models::make_batch(saved.train, {16, 17, 18, 19, 20});
+  for (const GraphBatch* b : {&batch, &other}) saver.train_step(*b, saver_adam);
+  save_checkpoint(path, saver, &saver_adam);
+  const OptimizerState on_device = saver.optimizer_state();
+  load_checkpoint(path, loader, &loader_adam);
+  const OptimizerState loaded = loader.optimizer_state();
+  ASSERT_EQ(loaded.slots.size(), on_device.slots.size());
+  EXPECT_EQ(loaded.steps, 2);
+  for (size_t p = 0; p < loaded.slots.size(); ++p) EXPECT_EQ(loaded.slots[p], on_device.slots[p]) << "parameter " << p;
+  for (int p = 0; p < saved.model->size(); ++p) EXPECT_EQ(resumed.model->param(p).value, saved.model->param(p).value);
+  for (const GraphBatch* b : {&batch, &other, &batch}) {
+    const double a = saver.train_step(*b, saver_adam), c = loader.train_step(*b, loader_adam);
+    EXPECT_NEAR(c, a, kTolerance * std::max(1.0, std::abs(a)));
+  }
+  for (int p = 0; p < saved.model->size(); ++p)
+    EXPECT_LE(testing::tensor_error(resumed.model->param(p).value, saved.model->param(p).value), 1e-4)
+        << saved.model->param(p).name;
+  EXPECT_EQ(loader.optimizer_state().steps, 5);
+  std::remove(path.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryModel, CudaEngine, ::testing::ValuesIn(models::model_names()),

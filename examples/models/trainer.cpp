@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include "examples/models/models.h"
@@ -15,6 +16,8 @@ struct TrainFlags {
   int epochs = 5;
   int batch = 32;
   float lr = 0.01f;
+  std::string save_path;  // --save: a checkpoint after every epoch
+  std::string load_path;  // --load: resume from a checkpoint of --save
 };
 
 int to_int(const std::string& flag, const std::string& value) {
@@ -57,17 +60,32 @@ TrainFlags parse_flags(const std::vector<std::string>& args) {
     else if (flag == "--test-samples") f.config.test_samples = to_int(flag, value);
     else if (flag == "--data") f.config.data_path = value;
     else if (flag == "--test") f.config.test_path = value;
+    else if (flag == "--save") f.save_path = value;
+    else if (flag == "--load") f.load_path = value;
     else throw UserError("unknown flag " + flag);
   }
-  if (f.epochs < 1 || f.batch < 1 || f.config.hidden < 1) throw UserError("--epochs, --batch and --hidden must be >= 1");
+  if (f.epochs < 0) throw UserError("--epochs must be >= 0 (0: load with --load and evaluate)");
+  if (f.batch < 1 || f.config.hidden < 1) throw UserError("--batch and --hidden must be >= 1");
   return f;
 }
 
 // Accuracy of the classifier pushes: over every labelled vertex, and over the
-// root (last vertex) of each sample when it is labelled.
+// root (last vertex) of each sample when it is labelled; and the objective
+// summed over the samples scored (for the test set, the mean loss per sample).
 struct Scores {
   Accuracy all, root;
+  double loss = 0;
+  int64_t samples = 0;
+  double mean_loss() const { return samples > 0 ? loss / double(samples) : 0.0; }
 };
+
+// The evaluation, precise enough that two runs can be compared by it.
+std::string describe(const Scores& test) {
+  char text[128];
+  std::snprintf(text, sizeof text, "test acc %.6f (root %.6f), test loss %.9g", test.all.value(), test.root.value(),
+                test.mean_loss());
+  return text;
+}
 
 void score(const Bundle& bundle, const GraphBatch& batch, const Evaluation<float>& out, Scores& scores) {
   for (size_t s = 0; s < batch.samples.size(); ++s) {
@@ -91,9 +109,37 @@ Scores evaluate(Engine& engine, const Bundle& bundle, int batch_size) {
     std::vector<int> indices;
     for (size_t i = begin; i < std::min(bundle.test.size(), begin + size_t(batch_size)); ++i) indices.push_back(int(i));
     GraphBatch batch = make_batch(bundle.test, indices);
-    score(bundle, batch, engine.infer(batch), scores);
+    const Evaluation<float> out = engine.infer(batch);
+    score(bundle, batch, out, scores);
+    scores.loss += out.objective;
+    scores.samples += int64_t(indices.size());
   }
   return scores;
+}
+
+// A checkpoint of the training so far, with the epoch and its test scores.
+void save(const TrainFlags& flags, const char* model_name, const Engine& engine, const Optimizer& optimizer, int epoch,
+          const Scores& test) {
+  char loss[32];
+  std::snprintf(loss, sizeof loss, "%.9g", test.mean_loss());
+  save_checkpoint(flags.save_path, engine, &optimizer,
+                  {{"model", model_name},
+                   {"epoch", std::to_string(epoch)},
+                   {"test_accuracy", std::to_string(test.all.value())},
+                   {"test_root_accuracy", std::to_string(test.root.value())},
+                   {"test_loss", loss}});
+  std::printf("saved %s after epoch %d: %s\n", flags.save_path.c_str(), epoch, describe(test).c_str());
+}
+
+// Resumes from --load: the epoch it was saved after.
+int resume(const TrainFlags& flags, Engine& engine, Optimizer& optimizer) {
+  std::map<std::string, std::string> metadata = load_checkpoint(flags.load_path, engine, &optimizer);
+  const auto epoch = metadata.find("epoch");
+  if (epoch == metadata.end())
+    throw UserError("checkpoint '" + flags.load_path + "' has no \"epoch\" in its metadata (not written by --save)");
+  const int saved_epoch = to_int("the checkpoint's epoch", epoch->second);
+  std::printf("loaded %s: epoch %d\n", flags.load_path.c_str(), saved_epoch);
+  return saved_epoch;
 }
 
 int train(const char* model_name, int argc, char** argv) {
@@ -107,7 +153,8 @@ int train(const char* model_name, int argc, char** argv) {
               bundle.train.size(), bundle.test.size(), bundle.model->size(),
               static_cast<long long>(bundle.model->total_numel()), flags.config.hidden, flags.batch,
               options.describe().c_str());
-  for (int epoch = 1; epoch <= flags.epochs; ++epoch) {
+  const int done = flags.load_path.empty() ? 0 : resume(flags, engine, adam);
+  for (int epoch = done + 1; epoch <= done + flags.epochs; ++epoch) {
     std::vector<int> order = shuffled_indices(int(bundle.train.size()), flags.config.seed * 1000 + uint64_t(epoch));
     ProgressBar bar(int64_t(order.size()), "epoch " + std::to_string(epoch));
     Timer timer;
@@ -127,7 +174,13 @@ int train(const char* model_name, int argc, char** argv) {
     std::printf("epoch %d: loss %.4f  train acc %.3f  test acc %.3f (root %.3f)  %.1f samples/s\n", epoch,
                 loss / double(order.size()), train_scores.all.value(), test.all.value(), test.root.value(),
                 double(order.size()) / seconds);
+    if (!flags.save_path.empty()) save(flags, model_name, engine, adam, epoch, test);
     std::fflush(stdout);
+  }
+  if (flags.epochs == 0) {
+    Scores test = evaluate(engine, bundle, flags.batch);
+    std::printf("evaluation after epoch %d: %s\n", done, describe(test).c_str());
+    if (!flags.save_path.empty()) save(flags, model_name, engine, adam, done, test);
   }
   return 0;
 }

@@ -8,6 +8,16 @@ namespace vjit::models {
 // --seed N, --train-samples N, --test-samples N, --data PATH, --test PATH, and
 // every VJIT_* option as a flag (--policy agenda, --no-fusion, ...). Returns
 // the process exit code; errors are printed, never thrown.
+//
+// Checkpoints (vjit/checkpoint.h): --save PATH writes one after every epoch
+// (parameters, Adam's state, the epoch and its test scores in the metadata)
+// and prints the evaluation it saved. --load PATH resumes from one: the
+// parameters and Adam's state are restored and training goes on with the
+// epoch after the saved one, for --epochs more epochs, exactly as the
+// uninterrupted run would have (same flags). --epochs 0 trains nothing: with
+// --load it evaluates the loaded model and prints "evaluation after epoch N".
+// The model flags (--hidden, --embed, --data, ...) must be those of the run
+// that saved.
 int train_main(const char* model_name, int argc, char** argv);
 
 }  // namespace vjit::models

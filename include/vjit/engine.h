@@ -106,6 +106,25 @@ class Engine {
   // train_step makes (only the touched rows of embedding tables: LazyAdam).
   const std::vector<GradientRows>& gradient_rows() const;
 
+  // The program the engine runs, and through it the Model it trains.
+  const Program& program() const;
+
+  // Training state beside the Model's values, for checkpoints (vjit/checkpoint.h).
+  // The optimizer state the engine keeps for its parameters (a copy, brought
+  // back from the GPU when it lives there), and its replacement: pass a state
+  // the optimizer adopted (Optimizer::adopt) for its next train_step to
+  // continue it.
+  OptimizerState optimizer_state() const;
+  void set_optimizer_state(OptimizerState state);
+  // How many train_step calls this engine made: each draws its dropout seed
+  // from this count, so a resumed run sets it to continue the same masks.
+  uint64_t train_steps() const;
+  void set_train_steps(uint64_t steps);
+  // Copies the Model's values to where the engine keeps the parameters, after
+  // they were changed from outside (e.g. by load_parameters). On the CPU the
+  // engine reads the Model itself and this does nothing; on the GPU it uploads.
+  void upload_parameters();
+
   EngineStats stats() const;  // a copy, taken under the engine's lock
   // Computes each batch's ED-Batch lower bound into stats().lower_bound (a
   // diagnostic that costs a pass over the batch; off by default).

@@ -46,7 +46,9 @@
 // Update loops are vectorised for the CPU they run on (AVX-512, AVX2 or SSE2,
 // chosen at load time).
 #include <cstdint>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "vjit/model.h"
@@ -153,6 +155,25 @@ class Optimizer {
   // before, which is made again on its next step.
   void reset();
 
+  // Whether this optimizer made `state` since its last reset(): its next step
+  // with it continues it instead of making it again.
+  bool made(const OptimizerState& state) const;
+  // Makes `state` this optimizer's as if it had made it, so that its next step
+  // continues from state.steps and the slots as they are (a loaded checkpoint,
+  // vjit/checkpoint.h). Throws UserError, leaving `state` unchanged, unless it
+  // holds state_slot_names().size() slots per parameter, each of its shape's size.
+  void adopt(OptimizerState& state) const;
+
+  // What a checkpoint records of the optimizer. kind(): "sgd", "adam", or
+  // "custom" (a subclass of the user's may name itself). state_slot_names():
+  // one name per state slot, PyTorch's where it has one ("momentum_buffer";
+  // "exp_avg", "exp_avg_sq"), else "slot0", "slot1", ... hyper_parameters():
+  // name and value of every setting of the rule (lr, clip_norm, dense_updates
+  // as 0 or 1, and the subclass's).
+  virtual std::string kind() const { return "custom"; }
+  virtual std::vector<std::string> state_slot_names() const;
+  virtual std::vector<std::pair<std::string, double>> hyper_parameters() const;
+
   float lr() const { return lr_; }
   void set_lr(float lr);  // for schedules; must be finite and > 0
   float clip_norm() const { return clip_norm_; }
@@ -201,8 +222,6 @@ class Optimizer {
                 const std::vector<GradientRows>& rows, const OptimizerState& state) const;
   // The clipping factor for gradients of this squared norm (1 when not clipped).
   float clip_scale(double sum_of_squares) const;
-  // Whether `state` was made by this optimizer since its last reset().
-  bool made(const OptimizerState& state) const;
   // Makes `state` for `model`: zeros, t = 0, owned by this optimizer.
   void make_state(const Model& model, OptimizerState& state) const;
   // Fills chunks_ for this step; returns the number of elements they read or update.
@@ -240,6 +259,9 @@ class SGD : public Optimizer {
  public:
   explicit SGD(float lr, float momentum = 0.0f, float weight_decay = 0.0f, float clip_norm = 0.0f);
   DeviceUpdate device_rule() const override;
+  std::string kind() const override { return "sgd"; }
+  std::vector<std::string> state_slot_names() const override;
+  std::vector<std::pair<std::string, double>> hyper_parameters() const override;
 
   float momentum() const { return momentum_; }
   float weight_decay() const { return weight_decay_; }
@@ -272,6 +294,9 @@ class Adam : public Optimizer {
   explicit Adam(float lr = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f,
                 float weight_decay = 0.0f, float clip_norm = 0.0f);
   DeviceUpdate device_rule() const override;
+  std::string kind() const override { return "adam"; }
+  std::vector<std::string> state_slot_names() const override;
+  std::vector<std::pair<std::string, double>> hyper_parameters() const override;
 
   float beta1() const { return beta1_; }
   float beta2() const { return beta2_; }

@@ -1,6 +1,7 @@
 #pragma once
 // The public API of vjit in one include.
 #include "vjit/batching.h"
+#include "vjit/checkpoint.h"
 #include "vjit/engine.h"
 #include "vjit/error.h"
 #include "vjit/graph.h"
