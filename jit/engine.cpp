@@ -39,6 +39,9 @@ struct Engine::Impl {
     VJIT_USER_CHECK(options.memplan != "pqtree" || options.device == "cpu",
                     "VJIT_MEMPLAN=pqtree runs on the CPU executor only (VJIT_DEVICE=cpu); the CUDA executor "
                     "follows the copy and padded layouts");
+    VJIT_USER_CHECK(!options.check_finite || options.device == "cpu",
+                    "VJIT_CHECK_FINITE=1 runs on the CPU executor only (VJIT_DEVICE=cpu): the CUDA executor does "
+                    "not check forward values; run the batch with VJIT_DEVICE=cpu to find the first non-finite one");
     for (int t = 0; t < program.num_types(); ++t) {
       forward_flops.push_back(double(ir::flops_per_vertex(program.forward(t))));
       backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
@@ -50,7 +53,8 @@ struct Engine::Impl {
           runtime::CudaExecutor::Config{options.threads, options.profile, options.tf32, options.streaming});
     else
       executor = std::make_unique<runtime::CpuExecutor>(
-          program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile});
+          program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile,
+                                                       options.check_finite});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
       fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(policy_cache_path(), program.signature_string()));
   }

@@ -232,6 +232,22 @@ TEST(CudaEngineErrors, AnOverflowingUpdateChangesNothing) {
   }
 }
 
+// VJIT_CHECK_FINITE is the CPU executor's: with VJIT_DEVICE=cuda the Engine
+// refuses it at construction, saying so.
+TEST(CudaEngineErrors, CheckFiniteIsRefused) {
+  VJIT_SKIP_WITHOUT_CUDA();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config());
+  Options options = cuda_options();
+  options.check_finite = true;
+  try {
+    Engine engine(*bundle.program, options);
+    FAIL() << "VJIT_CHECK_FINITE=1 with VJIT_DEVICE=cuda was accepted";
+  } catch (const UserError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("VJIT_CHECK_FINITE=1 runs on the CPU executor only"), std::string::npos) << message;
+  }
+}
+
 // VJIT_TF32: products on TF32 tensor cores (10-bit mantissa). The accuracy
 // Options states: the objective and gradients of the Tree-LSTM within 2e-2 of
 // the double reference (FP32 is within 1e-4).
