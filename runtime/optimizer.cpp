@@ -215,6 +215,36 @@ VJIT_VECTOR_CLONES bool adam_finite(const float* __restrict w, const float* __re
   return bad == 0;
 }
 
+// A sufficient condition, without the divisions and the square root (the
+// preview's cost), for adam_finite: m and v stay finite, v̂ = v/c2 is in
+// [0, L], and |w·decay| + lr·|m|/(c1·eps) ≤ L — since √v̂ + eps ≥ eps, that
+// bounds |m̂/(√v̂ + eps)| and |w'|. L = 1e38 leaves a factor of 3 below
+// FLT_MAX for the rounding of the few operations between the bound and the
+// values. False (NaN compares false) says nothing: adam_finite then decides.
+VJIT_VECTOR_CLONES bool adam_surely_finite(const float* __restrict w, const float* __restrict m,
+                                           const float* __restrict v, const float* __restrict g, int64_t n,
+                                           AdamConstants c) {
+  constexpr float kLimit = 1e38f;
+  const float step_per_m = 1.0f / (c.correction1 * c.eps);  // inf or NaN: nothing is proven, as it should
+  const float v_hat_per_v = 1.0f / c.correction2;
+  uint32_t ok = 1;
+  auto check = [&](float wk, float mk, float vk) {
+    const float step = std::fabs(mk) * step_per_m;
+    const float v_hat = vk * v_hat_per_v;
+    const float bound = std::fabs(wk * c.decay) + c.lr * step;
+    return uint32_t(step <= kLimit) & uint32_t(v_hat >= 0.0f) & uint32_t(v_hat <= kLimit) & uint32_t(bound <= kLimit);
+  };
+  if (g) {
+    for (int64_t k = 0; k < n; ++k) {
+      const float gk = g[k] * c.scale;
+      ok &= check(w[k], c.beta1 * m[k] + c.one_minus_beta1 * gk, c.beta2 * v[k] + c.one_minus_beta2 * gk * gk);
+    }
+  } else {
+    for (int64_t k = 0; k < n; ++k) ok &= check(w[k], c.beta1 * m[k], c.beta2 * v[k]);
+  }
+  return ok != 0;
+}
+
 // The first element a preview found, found again element by element (the
 // rare path: the step is about to fail). `values(k)` gives element k's new
 // values, the weight first, then the state slots.
@@ -784,7 +814,7 @@ NonFiniteUpdate Adam::preview(int, const float* w, float* const* state, const fl
   const float *wb = w + begin, *mb = state[0] + begin, *vb = state[1] + begin;
   const float* gb = g ? g + begin : nullptr;
   const int64_t n = end - begin;
-  if (adam_finite(wb, mb, vb, gb, n, c)) return {};
+  if (adam_surely_finite(wb, mb, vb, gb, n, c) || adam_finite(wb, mb, vb, gb, n, c)) return {};
   NonFiniteUpdate found = first_non_finite_value<3>(n, [&](int64_t k) {
     const AdamValues x = gb ? adam_element<true>(wb[k], mb[k], vb[k], gb[k], c)
                             : adam_element<false>(wb[k], mb[k], vb[k], 0.0f, c);
