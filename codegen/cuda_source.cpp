@@ -284,31 +284,44 @@ std::string cuda_runtime_kernels_source() {
          "#endif\n"
          "  if (partial != 0.0 || partial != partial) atomicAdd(sum, partial);\n}\n"
       << host_entry("vjit_sum_squares", {"long long", "long long", "const unsigned long long*", "double*"});
-  out << "extern \"C\" __global__ void vjit_optimizer_update(long long rows, long long width, "
+  // preview = 1: the same float operations, nothing stored; *non_finite is
+  // set to 1 when any weight or slot value the update would store is NaN or
+  // ±Inf (the device form of Optimizer's preview: check, then apply).
+  out << "__device__ inline unsigned vjit_non_finite(float x) {\n"
+         "  return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;\n}\n"
+         "extern \"C\" __global__ void vjit_optimizer_update(long long rows, long long width, "
          "const unsigned long long* __restrict__ ptrs, int kind,\n"
          "    float lr, float weight_decay, float momentum, float beta1, float beta2, float one_minus_beta1,\n"
-         "    float one_minus_beta2, float correction1, float correction2, float eps, float decay, float scale) {\n"
+         "    float one_minus_beta2, float correction1, float correction2, float eps, float decay, float scale,\n"
+         "    int preview, unsigned* non_finite) {\n"
       << kLoopBegin
       << "    float* w = (float*)ptrs[4 * r] + i;\n"
-         "    const float g = ((const float*)ptrs[4 * r + 1])[i];\n"
-         "    if (kind == 1) { *w -= lr * (g * scale + weight_decay * *w); continue; }\n"
          "    float* m = (float*)ptrs[4 * r + 2] + i;\n"
-         "    if (kind == 2) {\n"
+         "    float* v = (float*)ptrs[4 * r + 3] + i;\n"
+         "    const float g = ((const float*)ptrs[4 * r + 1])[i];\n"
+         "    float nw, nm = 0.0f, nv = 0.0f;\n"
+         "    if (kind == 1) {\n"
+         "      nw = *w - lr * (g * scale + weight_decay * *w);\n"
+         "    } else if (kind == 2) {\n"
          "      const float d = g * scale + weight_decay * *w;\n"
-         "      *m = momentum * *m + d;\n"
-         "      *w -= lr * *m;\n"
+         "      nm = momentum * *m + d;\n"
+         "      nw = *w - lr * nm;\n"
+         "    } else {\n"
+         "      const float gk = g * scale;\n"
+         "      nm = beta1 * *m + one_minus_beta1 * gk;\n"
+         "      nv = beta2 * *v + one_minus_beta2 * gk * gk;\n"
+         "      nw = *w * decay - lr * (nm / correction1) / (sqrtf(nv / correction2) + eps);\n"
+         "    }\n"
+         "    if (preview) {\n"
+         "      if (vjit_non_finite(nw) | vjit_non_finite(nm) | vjit_non_finite(nv)) atomicOr(non_finite, 1u);\n"
          "      continue;\n"
          "    }\n"
-         "    float* v = (float*)ptrs[4 * r + 3] + i;\n"
-         "    const float gk = g * scale;\n"
-         "    const float mk = beta1 * *m + one_minus_beta1 * gk;\n"
-         "    const float vk = beta2 * *v + one_minus_beta2 * gk * gk;\n"
-         "    *m = mk;\n"
-         "    *v = vk;\n"
-         "    *w = *w * decay - lr * (mk / correction1) / (sqrtf(vk / correction2) + eps);\n  }\n}\n"
+         "    *w = nw;\n"
+         "    if (kind >= 2) *m = nm;\n"
+         "    if (kind == 3) *v = nv;\n  }\n}\n"
       << host_entry("vjit_optimizer_update",
                     {"long long", "long long", "const unsigned long long*", "int", "float", "float", "float", "float",
-                     "float", "float", "float", "float", "float", "float", "float", "float"});
+                     "float", "float", "float", "float", "float", "float", "float", "float", "int", "unsigned*"});
   return out.str();
 }
 

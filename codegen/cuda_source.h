@@ -82,9 +82,11 @@ std::string cuda_index_kernels_source();
 //   vjit_softmax_ce(rows, classes, x, xld, labels, up, uld, gradient, out, ld)
 //   vjit_sum_squares(rows, width, ptrs, double* sum)        *sum += Σ g² (g = ptrs[4r+1])
 //   vjit_optimizer_update(rows, width, ptrs, kind, lr, weight_decay, momentum, beta1, beta2,
-//                         1−beta1, 1−beta2, correction1, correction2, eps, decay, scale)
+//                         1−beta1, 1−beta2, correction1, correction2, eps, decay, scale,
+//                         preview, unsigned* non_finite)
 //       runtime/optimizer.cpp's loops (kind 1 SGD, 2 SGD with momentum, 3 Adam) over
-//       rows of (weights, gradient, slot 0, slot 1) = ptrs[4r..4r+3]
+//       rows of (weights, gradient, slot 0, slot 1) = ptrs[4r..4r+3]; preview 1:
+//       nothing stored, *non_finite = 1 when a value it would store is NaN or ±Inf
 std::string cuda_runtime_kernels_source();
 
 // One module's source: the prelude (types, the grid-stride helper) followed by

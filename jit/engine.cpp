@@ -40,6 +40,9 @@ struct Engine::Impl {
     VJIT_USER_CHECK(options.memplan != "pqtree" || options.device == "cpu",
                     "VJIT_MEMPLAN=pqtree runs on the CPU executor only (VJIT_DEVICE=cpu); the CUDA executor "
                     "follows the copy and padded layouts");
+    VJIT_USER_CHECK(!options.check_finite || options.device == "cpu",
+                    "VJIT_CHECK_FINITE=1 runs on the CPU executor only (VJIT_DEVICE=cpu): the CUDA executor does "
+                    "not check forward values; run the batch with VJIT_DEVICE=cpu to find the first non-finite one");
     for (int t = 0; t < program.num_types(); ++t) {
       forward_flops.push_back(double(ir::flops_per_vertex(program.forward(t))));
       backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
@@ -51,7 +54,8 @@ struct Engine::Impl {
           runtime::CudaExecutor::Config{options.threads, options.profile, options.tf32, options.streaming});
     else
       executor = std::make_unique<runtime::CpuExecutor>(
-          program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile, options.max_memory});
+          program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile,
+                                                       options.max_memory, options.check_finite});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
   }
 

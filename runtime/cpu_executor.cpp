@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -231,6 +232,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       streaming_(config.streaming),
       profile_(config.profile),
       max_memory_floats_(config.max_memory / int64_t(sizeof(float))),
+      check_finite_(config.check_finite),
       store_(program.model(), plan) {
   size_t max_values = 0, max_inputs = 0, max_outputs = 0;
   push_widths_.resize(plan.types.size());
@@ -569,7 +571,72 @@ void CpuExecutor::run_steps(Pass pass, const Rows& rows, std::span<const Step> s
   for (const Step& step : steps) {
     if (profile_) run_step_profiled(pass, rows, step, frame);
     else run_step(pass, rows, step, frame);
+    if (check_finite_ && pass == Pass::Forward) check_finite(rows, step, frame);
   }
+}
+
+void CpuExecutor::check_finite(const Rows& rows, const Step& step, const Frame& frame) const {
+  const FunctionPlan& fp = function_plan(Pass::Forward, rows.type);
+  const ir::Function& f = *fp.function;
+  const std::vector<View>& views = frame.views[int(Pass::Forward)];
+  const std::span<const ValueId> written =
+      step.fused >= 0 ? std::span<const ValueId>(fp.fused[size_t(step.fused)].outputs) : std::span(&step.node, 1);
+  // Values with rows of their own: not views, sinks, parameters or stacked parameters.
+  auto has_rows = [&](ValueId id) {
+    const Node& n = f[id];
+    return !is_view(n.op) && !ir::is_sink(n.op) && !n.uniform && !fp.folded[size_t(id)] &&
+           views[size_t(id)].data != nullptr;
+  };
+  for (int64_t r = 0; r < rows.count; ++r)
+    for (ValueId id : written) {
+      if (!has_rows(id)) continue;
+      const float* row = views[size_t(id)].data + r * views[size_t(id)].ld;
+      const int64_t k = first_non_finite(row, f[id].shape.numel());
+      if (k >= 0) throw_non_finite(rows, r, step, id, k, row[k]);
+    }
+}
+
+namespace {
+// "%12 log": a value and its op, as the Builder names the op.
+std::string value_label(const ir::Function& f, ValueId id) {
+  std::string name = ir::op_name(f[id].op);
+  for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return "%" + std::to_string(id) + " " + name;
+}
+}  // namespace
+
+void CpuExecutor::throw_non_finite(const Rows& rows, int64_t row, const Step& step, ValueId value, int64_t element,
+                                   float found) const {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const FunctionPlan& fp = function_plan(Pass::Forward, rows.type);
+  const ir::Function& f = *fp.function;
+  const scheduler::VertexRef ref = graph.ref(rows.vertices[row]);
+  const std::string& name = graph.batch().samples[size_t(ref.sample)].name;
+  detail::Message m;
+  m << "VJIT_CHECK_FINITE: sample " << ref.sample;
+  if (!name.empty()) m << " ('" << name << "')";
+  m << ", vertex " << ref.vertex << " (type '" << program_.type_name(rows.type) << "'): " << value_label(f, value)
+    << " of shape " << f[value].shape.str() << " is " << found << " at element " << element;
+  if (step.fused >= 0) {
+    // The group's ops: what the kernel computes from its inputs up to its outputs.
+    const FusedStep& group = fp.fused[size_t(step.fused)];
+    std::vector<char> member(size_t(f.size()), 0);
+    std::vector<ValueId> pending(group.outputs.begin(), group.outputs.end());
+    while (!pending.empty()) {
+      const ValueId id = pending.back();
+      pending.pop_back();
+      if (member[size_t(id)] || std::find(group.inputs.begin(), group.inputs.end(), id) != group.inputs.end())
+        continue;
+      member[size_t(id)] = 1;
+      for (ValueId arg : f[id].args) pending.push_back(arg);
+    }
+    m << ", an output of fused kernel " << group.kernel.name << " (ops";
+    for (ValueId id = 0; id < f.size(); ++id)
+      if (member[size_t(id)]) m << " " << value_label(f, id);
+    m << "; which of them first went non-finite is not tracked)";
+  }
+  m << "; the first non-finite value of this forward pass, in execution order";
+  throw UserError(m.str());
 }
 
 void CpuExecutor::run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame) {

@@ -70,6 +70,10 @@ class CpuExecutor final : public Executor {
     // VJIT_MAX_MEMORY: the two arenas together never hold more (0: no bound).
     // The engine refuses a batch that needs more before it runs.
     int64_t max_memory = 0;
+    // Check every value a forward step writes (VJIT_CHECK_FINITE): the first
+    // NaN or ±Inf, in execution order, is a UserError naming its sample,
+    // vertex, vertex type and op (check_finite()).
+    bool check_finite = false;
   };
   CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config);
 
@@ -146,6 +150,11 @@ class CpuExecutor final : public Executor {
   void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Frame& frame);
   void run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame);
   void run_step_profiled(Pass pass, const Rows& rows, const Step& step, Frame& frame);
+  // VJIT_CHECK_FINITE: the values the forward step wrote for the rows, row by
+  // row; throws UserError at the first NaN or ±Inf.
+  void check_finite(const Rows& rows, const Step& step, const Frame& frame) const;
+  [[noreturn]] void throw_non_finite(const Rows& rows, int64_t row, const Step& step, ir::ValueId value,
+                                     int64_t element, float found) const;
   void run_node(Pass pass, const Rows& rows, ir::ValueId id, Frame& frame);
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame);
   // Calls fn(begin, count, block) over blocks of rows, on the pool's threads
@@ -191,6 +200,7 @@ class CpuExecutor final : public Executor {
   bool streaming_;
   bool profile_;
   int64_t max_memory_floats_;  // Config::max_memory in floats (0: no bound)
+  bool check_finite_;
   CpuParameterStore store_;
   ExecStats stats_;
   ExecStats stream_stats_;  // the streaming thread's, merged after each forward

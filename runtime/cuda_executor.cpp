@@ -146,9 +146,10 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
   }
   views_[0].resize(max_values);
   views_[1].resize(max_values);
-  scalars_ = DeviceBuffer(device_, 2 * sizeof(double));
+  scalars_ = DeviceBuffer(device_, 3 * sizeof(double));
   objective_ = scalars_.get();
   norm_ = scalars_.get() + sizeof(double);
+  non_finite_ = scalars_.get() + 2 * sizeof(double);
   if (config.streaming)
     for (int t = 0; t < program.num_types(); ++t) type_events_.push_back(device_.create_event());
 }
@@ -562,7 +563,15 @@ void CudaExecutor::update(Optimizer& optimizer) {
   device_.synchronize();
   if (!std::isfinite(sum)) return update_on_host(optimizer);  // step() names the culprit
   OptimizerState& state = store_.optimizer_state();
+  const bool slots_were_on_device = slots_on_device_;
   rule = optimizer.begin_device_step(model, state, sum);
+  if (rule.state_made && slots_were_on_device) {
+    // Another state's slots are live on the device (another optimizer, or one
+    // before a reset()): the host step brings them into that state before it
+    // is replaced, so that a failed step can give it back as it was.
+    optimizer.cancel_device_step(state);
+    return update_on_host(optimizer);
+  }
   if (rule.state_made || !slots_on_device_) {
     // Fresh state: zeros; after host steps: the host's slots.
     for (int p = 0; p < model.size(); ++p)
@@ -574,10 +583,29 @@ void CudaExecutor::update(Optimizer& optimizer) {
     slots_on_device_ = true;
   }
   const int kind = rule.kind == DeviceUpdate::Kind::Sgd ? 1 : rule.kind == DeviceUpdate::Kind::SgdMomentum ? 2 : 3;
-  for (const Segment& s : segments)
-    launch(optimizer_fn_, s.rows * s.width, s.rows, s.width, tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t), kind,
-           rule.lr, rule.weight_decay, rule.momentum, rule.beta1, rule.beta2, 1.0f - rule.beta1, 1.0f - rule.beta2,
-           rule.correction1, rule.correction2, rule.eps, rule.decay, rule.scale);
+  auto run_kernel = [&](int preview) {
+    for (const Segment& s : segments)
+      launch(optimizer_fn_, s.rows * s.width, s.rows, s.width, tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t),
+             kind, rule.lr, rule.weight_decay, rule.momentum, rule.beta1, rule.beta2, 1.0f - rule.beta1,
+             1.0f - rule.beta2, rule.correction1, rule.correction2, rule.eps, rule.decay, rule.scale, preview,
+             non_finite_);
+  };
+  // Check, then apply (as Optimizer::step does on the host): the preview
+  // stores nothing and flags a non-finite value the update would store.
+  device_.memset_zero(non_finite_, sizeof(unsigned));
+  run_kernel(1);
+  unsigned non_finite = 0;
+  device_.download_async(&non_finite, non_finite_, sizeof non_finite);
+  device_.synchronize();
+  if (non_finite != 0) {
+    // Nothing was written on the device. The host step runs the same float
+    // operations over the same values and throws the UserError naming the
+    // parameter, element and step, leaving the model and state as they are.
+    optimizer.cancel_device_step(state);
+    if (rule.state_made) slots_on_device_ = false;  // zeros for a state that was not made: nothing to bring back
+    return update_on_host(optimizer);
+  }
+  run_kernel(0);
   download_updated();
 }
 

@@ -31,7 +31,10 @@
 // step): the norm of the listed gradients is summed on the device, the
 // optimizer does its bookkeeping (Optimizer::begin_device_step), one kernel
 // per parameter updates the listed rows, and the changed values are copied
-// back into the Model, which stays current for its user. A rule with no device
+// back into the Model, which stays current for its user. The kernel first runs
+// as a preview (the same float operations, nothing stored) that flags a value
+// the update would leave NaN or ±Inf; then the step goes to the host, whose
+// Optimizer::step finds the same value, names it and changes nothing. A rule with no device
 // form, or dense updates of an embedding table, runs on the host over the
 // downloaded gradients instead. Values changed in the Model by hand after the
 // engine was built need parameters().upload(model).
@@ -192,7 +195,8 @@ class CudaExecutor final : public Executor {
   DeviceBuffer slots_block_;
   std::vector<DevicePtr> slots_;
   bool slots_on_device_ = false;
-  DevicePtr norm_ = 0;  // Σ g² of a step, in double
+  DevicePtr norm_ = 0;        // Σ g² of a step, in double
+  DevicePtr non_finite_ = 0;  // the optimizer kernel's preview: 1 when a value would be non-finite
   std::vector<std::vector<int64_t>> push_widths_;
   std::vector<std::vector<int>> push_index_;
   std::vector<int64_t> scatter_width_;

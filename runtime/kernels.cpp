@@ -1,5 +1,7 @@
 #include "runtime/kernels.h"
 
+#include <algorithm>
+#include <bit>
 
 #include "ir/op_semantics.h"
 
@@ -61,6 +63,25 @@ void binary_rows(ir::Op op, int64_t rows, int64_t width, Operand a, Operand b, f
 void fill_rows(int64_t rows, int64_t width, float value, float* out, int64_t ld_out) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < width; ++i) out[r * ld_out + i] = value;
+}
+
+int64_t first_non_finite(const float* x, int64_t n) {
+  // A float is NaN or ±Inf exactly when its exponent bits are all ones (a
+  // test no floating-point flag can fold away, unlike std::isfinite).
+  auto non_finite = [](float v) {
+    constexpr uint32_t kExponent = 0x7f800000u;
+    return (std::bit_cast<uint32_t>(v) & kExponent) == kExponent;
+  };
+  constexpr int64_t kBlock = 64;
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t end = std::min(n, begin + kBlock);
+    uint32_t any = 0;
+    for (int64_t k = begin; k < end; ++k) any |= uint32_t(non_finite(x[k]));
+    if (any == 0) continue;
+    for (int64_t k = begin; k < end; ++k)
+      if (non_finite(x[k])) return k;
+  }
+  return -1;
 }
 
 }  // namespace vjit::runtime

@@ -27,4 +27,9 @@ void binary_rows(ir::Op op, int64_t rows, int64_t width, Operand a, Operand b, f
 
 void fill_rows(int64_t rows, int64_t width, float value, float* out, int64_t ld_out);
 
+// The index of the first of x[0, n) that is NaN or ±Inf, or -1 when all are
+// finite. Tests the exponent bits, in blocks the compiler vectorises, so a
+// finite range costs about one read of it (the optimizer's and VJIT_CHECK_FINITE's check).
+int64_t first_non_finite(const float* x, int64_t n);
+
 }  // namespace vjit::runtime

@@ -1,8 +1,12 @@
 #include "vjit/optimizer.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstring>
 
+#include "runtime/kernels.h"
 #include "vjit/error.h"
 
 // The loops below are compiled for several ISAs and the best one for the CPU is
@@ -33,6 +37,14 @@ bool finite(float x) { return std::isfinite(x); }
 
 int64_t rows_per_chunk(int64_t cols) { return std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, cols)); }
 
+// "[row,col]" of element k of a matrix, "[k]" of a vector.
+std::string element_name(const Shape& shape, int64_t k) {
+  detail::Message where;
+  if (shape.rank == 2) where << "[" << k / shape.cols() << "," << k % shape.cols() << "]";
+  else where << "[" << k << "]";
+  return where.str();
+}
+
 // --- vectorised kernels over contiguous ranges ---
 
 // Σ g² in double with independent partial sums, so the loop vectorises instead
@@ -51,31 +63,39 @@ VJIT_VECTOR_CLONES double sum_of_squares(const float* __restrict g, int64_t n) {
   return total;
 }
 
-// SGD without momentum: w ← w − lr·(g·scale + wd·w); g null: g = 0.
-VJIT_VECTOR_CLONES void sgd_plain(float* __restrict w, const float* __restrict g, int64_t n, float lr, float scale,
-                                  float weight_decay) {
-  if (g) {
-    for (int64_t k = 0; k < n; ++k) w[k] -= lr * (g[k] * scale + weight_decay * w[k]);
-  } else {
-    for (int64_t k = 0; k < n; ++k) w[k] -= lr * (weight_decay * w[k]);
-  }
+// Each rule's arithmetic on one element, written once for the update loops
+// and for the previews (the same loops without stores, checking every value
+// they would write): so a preview computes exactly the values the update
+// writes. kHasG false: the element has no gradient (a row GradientRows leaves
+// out, under dense updates), and the gradient term is left out, not added as 0.
+
+// A float is NaN or ±Inf exactly when its exponent bits are all ones.
+[[gnu::always_inline]] inline uint32_t non_finite_bit(float x) {
+  return uint32_t((std::bit_cast<uint32_t>(x) & 0x7f800000u) == 0x7f800000u);
 }
 
-// SGD with momentum: d = g·scale + wd·w, v ← μ·v + d, w ← w − lr·v; g null: g = 0.
-VJIT_VECTOR_CLONES void sgd_momentum(float* __restrict w, float* __restrict v, const float* __restrict g, int64_t n,
-                                     float lr, float scale, float weight_decay, float momentum) {
-  if (g) {
-    for (int64_t k = 0; k < n; ++k) {
-      const float d = g[k] * scale + weight_decay * w[k];
-      v[k] = momentum * v[k] + d;
-      w[k] -= lr * v[k];
-    }
-  } else {
-    for (int64_t k = 0; k < n; ++k) {
-      v[k] = momentum * v[k] + weight_decay * w[k];
-      w[k] -= lr * v[k];
-    }
-  }
+struct SgdConstants {
+  float lr, scale, weight_decay, momentum;
+};
+
+// SGD without momentum: w ← w − lr·(g·scale + wd·w).
+template <bool kHasG>
+[[gnu::always_inline]] inline float sgd_plain_element(float w, float g, const SgdConstants& c) {
+  if constexpr (kHasG) return w - c.lr * (g * c.scale + c.weight_decay * w);
+  else return w - c.lr * (c.weight_decay * w);
+}
+
+// SGD with momentum: d = g·scale + wd·w, v ← μ·v + d, w ← w − lr·v.
+struct WeightAndVelocity {
+  float w, v;
+};
+template <bool kHasG>
+[[gnu::always_inline]] inline WeightAndVelocity sgd_momentum_element(float w, float v, float g, const SgdConstants& c) {
+  float d;
+  if constexpr (kHasG) d = g * c.scale + c.weight_decay * w;
+  else d = c.weight_decay * w;
+  const float vk = c.momentum * v + d;
+  return {w - c.lr * vk, vk};
 }
 
 struct AdamConstants {
@@ -84,30 +104,158 @@ struct AdamConstants {
   float lr, decay, eps, scale;     // decay = 1 − lr·weight_decay
 };
 
-// Adam(W) on a range; g null: g = 0 (m and v decay, the weight keeps moving).
-VJIT_VECTOR_CLONES void adam_update(float* __restrict w, float* __restrict m, float* __restrict v,
-                                    const float* __restrict g, int64_t n, const AdamConstants& c) {
-  const float beta1 = c.beta1, beta2 = c.beta2, one_minus_beta1 = c.one_minus_beta1,
-              one_minus_beta2 = c.one_minus_beta2, correction1 = c.correction1, correction2 = c.correction2,
-              lr = c.lr, decay = c.decay, eps = c.eps, scale = c.scale;
+// Adam(W): without a gradient m and v decay and the weight keeps moving.
+struct AdamValues {
+  float w, m, v;
+};
+template <bool kHasG>
+[[gnu::always_inline]] inline AdamValues adam_element(float w, float m, float v, float g, const AdamConstants& c) {
+  float mk, vk;
+  if constexpr (kHasG) {
+    const float gk = g * c.scale;
+    mk = c.beta1 * m + c.one_minus_beta1 * gk;
+    vk = c.beta2 * v + c.one_minus_beta2 * gk * gk;
+  } else {
+    mk = c.beta1 * m;
+    vk = c.beta2 * v;
+  }
+  return {w * c.decay - c.lr * (mk / c.correction1) / (std::sqrt(vk / c.correction2) + c.eps), mk, vk};
+}
+
+// --- the update loops (g null: no gradient) ---
+
+VJIT_VECTOR_CLONES void sgd_plain(float* __restrict w, const float* __restrict g, int64_t n, SgdConstants c) {
+  if (g) {
+    for (int64_t k = 0; k < n; ++k) w[k] = sgd_plain_element<true>(w[k], g[k], c);
+  } else {
+    for (int64_t k = 0; k < n; ++k) w[k] = sgd_plain_element<false>(w[k], 0.0f, c);
+  }
+}
+
+VJIT_VECTOR_CLONES void sgd_momentum(float* __restrict w, float* __restrict v, const float* __restrict g, int64_t n,
+                                     SgdConstants c) {
   if (g) {
     for (int64_t k = 0; k < n; ++k) {
-      const float gk = g[k] * scale;
-      const float mk = beta1 * m[k] + one_minus_beta1 * gk;
-      const float vk = beta2 * v[k] + one_minus_beta2 * gk * gk;
-      m[k] = mk;
-      v[k] = vk;
-      w[k] = w[k] * decay - lr * (mk / correction1) / (std::sqrt(vk / correction2) + eps);
+      const WeightAndVelocity x = sgd_momentum_element<true>(w[k], v[k], g[k], c);
+      w[k] = x.w;
+      v[k] = x.v;
     }
   } else {
     for (int64_t k = 0; k < n; ++k) {
-      const float mk = beta1 * m[k];
-      const float vk = beta2 * v[k];
-      m[k] = mk;
-      v[k] = vk;
-      w[k] = w[k] * decay - lr * (mk / correction1) / (std::sqrt(vk / correction2) + eps);
+      const WeightAndVelocity x = sgd_momentum_element<false>(w[k], v[k], 0.0f, c);
+      w[k] = x.w;
+      v[k] = x.v;
     }
   }
+}
+
+VJIT_VECTOR_CLONES void adam_update(float* __restrict w, float* __restrict m, float* __restrict v,
+                                    const float* __restrict g, int64_t n, AdamConstants c) {
+  if (g) {
+    for (int64_t k = 0; k < n; ++k) {
+      const AdamValues x = adam_element<true>(w[k], m[k], v[k], g[k], c);
+      m[k] = x.m;
+      v[k] = x.v;
+      w[k] = x.w;
+    }
+  } else {
+    for (int64_t k = 0; k < n; ++k) {
+      const AdamValues x = adam_element<false>(w[k], m[k], v[k], 0.0f, c);
+      m[k] = x.m;
+      v[k] = x.v;
+      w[k] = x.w;
+    }
+  }
+}
+
+// --- the previews: whether every value the loop above would write is finite ---
+
+VJIT_VECTOR_CLONES bool sgd_plain_finite(const float* __restrict w, const float* __restrict g, int64_t n,
+                                         SgdConstants c) {
+  uint32_t bad = 0;
+  if (g) {
+    for (int64_t k = 0; k < n; ++k) bad |= non_finite_bit(sgd_plain_element<true>(w[k], g[k], c));
+  } else {
+    for (int64_t k = 0; k < n; ++k) bad |= non_finite_bit(sgd_plain_element<false>(w[k], 0.0f, c));
+  }
+  return bad == 0;
+}
+
+VJIT_VECTOR_CLONES bool sgd_momentum_finite(const float* __restrict w, const float* __restrict v,
+                                            const float* __restrict g, int64_t n, SgdConstants c) {
+  uint32_t bad = 0;
+  if (g) {
+    for (int64_t k = 0; k < n; ++k) {
+      const WeightAndVelocity x = sgd_momentum_element<true>(w[k], v[k], g[k], c);
+      bad |= non_finite_bit(x.w) | non_finite_bit(x.v);
+    }
+  } else {
+    for (int64_t k = 0; k < n; ++k) {
+      const WeightAndVelocity x = sgd_momentum_element<false>(w[k], v[k], 0.0f, c);
+      bad |= non_finite_bit(x.w) | non_finite_bit(x.v);
+    }
+  }
+  return bad == 0;
+}
+
+VJIT_VECTOR_CLONES bool adam_finite(const float* __restrict w, const float* __restrict m, const float* __restrict v,
+                                    const float* __restrict g, int64_t n, AdamConstants c) {
+  uint32_t bad = 0;
+  if (g) {
+    for (int64_t k = 0; k < n; ++k) {
+      const AdamValues x = adam_element<true>(w[k], m[k], v[k], g[k], c);
+      bad |= non_finite_bit(x.w) | non_finite_bit(x.m) | non_finite_bit(x.v);
+    }
+  } else {
+    for (int64_t k = 0; k < n; ++k) {
+      const AdamValues x = adam_element<false>(w[k], m[k], v[k], 0.0f, c);
+      bad |= non_finite_bit(x.w) | non_finite_bit(x.m) | non_finite_bit(x.v);
+    }
+  }
+  return bad == 0;
+}
+
+// A sufficient condition, without the divisions and the square root (the
+// preview's cost), for adam_finite: m and v stay finite, v̂ = v/c2 is in
+// [0, L], and |w·decay| + lr·|m|/(c1·eps) ≤ L — since √v̂ + eps ≥ eps, that
+// bounds |m̂/(√v̂ + eps)| and |w'|. L = 1e38 leaves a factor of 3 below
+// FLT_MAX for the rounding of the few operations between the bound and the
+// values. False (NaN compares false) says nothing: adam_finite then decides.
+VJIT_VECTOR_CLONES bool adam_surely_finite(const float* __restrict w, const float* __restrict m,
+                                           const float* __restrict v, const float* __restrict g, int64_t n,
+                                           AdamConstants c) {
+  constexpr float kLimit = 1e38f;
+  const float step_per_m = 1.0f / (c.correction1 * c.eps);  // inf or NaN: nothing is proven, as it should
+  const float v_hat_per_v = 1.0f / c.correction2;
+  uint32_t ok = 1;
+  auto check = [&](float wk, float mk, float vk) {
+    const float step = std::fabs(mk) * step_per_m;
+    const float v_hat = vk * v_hat_per_v;
+    const float bound = std::fabs(wk * c.decay) + c.lr * step;
+    return uint32_t(step <= kLimit) & uint32_t(v_hat >= 0.0f) & uint32_t(v_hat <= kLimit) & uint32_t(bound <= kLimit);
+  };
+  if (g) {
+    for (int64_t k = 0; k < n; ++k) {
+      const float gk = g[k] * c.scale;
+      ok &= check(w[k], c.beta1 * m[k] + c.one_minus_beta1 * gk, c.beta2 * v[k] + c.one_minus_beta2 * gk * gk);
+    }
+  } else {
+    for (int64_t k = 0; k < n; ++k) ok &= check(w[k], c.beta1 * m[k], c.beta2 * v[k]);
+  }
+  return ok != 0;
+}
+
+// The first element a preview found, found again element by element (the
+// rare path: the step is about to fail). `values(k)` gives element k's new
+// values, the weight first, then the state slots.
+template <size_t kArrays, typename Values>
+NonFiniteUpdate first_non_finite_value(int64_t n, Values&& values) {
+  for (int64_t k = 0; k < n; ++k) {
+    const std::array<float, kArrays> x = values(k);
+    for (size_t a = 0; a < kArrays; ++a)
+      if (non_finite_bit(x[a])) return {k, int(a), x[a]};
+  }
+  VJIT_INTERNAL_CHECK(false, "a preview found a non-finite value that the element loop does not");
 }
 
 }  // namespace
@@ -236,6 +384,7 @@ int64_t Optimizer::plan_chunks(const Model& model, const std::vector<GradientRow
   }
   chunks_.reserve(bound);
   partial_.reserve(bound);
+  checks_.reserve(bound);
 
   chunks_.clear();
   int64_t work = 0;
@@ -288,6 +437,15 @@ int64_t Optimizer::plan_chunks(const Model& model, const std::vector<GradientRow
     }
   }
   partial_.resize(chunks_.size());
+  checks_.resize(chunks_.size());
+  // Each chunk's place in the undo log: the elements the chunks before it write.
+  int64_t written = 0;
+  for (Chunk& c : chunks_) {
+    c.written = written;
+    const int64_t cols = model.param(c.param).shape.cols();
+    written += !c.by_rows ? c.end - c.begin : dense_updates_ ? (c.end - c.begin) * cols : (c.last - c.first) * cols;
+  }
+  VJIT_INTERNAL_CHECK(written == work, "the chunks write " << written << " elements, the step " << work);
   return work;
 }
 
@@ -309,11 +467,11 @@ double Optimizer::chunk_sum_of_squares(const Chunk& chunk, const std::vector<flo
   return sum;
 }
 
-void Optimizer::update_chunk(const Chunk& chunk, float* w, float* const* state, const float* g,
-                             const GradientRows* rows, int64_t cols, float grad_scale) {
-  const int index = chunk.param;
+template <typename Fn>
+void Optimizer::for_each_update(const Chunk& chunk, const float* g, const GradientRows* rows, int64_t cols,
+                                Fn&& fn) const {
   if (!chunk.by_rows) {
-    update(index, w, state, g, chunk.begin, chunk.end, grad_scale);
+    fn(g, chunk.begin, chunk.end);
     return;
   }
   // Runs of consecutive listed rows are one call; under dense updates the rows
@@ -324,12 +482,37 @@ void Optimizer::update_chunk(const Chunk& chunk, float* w, float* const* state, 
     const int64_t run_begin = listed[t];
     int64_t run_end = run_begin + 1;
     for (++t; t < chunk.last && listed[t] == run_end; ++t) ++run_end;
-    if (dense_updates_ && next < run_begin)
-      update(index, w, state, nullptr, next * cols, run_begin * cols, grad_scale);
-    update(index, w, state, g, run_begin * cols, run_end * cols, grad_scale);
+    if (dense_updates_ && next < run_begin) fn(nullptr, next * cols, run_begin * cols);
+    fn(g, run_begin * cols, run_end * cols);
     next = run_end;
   }
-  if (dense_updates_ && next < chunk.end) update(index, w, state, nullptr, next * cols, chunk.end * cols, grad_scale);
+  if (dense_updates_ && next < chunk.end) fn(nullptr, next * cols, chunk.end * cols);
+}
+
+void Optimizer::update_chunk(const Chunk& chunk, float* w, float* const* state, const float* g,
+                             const GradientRows* rows, int64_t cols, float grad_scale) {
+  for_each_update(chunk, g, rows, cols, [&](const float* gradient, int64_t begin, int64_t end) {
+    update(chunk.param, w, state, gradient, begin, end, grad_scale);
+  });
+}
+
+Optimizer::ChunkCheck Optimizer::preview_chunk(const Chunk& chunk, const float* w, float* const* state,
+                                               const float* g, const GradientRows* rows, int64_t cols,
+                                               float grad_scale) const {
+  ChunkCheck check;
+  for_each_update(chunk, g, rows, cols, [&](const float* gradient, int64_t begin, int64_t end) {
+    if (check.found.element >= 0) return;
+    check.found = preview(chunk.param, w, state, gradient, begin, end, grad_scale);
+    if (check.found.element >= 0)
+      check.before = (check.found.array == 0 ? w : state[check.found.array - 1])[check.found.element];
+  });
+  return check;
+}
+
+size_t Optimizer::first_failed_chunk() const {
+  size_t c = 0;
+  while (c < chunks_.size() && checks_[c].found.element < 0) ++c;
+  return c;
 }
 
 void Optimizer::throw_non_finite(const Model& model, const std::vector<std::vector<float>>& grads,
@@ -340,13 +523,9 @@ void Optimizer::throw_non_finite(const Model& model, const std::vector<std::vect
     const size_t cols = size_t(p.shape.cols());
     auto check = [&](size_t k) {
       if (finite(g[k])) return;
-      detail::Message where;
-      if (p.shape.rank == 2)
-        where << "[" << k / cols << "," << k % cols << "]";
-      else
-        where << "[" << k << "]";
       throw UserError((detail::Message() << "Optimizer::step: non-finite gradient " << g[k] << " for parameter '"
-                                         << p.name << "' at " << where.str() << "; the model was not updated")
+                                         << p.name << "' at " << element_name(p.shape, int64_t(k))
+                                         << "; the model was not updated")
                           .str());
     };
     if (rows.empty() || rows[size_t(i)].all) {
@@ -383,23 +562,173 @@ void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads,
   if (!std::isfinite(sum)) throw_non_finite(model, grads, rows);
 
   const float scale = clip_scale(sum);
-  if (!made(state)) make_state(model, state);
+  begin_step(model, state, sum);
   const size_t slots = size_t(state_slots());
   slot_pointers_.resize(size_t(model.size()) * slots);
   for (size_t p = 0; p < size_t(model.size()); ++p)
     for (size_t k = 0; k < slots; ++k) slot_pointers_[p * slots + k] = state.slots[p][k].data();
-  last_grad_norm_ = std::sqrt(sum);
-  ++steps_;
-  begin_update(++state.steps);
+  try {
+    if (has_preview()) update_previewed(model, grads, rows, parallel, work, scale);
+    else update_with_undo_log(model, grads, rows, parallel, work, scale);
+  } catch (...) {
+    undo_step(state);
+    throw;
+  }
+  replaced_state_ = OptimizerState{};  // frees a state this step replaced; allocates nothing
+}
 
-  // Pass 2: the updates, each chunk writing only its own elements.
+// Pass 2: every chunk's preview; pass 3, when all values stay finite: the
+// updates, each chunk writing only its own elements.
+void Optimizer::update_previewed(Model& model, const std::vector<std::vector<float>>& grads,
+                                 const std::vector<GradientRows>& rows, ParallelFor* parallel, int64_t work,
+                                 float scale) {
+  const size_t slots = size_t(state_slots());
+  auto preview_one = [&](int64_t c) {
+    const Chunk& chunk = chunks_[size_t(c)];
+    const ParamData& param = model.param(chunk.param);
+    checks_[size_t(c)] = preview_chunk(chunk, param.value.data(), slot_pointers_.data() + size_t(chunk.param) * slots,
+                                       grads[size_t(chunk.param)].data(), rows.empty() ? nullptr : &rows[size_t(chunk.param)],
+                                       param.shape.cols(), scale);
+  };
+  for_each_chunk(parallel, work, preview_one);
+  if (const size_t failed = first_failed_chunk(); failed < chunks_.size())
+    throw_non_finite_update(model, checks_[failed], chunks_[failed].param);
   auto update_one = [&](int64_t c) {
     const Chunk& chunk = chunks_[size_t(c)];
     ParamData& param = model.param(chunk.param);
     update_chunk(chunk, param.value.data(), slot_pointers_.data() + size_t(chunk.param) * slots,
-                 grads[size_t(chunk.param)].data(), rows_of(chunk.param), param.shape.cols(), scale);
+                 grads[size_t(chunk.param)].data(), rows.empty() ? nullptr : &rows[size_t(chunk.param)],
+                 param.shape.cols(), scale);
   };
   for_each_chunk(parallel, work, update_one);
+}
+
+// Pass 2: each chunk saves the elements it writes to the undo log, updates
+// them, then checks them while they are still in cache; when one is
+// non-finite, every chunk copies its elements back.
+void Optimizer::update_with_undo_log(Model& model, const std::vector<std::vector<float>>& grads,
+                                     const std::vector<GradientRows>& rows, ParallelFor* parallel, int64_t work,
+                                     float scale) {
+  const size_t slots = size_t(state_slots());
+  size_t log_floats = 0;  // sized once for the largest step this model can take
+  for (int p = 0; p < model.size(); ++p) log_floats += size_t(model.param(p).shape.numel()) * (1 + slots);
+  if (undo_.size() < log_floats) undo_.resize(log_floats);
+  auto rows_of = [&](int param) { return rows.empty() ? nullptr : &rows[size_t(param)]; };
+  auto update_one = [&](int64_t c) {
+    const Chunk& chunk = chunks_[size_t(c)];
+    ParamData& param = model.param(chunk.param);
+    float* const* chunk_slots = slot_pointers_.data() + size_t(chunk.param) * slots;
+    const int64_t cols = param.shape.cols();
+    save_chunk(chunk, param.value.data(), chunk_slots, rows_of(chunk.param), cols);
+    update_chunk(chunk, param.value.data(), chunk_slots, grads[size_t(chunk.param)].data(), rows_of(chunk.param),
+                 cols, scale);
+    checks_[size_t(c)] = check_chunk(chunk, param.value.data(), chunk_slots, rows_of(chunk.param), cols);
+  };
+  for_each_chunk(parallel, work, update_one);
+  const size_t failed = first_failed_chunk();
+  if (failed == chunks_.size()) return;
+  auto restore_one = [&](int64_t c) {
+    const Chunk& chunk = chunks_[size_t(c)];
+    ParamData& param = model.param(chunk.param);
+    restore_chunk(chunk, param.value.data(), slot_pointers_.data() + size_t(chunk.param) * slots,
+                  rows_of(chunk.param), param.shape.cols());
+  };
+  for_each_chunk(parallel, work, restore_one);
+  throw_non_finite_update(model, checks_[failed], chunks_[failed].param);
+}
+
+void Optimizer::save_chunk(const Chunk& chunk, const float* w, float* const* state, const GradientRows* rows,
+                           int64_t cols) {
+  const int arrays = 1 + state_slots();
+  float* log = undo_.data() + chunk.written * arrays;
+  for_each_update(chunk, nullptr, rows, cols, [&](const float*, int64_t begin, int64_t end) {
+    for (int a = 0; a < arrays; ++a) {
+      std::memcpy(log, (a == 0 ? w : state[a - 1]) + begin, size_t(end - begin) * sizeof(float));
+      log += end - begin;
+    }
+  });
+}
+
+void Optimizer::restore_chunk(const Chunk& chunk, float* w, float* const* state, const GradientRows* rows,
+                              int64_t cols) {
+  const int arrays = 1 + state_slots();
+  const float* log = undo_.data() + chunk.written * arrays;
+  for_each_update(chunk, nullptr, rows, cols, [&](const float*, int64_t begin, int64_t end) {
+    for (int a = 0; a < arrays; ++a) {
+      std::memcpy((a == 0 ? w : state[a - 1]) + begin, log, size_t(end - begin) * sizeof(float));
+      log += end - begin;
+    }
+  });
+}
+
+Optimizer::ChunkCheck Optimizer::check_chunk(const Chunk& chunk, const float* w, float* const* state,
+                                             const GradientRows* rows, int64_t cols) const {
+  const int arrays = 1 + state_slots();
+  const float* log = undo_.data() + chunk.written * arrays;
+  ChunkCheck check;
+  for_each_update(chunk, nullptr, rows, cols, [&](const float*, int64_t begin, int64_t end) {
+    const int64_t n = end - begin;
+    if (check.found.element < 0) {
+      // The first element of the range where any array is non-finite; the weights first at a tie.
+      int64_t first = n;
+      for (int a = 0; a < arrays; ++a) {
+        const int64_t k = runtime::first_non_finite((a == 0 ? w : state[a - 1]) + begin, first);
+        if (k >= 0 && k < first) {
+          first = k;
+          check.found.array = a;
+        }
+      }
+      if (first < n) {
+        const float* array = check.found.array == 0 ? w : state[check.found.array - 1];
+        check.found.element = begin + first;
+        check.found.value = array[begin + first];
+        check.before = log[check.found.array * n + first];
+      }
+    }
+    log += arrays * n;
+  });
+  return check;
+}
+
+void Optimizer::begin_step(const Model& model, OptimizerState& state, double sum_of_squares) {
+  record_ = StepRecord{steps_, last_grad_norm_, !made(state), 0};
+  replaced_state_ = OptimizerState{};  // one a device step replaced and did not cancel
+  if (record_.made_state) {
+    replaced_state_ = std::move(state);
+    make_state(model, state);
+  }
+  last_grad_norm_ = std::sqrt(sum_of_squares);
+  ++steps_;
+  record_.step = ++state.steps;
+  begin_update(state.steps);
+}
+
+void Optimizer::undo_step(OptimizerState& state) {
+  steps_ = record_.steps;
+  last_grad_norm_ = record_.grad_norm;
+  if (record_.made_state) {
+    state = std::move(replaced_state_);
+    replaced_state_ = OptimizerState{};
+  } else {
+    --state.steps;
+    if (state.steps > 0) begin_update(state.steps);  // the per-step constants of the last step taken
+  }
+  record_ = {};
+}
+
+void Optimizer::cancel_device_step(OptimizerState& state) { undo_step(state); }
+
+void Optimizer::throw_non_finite_update(const Model& model, const ChunkCheck& check, int param) const {
+  const ParamData& p = model.param(param);
+  const NonFiniteUpdate& found = check.found;
+  detail::Message what;
+  if (found.array > 0) what << "the " << state_slot_name(found.array - 1) << " of ";
+  what << "parameter '" << p.name << "' at " << element_name(p.shape, found.element);
+  throw UserError((detail::Message() << "Optimizer::step: step " << record_.step << " would make " << what.str()
+                                     << " non-finite: " << found.value << " (it is " << check.before
+                                     << "); nothing was changed: the model and the optimizer state are as before "
+                                        "the step (lower the learning rate, clip the gradients or check the inputs)")
+                      .str());
 }
 
 float Optimizer::clip_scale(double sum_of_squares) const {
@@ -417,14 +746,10 @@ DeviceUpdate Optimizer::begin_device_step(const Model& model, OptimizerState& st
   VJIT_INTERNAL_CHECK(device_rule().kind != DeviceUpdate::Kind::None && std::isfinite(sum_of_squares),
                       "begin_device_step needs a rule with a device form and a finite norm");
   const float scale = clip_scale(sum_of_squares);
-  const bool made_now = !made(state);
-  if (made_now) make_state(model, state);
-  last_grad_norm_ = std::sqrt(sum_of_squares);
-  ++steps_;
-  begin_update(++state.steps);
+  begin_step(model, state, sum_of_squares);
   DeviceUpdate rule = device_rule();
   rule.scale = scale;
-  rule.state_made = made_now;
+  rule.state_made = record_.made_state;
   return rule;
 }
 
@@ -461,10 +786,34 @@ SGD::SGD(float lr, float momentum, float weight_decay, float clip_norm)
 void SGD::update(int, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
                  float grad_scale) {
   const float* gb = g ? g + begin : nullptr;
-  if (momentum_ > 0.0f)
-    sgd_momentum(w + begin, state[0] + begin, gb, end - begin, lr(), grad_scale, weight_decay_, momentum_);
-  else
-    sgd_plain(w + begin, gb, end - begin, lr(), grad_scale, weight_decay_);
+  if (momentum_ > 0.0f) sgd_momentum(w + begin, state[0] + begin, gb, end - begin, SgdConstants{lr(), grad_scale, weight_decay_, momentum_});
+  else sgd_plain(w + begin, gb, end - begin, SgdConstants{lr(), grad_scale, weight_decay_, momentum_});
+}
+
+NonFiniteUpdate SGD::preview(int, const float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+                             float grad_scale) const {
+  const SgdConstants c{lr(), grad_scale, weight_decay_, momentum_};
+  const float* wb = w + begin;
+  const float* gb = g ? g + begin : nullptr;
+  const int64_t n = end - begin;
+  NonFiniteUpdate found;
+  if (momentum_ > 0.0f) {
+    const float* vb = state[0] + begin;
+    if (sgd_momentum_finite(wb, vb, gb, n, c)) return {};
+    found = first_non_finite_value<2>(n, [&](int64_t k) {
+      const WeightAndVelocity x = gb ? sgd_momentum_element<true>(wb[k], vb[k], gb[k], c)
+                                     : sgd_momentum_element<false>(wb[k], vb[k], 0.0f, c);
+      return std::array<float, 2>{x.w, x.v};
+    });
+  } else {
+    if (sgd_plain_finite(wb, gb, n, c)) return {};
+    found = first_non_finite_value<1>(n, [&](int64_t k) {
+      return std::array<float, 1>{gb ? sgd_plain_element<true>(wb[k], gb[k], c)
+                                     : sgd_plain_element<false>(wb[k], 0.0f, c)};
+    });
+  }
+  found.element += begin;
+  return found;
 }
 
 // --- Adam ---
@@ -514,6 +863,23 @@ void Adam::update(int, float* w, float* const* state, const float* g, int64_t be
   const AdamConstants c{beta1_, beta2_,  1.0f - beta1_, 1.0f - beta2_, correction1_, correction2_, lr(),
                         1.0f - lr() * weight_decay_, eps_, grad_scale};
   adam_update(w + begin, state[0] + begin, state[1] + begin, g ? g + begin : nullptr, end - begin, c);
+}
+
+NonFiniteUpdate Adam::preview(int, const float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+                              float grad_scale) const {
+  const AdamConstants c{beta1_, beta2_,  1.0f - beta1_, 1.0f - beta2_, correction1_, correction2_, lr(),
+                        1.0f - lr() * weight_decay_, eps_, grad_scale};
+  const float *wb = w + begin, *mb = state[0] + begin, *vb = state[1] + begin;
+  const float* gb = g ? g + begin : nullptr;
+  const int64_t n = end - begin;
+  if (adam_surely_finite(wb, mb, vb, gb, n, c) || adam_finite(wb, mb, vb, gb, n, c)) return {};
+  NonFiniteUpdate found = first_non_finite_value<3>(n, [&](int64_t k) {
+    const AdamValues x = gb ? adam_element<true>(wb[k], mb[k], vb[k], gb[k], c)
+                            : adam_element<false>(wb[k], mb[k], vb[k], 0.0f, c);
+    return std::array<float, 3>{x.w, x.m, x.v};
+  });
+  found.element += begin;
+  return found;
 }
 
 }  // namespace vjit

@@ -4,7 +4,7 @@
 // are tested on machines with no GPU. Force-included (-include) before the
 // generated source, compiled with -DVJIT_CUDA_HOST_SHIM. The grid is emulated
 // by loops over blockIdx and threadIdx (vjit_shim_run), one thread at a time;
-// atomicAdd is a plain add, which is exact under that sequential order.
+// atomicAdd is a plain add (atomicOr a plain or), exact under that sequential order.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -34,6 +34,16 @@ inline float __int_as_float(unsigned bits) {
   float f;
   std::memcpy(&f, &bits, sizeof f);
   return f;
+}
+inline unsigned __float_as_uint(float x) {
+  unsigned bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+inline unsigned atomicOr(unsigned* address, unsigned value) {
+  unsigned old = *address;
+  *address = old | value;
+  return old;
 }
 inline float atomicAdd(float* address, float value) {
   float old = *address;

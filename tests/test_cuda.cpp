@@ -211,13 +211,60 @@ TEST(CudaHostShim, OptimizerKernelEqualsTheCpuStep) {
       const unsigned long long* p = ptrs.data();
       int kind = rule.kind == DeviceUpdate::Kind::Adam ? 3 : 2;
       float omb1 = 1.0f - rule.beta1, omb2 = 1.0f - rule.beta2;
+      int preview = 1;
+      unsigned non_finite = 0;
+      unsigned* flag = &non_finite;
       std::vector<void*> params{&rows, &width, &p, &kind, &rule.lr, &rule.weight_decay, &rule.momentum, &rule.beta1,
                                 &rule.beta2, &omb1, &omb2, &rule.correction1, &rule.correction2, &rule.eps,
-                                &rule.decay, &rule.scale};
+                                &rule.decay, &rule.scale, &preview, &flag};
+      // The preview stores nothing and finds every value finite; then the update.
+      const std::vector<float> before = on_gpu.param(0).value;
+      module.entry("vjit_optimizer_update")(params.data(), 2, 8);
+      EXPECT_EQ(on_gpu.param(0).value, before) << "step " << step;
+      EXPECT_EQ(non_finite, 0u);
+      preview = 0;
       module.entry("vjit_optimizer_update")(params.data(), 2, 8);
       EXPECT_EQ(on_gpu.param(0).value, on_cpu.param(0).value) << "step " << step;
       EXPECT_NEAR(gpu.last_grad_norm(), cpu.last_grad_norm(), 1e-12 * cpu.last_grad_norm());
     }
+  }
+}
+
+// The kernel's preview flags an update that would leave a non-finite weight
+// or slot value (as Optimizer::step's preview does) and stores nothing; the
+// update with preview 0 stores them (what the executor never runs after a flag).
+TEST(CudaHostShim, OptimizerKernelPreviewFlagsNonFiniteValues) {
+  HostModule& module = HostModule::get();
+  ASSERT_TRUE(module.error.empty()) << module.error;
+  for (int kind : {1, 2, 3}) {
+    std::vector<float> w{1.0f, -3e38f, 2.0f}, g{0.5f, 3e38f, 1e30f}, m(3, 0.0f), v(3, 0.0f);
+    if (kind == 2) m[1] = 3e38f;  // μ·v + g overflows the velocity
+    std::vector<unsigned long long> ptrs{reinterpret_cast<unsigned long long>(w.data()),
+                                         reinterpret_cast<unsigned long long>(g.data()),
+                                         reinterpret_cast<unsigned long long>(m.data()),
+                                         reinterpret_cast<unsigned long long>(v.data())};
+    const unsigned long long* p = ptrs.data();
+    long long rows = 1, width = 3;
+    float lr = 1.0f, wd = 0.0f, momentum = 0.9f, beta1 = 0.9f, beta2 = 0.999f, omb1 = 0.1f, omb2 = 0.001f;
+    float c1 = 0.1f, c2 = 0.001f, eps = 1e-8f, decay = 1.0f, scale = 1.0f;
+    int preview = 1;
+    unsigned non_finite = 0;
+    unsigned* flag = &non_finite;
+    std::vector<void*> params{&rows, &width, &p,  &kind, &lr,  &wd,   &momentum, &beta1,   &beta2,
+                              &omb1, &omb2,  &c1, &c2,   &eps, &decay, &scale,   &preview, &flag};
+    const std::vector<float> w0 = w, m0 = m, v0 = v;
+    module.entry("vjit_optimizer_update")(params.data(), 1, 4);
+    EXPECT_EQ(non_finite, 1u) << "kind " << kind;  // SGD: w[1] = −3e38 − 3e38; Adam: v[2] = 0.001·1e60
+    EXPECT_EQ(w, w0) << "kind " << kind;
+    EXPECT_EQ(m, m0) << "kind " << kind;
+    EXPECT_EQ(v, v0) << "kind " << kind;
+    // Finite values only: no flag.
+    g = {0.5f, 0.25f, -1.0f};
+    w[1] = 1.0f;
+    m[1] = 0.0f;
+    non_finite = 0;
+    module.entry("vjit_optimizer_update")(params.data(), 1, 4);
+    EXPECT_EQ(non_finite, 0u) << "kind " << kind;
   }
 }
 

@@ -198,6 +198,57 @@ TEST(CudaEngineErrors, ANonFiniteGradientIsTheOptimizersError) {
     EXPECT_EQ(bundle.model->param(p).value, before[size_t(p)]) << bundle.model->param(p).name;
 }
 
+// An update that would overflow on the device: the kernel's preview flags it,
+// nothing is written, and the host step names the parameter and the step; the
+// weights, the step count and what infer returns are as before the step, on
+// the first step (a state being made) and on a later one.
+TEST(CudaEngineErrors, AnOverflowingUpdateChangesNothing) {
+  VJIT_SKIP_WITHOUT_CUDA();
+  for (int sane_steps : {0, 2}) {
+    models::Bundle bundle = models::make_model("tree_lstm", testing::small_config());
+    Engine engine(*bundle.program, cuda_options());
+    GraphBatch batch = models::make_batch(bundle.train, first_indices(8));
+    // lr·weight_decay = 1e-20: sane steps; after set_lr(1e30), lr·wd·w overflows every weight above ~0.04.
+    SGD sgd(1e-30f, 0.0f, 1e10f);
+    for (int s = 0; s < sane_steps; ++s) engine.train_step(batch, sgd);
+    const std::vector<float> pushed = engine.infer(batch).pushes.values();
+    std::vector<std::vector<float>> before;
+    for (int p = 0; p < bundle.model->size(); ++p) before.push_back(bundle.model->param(p).value);
+    sgd.set_lr(1e30f);
+    try {
+      engine.train_step(batch, sgd);
+      FAIL() << "a step that overflows succeeded";
+    } catch (const UserError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("non-finite"), std::string::npos) << message;
+      EXPECT_NE(message.find("step " + std::to_string(sane_steps + 1)), std::string::npos) << message;
+    }
+    EXPECT_EQ(sgd.steps(), sane_steps);
+    for (int p = 0; p < bundle.model->size(); ++p)
+      EXPECT_EQ(bundle.model->param(p).value, before[size_t(p)]) << bundle.model->param(p).name;
+    EXPECT_EQ(engine.infer(batch).pushes.values(), pushed);
+    sgd.set_lr(1e-30f);
+    EXPECT_TRUE(std::isfinite(engine.train_step(batch, sgd)));
+    EXPECT_EQ(sgd.steps(), sane_steps + 1);
+  }
+}
+
+// VJIT_CHECK_FINITE is the CPU executor's: with VJIT_DEVICE=cuda the Engine
+// refuses it at construction, saying so.
+TEST(CudaEngineErrors, CheckFiniteIsRefused) {
+  VJIT_SKIP_WITHOUT_CUDA();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config());
+  Options options = cuda_options();
+  options.check_finite = true;
+  try {
+    Engine engine(*bundle.program, options);
+    FAIL() << "VJIT_CHECK_FINITE=1 with VJIT_DEVICE=cuda was accepted";
+  } catch (const UserError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("VJIT_CHECK_FINITE=1 runs on the CPU executor only"), std::string::npos) << message;
+  }
+}
+
 // VJIT_TF32: products on TF32 tensor cores (10-bit mantissa). The accuracy
 // Options states: the objective and gradients of the Tree-LSTM within 2e-2 of
 // the double reference (FP32 is within 1e-4).

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
+#include <span>
 
 #include "codegen/x86_isa.h"
 #include "examples/models/models.h"
@@ -547,6 +549,113 @@ TEST(Roofline, GemmPeakReturnsFinitePositiveFiguresForTheThreadCount) {
   EXPECT_GT(result.all_threads_gflops_per_s, 0);
   peak.size = -1;
   EXPECT_THROW(measure_gemm_peak(options, peak), UserError);
+}
+
+// --- VJIT_CHECK_FINITE and non-finite inputs ---
+
+// Leaves scatter their feature row; a node adds its two children's rows, takes
+// the log and pushes 2·log(sum): a sum ≤ 0 makes the log -inf or NaN.
+struct LogProgram {
+  Model model{1};
+  Program program{model};
+  int leaf = 0, node = 0;
+
+  LogProgram() {
+    leaf = program.add_type("leaf", [](Builder& f) { f.scatter(f.pull(2)); });
+    node = program.add_type("node", [](Builder& f) {
+      auto sum = f.add(f.gather(0, Shape::vec(2)), f.gather(1, Shape::vec(2)));
+      f.push(f.scale(f.log(sum), 2.0));
+    });
+  }
+  // The value id of the node type's log.
+  ir::ValueId log_id() const {
+    const ir::Function& f = program.forward(node);
+    for (ir::ValueId id = 0; id < f.size(); ++id)
+      if (f[id].op == ir::Op::Log) return id;
+    return -1;
+  }
+  // Samples of leaves a, b under a node; in `bad_sample` the second leaf's
+  // features make the sum's element 1 zero: log gives -inf there.
+  GraphBatch batch(int samples, int bad_sample) const {
+    GraphBatch batch;
+    for (int s = 0; s < samples; ++s) {
+      Sample sample;
+      const int a = sample.add_vertex(leaf), b = sample.add_vertex(leaf);
+      sample.vertices[size_t(a)].features = {1.0f + float(s), 2.0f};
+      sample.vertices[size_t(b)].features = {0.5f, s == bad_sample ? -2.0f : 1.0f};
+      sample.add_vertex(node, {a, b});
+      batch.samples.push_back(sample);
+    }
+    return batch;
+  }
+};
+
+Options check_finite_options(bool fusion, int threads, bool streaming) {
+  Options options = Options::defaults();
+  options.check_finite = true;
+  options.fusion = fusion;
+  options.threads = threads;
+  options.streaming = streaming;
+  return options;
+}
+
+TEST(CheckFinite, NamesTheSampleVertexTypeAndOpOfTheFirstNonFiniteValue) {
+  LogProgram p;
+  const std::string log_op = "%" + std::to_string(p.log_id()) + " log";
+  for (bool fusion : {false, true})
+    for (int threads : {1, 2})
+      for (bool streaming : {false, true}) {
+        Engine engine(p.program, check_finite_options(fusion, threads, streaming));
+        const std::string message = user_error_of([&] { engine.infer(p.batch(5, 3)); });
+        const std::string what = "fusion " + std::to_string(fusion) + ", threads " + std::to_string(threads) +
+                                 ", streaming " + std::to_string(streaming) + ": " + message;
+        EXPECT_NE(message.find("VJIT_CHECK_FINITE: sample 3, vertex 2 (type 'node')"), std::string::npos) << what;
+        EXPECT_NE(message.find("-inf at element 1"), std::string::npos) << what;
+        // Unfused, the log is its own step; fused, the group that holds it is named with its ops.
+        EXPECT_NE(message.find(log_op), std::string::npos) << what;
+        EXPECT_EQ(message.find("fused kernel") != std::string::npos, fusion) << what;
+      }
+}
+
+TEST(CheckFinite, TheEngineStaysUsableAndOffMeansNoCheck) {
+  LogProgram p;
+  Engine checked(p.program, check_finite_options(true, 2, false));
+  Engine unchecked(p.program, Options::defaults());
+  EXPECT_THROW(checked.infer(p.batch(4, 1)), UserError);
+  // The next batch runs, and gives what an engine without the check gives.
+  const GraphBatch good = p.batch(4, -1);
+  EXPECT_EQ(checked.infer(good).pushes.values(), unchecked.infer(good).pushes.values());
+  EXPECT_GT(checked.forward(good, RunOptions{}), -1e30);  // no loss: the objective is 0
+  // Off (the default): no check, the non-finite value is returned as it is.
+  const Evaluation<float> silent = unchecked.infer(p.batch(4, 1));
+  const std::span<const float> pushed = silent.pushes.at(1, 2, 0);
+  EXPECT_TRUE(std::isnan(pushed[1]) || std::isinf(pushed[1])) << pushed[1];
+  EXPECT_FALSE(Options::defaults().check_finite);
+}
+
+TEST(CheckFinite, RefusedOnTheCudaExecutorAtConstruction) {
+  // Without a GPU VJIT_DEVICE=cuda is refused for that reason first; the
+  // check_finite refusal is then tested by test_cuda_engine on a GPU.
+  LogProgram p;
+  Options options = check_finite_options(true, 1, false);
+  options.device = "cuda";
+  const std::string message = user_error_of([&] { Engine engine(p.program, options); });
+  EXPECT_TRUE(message.find("VJIT_CHECK_FINITE=1 runs on the CPU executor only") != std::string::npos ||
+              message.find("VJIT_DEVICE=cuda: ") != std::string::npos)
+      << message;
+}
+
+TEST(NonFiniteInputs, AFeatureIsAUserErrorNamingSampleAndVertex) {
+  LogProgram p;
+  Engine engine(p.program, Options::defaults());
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    GraphBatch batch = p.batch(3, -1);
+    batch.samples[2].vertices[1].features[0] = bad;
+    const std::string message = user_error_of([&] { engine.infer(batch); });
+    EXPECT_NE(message.find("sample 2, vertex 1 (type 'leaf'): feature 0 is"), std::string::npos) << message;
+    EXPECT_NE(message.find("inputs must be finite"), std::string::npos) << message;
+  }
+  EXPECT_NO_THROW(engine.infer(p.batch(3, -1)));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -18,6 +19,7 @@
 #include "runtime/thread_pool.h"
 #include "tests/allocation_counter.h"
 #include "tests/user_error.h"
+#include "vjit/engine.h"
 #include "vjit/error.h"
 #include "vjit/model.h"
 #include "vjit/program.h"
@@ -714,11 +716,11 @@ TEST(OptimizerThreads, ResultsDoNotDependOnTheThreads) {
           EXPECT_EQ(opt->last_grad_norm(), first_norm) << c.name << ", runner " << r;
         }
       }
-      // Each step ran its check and its update as several tasks.
-      EXPECT_EQ(reversed.runs, 6) << c.name;
-      EXPECT_GT(reversed.tasks, 6 * 4) << c.name;
-      EXPECT_EQ(two.runs, 6) << c.name;
-      EXPECT_EQ(three.runs, 6) << c.name;
+      // Each step ran its gradient check, its preview and its update as several tasks.
+      EXPECT_EQ(reversed.runs, 9) << c.name;
+      EXPECT_GT(reversed.tasks, 9 * 4) << c.name;
+      EXPECT_EQ(two.runs, 9) << c.name;
+      EXPECT_EQ(three.runs, 9) << c.name;
     }
   }
 }
@@ -767,6 +769,328 @@ TEST(OptimizerAllocations, NoneAfterTheFirstStep) {
       EXPECT_EQ(allocations, 0) << c.name << ", step(model, grads)";
     }
   }
+}
+
+// --- updates that would leave non-finite values ---
+
+constexpr float kHuge = 3e38f;  // FLT_MAX is 3.4e38: twice this overflows
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// What a step may change: the weights, the state, steps() and last_grad_norm().
+struct Snapshot {
+  std::vector<std::vector<float>> values;
+  vjit::OptimizerState state;
+  int64_t steps = 0;
+  double grad_norm = 0;
+
+  Snapshot(const vjit::Model& model, const vjit::Optimizer& opt, const vjit::OptimizerState& s)
+      : values(::values(model)), state(s), steps(opt.steps()), grad_norm(opt.last_grad_norm()) {}
+
+  // Bit for bit, so that a NaN or a -0 left behind would count.
+  void expect_same(const Snapshot& after, const std::string& what) const {
+    ASSERT_EQ(after.values.size(), values.size());
+    for (size_t p = 0; p < values.size(); ++p) EXPECT_TRUE(same_bits(after.values[p], values[p])) << what << ", param " << p;
+    ASSERT_EQ(after.state.slots.size(), state.slots.size()) << what;
+    for (size_t p = 0; p < state.slots.size(); ++p) {
+      ASSERT_EQ(after.state.slots[p].size(), state.slots[p].size()) << what;
+      for (size_t k = 0; k < state.slots[p].size(); ++k)
+        EXPECT_TRUE(same_bits(after.state.slots[p][k], state.slots[p][k])) << what << ", param " << p << " slot " << k;
+    }
+    EXPECT_EQ(after.state.shapes, state.shapes) << what;
+    EXPECT_EQ(after.state.steps, state.steps) << what;
+    EXPECT_EQ(after.state.owner, state.owner) << what;
+    EXPECT_EQ(after.state.generation, state.generation) << what;
+    EXPECT_EQ(after.steps, steps) << what;
+    EXPECT_EQ(std::memcmp(&after.grad_norm, &grad_norm, sizeof grad_norm), 0) << what;
+  }
+};
+
+// Runs a step that must fail on a non-finite update: returns its message and
+// checks that the model, the state and the counters are bitwise as before.
+std::string expect_step_undone(vjit::Optimizer& opt, vjit::Model& model, const Grads& grads,
+                               const std::vector<GradientRows>& rows, vjit::OptimizerState& state,
+                               vjit::ParallelFor* parallel = nullptr) {
+  const Snapshot before(model, opt, state);
+  const std::string message =
+      vjit::test_util::user_error_of([&] { opt.step(model, grads, rows, parallel, &state); });
+  EXPECT_NE(message.find("non-finite"), std::string::npos) << message;
+  EXPECT_NE(message.find("nothing was changed"), std::string::npos) << message;
+  before.expect_same(Snapshot(model, opt, state), message);
+  return message;
+}
+
+void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
+  for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+}
+
+TEST(NonFiniteUpdates, SgdOverflowNamesTheWeightAndStepAndChangesNothing) {
+  for (float momentum : {0.0f, 0.9f}) {
+    Quadratic q;
+    vjit::SGD sgd(1.0f, momentum);
+    vjit::OptimizerState state;
+    sgd.step(q.model, q.grads(), {}, nullptr, &state);  // step 1 succeeds
+    q.model.param(0).value[5] = -kHuge;                  // W[1,2]
+    Grads g = q.grads();
+    g[0][5] = kHuge;  // finite, and so is Σ g² (in double): −3e38 − 3e38 is not
+    const std::string message = expect_step_undone(sgd, q.model, g, {}, state);
+    expect_contains(message, {"step 2", "parameter 'W' at [1,2]", "-inf", "-3e+38"});
+    EXPECT_EQ(message.find("velocity"), std::string::npos) << message;  // the weight comes first
+    EXPECT_EQ(state.steps, 1);
+  }
+}
+
+TEST(NonFiniteUpdates, AdamOverflowOfTheSecondMomentIsNamed) {
+  Quadratic q;
+  vjit::Adam adam(0.01f);
+  vjit::OptimizerState state;
+  for (int i = 0; i < 3; ++i) adam.step(q.model, q.grads(), {}, nullptr, &state);
+  Grads g = q.grads();
+  g[1][1] = 1e30f;  // g² overflows a float: v = inf while the weight stays finite
+  const std::string message = expect_step_undone(adam, q.model, g, {}, state);
+  expect_contains(message, {"step 4", "the second moment v of parameter 'b' at [1]", "inf"});
+}
+
+TEST(NonFiniteUpdates, AdamOverflowOfAWeightIsNamed) {
+  Quadratic q;
+  vjit::Adam adam(1e38f);  // a step of about lr on every weight with a gradient
+  vjit::OptimizerState state;
+  q.model.param(0).value[4] = -kHuge;  // W[1,1]
+  Grads g = zeros(q.model);
+  g[0][4] = 1.0f;  // moves W[1,1] by −1e38
+  const std::string message = expect_step_undone(adam, q.model, g, {}, state);
+  expect_contains(message, {"step 1", "parameter 'W' at [1,1]", "-inf"});
+  // The first step made the state; undone, the state is as it was (never made).
+  EXPECT_TRUE(state.slots.empty());
+  EXPECT_EQ(adam.steps(), 0);
+}
+
+TEST(NonFiniteUpdates, AStateLeftByAnotherOptimizerIsGivenBack) {
+  Quadratic q;
+  vjit::Adam first(0.01f), second(1e38f);
+  vjit::OptimizerState state;
+  first.step(q.model, q.grads(), {}, nullptr, &state);
+  q.model.param(1).value[0] = -kHuge;
+  Grads g = zeros(q.model);
+  g[1][0] = 1.0f;
+  // `second` would make the state again (it is first's); the failed step must give first's back.
+  expect_step_undone(second, q.model, g, {}, state);
+  EXPECT_EQ(state.owner, &first);
+  EXPECT_EQ(state.steps, 1);
+}
+
+TEST(NonFiniteUpdates, RowSparseStepsNameTheRowAndChangeNothing) {
+  for (bool dense : {false, true}) {
+    vjit::Model model = table_model();
+    vjit::SGD sgd(1.0f, 0.5f);
+    sgd.set_dense_updates(dense);
+    vjit::OptimizerState state;
+    const std::vector<GradientRows> rows = table_rows(model, {1, 4});
+    sgd.step(model, random_grads(model, rows, 3), rows, nullptr, &state);
+    model.param(0).value[4 * 4 + 2] = -kHuge;  // emb[4,2], a listed row
+    Grads g = random_grads(model, rows, 4);
+    g[0][4 * 4 + 2] = kHuge;
+    const std::string message = expect_step_undone(sgd, model, g, rows, state);
+    expect_contains(message, {"step 2", "parameter 'emb' at [4,2]"});
+  }
+}
+
+TEST(NonFiniteUpdates, DenseUpdatesCheckTheRowsUpdatedWithAZeroGradient) {
+  // Weight decay on a huge weight in a row the step does not list: lazy
+  // updates leave the row alone; dense updates decay it, and overflow.
+  vjit::Model model = table_model();
+  model.param(0).value[2 * 4 + 3] = kHuge;  // emb[2,3], not listed
+  const std::vector<GradientRows> rows = table_rows(model, {1, 4});
+  const Grads g = random_grads(model, rows, 5);
+  vjit::SGD lazy(1e30f, 0.0f, 1e10f);
+  vjit::Model lazy_model = model;
+  // The listed rows hold weights of about 0.5: lr·wd·w = 5e39 overflows there too, so use a tiny lr.
+  vjit::SGD lazy_small(1e-3f, 0.0f, 1e10f);
+  lazy_small.step(lazy_model, g, rows);
+  EXPECT_EQ(lazy_model.param(0).value[2 * 4 + 3], kHuge);  // untouched
+  vjit::SGD dense(1e-3f, 0.0f, 1e10f);
+  dense.set_dense_updates(true);
+  vjit::OptimizerState state;
+  const std::string message = expect_step_undone(dense, model, g, rows, state);
+  expect_contains(message, {"step 1", "parameter 'emb' at [2,3]", "-inf"});
+}
+
+// The configurations without clipping: clipping bounds the step, so a huge
+// gradient cannot overflow them.
+std::vector<Config> unclipped_configs() {
+  std::vector<Config> configs;
+  for (const Config& c : sparse_configs())
+    if (c.clip == 0.0f) configs.push_back(c);
+  return configs;
+}
+
+// Makes element `k` of parameter `p` overflow on the next step of an
+// unclipped configuration (after a first step, so that the state exists):
+// Adam's second moment (g² overflows), SGD's velocity (μ·v + g overflows).
+void plant_overflow(const Config& c, vjit::OptimizerState& state, Grads& g, int p, size_t k) {
+  ASSERT_EQ(c.clip, 0.0f);
+  ASSERT_TRUE(c.adam || c.momentum > 0.0f) << c.name;
+  g[size_t(p)][k] = c.adam ? 1e30f : kHuge;
+  if (!c.adam) state.slots[size_t(p)][0][k] = kHuge;
+}
+
+TEST(NonFiniteUpdates, ALaterValidStepGoesOnAsIfTheFailedOneNeverHappened) {
+  for (const Config& c : unclipped_configs()) {
+    vjit::Model a = table_model(), b = table_model();
+    std::unique_ptr<vjit::Optimizer> failing = make_optimizer(c), clean = make_optimizer(c);
+    vjit::OptimizerState state_a, state_b;
+    const std::vector<GradientRows> rows = table_rows(a, {0, 4, 5});
+    for (uint64_t s = 0; s < 2; ++s) {
+      failing->step(a, random_grads(a, rows, s), rows, nullptr, &state_a);
+      clean->step(b, random_grads(b, rows, s), rows, nullptr, &state_b);
+    }
+    Grads bad = random_grads(a, rows, 9);
+    const float saved = c.adam ? 0.0f : state_a.slots[1][0][0];
+    plant_overflow(c, state_a, bad, 1, 0);  // W[0,0]
+    const std::string message = expect_step_undone(*failing, a, bad, rows, state_a);
+    expect_contains(message, {"step 3", "parameter 'W' at [0,0]"});
+    if (!c.adam) state_a.slots[1][0][0] = saved;
+    for (uint64_t s = 2; s < 4; ++s) {
+      failing->step(a, random_grads(a, rows, s), rows, nullptr, &state_a);
+      clean->step(b, random_grads(b, rows, s), rows, nullptr, &state_b);
+    }
+    EXPECT_EQ(values(a), values(b)) << c.name;
+    EXPECT_EQ(failing->steps(), clean->steps()) << c.name;
+    EXPECT_EQ(state_a.steps, 4) << c.name;
+  }
+}
+
+TEST(NonFiniteUpdates, TheFirstFailureIsNamedWhateverTheThreads) {
+  ReversedParallelFor reversed;
+  CountingPool two(2);
+  for (bool use_rows : {true, false}) {
+    const Steps steps = large_steps(large_model(), {300, 450}, use_rows);
+    for (const Config& c : unclipped_configs()) {
+      std::string first_message;
+      for (vjit::ParallelFor* runner : std::vector<vjit::ParallelFor*>{nullptr, &reversed, &two}) {
+        vjit::Model model = large_model();
+        std::unique_ptr<vjit::Optimizer> opt = make_optimizer(c);
+        vjit::OptimizerState state;
+        opt->step(model, steps.grads[0], steps.rows[0], runner, &state);
+        // Two failures, in the table's last listed row and in W: W comes later in parameter order.
+        Grads g = steps.grads[1];
+        const int32_t row = steps.rows[1].empty() ? 999 : steps.rows[1][0].rows.back();
+        plant_overflow(c, state, g, 0, size_t(row) * 128 + 5);
+        plant_overflow(c, state, g, 1, 7);
+        const std::string message = expect_step_undone(*opt, model, g, steps.rows[1], state, runner);
+        expect_contains(message, {"parameter 'emb' at [" + std::to_string(row) + ",5]"});
+        if (first_message.empty()) first_message = message;
+        else EXPECT_EQ(message, first_message) << c.name;
+      }
+    }
+  }
+}
+
+// A rule of the user's own, with no preview: checked after its update against
+// the undo log. w ← w − lr·a, a ← a + g·scale (the gradients summed in its slot).
+class AccumulatingRule : public vjit::Optimizer {
+ public:
+  explicit AccumulatingRule(float lr) : Optimizer(lr, 0.0f) {}
+
+ protected:
+  int state_slots() const override { return 1; }
+  void update(int, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+              float grad_scale) override {
+    for (int64_t k = begin; k < end; ++k) {
+      state[0][k] += g ? g[k] * grad_scale : 0.0f;
+      w[k] -= lr() * state[0][k];
+    }
+  }
+};
+
+TEST(NonFiniteUpdates, ARuleWithoutAPreviewIsUndoneFromTheLog) {
+  CountingPool two(2);
+  for (bool use_rows : {true, false}) {
+    for (bool dense : {false, true}) {
+      const Steps steps = large_steps(large_model(), {300, 450, 200}, use_rows);
+      vjit::Model model = large_model();
+      AccumulatingRule rule(1.0f);
+      rule.set_dense_updates(dense);
+      vjit::OptimizerState state;
+      rule.step(model, steps.grads[0], steps.rows[0], &two, &state);
+      // The failure is in W's last element: every chunk before it was updated, then copied back.
+      Grads g = steps.grads[1];
+      g[1].back() = kHuge;
+      model.param(1).value.back() = -kHuge;  // −3e38 − 1·(a + 3e38) overflows
+      const std::string message = expect_step_undone(rule, model, g, steps.rows[1], state, &two);
+      expect_contains(message, {"step 2", "parameter 'W' at [127,383]", "-inf", "-3e+38"});
+      // The undo log keeps later steps allocation-free.
+      model.param(1).value.back() = 0.0f;
+      AllocationCounter counter;
+      rule.step(model, steps.grads[2], steps.rows[2], &two, &state);
+      EXPECT_EQ(counter.count(), 0);
+      EXPECT_EQ(state.steps, 2);
+    }
+  }
+}
+
+TEST(NonFiniteUpdates, NoAllocationsOnAFailedPreviewOrAfter) {
+  CountingPool two(2);
+  for (const Config& c : unclipped_configs()) {
+    const Steps steps = large_steps(large_model(), {300, 450, 200}, true);
+    vjit::Model model = large_model();
+    std::unique_ptr<vjit::Optimizer> opt = make_optimizer(c);
+    vjit::OptimizerState state;
+    opt->step(model, steps.grads[0], steps.rows[0], &two, &state);
+    Grads bad = steps.grads[1];
+    plant_overflow(c, state, bad, 2, 3);
+    int64_t allocations = 0;
+    {
+      AllocationCounter counter;
+      EXPECT_THROW(opt->step(model, bad, steps.rows[1], &two, &state), vjit::UserError);
+      allocations = counter.count();  // the exception and its message only
+    }
+    EXPECT_LE(allocations, 8) << c.name;
+    if (!c.adam) state.slots[2][0][3] = 0.0f;
+    AllocationCounter counter;
+    opt->step(model, steps.grads[2], steps.rows[2], &two, &state);
+    EXPECT_EQ(counter.count(), 0) << c.name;
+  }
+}
+
+// Through the Engine: a train_step whose update overflows throws and leaves
+// the model as it was, so infer gives the result it gave before the step.
+TEST(NonFiniteUpdates, AnEngineStepThatOverflowsChangesNothing) {
+  vjit::Model model(3);
+  auto W = model.add("W", vjit::Shape::mat(2, 2), vjit::Init::Uniform, 0.5f);
+  vjit::Program program(model);
+  program.add_type("leaf", [&](vjit::Builder& f) {
+    auto y = f.matmul(W, f.pull(2));
+    f.add_loss(f.sum(f.mul(y, y)));
+    f.push(y);
+  });
+  vjit::GraphBatch batch;
+  for (int s = 0; s < 3; ++s) {
+    vjit::Sample sample;
+    sample.add_vertex(0);
+    sample.vertices[0].features = {1.0f + float(s), -2.0f};
+    batch.samples.push_back(sample);
+  }
+  vjit::Options options = vjit::Options::defaults();
+  options.threads = 2;
+  vjit::Engine engine(program, options);
+  const std::vector<float> before = engine.infer(batch).pushes.values();
+  const std::vector<std::vector<float>> weights = values(model);
+  vjit::SGD huge(1e38f);  // gradients of a few units move the weights by ~1e38·g: −inf or inf
+  const std::string message = vjit::test_util::user_error_of([&] { engine.train_step(batch, huge); });
+  expect_contains(message, {"step 1", "parameter 'W' at [", "non-finite", "nothing was changed"});
+  EXPECT_EQ(huge.steps(), 0);
+  for (size_t p = 0; p < weights.size(); ++p) EXPECT_TRUE(same_bits(model.param(int(p)).value, weights[p]));
+  const vjit::Evaluation<float> after = engine.infer(batch);
+  EXPECT_TRUE(same_bits(after.pushes.values(), before));
+  // The engine goes on: a sane step trains.
+  vjit::SGD sane(0.01f);
+  const double loss = engine.train_step(batch, sane);
+  EXPECT_GT(engine.train_step(batch, sane), 0.0);
+  EXPECT_LT(engine.forward(batch, vjit::RunOptions{}), loss);
+  EXPECT_EQ(sane.steps(), 2);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace {
 const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM",
-    "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
+    "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
     "VJIT_MAX_MEMORY",
 };
 
@@ -76,6 +76,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(o.cache_dir, "");
   EXPECT_FALSE(o.profile);
   EXPECT_FALSE(o.perf_map);
+  EXPECT_FALSE(o.check_finite);
   EXPECT_EQ(o.log, "off");
   EXPECT_NO_THROW(o.validate());
 }
@@ -99,6 +100,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_CACHE_DIR", "/tmp/vjit cache");
   set("VJIT_PROFILE", "on");
   set("VJIT_PERF_MAP", "1");
+  set("VJIT_CHECK_FINITE", "on");
   set("VJIT_LOG", "schedule");
   vjit::Options o = vjit::Options::from_env();
   EXPECT_FALSE(o.fusion);
@@ -119,6 +121,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_EQ(o.cache_dir, "/tmp/vjit cache");
   EXPECT_TRUE(o.profile);
   EXPECT_TRUE(o.perf_map);
+  EXPECT_TRUE(o.check_finite);
   EXPECT_EQ(o.log, "schedule");
   EXPECT_NO_THROW(o.validate());
 }
@@ -190,7 +193,7 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
 TEST_F(OptionsEnv, MalformedBoolIsRejected) {
   for (const char* variable :
        {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_PROFILE",
-        "VJIT_PERF_MAP"}) {
+        "VJIT_PERF_MAP", "VJIT_CHECK_FINITE"}) {
     set(variable, "yes please");
     const std::string message = env_error();
     EXPECT_NE(message.find(variable), std::string::npos) << message;

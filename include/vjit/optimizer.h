@@ -8,8 +8,26 @@
 //      the model and the optimizer state are left unchanged;
 //   2. with clip_norm > 0, all gradients are scaled by min(1, clip_norm / ‖g‖),
 //      ‖g‖ the global L2 norm over every parameter, so the norm used is ≤ clip_norm.
-// Then each parameter is updated by the rule of the subclass.
-//
+// Then each parameter is updated by the rule of the subclass, and
+//   3. no weight or state value is left NaN or ±Inf. An update that would
+//      overflow (huge weights, gradients or lr) is a UserError naming the
+//      parameter (or its state slot, e.g. Adam's second moment v), the first
+//      such element [row,col] in parameter and element order, the value it
+//      would have had and the one it has, and the step (the state's step count
+//      it would have reached). The model and the state (moments, step count,
+//      steps(), last_grad_norm(); a state the step would have made) are then
+//      bitwise as before the step, and a later step goes on from there.
+// How: SGD and Adam preview the step — a pass of the same float operations as
+// the update, storing nothing, that checks every value it would store — and
+// update only when every value stays finite (validate, then apply: nothing to
+// undo, no extra memory). A rule of the user's own (no preview()) is checked
+// after its update against an undo log: each chunk copies the elements it
+// writes (weights and state slots) into the log, updates them, and checks
+// them while they are in cache; on a failure every chunk copies its elements
+// back. The log holds (1 + state slots) floats per parameter element, kept
+// between steps. Cost, perf/optimizer_bench (SST-sized model, Adam, 2-core
+// Zen 3, medians of alternating runs): see README "Non-finite values".
+
 // Row-sparse gradients. An embedding table's gradient is non-zero only in the
 // rows of the tokens a batch looked up, a few hundred of tens of thousands. The
 // second step() overload takes, per parameter, a GradientRows saying which rows
@@ -123,6 +141,15 @@ struct DeviceUpdate {
   bool state_made = false;  // the state was made by this step: the device's slots start at zero
 };
 
+// What a preview found: the first element whose update would leave a
+// non-finite value (element -1: none), which array holds it (0: the weights,
+// 1 + k: state slot k) and the value it would have.
+struct NonFiniteUpdate {
+  int64_t element = -1;
+  int array = 0;
+  float value = 0;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -137,6 +164,10 @@ class Optimizer {
   // live ones), the steps counted, the per-step constants — returning the
   // rule to apply. Needs device_rule().kind != None.
   DeviceUpdate begin_device_step(const Model& model, OptimizerState& state, double sum_of_squares);
+  // Undoes the bookkeeping of the last begin_device_step (steps(), the
+  // state's step count, last_grad_norm(), a state it made), for an executor
+  // that found the update would leave a non-finite value and wrote nothing.
+  void cancel_device_step(OptimizerState& state);
 
   // One dense update on the calling thread: every element of every parameter.
   // Throws UserError (leaving the model untouched) on a mismatch in count or
@@ -193,6 +224,8 @@ class Optimizer {
 
   // How many state slots (arrays of the parameter's size) each parameter needs.
   virtual int state_slots() const { return 0; }
+  // What state slot `slot` holds, for error messages ("velocity", "second moment v").
+  virtual const char* state_slot_name(int /*slot*/) const { return "state slot"; }
   // Called once per step after the check, before any update(); t counts this
   // step in the state being updated (1 on its first). For per-step constants
   // (Adam's bias corrections).
@@ -206,6 +239,18 @@ class Optimizer {
   // and must not allocate.
   virtual void update(int index, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
                       float grad_scale) = 0;
+  // A rule whose has_preview() is true is checked before anything is written:
+  // preview() computes what update() would write for the same arguments (the
+  // same float operations), writes nothing, and returns the first element of
+  // [begin, end) where a weight or state value would be non-finite. A rule
+  // without one (the default: a rule of the user's own) is checked after its
+  // update instead, against an undo log of the old values. Called
+  // concurrently like update(); must not allocate.
+  virtual bool has_preview() const { return false; }
+  virtual NonFiniteUpdate preview(int /*index*/, const float* /*w*/, float* const* /*state*/, const float* /*g*/,
+                                  int64_t /*begin*/, int64_t /*end*/, float /*grad_scale*/) const {
+    return {};
+  }
 
  private:
   // A unit of work: a range of a parameter's elements (dense), or a run of its
@@ -215,6 +260,20 @@ class Optimizer {
     bool by_rows = false;
     int64_t begin = 0, end = 0;    // dense: elements; by rows: the table rows the chunk updates
     int64_t first = 0, last = 0;   // by rows: its listed rows, indices into GradientRows::rows
+    int64_t written = 0;           // elements written by the chunks before it (its place in the undo log)
+  };
+  // The first non-finite value a chunk's update would write (element -1:
+  // none; element in the parameter), and the value there before the step.
+  struct ChunkCheck {
+    NonFiniteUpdate found;
+    float before = 0;
+  };
+  // What a step changes besides the parameters and slots, to undo it.
+  struct StepRecord {
+    int64_t steps = 0;        // steps() before the step
+    double grad_norm = 0;     // last_grad_norm() before the step
+    bool made_state = false;  // the state was made by the step; replaced_state_ holds the one it replaced
+    int64_t step = 0;         // the state's step count the step reaches
   };
 
   // Throws UserError on a wrong count, size or state shape, or bad rows.
@@ -232,6 +291,33 @@ class Optimizer {
                               int64_t cols) const;
   void update_chunk(const Chunk& chunk, float* w, float* const* state, const float* g, const GradientRows* rows,
                     int64_t cols, float grad_scale);
+  // Calls fn(g, begin, end) for each range of elements the chunk's update
+  // writes, in element order: g the gradient, or null for rows updated with
+  // a zero gradient (unlisted rows under dense updates).
+  template <typename Fn>
+  void for_each_update(const Chunk& chunk, const float* g, const GradientRows* rows, int64_t cols, Fn&& fn) const;
+  // The preview of a chunk's update (has_preview()).
+  ChunkCheck preview_chunk(const Chunk& chunk, const float* w, float* const* state, const float* g,
+                           const GradientRows* rows, int64_t cols, float grad_scale) const;
+  // The index of the first chunk whose check found a non-finite value, or the number of chunks.
+  size_t first_failed_chunk() const;
+  // Copies the elements the chunk writes (the weights w, then each state slot)
+  // into its place in the undo log, or back from it.
+  void save_chunk(const Chunk& chunk, const float* w, float* const* state, const GradientRows* rows, int64_t cols);
+  void restore_chunk(const Chunk& chunk, float* w, float* const* state, const GradientRows* rows, int64_t cols);
+  // The first non-finite value among the elements the chunk wrote (the undo log has their old values).
+  ChunkCheck check_chunk(const Chunk& chunk, const float* w, float* const* state, const GradientRows* rows,
+                         int64_t cols) const;
+  // The update pass of a rule with a preview, and of one checked with the undo log.
+  void update_previewed(Model& model, const std::vector<std::vector<float>>& grads,
+                        const std::vector<GradientRows>& rows, ParallelFor* parallel, int64_t work, float scale);
+  void update_with_undo_log(Model& model, const std::vector<std::vector<float>>& grads,
+                            const std::vector<GradientRows>& rows, ParallelFor* parallel, int64_t work, float scale);
+  // Makes the state when needed, counts the step, calls begin_update; remembers how to undo it.
+  void begin_step(const Model& model, OptimizerState& state, double sum_of_squares);
+  void undo_step(OptimizerState& state);
+  // Throws the UserError for the first failed chunk, after the step was undone.
+  [[noreturn]] void throw_non_finite_update(const Model& model, const ChunkCheck& check, int param) const;
   // Throws the UserError naming the first non-finite listed gradient value.
   [[noreturn]] void throw_non_finite(const Model& model, const std::vector<std::vector<float>>& grads,
                                      const std::vector<GradientRows>& rows) const;
@@ -246,6 +332,10 @@ class Optimizer {
   std::vector<float*> slot_pointers_;  // scratch: [param][slot] of the step's state
   std::vector<Chunk> chunks_;        // scratch, capacity kept between steps
   std::vector<double> partial_;      // per chunk: Σ g² of its listed elements
+  std::vector<ChunkCheck> checks_;   // per chunk: what its update left
+  std::vector<float> undo_;          // the undo log (rules without a preview): the old values of what the step writes
+  StepRecord record_;                // the last step's bookkeeping, to undo it
+  OptimizerState replaced_state_;    // the state a step made a new one over, until the step succeeds
 };
 
 // Stochastic gradient descent with optional (heavy-ball) momentum:
@@ -268,8 +358,12 @@ class SGD : public Optimizer {
 
  protected:
   int state_slots() const override { return momentum_ > 0.0f ? 1 : 0; }  // the velocity
+  const char* state_slot_name(int) const override { return "velocity"; }
   void update(int index, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
               float grad_scale) override;
+  bool has_preview() const override { return true; }
+  NonFiniteUpdate preview(int index, const float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+                          float grad_scale) const override;
 
  private:
   float momentum_;
@@ -305,9 +399,13 @@ class Adam : public Optimizer {
 
  protected:
   int state_slots() const override { return 2; }  // m, v
+  const char* state_slot_name(int slot) const override { return slot == 0 ? "first moment m" : "second moment v"; }
   void begin_update(int64_t t) override;
   void update(int index, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
               float grad_scale) override;
+  bool has_preview() const override { return true; }
+  NonFiniteUpdate preview(int index, const float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+                          float grad_scale) const override;
 
  private:
   float beta1_;

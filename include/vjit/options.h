@@ -68,6 +68,10 @@
 // | VJIT_PROFILE     | profile     | bool: time every pipeline stage and kernel  | off          |
 // | VJIT_PERF_MAP    | perf_map    | bool: name JIT code in /tmp/perf-<pid>.map  | off          |
 // |                  |             | for `perf report`                           |              |
+// | VJIT_CHECK_FINITE | check_finite | bool: the CPU executor checks every   | off          |
+// |                  |             | value a forward step writes and reports the |              |
+// |                  |             | first NaN/Inf (sample, vertex, type, op);   |              |
+// |                  |             | an error with VJIT_DEVICE=cuda              |              |
 // | VJIT_LOG         | log         | off | passes | schedule | kernels | all    | off          |
 // |                  |             | passes: the IR after each lowering pass;    |              |
 // |                  |             | schedule: the tasks chosen per batch;       |              |
@@ -120,6 +124,7 @@ struct Options {
   std::string cache_dir;            // VJIT_CACHE_DIR
   bool profile = false;             // VJIT_PROFILE
   bool perf_map = false;            // VJIT_PERF_MAP
+  bool check_finite = false;        // VJIT_CHECK_FINITE (CPU executor only)
   std::string log = "off";          // VJIT_LOG
 
   // The built-in defaults, ignoring the environment.
