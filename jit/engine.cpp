@@ -50,7 +50,8 @@ struct Engine::Impl {
           runtime::CudaExecutor::Config{options.threads, options.profile, options.tf32, options.streaming});
     else
       executor = std::make_unique<runtime::CpuExecutor>(
-          program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile});
+          program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile,
+                                                    options.deterministic});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty() && std::filesystem::exists(policy_cache_path()))
       fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(policy_cache_path(), program.signature_string()));
   }

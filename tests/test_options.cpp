@@ -15,7 +15,7 @@ namespace {
 const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM",
-    "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
+    "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32", "VJIT_DETERMINISTIC",
 };
 
 // Clears every VJIT_* variable for the test and restores them afterwards.
@@ -69,6 +69,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(o.device, "cpu");
   EXPECT_EQ(o.threads, vjit::Options::default_threads());
   EXPECT_GE(o.threads, 1);
+  EXPECT_TRUE(o.deterministic);
   EXPECT_EQ(o.isa, "auto");
   EXPECT_EQ(o.gemm, "auto");
   EXPECT_EQ(o.cache_dir, "");
@@ -91,6 +92,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_MEMPLAN", "pqtree");
   set("VJIT_DEVICE", "cuda");
   set("VJIT_THREADS", "7");
+  set("VJIT_DETERMINISTIC", "off");
   set("VJIT_ISA", "avx2");
   set("VJIT_GEMM", "openblas");
   set("VJIT_CACHE_DIR", "/tmp/vjit cache");
@@ -110,6 +112,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_EQ(o.memplan, "pqtree");
   EXPECT_EQ(o.device, "cuda");
   EXPECT_EQ(o.threads, 7);
+  EXPECT_FALSE(o.deterministic);
   EXPECT_EQ(o.isa, "avx2");
   EXPECT_EQ(o.gemm, "openblas");
   EXPECT_EQ(o.cache_dir, "/tmp/vjit cache");
@@ -186,7 +189,7 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
 TEST_F(OptionsEnv, MalformedBoolIsRejected) {
   for (const char* variable :
        {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_PROFILE",
-        "VJIT_PERF_MAP"}) {
+        "VJIT_PERF_MAP", "VJIT_DETERMINISTIC"}) {
     set(variable, "yes please");
     const std::string message = env_error();
     EXPECT_NE(message.find(variable), std::string::npos) << message;

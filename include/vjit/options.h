@@ -48,6 +48,12 @@
 // |                  |             | the example models to about 1e-2)           |              |
 // | VJIT_THREADS     | threads     | positive integer (CPU worker threads)       | hardware     |
 // |                  |             |                                             | concurrency  |
+// | VJIT_DETERMINISTIC | deterministic | bool: CPU results bitwise independent | on         |
+// |                  |             | of VJIT_THREADS (GEMMs cut into blocks that |              |
+// |                  |             | depend on the shape only, row sums in fixed |              |
+// |                  |             | blocks); off: blocks follow the thread count|              |
+// |                  |             | (measured cost of on, 2 threads: within the |              |
+// |                  |             | machine's noise, README "Determinism")      |              |
 // | VJIT_ISA         | isa         | auto | avx512 | avx2 | scalar (x86 JIT      | auto         |
 // |                  |             | target; auto = best the CPU supports)       |              |
 // | VJIT_GEMM        | gemm        | auto | onednn | openblas | blis | libxsmm  | auto         |
@@ -108,6 +114,7 @@ struct Options {
   std::string device = "cpu";       // VJIT_DEVICE
   bool tf32 = false;                // VJIT_TF32
   int threads = default_threads();  // VJIT_THREADS
+  bool deterministic = true;        // VJIT_DETERMINISTIC (results independent of `threads`)
   std::string isa = "auto";         // VJIT_ISA
   std::string gemm = "auto";        // VJIT_GEMM
   std::string cache_dir;            // VJIT_CACHE_DIR
