@@ -147,9 +147,14 @@ constexpr int64_t kColAlign = 16;
 // Row blocks are a multiple of 8 rows once there are that many (micro-kernel height).
 constexpr int64_t kRowAlign = 8;
 // GemmSplit::Fixed: at least this much work per block beyond two blocks, and at
-// most kMaxFixedBlocks blocks (README, "Determinism across thread counts").
+// most kMaxFixedBlocks blocks. On two threads (gemm_bench --quick --modes
+// auto,fixed, oneDNN on a Zen 3) the geometric mean was 93.7 against Auto's
+// 94.5 GFLOP/s with four blocks at most; with eight, 92.5 against 108.3:
+// oneDNN (avx2) runs some thin blocks at half speed, e.g. the 2048 x 1024
+// weight gradient of a hidden-512 LSTM in eight 256-row blocks at 0.34-0.46x
+// the two-thread split, in four 512-row blocks at par.
 constexpr double kFixedBlockFlops = 8.0e6;
-constexpr int64_t kMaxFixedBlocks = 8;
+constexpr int64_t kMaxFixedBlocks = 4;
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -123,11 +123,11 @@ GemmBlocks gemm_blocks(GemmSplit split, int threads, int64_t m, int64_t n, int64
 
 // GemmSplit::Fixed: a partition that is a function of (m, n, k) alone. One
 // block below the size where a second thread pays (as Auto on one thread);
-// otherwise the direction Auto would choose (columns when m < n), cut into
-// 2, 4 or 8 blocks as the product grows (kFixedBlockFlops of work per block
-// at least), so that a small product is not cut finer than two threads need
-// and a large one still feeds up to eight. Its cost on two threads is measured
-// in README ("Determinism across thread counts").
+// otherwise the direction Auto would choose (columns when m < n), cut into two
+// blocks, or four from 32 MFLOP on (8 MFLOP a block at least). Two blocks are
+// exactly Auto's two-thread split; four keep a fourth thread busy. So with
+// deterministic blocks a product uses at most four threads. What it costs is
+// measured in README ("Determinism across thread counts").
 GemmBlocks fixed_gemm_blocks(int64_t m, int64_t n, int64_t k);
 
 // The split Auto uses for `threads` threads (measured with perf/gemm_bench.cpp,
