@@ -55,7 +55,7 @@ struct Engine::Impl {
     else
       executor = std::make_unique<runtime::CpuExecutor>(
           program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile,
-                                                       options.max_memory, options.check_finite});
+                                                       options.max_memory, options.check_finite, options.deterministic});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
   }
 

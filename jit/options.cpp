@@ -37,8 +37,8 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 21>& specs() {
-  static const std::array<Spec, 21> table{
+const std::array<Spec, 22>& specs() {
+  static const std::array<Spec, 22> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
       bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
@@ -53,6 +53,7 @@ const std::array<Spec, 21>& specs() {
       bool_spec("tf32", "VJIT_TF32", &Options::tf32),
       Spec{"threads", "VJIT_THREADS", Kind::Int, {}, nullptr, &Options::threads, nullptr, nullptr},
       Spec{"max_memory", "VJIT_MAX_MEMORY", Kind::Bytes, {}, nullptr, nullptr, nullptr, &Options::max_memory},
+      bool_spec("deterministic", "VJIT_DETERMINISTIC", &Options::deterministic),
       choice_spec("isa", "VJIT_ISA", option_values::isa, &Options::isa),
       choice_spec("gemm", "VJIT_GEMM", option_values::gemm, &Options::gemm),
       Spec{"cache_dir", "VJIT_CACHE_DIR", Kind::String, {}, nullptr, nullptr, &Options::cache_dir, nullptr},
@@ -212,6 +213,7 @@ std::string Options::describe() const {
   out += " tf32=" + std::string(on_off(tf32));
   out += " threads=" + std::to_string(threads);
   out += " max_memory=" + (max_memory == 0 ? std::string("unbounded") : std::to_string(max_memory));
+  out += " deterministic=" + std::string(on_off(deterministic));
   out += " isa=" + isa;
   out += " gemm=" + gemm;
   // Empty: policies are not saved, CUDA modules go to the user's cache directory.

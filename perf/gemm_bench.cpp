@@ -1,9 +1,10 @@
 // gemm_bench: every GEMM back end on the products vjit issues for a Tree-LSTM,
 // on one thread and on two (the library's own threading vs. our split of C into
-// per-thread blocks with single-threaded calls), side by side in one run.
+// per-thread blocks with single-threaded calls, and the fixed blocks of the
+// deterministic mode), side by side in one run.
 //
 //   gemm_bench [--quick] [--h1024] [--reps N] [--sample-ms X] [--settle-ms X]
-//              [--backends onednn,openblas,blis,libxsmm] [--modes none,library,rows,cols,auto]
+//              [--backends onednn,openblas,blis,libxsmm] [--modes none,library,rows,cols,auto,fixed]
 //
 // Shapes (hidden size H, batch rows M = vertices batched in one task):
 //   fwd          Y[M,4H]  = X[M,2H] . W^T       m=M  n=4H k=2H  trans_b
@@ -59,7 +60,7 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 // How a configuration runs one product.
-enum class Mode { Single, Library, Rows, Cols, Auto };
+enum class Mode { Single, Library, Rows, Cols, Auto, Fixed };
 
 const char* mode_name(Mode mode) {
   switch (mode) {
@@ -68,6 +69,7 @@ const char* mode_name(Mode mode) {
     case Mode::Rows: return "rows";
     case Mode::Cols: return "cols";
     case Mode::Auto: return "auto";
+    case Mode::Fixed: return "fixed";
   }
   return "?";
 }
@@ -121,7 +123,7 @@ class Bench {
           (o.only.empty() || std::find(o.only.begin(), o.only.end(), b) != o.only.end()))
         backends_.push_back(b);
     for (GemmBackend b : backends_) {
-      for (Mode mode : {Mode::Single, Mode::Library, Mode::Rows, Mode::Cols, Mode::Auto}) {
+      for (Mode mode : {Mode::Single, Mode::Library, Mode::Rows, Mode::Cols, Mode::Auto, Mode::Fixed}) {
         if (mode == Mode::Library && !vjit::runtime::gemm_backend_has_library_threading(b)) continue;
         if (!o.modes.empty() && std::find(o.modes.begin(), o.modes.end(), mode_name(mode)) == o.modes.end()) continue;
         configs_.push_back({b, mode});
@@ -214,6 +216,11 @@ class Bench {
         if (!enough_clean) line["noisy"] = true;
         if (configs[i].mode == Mode::Auto)
           line["auto_choice"] = vjit::runtime::gemm_split_name(vjit::runtime::choose_gemm_split(2, p.m, p.n, p.k));
+        if (configs[i].mode == Mode::Fixed) {
+          const vjit::runtime::GemmBlocks blocks = vjit::runtime::fixed_gemm_blocks(p.m, p.n, p.k);
+          line["fixed_blocks"] = std::string(vjit::runtime::gemm_split_name(blocks.split)) + " x" +
+                                 std::to_string(blocks.count);
+        }
         std::printf("%s\n", line.dump().c_str());
         std::fflush(stdout);
         geo_[configs[i].backend][mode_key(configs[i].mode)].push_back(std::log(gflops));
@@ -256,10 +263,12 @@ class Bench {
         return;
       case Mode::Rows:
       case Mode::Cols:
-      case Mode::Auto: {
-        const GemmSplit split = cfg.mode == Mode::Rows   ? GemmSplit::Rows
-                                : cfg.mode == Mode::Cols ? GemmSplit::Cols
-                                                         : GemmSplit::Auto;
+      case Mode::Auto:
+      case Mode::Fixed: {
+        const GemmSplit split = cfg.mode == Mode::Rows    ? GemmSplit::Rows
+                                : cfg.mode == Mode::Cols  ? GemmSplit::Cols
+                                : cfg.mode == Mode::Fixed ? GemmSplit::Fixed
+                                                          : GemmSplit::Auto;
         vjit::runtime::parallel_sgemm(pool_, cfg.backend, p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, lda, b, ldb, 0.0f, c,
                              p.n, split);
         return;
@@ -327,7 +336,7 @@ std::vector<Product> products(const Options& o) {
 
 int usage(const char* argv0) {
   std::fprintf(stderr, "usage: %s [--quick] [--h1024] [--reps N] [--sample-ms X] [--settle-ms X]\n"
-               "       [--backends onednn,openblas,blis,libxsmm] [--modes none,library,rows,cols,auto]\n", argv0);
+               "       [--backends onednn,openblas,blis,libxsmm] [--modes none,library,rows,cols,auto,fixed]\n", argv0);
   return 2;
 }
 
@@ -373,8 +382,9 @@ int main(int argc, char** argv) {
       for (size_t pos = 0; pos <= list.size();) {
         const size_t comma = std::min(list.find(',', pos), list.size());
         const std::string mode = list.substr(pos, comma - pos);
-        if (mode != "none" && mode != "library" && mode != "rows" && mode != "cols" && mode != "auto") {
-          std::fprintf(stderr, "gemm_bench: --modes: unknown mode '%s'; valid: none, library, rows, cols, auto\n",
+        if (mode != "none" && mode != "library" && mode != "rows" && mode != "cols" && mode != "auto" &&
+            mode != "fixed") {
+          std::fprintf(stderr, "gemm_bench: --modes: unknown mode '%s'; valid: none, library, rows, cols, auto, fixed\n",
                        mode.c_str());
           return 2;
         }

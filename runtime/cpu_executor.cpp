@@ -82,6 +82,28 @@ void add_row(const float* src, float* dst, int64_t width) {
   for (int64_t i = 0; i < width; ++i) dst[i] += src[i];
 }
 
+// Below this much work (rows × work per row: elements, or multiply-adds)
+// waking a second thread costs more than it saves. Measured on a 2-core Zen 3
+// (SST Tree-LSTM, hidden 256, batch 64: a task's fused gate kernel is ~58 rows
+// × 256): 4096 made inference 8% faster than 16384, which left those kernels on
+// one thread; 1024 was no better.
+constexpr int64_t kParallelElements = 4096;
+
+// Row blocks of a sum over rows whose result must not depend on the thread
+// count (VJIT_DETERMINISTIC): a function of the rows and their work alone. One
+// block where a second thread does not pay, else 2, 4 or 8 as the work grows
+// (at least kFixedBlockWork per block beyond two), never more than the rows.
+constexpr int64_t kFixedBlockWork = int64_t(1) << 20;
+constexpr int64_t kMaxFixedRowBlocks = 8;
+
+int64_t fixed_row_blocks(int64_t rows, int64_t work_per_row) {
+  const int64_t work = rows * work_per_row;
+  if (work < kParallelElements || rows < 2) return 1;
+  int64_t blocks = 2;
+  while (blocks < kMaxFixedRowBlocks && work >= kFixedBlockWork * 2 * blocks) blocks *= 2;
+  return std::min(blocks, rows);
+}
+
 // Per value of `f`: the gather slots whose rows the value is a view of (bit k:
 // slot k, bit `fixed_arity`: the variadic sum); `forward` gives the forward
 // function's masks for Fwd (nullptr for a forward function).
@@ -229,6 +251,8 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       pool_(config.threads),
       parallel_(pool_),
       gemm_backend_(config.gemm),
+      gemm_split_(config.deterministic ? GemmSplit::Fixed : GemmSplit::Auto),
+      deterministic_(config.deterministic),
       streaming_(config.streaming),
       profile_(config.profile),
       max_memory_floats_(config.max_memory / int64_t(sizeof(float))),
@@ -697,27 +721,29 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
 
 template <typename Fn>
 void CpuExecutor::for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn) {
-  for_row_blocks(frame, rows, work_per_row, std::forward<Fn>(fn), [](int) {});
+  run_row_blocks(frame, rows, parallel_row_blocks(frame, rows, work_per_row), std::forward<Fn>(fn));
 }
 
-template <typename Fn, typename Prepare>
-void CpuExecutor::for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn, Prepare&& prepare) {
-  // Below this much work waking a second thread costs more than it saves.
-  // Measured on a 2-core Zen 3 (SST Tree-LSTM, hidden 256, batch 64: a task's
-  // fused gate kernel is ~58 rows × 256): 4096 made inference 8% faster than
-  // 16384, which left those kernels on one thread; 1024 was no better.
-  constexpr int64_t kParallelElements = 4096;
-  bool parallel = frame.use_pool && rows * work_per_row >= kParallelElements;
-  int64_t blocks = parallel ? std::min<int64_t>(pool_.size(), rows) : 1;
-  prepare(int(std::max<int64_t>(blocks, 1)));
+int64_t CpuExecutor::parallel_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row) const {
+  const bool parallel = frame.use_pool && rows * work_per_row >= kParallelElements;
+  return parallel ? std::max<int64_t>(1, std::min<int64_t>(pool_.size(), rows)) : 1;
+}
+
+template <typename Fn>
+void CpuExecutor::run_row_blocks(const Frame& frame, int64_t rows, int64_t blocks, Fn&& fn) {
   if (blocks <= 1) {
     fn(int64_t(0), rows, 0);
     return;
   }
-  pool_.parallel_for(blocks, [&](int64_t b) {
+  auto block = [&](int64_t b) {
     int64_t begin = rows * b / blocks, end = rows * (b + 1) / blocks;
     fn(begin, end - begin, int(b));
-  });
+  };
+  if (frame.use_pool) {
+    pool_.parallel_for(blocks, block);
+  } else {
+    for (int64_t b = 0; b < blocks; ++b) block(b);
+  }
 }
 
 void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame) {
@@ -932,8 +958,8 @@ void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int
                        int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   ++frame.stats->gemm_calls;
   frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k);
-  if (!frame.use_pool) sgemm(gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-  else parallel_sgemm(pool_, gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  if (!frame.use_pool) serial_sgemm(gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
+  else parallel_sgemm(pool_, gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
 }
 
 void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
@@ -944,12 +970,8 @@ void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int
   }
   ++frame.stats->gemm_calls;
   frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k);
-  if (frame.use_pool) {
-    parallel_sgemm_bias(pool_, gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
-    return;
-  }
-  for (int64_t r = 0; r < m; ++r) std::memcpy(c + r * ldc, bias, size_t(n) * sizeof(float));
-  sgemm(gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+  if (frame.use_pool) parallel_sgemm_bias(pool_, gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
+  else serial_sgemm_bias(gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
 }
 
 // The GEMM epilogue (ir::fold_bias_adds): out = product + bias, where the
@@ -1000,7 +1022,9 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
 
 // Σ_rows A_r·B_r into the gradient, the per-vertex products never stored:
 // blocks of rows on the pool's threads, block 0 into the gradient itself and
-// the others into their own zeroed scratch, added in at the end.
+// the others into their own zeroed scratch, added in block order at the end.
+// Deterministic: the blocks depend on the rows alone, so the sum's order does
+// not depend on the thread count (on one thread the blocks run in turn).
 void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, const Node& product, float* grad,
                                       Frame& frame) {
   const std::vector<View>& views = frame.views[int(Pass::Backward)];
@@ -1010,8 +1034,13 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
   const int64_t size = p.m * p.n;
   frame.stats->gemm_calls += rows.count;
   frame.stats->gemm_flops += p.flops() * double(rows.count);
-  int blocks_used = 1;
-  for_row_blocks(frame, rows.count, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int block) {
+  const int64_t work_per_row = p.m * p.n * p.k;
+  const int64_t blocks = deterministic_ ? fixed_row_blocks(rows.count, work_per_row)
+                                        : parallel_row_blocks(frame, rows.count, work_per_row);
+  if (frame.scratch.size() < size_t(blocks)) frame.scratch.resize(size_t(blocks));
+  for (int64_t block = 1; block < blocks; ++block)
+    if (int64_t(frame.scratch[size_t(block)].size()) < size) frame.scratch[size_t(block)].resize(size_t(size));
+  run_row_blocks(frame, rows.count, blocks, [&](int64_t begin, int64_t count, int block) {
     float* c = grad;
     if (block > 0) {
       c = frame.scratch[size_t(block)].data();
@@ -1020,13 +1049,8 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
     for (int64_t r = begin; r < begin + count; ++r)
       sgemm(gemm_backend_, product.trans_a, product.trans_b, p.m, p.n, p.k, 1.0f, a.data + r * a.ld, p.lda,
             b.data + r * b.ld, p.ldb, 1.0f, c, p.n);
-  }, [&](int blocks) {
-    blocks_used = blocks;
-    if (frame.scratch.size() < size_t(blocks)) frame.scratch.resize(size_t(blocks));
-    for (int block = 1; block < blocks; ++block)
-      if (int64_t(frame.scratch[size_t(block)].size()) < size) frame.scratch[size_t(block)].resize(size_t(size));
   });
-  for (int block = 1; block < blocks_used; ++block) add_row(frame.scratch[size_t(block)].data(), grad, size);
+  for (int64_t block = 1; block < blocks; ++block) add_row(frame.scratch[size_t(block)].data(), grad, size);
 }
 
 void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {

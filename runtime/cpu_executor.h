@@ -74,6 +74,12 @@ class CpuExecutor final : public Executor {
     // NaN or ±Inf, in execution order, is a UserError naming its sample,
     // vertex, vertex type and op (check_finite()).
     bool check_finite = false;
+    // Results bitwise independent of `threads` (VJIT_DETERMINISTIC): GEMMs cut
+    // into GemmSplit::Fixed blocks, reductions over rows into blocks that
+    // depend on the rows alone, summed in block order. Off: the blocks follow
+    // the thread count (faster where a product would be cut finer than the
+    // threads need).
+    bool deterministic = true;
   };
   CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config);
 
@@ -161,9 +167,12 @@ class CpuExecutor final : public Executor {
   // when rows × work_per_row (elements, or multiply-adds) is large enough.
   template <typename Fn>
   void for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn);
-  // The same, calling prepare(blocks) first with the number of blocks it will run.
-  template <typename Fn, typename Prepare>
-  void for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn, Prepare&& prepare);
+  // How many blocks for_row_blocks cuts the rows into (1 to the pool's size).
+  int64_t parallel_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row) const;
+  // Calls fn(begin, count, block) over `blocks` even blocks of rows: on the
+  // pool's threads when the frame may use them, else one after the other.
+  template <typename Fn>
+  void run_row_blocks(const Frame& frame, int64_t rows, int64_t blocks, Fn&& fn);
 
   // Node kinds.
   void gather(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
@@ -197,6 +206,8 @@ class CpuExecutor final : public Executor {
   ThreadPool pool_;
   PoolParallelFor parallel_;  // the pool, lent to the optimizer
   GemmBackend gemm_backend_;
+  GemmSplit gemm_split_;  // Fixed when deterministic, else Auto
+  bool deterministic_;
   bool streaming_;
   bool profile_;
   int64_t max_memory_floats_;  // Config::max_memory in floats (0: no bound)

@@ -14,6 +14,13 @@
 // than tall (the forward Y = X W^T with few batched rows), rows otherwise (the
 // weight gradient). This beat the libraries' own threading on vjit's shapes by
 // 3-23% on a quiet machine, and by far more on a loaded one (perf/GEMM.md).
+//
+// Determinism. A library computes an element of C in an order that may depend
+// on the shape of the call it is part of (its kernels, K blocking and edge
+// paths are chosen per shape), so blocks that follow the thread count make the
+// result depend on the thread count. GemmSplit::Fixed cuts C into blocks whose
+// shape depends only on (m, n, k): the result is then bitwise the same on any
+// number of threads, one included (Options::deterministic, VJIT_DETERMINISTIC).
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -97,13 +104,34 @@ class ThreadPool {
 
 // How parallel_sgemm divides C among threads.
 enum class GemmSplit {
-  Auto,  // choose_gemm_split()
-  None,  // one single-threaded call on the caller
-  Rows,  // blocks of rows of C (rows of op(A))
-  Cols,  // blocks of columns of C (columns of op(B))
+  Auto,   // choose_gemm_split()
+  None,   // one single-threaded call on the caller
+  Rows,   // blocks of rows of C (rows of op(A)), one per thread
+  Cols,   // blocks of columns of C (columns of op(B)), one per thread
+  Fixed,  // fixed_gemm_blocks(): blocks that do not depend on the thread count
 };
 
-const char* gemm_split_name(GemmSplit split);  // "auto", "none", "rows", "cols"
+const char* gemm_split_name(GemmSplit split);  // "auto", "none", "rows", "cols", "fixed"
+
+// A partition of C into `count` blocks of `size` rows (Rows) or columns (Cols),
+// the last one possibly smaller; split None is the whole of C as one block.
+struct GemmBlocks {
+  GemmSplit split = GemmSplit::None;  // None, Rows or Cols
+  int64_t size = 0;
+  int64_t count = 1;
+};
+
+// The blocks `split` gives for `threads` threads (Auto resolved).
+GemmBlocks gemm_blocks(GemmSplit split, int threads, int64_t m, int64_t n, int64_t k);
+
+// GemmSplit::Fixed: a partition that is a function of (m, n, k) alone. One
+// block below the size where a second thread pays (as Auto on one thread);
+// otherwise the direction Auto would choose (columns when m < n), cut into two
+// blocks, or four from 32 MFLOP on (8 MFLOP a block at least). Two blocks are
+// exactly Auto's two-thread split; four keep a fourth thread busy. So with
+// deterministic blocks a product uses at most four threads. What it costs is
+// measured in README ("Determinism across thread counts").
+GemmBlocks fixed_gemm_blocks(int64_t m, int64_t n, int64_t k);
 
 // The split Auto uses for `threads` threads (measured with perf/gemm_bench.cpp,
 // perf/GEMM.md): None when the product (2mnk flops) is too small to pay for
@@ -131,5 +159,16 @@ void parallel_sgemm(ThreadPool& pool, GemmBackend backend, bool trans_a, bool tr
 void parallel_sgemm_bias(ThreadPool& pool, GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n,
                          int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias,
                          float* c, int64_t ldc, GemmSplit split = GemmSplit::Auto);
+
+// The same products on the calling thread alone, block after block, as a
+// one-thread pool would run them: with GemmSplit::Fixed the blocks (and so the
+// result, bit for bit) of parallel_sgemm on any pool; otherwise one call. For
+// a thread that may not use the pool (the streaming thread).
+void serial_sgemm(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                  GemmSplit split);
+void serial_sgemm_bias(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                       const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias, float* c,
+                       int64_t ldc, GemmSplit split);
 
 }  // namespace vjit::runtime

@@ -22,6 +22,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -458,6 +459,86 @@ TEST(ParallelSgemm, AutoSplitChoices) {
           EXPECT_GE(n, 16 * threads);
         }
       }
+}
+
+// GemmSplit::Fixed: the blocks are a function of (m, n, k) alone, cover C
+// exactly once, and are aligned like the per-thread splits.
+TEST(ParallelSgemm, FixedBlocksDependOnTheShapeOnly) {
+  const std::vector<Shape> shapes{{1, 1, 1},      {1, 256, 128},    {1, 2048, 1024}, {58, 1024, 512},
+                                  {7, 13, 5},     {37, 200, 65},    {130, 96, 40},   {1024, 512, 2000},
+                                  {3000, 8, 100}, {4096, 1024, 64}, {2, 20000, 300}, {0, 4, 4}};
+  for (const Shape& s : shapes) {
+    const std::string what = "m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+    const GemmBlocks fixed = fixed_gemm_blocks(s.m, s.n, s.k);
+    for (int threads : {1, 2, 3, 4, 7, 16}) {
+      const GemmBlocks got = gemm_blocks(GemmSplit::Fixed, threads, s.m, s.n, s.k);
+      EXPECT_EQ(got.split, fixed.split) << what << " threads=" << threads;
+      EXPECT_EQ(got.size, fixed.size) << what << " threads=" << threads;
+      EXPECT_EQ(got.count, fixed.count) << what << " threads=" << threads;
+    }
+    if (fixed.split == GemmSplit::None) {
+      EXPECT_EQ(fixed.count, 1) << what;
+      continue;
+    }
+    const int64_t extent = fixed.split == GemmSplit::Rows ? s.m : s.n;
+    EXPECT_GE(fixed.count, 2) << what;
+    EXPECT_LE(fixed.count, 4) << what;
+    EXPECT_GE(fixed.size * fixed.count, extent) << what;
+    EXPECT_LT(fixed.size * (fixed.count - 1), extent) << what;
+    if (fixed.split == GemmSplit::Cols) {
+      EXPECT_EQ(fixed.size % 16, 0) << what;
+    }
+    if (fixed.split == GemmSplit::Rows && fixed.size >= 8) {
+      EXPECT_EQ(fixed.size % 8, 0) << what;
+    }
+    EXPECT_GE(2.0 * double(s.m) * double(s.n) * double(s.k), 5.0e5) << what << ": a small product is cut";
+  }
+  EXPECT_EQ(fixed_gemm_blocks(1, 256, 128).split, GemmSplit::None);    // 65 kflop: one call
+  EXPECT_EQ(fixed_gemm_blocks(58, 1024, 512).split, GemmSplit::Cols);  // a task's forward product
+  EXPECT_EQ(fixed_gemm_blocks(1024, 512, 2000).split, GemmSplit::Rows);  // a weight gradient
+  EXPECT_EQ(fixed_gemm_blocks(1024, 512, 2000).count, 4);             // 2 GFLOP: four blocks
+  EXPECT_EQ(fixed_gemm_blocks(58, 256, 256).count, 2);                // 7.6 MFLOP: two blocks
+}
+
+// GemmSplit::Fixed gives the same bits on every pool size and on the calling
+// thread alone (serial_sgemm), with and without the bias epilogue, for every
+// back end usable here, the bf16 one included.
+TEST(ParallelSgemm, FixedSplitIsBitwiseTheSameOnAnyPool) {
+  const std::vector<Shape> shapes{{58, 1024, 512}, {300, 512, 1024}, {37, 200, 65}, {130, 96, 40}, {3, 2000, 70}};
+  std::vector<GemmBackend> backends = available_backends();
+  if (gemm_backend_available(GemmBackend::OneDnnBf16)) backends.push_back(GemmBackend::OneDnnBf16);
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  for (int threads : {1, 2, 3, 4}) pools.push_back(std::make_unique<ThreadPool>(threads));
+  for (const Shape& s : shapes)
+    for (int t = 0; t < 4; ++t) {
+      const Problem p(t & 1, t & 2, s);
+      std::vector<float> bias(size_t(s.n));
+      for (size_t j = 0; j < bias.size(); ++j) bias[j] = 0.125f * float(j % 5) - 0.25f;
+      for (GemmBackend b : backends) {
+        const std::string what = label(b, p);
+        std::vector<float> want = p.c0.data, want_bias = p.c0.data;
+        serial_sgemm(b, p.trans_a, p.trans_b, s.m, s.n, s.k, 0.5f, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld, 1.0f,
+                     want.data(), p.c0.ld, GemmSplit::Fixed);
+        serial_sgemm_bias(b, p.trans_a, p.trans_b, s.m, s.n, s.k, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld, bias.data(),
+                          want_bias.data(), p.c0.ld, GemmSplit::Fixed);
+        for (auto& pool : pools) {
+          std::vector<float> c = p.c0.data, c_bias = p.c0.data;
+          parallel_sgemm(*pool, b, p.trans_a, p.trans_b, s.m, s.n, s.k, 0.5f, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld,
+                         1.0f, c.data(), p.c0.ld, GemmSplit::Fixed);
+          parallel_sgemm_bias(*pool, b, p.trans_a, p.trans_b, s.m, s.n, s.k, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld,
+                              bias.data(), c_bias.data(), p.c0.ld, GemmSplit::Fixed);
+          // memcmp: bit for bit, the NaN padding included.
+          EXPECT_EQ(std::memcmp(c.data(), want.data(), c.size() * sizeof(float)), 0)
+              << what << " threads=" << pool->size();
+          EXPECT_EQ(std::memcmp(c_bias.data(), want_bias.data(), c.size() * sizeof(float)), 0)
+              << what << " bias threads=" << pool->size();
+        }
+        if (!gemm_backend_rounds_operands(b)) {
+          const std::vector<float> single = run(b, p, 0.5f, 1.0f);
+          expect_close(p, 0.5f, 1.0f, p.c0.data, want, single, what + " fixed blocks against one call");
+        }
+      }
+    }
 }
 
 }  // namespace

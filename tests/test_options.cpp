@@ -16,7 +16,7 @@ const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM",
     "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
-    "VJIT_MAX_MEMORY",
+    "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC",
 };
 
 // Clears every VJIT_* variable for the test and restores them afterwards.
@@ -71,6 +71,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(o.threads, vjit::Options::default_threads());
   EXPECT_GE(o.threads, 1);
   EXPECT_EQ(o.max_memory, 0);
+  EXPECT_TRUE(o.deterministic);
   EXPECT_EQ(o.isa, "auto");
   EXPECT_EQ(o.gemm, "auto");
   EXPECT_EQ(o.cache_dir, "");
@@ -95,6 +96,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_DEVICE", "cuda");
   set("VJIT_THREADS", "7");
   set("VJIT_MAX_MEMORY", "3G");
+  set("VJIT_DETERMINISTIC", "off");
   set("VJIT_ISA", "avx2");
   set("VJIT_GEMM", "openblas");
   set("VJIT_CACHE_DIR", "/tmp/vjit cache");
@@ -116,6 +118,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_EQ(o.device, "cuda");
   EXPECT_EQ(o.threads, 7);
   EXPECT_EQ(o.max_memory, int64_t(3) << 30);
+  EXPECT_FALSE(o.deterministic);
   EXPECT_EQ(o.isa, "avx2");
   EXPECT_EQ(o.gemm, "openblas");
   EXPECT_EQ(o.cache_dir, "/tmp/vjit cache");
@@ -193,7 +196,7 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
 TEST_F(OptionsEnv, MalformedBoolIsRejected) {
   for (const char* variable :
        {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_PROFILE",
-        "VJIT_PERF_MAP", "VJIT_CHECK_FINITE"}) {
+        "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_DETERMINISTIC"}) {
     set(variable, "yes please");
     const std::string message = env_error();
     EXPECT_NE(message.find(variable), std::string::npos) << message;

@@ -53,6 +53,12 @@
 // |                  |             | batch (vertex values and their gradients); |              |
 // |                  |             | a batch that needs more fails before it    |              |
 // |                  |             | runs, naming both (Engine::forward)        |              |
+// | VJIT_DETERMINISTIC | deterministic | bool: CPU results bitwise independent | on         |
+// |                  |             | of VJIT_THREADS (GEMMs cut into blocks that |              |
+// |                  |             | depend on the shape only, row sums in fixed |              |
+// |                  |             | blocks); off: blocks follow the thread count|              |
+// |                  |             | (measured cost of on, 2 threads: within the |              |
+// |                  |             | machine's noise, README "Determinism")      |              |
 // | VJIT_ISA         | isa         | auto | avx512 | avx2 | scalar (x86 JIT      | auto         |
 // |                  |             | target; auto = best the CPU supports)       |              |
 // | VJIT_GEMM        | gemm        | auto | onednn | openblas | blis | libxsmm  | auto         |
@@ -119,6 +125,7 @@ struct Options {
   bool tf32 = false;                // VJIT_TF32
   int threads = default_threads();  // VJIT_THREADS
   int64_t max_memory = 0;           // VJIT_MAX_MEMORY, bytes (0: no bound)
+  bool deterministic = true;        // VJIT_DETERMINISTIC (results independent of `threads`)
   std::string isa = "auto";         // VJIT_ISA
   std::string gemm = "auto";        // VJIT_GEMM
   std::string cache_dir;            // VJIT_CACHE_DIR
