@@ -20,6 +20,8 @@ PACKAGES=(
   libblis-dev
   libdnnl-dev
   libxsmm-dev
+  clang
+  libclang-rt-14-dev
 )
 
 missing=()
