@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -655,6 +656,32 @@ FsmPolicy FsmPolicy::learn(const GraphBatch& data, int num_types, const FsmOptio
 namespace {
 using nlohmann::json;
 
+// nlohmann's get<int>() converts a float or an out-of-range integer with a
+// plain cast: undefined behaviour for 1e300, a wrapped value for 2^32 + 2. An
+// integer field must hold an integer within its type's range.
+template <typename Int>
+std::optional<Int> exact_integer(const json& value) {
+  if (value.is_number_unsigned()) {
+    const uint64_t v = value.get<uint64_t>();
+    if (v <= uint64_t(std::numeric_limits<Int>::max())) return Int(v);
+  } else if (value.is_number_integer()) {
+    const int64_t v = value.get<int64_t>();
+    if (v >= int64_t(std::numeric_limits<Int>::min()) && (v < 0 || uint64_t(v) <= uint64_t(std::numeric_limits<Int>::max())))
+      return Int(v);
+  }
+  return std::nullopt;
+}
+
+// object[key] as an Int; a UserError naming the key otherwise (load() reports it as malformed).
+template <typename Int>
+Int integer_at(const json& object, const char* key) {
+  const json& value = object.at(key);
+  const std::optional<Int> v = exact_integer<Int>(value);
+  VJIT_USER_CHECK(v, "\"" << key << "\" must be an integer from " << std::numeric_limits<Int>::min() << " to "
+                                << std::numeric_limits<Int>::max() << ", got " << value.dump());
+  return *v;
+}
+
 json options_to_json(const FsmOptions& o) {
   return json{{"encoding", encoding_name(o.encoding)},
               {"alpha", o.alpha},
@@ -676,17 +703,17 @@ FsmOptions options_from_json(const json& j, StateEncoding encoding) {
   FsmOptions o;
   o.encoding = encoding;
   o.alpha = j.at("alpha").get<double>();
-  o.n_step = j.at("n_step").get<int>();
+  o.n_step = integer_at<int>(j, "n_step");
   o.epsilon = j.at("epsilon").get<double>();
   o.learning_rate = j.at("learning_rate").get<double>();
   o.gamma = j.at("gamma").get<double>();
-  o.episodes = j.at("episodes").get<int>();
-  o.check_every = j.at("check_every").get<int>();
-  o.sample_size = j.at("sample_size").get<int>();
-  o.resamples = j.at("resamples").get<int>();
-  o.validation_resamples = j.at("validation_resamples").get<int>();
+  o.episodes = integer_at<int>(j, "episodes");
+  o.check_every = integer_at<int>(j, "check_every");
+  o.sample_size = integer_at<int>(j, "sample_size");
+  o.resamples = integer_at<int>(j, "resamples");
+  o.validation_resamples = integer_at<int>(j, "validation_resamples");
   o.confidence = j.at("confidence").get<double>();
-  o.seed = j.at("seed").get<uint64_t>();
+  o.seed = integer_at<uint64_t>(j, "seed");
   o.prune_to_greedy_path = j.at("prune_to_greedy_path").get<bool>();
   return o;
 }
@@ -707,15 +734,15 @@ json training_to_json(const FsmTraining& t) {
 FsmTraining training_from_json(const json& j) {
   FsmTraining t;
   t.seconds = j.at("seconds").get<double>();
-  t.episodes = j.at("episodes").get<int>();
-  t.instances = j.at("instances").get<int>();
-  t.tasks = j.at("tasks").get<int>();
-  t.lower_bound = j.at("lower_bound").get<int>();
-  t.fallbacks = j.at("fallbacks").get<int>();
-  t.validation_tasks = j.at("validation_tasks").get<int>();
-  t.validation_fallback_tasks = j.at("validation_fallback_tasks").get<int>();
-  t.validation_lower_bound = j.at("validation_lower_bound").get<int>();
-  t.departures = j.at("departures").get<int>();
+  t.episodes = integer_at<int>(j, "episodes");
+  t.instances = integer_at<int>(j, "instances");
+  t.tasks = integer_at<int>(j, "tasks");
+  t.lower_bound = integer_at<int>(j, "lower_bound");
+  t.fallbacks = integer_at<int>(j, "fallbacks");
+  t.validation_tasks = integer_at<int>(j, "validation_tasks");
+  t.validation_fallback_tasks = integer_at<int>(j, "validation_fallback_tasks");
+  t.validation_lower_bound = integer_at<int>(j, "validation_lower_bound");
+  t.departures = integer_at<int>(j, "departures");
   return t;
 }
 
@@ -811,9 +838,10 @@ FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_s
   }
   if (!file.is_object() || !file.contains("format") || file["format"] != kFormatName)
     malformed(path, std::string("it is not a vjit FSM policy (no \"format\": \"") + kFormatName + "\")");
-  if (!file.contains("version") || !file["version"].is_number_integer())
-    malformed(path, "\"version\" is missing or not an integer");
-  const int version = file["version"].get<int>();
+  const std::optional<int> parsed_version =
+      file.contains("version") ? exact_integer<int>(file["version"]) : std::nullopt;
+  if (!parsed_version) malformed(path, "\"version\" is missing or not an integer");
+  const int version = *parsed_version;
   VJIT_USER_CHECK(version == kFormatVersion, "FSM policy file '" << path << "' has format version " << version
                                                  << ", but this build reads version " << kFormatVersion
                                                  << "; learn the policy again");
@@ -827,7 +855,7 @@ FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_s
 
   try {
     const StateEncoding encoding = parse_encoding(file.at("encoding").get<std::string>());
-    const int num_types = file.at("num_types").get<int>();
+    const int num_types = integer_at<int>(file, "num_types");
     // Bounded before anything is sized by it (a program has far fewer types).
     if (num_types < 1 || num_types > kMaxTypes)
       malformed(path, "\"num_types\" is " + std::to_string(num_types) + ", not in [1, " + std::to_string(kMaxTypes) + "]");
@@ -839,7 +867,7 @@ FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_s
       if (!types) malformed(path, "state '" + key + "' is not a " + encoding_name(encoding) + " state");
       std::vector<ActionValue> actions;
       for (const json& a : state.at("actions")) {
-        ActionValue value{a.at("type").get<int>(), a.at("q").get<double>(), a.at("visits").get<int>()};
+        ActionValue value{integer_at<int>(a, "type"), a.at("q").get<double>(), integer_at<int>(a, "visits")};
         if (!std::isfinite(value.q) || value.visits < 0)
           malformed(path, "state '" + key + "' has an action with q " + std::to_string(value.q) + " and visits " +
                               std::to_string(value.visits) + " (q must be finite, visits >= 0)");
@@ -848,7 +876,7 @@ FsmPolicy FsmPolicy::load(const std::string& path, const std::string& expected_s
         actions.push_back(value);
       }
       if (state.contains("action")) {
-        const int type = state.at("action").get<int>();
+        const int type = integer_at<int>(state, "action");
         if (std::find(types->begin(), types->end(), type) == types->end())
           malformed(path, "state '" + key + "' goes to type " + std::to_string(type) + ", not on its frontier");
         transitions.emplace(key, type);

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Configures and builds vjit with Ninja on all cores.
-#   scripts/build.sh [Release|Debug|Sanitize] [ninja targets...]
+#   scripts/build.sh [Release|Debug|Sanitize|NoCuda|Thread|Fuzz] [ninja targets...]
 #   Release  -> build/        (default)
 #   Debug    -> build-debug/
 #   Sanitize -> build-asan/   (Debug with -DVJIT_SANITIZE=ON: ASan + UBSan)
 #   NoCuda   -> build-nocuda/ (Release with -DVJIT_CUDA=OFF: no GPU back end)
+#   Thread   -> build-tsan/   (-O1 with line tables, -DVJIT_TSAN=ON: ThreadSanitizer, gcc; no GPU back end)
+#   Fuzz     -> build-fuzz/   (clang++, -O1 with line tables, -DVJIT_FUZZ=ON: libFuzzer targets of fuzz/,
+#                              every library with ASan + UBSan; no GPU back end)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,8 +19,15 @@ case "$mode" in
   Debug)    dir=build-debug; flags=(-DCMAKE_BUILD_TYPE=Debug -DVJIT_SANITIZE=OFF) ;;
   Sanitize) dir=build-asan;  flags=(-DCMAKE_BUILD_TYPE=Debug -DVJIT_SANITIZE=ON) ;;
   NoCuda)   dir=build-nocuda; flags=(-DCMAKE_BUILD_TYPE=Release -DVJIT_SANITIZE=OFF -DVJIT_CUDA=OFF) ;;
+  # The sanitizer modes below build no GPU back end: nothing runs it on a
+  # machine without a GPU, and it would only lengthen the build.
+  Thread)   dir=build-tsan;  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
+                                   -DVJIT_SANITIZE=OFF -DVJIT_TSAN=ON -DVJIT_CUDA=OFF) ;;
+  Fuzz)     dir=build-fuzz;  flags=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
+                                   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only"
+                                   -DVJIT_SANITIZE=OFF -DVJIT_FUZZ=ON -DVJIT_CUDA=OFF) ;;
   *)
-    echo "build.sh: unknown mode '$mode'; valid modes: Release, Debug, Sanitize, NoCuda" >&2
+    echo "build.sh: unknown mode '$mode'; valid modes: Release, Debug, Sanitize, NoCuda, Thread, Fuzz" >&2
     exit 2
     ;;
 esac

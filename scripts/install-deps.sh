@@ -21,6 +21,8 @@ PACKAGES=(
   libdnnl-dev
   libxsmm-dev
   python3-numpy
+  clang
+  libclang-rt-14-dev
 )
 
 missing=()

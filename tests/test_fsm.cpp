@@ -3,6 +3,7 @@
 // and the acceptance criterion on the example models (fewer tasks than every
 // heuristic on TreeLSTM-2type and Lattice-LSTM).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -62,6 +63,13 @@ std::string read_text(const std::string& path) {
 }
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// The process's peak resident set so far (getrusage), in KiB.
+long peak_rss_kb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
 
 using test_util::user_error_of;
 
@@ -293,6 +301,58 @@ TEST(Fsm, LoadRejectsMismatchesAndCorruption) {
   std::filesystem::remove(path);
   message = user_error_of([&] { FsmPolicy::load(path, "fig1 v1"); });
   EXPECT_NE(message.find("cannot open FSM policy file '" + path + "'"), std::string::npos) << message;
+}
+
+// Found by fuzz/fuzz_fsm_policy (inputs in fuzz/corpus/fsm_policy/): an
+// integer field holding a float out of int's range was converted with a plain
+// cast (undefined behaviour), an integer past int's range wrapped (2^32 + 2
+// read as version 2), a negative seed wrapped to a huge one. Each is now
+// "malformed", naming the field.
+TEST(Fsm, LoadRejectsNumbersOutsideTheirFieldsRange) {
+  const FsmPolicy fsm = FsmPolicy::learn(figure_one(), 3);
+  const std::string path = temp_path("ranges.json");
+  fsm.save(path, "fig1");
+  const std::string good = read_text(path);
+  const std::string version = "\"version\": " + std::to_string(FsmPolicy::kFormatVersion);
+  const std::vector<std::pair<std::string, std::string>> edits = {
+      {"\"num_types\": 3", "\"num_types\": 3e300"},
+      {"\"n_step\": ", "\"n_step\": 1e300, \"was_n_step\": "},
+      {"\"episodes\": ", "\"episodes\": 2.5, \"was_episodes\": "},
+      {version, "\"version\": " + std::to_string((int64_t(1) << 32) + FsmPolicy::kFormatVersion)},
+      {"\"seed\": ", "\"seed\": -1, \"was_seed\": "},
+      {"\"visits\": ", "\"visits\": 4294967296, \"was_visits\": "},
+  };
+  for (const auto& [from, to] : edits) {
+    std::string text = good;
+    ASSERT_NE(text.find(from), std::string::npos) << from;
+    text.replace(text.find(from), from.size(), to);
+    write_text(path, text);
+    const std::string message = user_error_of([&] { FsmPolicy::load(path, "fig1"); });
+    EXPECT_NE(message.find("malformed"), std::string::npos) << to << ": " << message;
+    const std::string field = from.substr(0, from.find(':'));
+    EXPECT_NE(message.find(field), std::string::npos) << to << ": " << message;
+  }
+  std::filesystem::remove(path);
+}
+
+// Found by fuzz/fuzz_fsm_policy: reading a state key allocated one flag per
+// type the file claims, so "num_types": 2000000000 cost 2 GB per state (past
+// the fuzzer's memory limit). The types a key names are few; the count is
+// only a bound, checked when the policy meets a program.
+TEST(Fsm, LoadOfAHugeTypeCountNeedsNoMemoryPerType) {
+  const FsmPolicy fsm = FsmPolicy::learn(figure_one(), 3);
+  const std::string path = temp_path("many_types.json");
+  fsm.save(path, "fig1");
+  std::string text = read_text(path);
+  text.replace(text.find("\"num_types\": 3"), 14, "\"num_types\": 2147483647");
+  write_text(path, text);
+  const long peak_before_kb = peak_rss_kb();
+  // Refused before anything is sized by it: no program has 2^31 - 1 types.
+  const std::string message = user_error_of([&] { FsmPolicy::load(path, "fig1"); });
+  // Before the fix the peak grew by 2 GB (one flag per claimed type).
+  EXPECT_LT(peak_rss_kb() - peak_before_kb, 256 * 1024) << "loading grew the peak resident set";
+  EXPECT_NE(message.find("\"num_types\" is 2147483647, not in [1, 65536]"), std::string::npos) << message;
+  std::filesystem::remove(path);
 }
 
 TEST(Fsm, UnseenStatesFallBackAndAreCounted) {

@@ -50,7 +50,9 @@ struct GateLstmCell {
     }
   }
   std::pair<Value, Value> step(Builder& bl, Value x, Value state) const {
-    auto [h, c] = split_state(bl, state, hidden);
+    // Not a structured binding: the lambda captures h, which clang before 16 refuses for bindings.
+    const std::pair<Value, Value> parts = split_state(bl, state, hidden);
+    const Value h = parts.first, c = parts.second;
     auto gate = [&](size_t k) { return bl.add(bl.add(bl.matmul(w[k], x), bl.matmul(u[k], h)), b[k]); };
     Value i = bl.sigmoid(gate(0)), f = bl.sigmoid(gate(1)), o = bl.sigmoid(gate(2)), g = bl.tanh(gate(3));
     Value c_next = bl.add(bl.mul(f, c), bl.mul(i, g));
