@@ -353,6 +353,9 @@ void run_levers(BenchArgs args, const Options& base) {
       {"epilogue", [](Options& o) { o.epilogue = false; }},
       {"pad_wide_rows", [](Options& o) { o.pad_wide_rows = false; }},
       {"threads", [](Options& o) { o.threads = 1; }},
+      // Off is the faster thread-count-dependent GEMM split: a speedup below 1
+      // is what bitwise determinism across thread counts costs.
+      {"deterministic", [](Options& o) { o.deterministic = false; }},
   };
   const size_t n = std::size(levers);
   std::vector<std::vector<json>> lines(n);

@@ -1,7 +1,8 @@
 // Bitwise determinism across thread counts (issue 12, part 5): the same seed and
 // the same data give bitwise-identical parameters and losses after N training
-// steps on the CPU whatever VJIT_THREADS is, for every GEMM back end built here,
-// with the default options (Options::deterministic on).
+// steps on the CPU, and the same pushed values from inference after them,
+// whatever VJIT_THREADS is, for every GEMM back end built here, with the
+// default options (Options::deterministic on).
 //
 // The models are sized so that every source of thread-count dependence is
 // exercised: GEMMs large enough to be split over the pool (hidden 64 gives
@@ -29,7 +30,8 @@ constexpr int kSteps = 6;
 constexpr int kBatch = 24;
 const int kThreadCounts[] = {1, 2, 3, 4};
 
-// What N steps of training leave behind.
+// What N steps of training leave behind, and what inference on the first
+// batch then pushes (as one more "parameter" to compare).
 struct Trace {
   std::vector<double> losses;
   std::vector<std::vector<float>> params;
@@ -58,6 +60,11 @@ Trace train(const std::string& model, Options options) {
     trace.losses.push_back(engine.train_step(models::make_batch(bundle.train, indices), adam));
   }
   for (int p = 0; p < bundle.model->size(); ++p) trace.params.push_back(bundle.model->param(p).value);
+  std::vector<int> first(kBatch);
+  for (int i = 0; i < kBatch; ++i) first[size_t(i)] = i;
+  const Evaluation<float> inferred = engine.infer(models::make_batch(bundle.train, first));
+  trace.params.push_back(inferred.pushes.values());
+  trace.losses.push_back(inferred.objective);
   return trace;
 }
 
@@ -67,8 +74,12 @@ void expect_bitwise_equal(const Trace& got, const Trace& want, const std::string
   ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
   for (size_t s = 0; s < want.losses.size(); ++s)
     EXPECT_EQ(std::bit_cast<uint64_t>(got.losses[s]), std::bit_cast<uint64_t>(want.losses[s]))
-        << what << ": loss of step " << s << " is " << got.losses[s] << ", want " << want.losses[s];
+        << what << ": loss " << s << " (the last: inference's objective) is " << got.losses[s] << ", want "
+        << want.losses[s];
   const models::Bundle names = models::make_model(model, config_for(model));
+  auto name = [&](size_t p) {
+    return int(p) < names.model->size() ? names.model->param(int(p)).name : std::string("inference's pushed values");
+  };
   ASSERT_EQ(got.params.size(), want.params.size()) << what;
   int differing = 0;
   for (size_t p = 0; p < want.params.size(); ++p) {
@@ -76,7 +87,7 @@ void expect_bitwise_equal(const Trace& got, const Trace& want, const std::string
     for (size_t i = 0; i < want.params[p].size(); ++i) {
       if (std::bit_cast<uint32_t>(got.params[p][i]) == std::bit_cast<uint32_t>(want.params[p][i])) continue;
       if (differing++ == 0)
-        ADD_FAILURE() << what << ": parameter " << names.model->param(int(p)).name << "[" << i << "] is "
+        ADD_FAILURE() << what << ": " << name(p) << "[" << i << "] is "
                       << got.params[p][i] << ", want " << want.params[p][i];
     }
   }

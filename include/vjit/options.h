@@ -55,10 +55,13 @@
 // |                  |             | runs, naming both (Engine::forward)        |              |
 // | VJIT_DETERMINISTIC | deterministic | bool: CPU results bitwise independent | on         |
 // |                  |             | of VJIT_THREADS (GEMMs cut into blocks that |              |
-// |                  |             | depend on the shape only, row sums in fixed |              |
-// |                  |             | blocks); off: blocks follow the thread count|              |
-// |                  |             | (measured cost of on, 2 threads: within the |              |
-// |                  |             | machine's noise, README "Determinism")      |              |
+// |                  |             | depend on the shape only, at most four; row |              |
+// |                  |             | sums in fixed blocks); off: one block per   |              |
+// |                  |             | thread. Measured cost of on, 2 threads: none|              |
+// |                  |             | beyond the noise (on/off samples/s 1.00-1.15|              |
+// |                  |             | over 4 model/mode lines, README "Determinism|              |
+// |                  |             | across thread counts"); a GEMM uses at most |              |
+// |                  |             | four threads                                |              |
 // | VJIT_ISA         | isa         | auto | avx512 | avx2 | scalar (x86 JIT      | auto         |
 // |                  |             | target; auto = best the CPU supports)       |              |
 // | VJIT_GEMM        | gemm        | auto | onednn | openblas | blis | libxsmm  | auto         |

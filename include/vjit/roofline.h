@@ -10,7 +10,9 @@
 // It times C = A·B with n×n×n single-precision operands (2·n³ flops a call) on
 // the back end Options::gemm selects: once on the calling thread alone, and
 // once on Options::threads threads split the way the engine splits its GEMMs
-// (one block of C per thread). Each figure is 2·n³ over the fastest call of its
+// when Options::deterministic is off (one block of C per thread; the fixed
+// blocks of deterministic mode are not used here, so both modes' roofline
+// ratios are over the same peak). Each figure is 2·n³ over the fastest call of its
 // window (interference only slows a call down, so the fastest is the closest to
 // the peak). A timing, so only as good as the machine is quiet.
 #include <string>
