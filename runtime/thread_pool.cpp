@@ -85,7 +85,10 @@ void ThreadPool::work(uint32_t job, int thread) {
     for (;;) {
       if (uint32_t(state >> 32) != job) return;  // that job is over
       task = int64_t(state & 0xffffffffu);
-      if (task >= int64_t(n_tasks_.load(std::memory_order_relaxed))) return;
+      // Acquire: a count of the next job comes with that job's claim word
+      // (see run()), so the exchange below fails instead of taking a task the
+      // next job has not published.
+      if (task >= int64_t(n_tasks_.load(std::memory_order_acquire))) return;
       if (claim_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel, std::memory_order_acquire))
         break;
     }
@@ -126,12 +129,18 @@ void ThreadPool::run(int64_t n_tasks, Trampoline trampoline, void* fn) {
   VJIT_USER_CHECK(n_tasks < (int64_t(1) << 31), "ThreadPool::parallel_for: " << n_tasks << " tasks is too many");
   std::lock_guard<std::mutex> lock(run_mutex_);
   const uint32_t job = generation_.load(std::memory_order_relaxed) + 1;
+  // The claim word moves to the new job before its task count changes, and
+  // the count is stored with release: a worker that woke late for the last
+  // job and read its claim word (job - 1, t) cannot pair it with this job's
+  // larger count and take task t, which would run a task twice and leave
+  // done_ past n_tasks_ (the caller then waited forever; seen with jobs of
+  // changing sizes, test_gemm ThreadPool.JobsOfChangingSizesRunEveryTaskOnce).
+  claim_.store(uint64_t(job) << 32, std::memory_order_relaxed);
   trampoline_.store(trampoline, std::memory_order_relaxed);
   fn_.store(fn, std::memory_order_relaxed);
-  n_tasks_.store(uint32_t(n_tasks), std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
   error_ = nullptr;
-  claim_.store(uint64_t(job) << 32, std::memory_order_release);
+  n_tasks_.store(uint32_t(n_tasks), std::memory_order_release);
   generation_.store(job, std::memory_order_release);
   generation_.notify_all();
 

@@ -82,10 +82,12 @@ class ThreadPool {
   const int spin_us_;
   std::mutex run_mutex_;  // one parallel_for at a time
 
-  // The current job. The caller fills in the fields, then publishes the job by
-  // storing claim_ = job << 32 and bumping generation_ (the word idle workers
-  // sleep on). A task is claimed by a compare-exchange of claim_ from
-  // (job, t) to (job, t + 1): a worker that wakes up after its job is over
+  // The current job. The caller stores claim_ = job << 32 (closing the last
+  // job's claims), fills in the fields, n_tasks_ last, and publishes the job
+  // by bumping generation_ (the word idle workers sleep on). A task is claimed
+  // by a compare-exchange of claim_ from (job, t) to (job, t + 1), t below the
+  // n_tasks_ read after it (the order of the stores keeps a late worker from
+  // pairing the last job's claim with this job's count): a worker that wakes up after its job is over
   // fails the claim instead of running a stale task, so the caller never waits
   // for a worker that did not take part — only for the tasks (done_ == n_tasks).
   // On a loaded machine, where a worker may not be scheduled for milliseconds,

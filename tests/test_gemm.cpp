@@ -19,12 +19,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/gemm.h"
@@ -350,6 +352,44 @@ TEST(ThreadPool, ManyBackToBackJobs) {
   std::atomic<int64_t> sum{0};
   for (int round = 0; round < 2000; ++round) pool.parallel_for(3, [&](int64_t task) { sum.fetch_add(task + 1); });
   EXPECT_EQ(sum.load(), 2000 * 6);
+}
+
+// Jobs whose task counts change from one to the next, as the executor's GEMM
+// blocks and row blocks do: a worker that wakes late for a finished job must
+// not take a task of the next one, larger, job (it once did, reading the new
+// job's count with the old job's claim word: a task ran twice and the caller
+// waited forever for a count it had passed).
+TEST(ThreadPool, JobsOfChangingSizesRunEveryTaskOnce) {
+  // A lost job hangs the caller: give up after two minutes, saying why.
+  std::promise<void> finished;
+  std::thread watchdog([done = finished.get_future()] {
+    if (done.wait_for(std::chrono::minutes(2)) == std::future_status::ready) return;
+    std::fprintf(stderr, "ThreadPool.JobsOfChangingSizesRunEveryTaskOnce: a parallel_for never returned\n");
+    std::abort();
+  });
+  const int64_t sizes[] = {2, 3, 4, 8, 2, 5, 3, 2, 7, 4};
+  for (int threads : {2, 3, 4}) {
+    for (int spin_us : {0, 50}) {
+      ThreadPool pool(threads, spin_us);
+      std::vector<std::atomic<int>> hits(8), busy(8);
+      int bad = 0;
+      for (int round = 0; round < 20000 && bad == 0; ++round) {
+        const int64_t n = sizes[round % std::size(sizes)];
+        for (int64_t i = 0; i < n; ++i) hits[size_t(i)].store(0);
+        pool.parallel_for(n, [&](int64_t task) {
+          hits[size_t(task)].fetch_add(1);
+          // Uneven tasks, so that workers take part and some come late.
+          for (int spin = 0; spin < 300 * int(task % 3); ++spin) busy[size_t(task)].fetch_add(1, std::memory_order_relaxed);
+        });
+        for (int64_t i = 0; i < n; ++i)
+          if (hits[size_t(i)].load() != 1 && bad++ == 0)
+            ADD_FAILURE() << "threads=" << threads << " spin_us=" << spin_us << " round " << round << ": task "
+                          << i << " of " << n << " ran " << hits[size_t(i)].load() << " times";
+      }
+    }
+  }
+  finished.set_value();
+  watchdog.join();
 }
 
 TEST(ThreadPool, RethrowsTheFirstExceptionAndStaysUsable) {

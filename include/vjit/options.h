@@ -58,7 +58,7 @@
 // |                  |             | depend on the shape only, at most four; row |              |
 // |                  |             | sums in fixed blocks); off: one block per   |              |
 // |                  |             | thread. Measured cost of on, 2 threads: none|              |
-// |                  |             | beyond the noise (on/off samples/s 1.00-1.15|              |
+// |                  |             | beyond the noise (on/off samples/s 0.98-1.06|              |
 // |                  |             | over 4 model/mode lines, README "Determinism|              |
 // |                  |             | across thread counts"); a GEMM uses at most |              |
 // |                  |             | four threads                                |              |
