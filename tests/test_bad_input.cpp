@@ -65,16 +65,12 @@ struct Fixture {
 };
 
 // Runs `bad` through a fresh engine: returns the UserError's message, then
-// checks the engine still computes the reference's objective on a good batch.
+// checks the engine still computes the reference's objective, pushes and
+// gradients on a good batch.
 std::string error_then_still_usable(Fixture& f, const GraphBatch& bad) {
   Engine engine(f.program, Options::defaults());
   std::string message = user_error_of([&] { engine.forward(bad); });
-  GraphBatch good = f.good_batch();
-  RunOptions run;
-  run.seed = 5;
-  double objective = engine.forward(good, run);
-  Evaluation<double> ref = reference_evaluate(f.program, parameter_values<double>(f.model), good, run);
-  EXPECT_NEAR(objective, ref.objective, 1e-4 * std::max(1.0, std::abs(ref.objective)));
+  testing::expect_matches_reference(engine, f.program, f.good_batch(), 1e-4, "the good batch after the error");
   return message;
 }
 
@@ -207,12 +203,8 @@ TEST(BadInput, BatchOverTheMemoryBoundFailsAndASmallerOneRuns) {
   ASSERT_GT(largest_that_ran, 0) << message;
   expect_names(message, {"VJIT_MAX_MEMORY=49152", "bytes of buffers", std::to_string(indices.size()) + " samples"});
   indices.pop_back();
-  GraphBatch fits = models::make_batch(bundle.train, indices);
-  RunOptions run;
-  run.seed = 11;
-  double objective = engine.forward(fits, run);
-  Evaluation<double> ref = reference_evaluate(*bundle.program, parameter_values<double>(bundle.program->model()), fits, run);
-  EXPECT_NEAR(objective, ref.objective, 1e-4 * std::max(1.0, std::abs(ref.objective)));
+  testing::expect_matches_reference(engine, *bundle.program, models::make_batch(bundle.train, indices), 1e-4,
+                                    "the largest batch that fits");
 }
 
 // A policy file in VJIT_CACHE_DIR that is corrupt never blocks an engine: it
