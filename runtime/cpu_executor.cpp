@@ -538,9 +538,7 @@ void CpuExecutor::run_forward_streaming() {
   std::vector<std::atomic<bool>> done(num_types);
   for (auto& d : done) d.store(false);
   std::exception_ptr error;
-  std::thread streamer;
-  try {
-    streamer = std::thread([&] {
+  auto run_eager_steps = [&] {
     try {
       for (int t : order) {
         run_type_phase(Pass::Forward, ir::Phase::Eager, t, stream_frame_);
@@ -550,7 +548,10 @@ void CpuExecutor::run_forward_streaming() {
       error = std::current_exception();
     }
     for (auto& d : done) d.store(true, std::memory_order_release);  // never leave a waiter behind
-    });
+  };
+  std::thread streamer;
+  try {
+    streamer = std::thread(run_eager_steps);
   } catch (const std::system_error& e) {
     throw UserError(std::string("VJIT_STREAMING: cannot start the thread that runs the eager steps: ") + e.what() +
                     "; turn streaming off");
