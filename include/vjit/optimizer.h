@@ -173,8 +173,9 @@ class Optimizer {
   void cancel_device_step(OptimizerState& state);
 
   // One dense update on the calling thread: every element of every parameter.
-  // Throws UserError (leaving the model untouched) on a mismatch in count or
-  // size, or a non-finite gradient.
+  // Throws UserError (leaving the model and the state untouched) on a mismatch
+  // in count or size, a non-finite gradient, or an update that would leave a
+  // non-finite weight or state value (above).
   void step(Model& model, const std::vector<std::vector<float>>& grads);
   // One update where rows[i] says which rows of grads[i] may be non-zero (see
   // GradientRows; an empty `rows` means every parameter is dense). `parallel`,
