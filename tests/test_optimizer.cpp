@@ -988,6 +988,60 @@ TEST(NonFiniteUpdates, TheFirstFailureIsNamedWhateverTheThreads) {
   }
 }
 
+// Random weights, moments, gradients and hyperparameters from tiny to near
+// FLT_MAX: a step either throws and changes nothing, or leaves every weight and
+// moment finite (which also checks that Adam's division-free bound never
+// proves a value finite that is not). Both outcomes must occur.
+TEST(NonFiniteUpdates, RandomExtremeStepsNeverLeaveANonFiniteValue) {
+  std::mt19937_64 rng(17);
+  auto magnitude = [&](double lo, double hi) {
+    return std::pow(10.0, std::uniform_real_distribution<double>(lo, hi)(rng));
+  };
+  double top = 38.6;  // each trial's largest decimal exponent, up to FLT_MAX
+  auto extreme = [&] {
+    const double x = std::min(magnitude(-3.0, top), 3.4e38);
+    return float(rng() % 2 ? x : -x);
+  };
+  int failed = 0, succeeded = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    top = std::uniform_real_distribution<double>(0.0, 38.6)(rng);
+    vjit::Model model(1);
+    model.add("x", vjit::Shape::vec(8), vjit::Init::Zeros);
+    const float lr = float(magnitude(-4.0, rng() % 4 == 0 ? 38.0 : 2.0));
+    const float eps = std::vector<float>{1e-8f, 1e-30f, 1.0f}[rng() % 3];
+    const float weight_decay = std::vector<float>{0.0f, 0.01f, 1e30f}[rng() % 3];
+    std::unique_ptr<vjit::Optimizer> opt;
+    if (rng() % 4 == 0) opt = std::make_unique<vjit::SGD>(lr, rng() % 2 ? 0.9f : 0.0f, weight_decay);
+    else opt = std::make_unique<vjit::Adam>(lr, 0.9f, rng() % 2 ? 0.999f : 0.5f, eps, weight_decay);
+    vjit::OptimizerState state;
+    // Makes the state. Zero weights stay zero unless lr·weight_decay overflows (0·−inf).
+    if (vjit::test_util::user_error_of([&] { opt->step(model, zeros(model), {}, nullptr, &state); }) !=
+        "(no UserError)")
+      continue;
+    for (float& w : model.param(0).value) w = extreme();
+    for (auto& slots : state.slots)
+      for (auto& slot : slots)
+        for (size_t k = 0; k < slot.size(); ++k) slot[k] = k % 5 == 0 ? 0.0f : std::fabs(extreme());
+    Grads g = zeros(model);
+    for (float& x : g[0]) x = extreme();
+    const Snapshot before(model, *opt, state);
+    try {
+      opt->step(model, g, {}, nullptr, &state);
+    } catch (const vjit::UserError& e) {
+      ++failed;
+      before.expect_same(Snapshot(model, *opt, state), e.what());
+      continue;
+    }
+    ++succeeded;
+    for (float w : model.param(0).value) ASSERT_TRUE(std::isfinite(w)) << "trial " << trial;
+    for (const auto& slots : state.slots)
+      for (const auto& slot : slots)
+        for (float x : slot) ASSERT_TRUE(std::isfinite(x)) << "trial " << trial;
+  }
+  EXPECT_GT(failed, 10);
+  EXPECT_GT(succeeded, 10);
+}
+
 // A rule of the user's own, with no preview: checked after its update against
 // the undo log. w ← w − lr·a, a ← a + g·scale (the gradients summed in its slot).
 class AccumulatingRule : public vjit::Optimizer {
