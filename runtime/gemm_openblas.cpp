@@ -20,8 +20,9 @@
 //   linked, LD_DEBUG=bindings shows OpenBLAS's own `sgemm_` and `xerbla_`
 //   references binding to libblis.so.4; with it, to libopenblas.so.0;
 // * dlsym(handle, "cblas_sgemm") asks that handle only.
-// RTLD_DEEPBIND is refused by AddressSanitizer, so sanitizer builds drop it
-// (vjit never calls OpenBLAS's exported names other than through the handle).
+// RTLD_DEEPBIND is refused by AddressSanitizer and ThreadSanitizer, so
+// sanitizer builds drop it (vjit never calls OpenBLAS's exported names other
+// than through the handle).
 //
 // Threads. OpenBLAS's thread count is process-wide (openblas_set_num_threads).
 // A single-threaded call needs it at 1; we set it once and only touch it again
@@ -36,6 +37,15 @@
 #include <atomic>
 #include <climits>
 #include <mutex>
+#endif
+
+// GCC defines __SANITIZE_*__; clang answers __has_feature.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define VJIT_SANITIZER_REFUSES_DEEPBIND
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define VJIT_SANITIZER_REFUSES_DEEPBIND
+#endif
 #endif
 
 #ifndef VJIT_OPENBLAS_SONAME
@@ -72,14 +82,8 @@ struct OpenBlas {
 
   OpenBlas() {
     int flags = RTLD_NOW | RTLD_LOCAL;
-#if !defined(__SANITIZE_ADDRESS__)
-#if defined(__has_feature)
-#if !__has_feature(address_sanitizer)
+#if !defined(VJIT_SANITIZER_REFUSES_DEEPBIND)
     flags |= RTLD_DEEPBIND;
-#endif
-#else
-    flags |= RTLD_DEEPBIND;
-#endif
 #endif
     handle = dlopen(VJIT_OPENBLAS_SONAME, flags);
     if (handle == nullptr) {

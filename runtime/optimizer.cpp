@@ -15,7 +15,12 @@
 // compiled with -fno-math-errno (CMakeLists.txt) so that sqrt vectorises, and
 // with -ffp-contract=off so that no clone fuses a multiply and an add: every
 // clone computes the same float operations and gives the same results.
-#if defined(__x86_64__) && defined(__GNUC__) && __has_attribute(target_clones)
+// Not under ThreadSanitizer: the clones' resolver runs while the dynamic loader
+// relocates the program, before the TSan runtime is set up, and its
+// instrumentation crashes there (scripts/build.sh Thread).
+#if defined(__SANITIZE_THREAD__)
+#define VJIT_VECTOR_CLONES
+#elif defined(__x86_64__) && defined(__GNUC__) && __has_attribute(target_clones)
 #define VJIT_VECTOR_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
 #else
 #define VJIT_VECTOR_CLONES

@@ -75,6 +75,14 @@ void* operator new[](std::size_t size, std::align_val_t align, const std::nothro
     return nullptr;
   }
 }
+// GCC at -O1 (scripts/build.sh Thread) inlines these deletes into callers and
+// then reports free() on memory from operator new (-Wmismatched-new-delete),
+// not seeing that every operator new above is malloc: the pairing is right by
+// construction, so the warning is off for these definitions.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
@@ -87,3 +95,6 @@ void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

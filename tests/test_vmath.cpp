@@ -241,7 +241,9 @@ struct Worst {
 };
 
 TEST_P(VMathAccuracy, MaxUlpErrorOverTheFloatLine) {
-  const auto [fn, isa] = GetParam();
+  // Not a structured binding: the lambda below captures fn, which clang before 16 refuses for bindings.
+  const UnaryFn fn = GetParam().fn;
+  const Isa isa = GetParam().isa;
   const UnaryKernel kernel(isa, fn);
   Worst normal, denormal;  // by the reference's range
   std::vector<float> got;
