@@ -1,4 +1,4 @@
-// Trains the tree_lstm_outputs example model (examples/models/) on its built-in data, or on
+// Trains the tree_lstm_outputs model of vjit/models.h on its built-in data, or on
 // a file of its benchmark format with --data PATH (flags: examples/models/trainer.h).
 #include "examples/models/trainer.h"
 

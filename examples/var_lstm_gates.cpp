@@ -1,4 +1,4 @@
-// Trains the var_lstm_gates example model (examples/models/): the Var-LSTM
+// Trains the var_lstm_gates model of vjit/models.h: the Var-LSTM
 // written with one weight per gate, on its built-in data (flags:
 // examples/models/trainer.h). Matmul merging gives it the stacked GEMMs of
 // var_lstm; --no-merge-matmuls shows what it saves.

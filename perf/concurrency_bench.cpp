@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "vjit/vjit.h"
 
 namespace {

@@ -22,7 +22,7 @@
 #include <iostream>
 #include <map>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "vjit/vjit.h"
 
 namespace vjit {

@@ -29,7 +29,7 @@
 #include <optional>
 #include <string>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "vjit/vjit.h"
 
 namespace vjit {

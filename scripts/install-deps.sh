@@ -10,6 +10,7 @@ PACKAGES=(
   g++
   cmake
   ninja-build
+  pkg-config
   libgtest-dev
   libgmock-dev
   libbenchmark-dev

@@ -13,7 +13,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "vjit/checkpoint.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "vjit/vjit.h"
 
 namespace vjit::testing {

@@ -6,7 +6,7 @@
 // scratch, is not counted: only C++ allocations are.)
 #include <gtest/gtest.h>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "tests/allocation_counter.h"
 #include "vjit/vjit.h"
 

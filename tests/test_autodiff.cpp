@@ -3,7 +3,7 @@
 
 #include <functional>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "tests/gradcheck.h"
 
 namespace vjit {

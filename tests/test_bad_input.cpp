@@ -10,7 +10,7 @@
 #include <fstream>
 #include <limits>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "tests/engine_check.h"
 #include "tests/user_error.h"
 #include "vjit/vjit.h"

@@ -11,7 +11,7 @@
 #include <atomic>
 #include <thread>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "runtime/thread_pool.h"
 #include "tests/engine_check.h"
 #include "vjit/vjit.h"

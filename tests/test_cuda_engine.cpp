@@ -14,7 +14,7 @@
 
 #include "cuda_test_util.h"
 #include "engine_check.h"
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "jit/nvrtc.h"
 #include "runtime/cuda_driver.h"
 #include "vjit/vjit.h"

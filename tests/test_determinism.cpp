@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "runtime/gemm.h"
 #include "vjit/vjit.h"
 

@@ -10,7 +10,7 @@
 #include <span>
 
 #include "codegen/x86_isa.h"
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "ir/flops.h"
 #include "tests/engine_check.h"
 #include "tests/user_error.h"

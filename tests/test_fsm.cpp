@@ -12,7 +12,7 @@
 #include <random>
 #include <sstream>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
 #include "tests/figure_one.h"

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "codegen/x86_isa.h"
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "jit/kernel_cache.h"
 #include "tests/engine_check.h"
 

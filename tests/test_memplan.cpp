@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "jit/pipeline.h"
 #include "runtime/memplan.h"
 #include "tests/user_error.h"

@@ -5,7 +5,8 @@
 #include <map>
 #include <string>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
+#include "vjit/vjit.h"
 
 namespace vjit::models {
 

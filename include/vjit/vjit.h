@@ -1,12 +1,16 @@
 #pragma once
-// The public API of vjit in one include.
+// The public API of vjit in one include: every header of include/vjit/
+// (the test layering.vjit_h_includes_every_public_header checks it).
 #include "vjit/batching.h"
 #include "vjit/checkpoint.h"
+#include "vjit/data.h"
 #include "vjit/engine.h"
 #include "vjit/error.h"
 #include "vjit/graph.h"
 #include "vjit/ir.h"
+#include "vjit/kernel_abi.h"
 #include "vjit/model.h"
+#include "vjit/models.h"
 #include "vjit/optimizer.h"
 #include "vjit/options.h"
 #include "vjit/program.h"

@@ -4,7 +4,7 @@
 #include <optional>
 #include <span>
 
-#include "examples/models/common.h"
+#include "models/common.h"
 #include "vjit/random.h"
 
 namespace vjit::models {

@@ -1,4 +1,4 @@
-#include "examples/models/common.h"
+#include "models/common.h"
 
 namespace vjit::models {
 

@@ -5,7 +5,7 @@
 #include <array>
 #include <optional>
 
-#include "examples/models/common.h"
+#include "models/common.h"
 
 namespace vjit::models {
 

@@ -1,7 +1,9 @@
-#include "examples/models/models.h"
+#include "vjit/models.h"
 
 #include <functional>
 #include <map>
+
+#include "vjit/error.h"
 
 namespace vjit::models {
 

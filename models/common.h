@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "examples/models/models.h"
+#include "vjit/models.h"
 #include "vjit/data.h"
 
 namespace vjit::models {

@@ -1,0 +1,160 @@
+#pragma once
+// The model zoo of vjit: the dynamic networks of the Cavs and ED-Batch papers,
+// each a vertex program plus its data: built-in generated data by default, or
+// a file of the public benchmark format named by Config::data_path. The
+// examples, tests and benchmarks all build their models here; a user can start
+// from one (make_model("tree_lstm", config)) and train it with an Engine:
+//
+//   vjit::models::Bundle tree_lstm = vjit::models::make_model("tree_lstm", {});
+//   vjit::Engine engine(*tree_lstm.program);  // options from the VJIT_* variables
+//   vjit::Adam adam(0.01f);
+//   engine.train_step(vjit::models::make_batch(tree_lstm.train, {0, 1, 2, 3}), adam);
+//
+// Conventions of the parameter tables below: H = Config::hidden, E =
+// Config::embed_size(), V = the vocabulary (of the data file, or of the
+// built-in data). Shapes are [rows, columns], stored row-major, and a weight
+// multiplies a column vector (W x). A stacked weight lists its gates top to
+// bottom in the order given: rows [0, H) are the first gate, [H, 2H) the
+// second, and so on; "[h1; h2]" is the concatenation of the first child's h
+// over the second's. Parameters are initialised by the Model's seed
+// (Config::seed): Xavier unless the table says otherwise (U ±0.1 is uniform in
+// ±0.1). Every classifying vertex pushes its logits W_out h (its first push;
+// the types are listed in Bundle::classifier_types) and adds the softmax
+// cross-entropy against its label (none where the label is -1).
+//
+// tree_lstm: the binary Tree-LSTM of Tai et al. 2015 on SST-format trees
+//   (built-in: the synthetic treebank), 5 classes at every node.
+//   Types "leaf" (x = embedding[word], with dropout when Config::dropout > 0)
+//   and "internal" (children h1, h2); each scatters [h; c], 2H floats.
+//     embedding [V, E] U ±0.1 | W_iou [3H, E] | b_iou [3H] zeros (leaf and internal)
+//     b_f [H] ones | W_out [5, H] | U_iou [3H, 2H] (columns: h1, then h2)
+//     U_f1 [H, H], U_f2 [H, H] (one forget gate per child)
+//   Gate order of W_iou, U_iou and b_iou: i, o, u.
+//     leaf:     iou = W_iou x + b_iou;         c = σ(i) ⊙ tanh(u)
+//     internal: iou = U_iou [h1; h2] + b_iou;  f_k = σ(U_fk h_k + b_f);
+//               c = σ(i) ⊙ tanh(u) + f_1 ⊙ c1 + f_2 ⊙ c2
+//     both:     h = σ(o) ⊙ tanh(c)
+// tree_lstm_outputs: tree_lstm whose cells do not classify; an "output" vertex
+//   over each tree node (its one child) classifies that node's h (ED-Batch,
+//   Fig. 1). Same parameters.
+// tree_lstm_2type: tree_lstm with two internal types, "internal_a" and
+//   "internal_b", drawn per node by a fixed hash of the seed and the node
+//   (ED-Batch). The internal weights come twice: U_iou_a, U_f1_a, U_f2_a and
+//   U_iou_b, U_f1_b, U_f2_b (shapes as above).
+// tree_gru: a Tree-GRU on the same trees, 5 classes at every node; scatters h.
+//     embedding [V, E] U ±0.1 | W_leaf [H, E] | b_leaf [H] zeros
+//     U_zr [3H, 2H] | b_zr [3H] zeros | U_h [H, 2H] | b_h [H] zeros | W_out [5, H]
+//   Gate order of U_zr and b_zr: z (H rows), then r (2H rows: a reset gate for
+//   h1's elements, then for h2's).
+//     leaf:     h = tanh(W_leaf x + b_leaf)
+//     internal: e = [h1; h2]; z = σ(U_zr e + b_zr)[0, H); r = σ(...)[H, 3H);
+//               h̃ = tanh(U_h (r ⊙ e) + b_h); h = z ⊙ (h1 + h2) / 2 + (1 − z) ⊙ h̃
+// mv_rnn: the MV-RNN of Socher et al. 2012 with n = H (Config::embed is
+//   ignored), 5 classes at every node. Each node scatters [a; vec(A)], n + n²
+//   floats: its vector a and its matrix A, row-major.
+//     word_vectors [V, n] U ±0.1 | word_matrices [V, n·n] identity + U ±0.01
+//     W [n, 2n] | b_W [n] zeros | W_M [n, 2n] | W_out [5, n]
+//     leaf:     (a, A) = (word_vectors[word], word_matrices[word])
+//     internal: p = tanh(W [B a; A b] + b_W), P = W_M [A; B] for children (a, A), (b, B)
+// tree_fc: TensorFlow Fold's Tree-FC benchmark. Built-in: complete binary
+//   trees of Config::tree_fc_leaves random tokens of a 64-word vocabulary,
+//   only the root labelled, 2 classes (1 when more than half the tokens are in
+//   the upper half of the vocabulary); with a data file, SST trees, 5 classes.
+//   Only "internal" vertices classify. Scatters h.
+//     embedding [V, E] U ±0.1 | W_leaf [H, E] | b_leaf [H] zeros
+//     W [H, 2H] | b [H] zeros | W_out [classes, H]
+//     leaf: h = relu(W_leaf x + b_leaf);  internal: h = relu(W [h1; h2] + b)
+// var_lstm: an LSTM language model over sentences of PTB-format text
+//   (built-in: sentences of a 1000-word Zipf vocabulary). One type "cell" per
+//   word; a cell's child is the previous word (none for the first: gather_sum
+//   gives zeros); it predicts the next word (V classes; the last word has no
+//   label). Scatters [h; c].
+//     embedding [V, E] U ±0.1 | W [4H, E] | U [4H, H] | b [4H] zeros | W_out [V, H]
+//   Gate order of W, U and b: i, f, o, g.
+//     gates = W x + U h + b;  c' = σ(f) ⊙ c + σ(i) ⊙ tanh(g);  h' = σ(o) ⊙ tanh(c')
+// var_lstm_gates: var_lstm with one weight per gate, as papers write it:
+//   W_i, W_f, W_o, W_u [H, E]; U_i, U_f, U_o, U_u [H, H]; b_i, b_f, b_o, b_u
+//   [H] zeros (u is the g above). Matmul merging stacks them back into one
+//   product each for W and U.
+// fixed_lstm: var_lstm on built-in sentences of exactly 64 words
+//   (Config::data_path is not read).
+// bilstm_tagger: a BiLSTM tagger over WikiNER-format sentences (built-in: a
+//   500-word vocabulary and 5 tags, each tag a function of a word and the one
+//   before it). Per sentence of n words: "fwd" vertices (child: the previous
+//   word's), "bwd" vertices (child: the next word's), each scattering [h; c],
+//   and a "tag" vertex per word over its fwd and bwd that classifies it.
+//     embedding [V, E] U ±0.1 | fwd_W [4H, E] | fwd_U [4H, H] | fwd_b [4H] zeros
+//     bwd_W, bwd_U, bwd_b likewise | W_mlp [H, 2H] | b_mlp [H] zeros | W_out [tags, H]
+//   fwd and bwd are var_lstm's cell (gate order i, f, o, g);
+//     tag: logits = W_out tanh(W_mlp [h_fwd; h_bwd] + b_mlp)
+// lattice_lstm: a Lattice-LSTM (after Zhang & Yang 2018, simplified) over
+//   lattice files (built-in: lattices of 5 to 40 characters, 8 tags). A "word"
+//   vertex per word arc j → i runs an LSTM step without output gate from node
+//   j's state on the word and scatters its cell c_w; a character vertex per
+//   node ("first_char" for the first, "char" after it: children node i − 1,
+//   then the words ending at i) is var_lstm's cell from node i − 1 on the
+//   character, plus σ(gate_W x + gate_b) ⊙ Σ c_w added to c', and classifies
+//   the node's tag. Tokens are taken modulo 1000.
+//     char_embedding [1000, E] U ±0.1 | word_embedding [1000, E] U ±0.1
+//     char_W [4H, E] | char_U [4H, H] | char_b [4H] zeros (gate order i, f, o, g)
+//     word_W [3H, E] | word_U [3H, H] | word_b [3H] zeros (gate order i, f, u)
+//     gate_W [H, E] | gate_b [H] zeros | W_out [tags, H]
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vjit/graph.h"
+#include "vjit/model.h"
+#include "vjit/program.h"
+
+namespace vjit::models {
+
+struct Config {
+  int hidden = 64;
+  int embed = 0;               // 0: same as hidden
+  double dropout = 0.0;
+  uint64_t seed = 1;
+  int train_samples = 1000;    // built-in data sizes
+  int test_samples = 200;
+  std::string data_path;       // empty: built-in data; else a file in the model's benchmark format
+  std::string test_path;       // optional held-out file of the same format
+  int vocab_limit = 20000;     // largest vocabulary taken from a data file
+  int tree_fc_leaves = 256;    // leaves of Tree-FC's complete binary trees (TensorFlow Fold uses 256)
+  int embed_size() const { return embed > 0 ? embed : hidden; }
+};
+
+// A model with its data. `model` outlives `program`, which points to it.
+struct Bundle {
+  std::string name;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Program> program;
+  std::vector<Sample> train;
+  std::vector<Sample> test;
+  // Vertex types whose first push is class logits scored against the label.
+  std::vector<int> classifier_types;
+};
+
+// Names: tree_lstm, tree_fc, var_lstm, var_lstm_gates, fixed_lstm, bilstm_tagger, tree_gru,
+// mv_rnn, tree_lstm_2type, tree_lstm_outputs, lattice_lstm. Throws UserError listing them for an
+// unknown name.
+Bundle make_model(const std::string& name, const Config& config);
+std::vector<std::string> model_names();
+
+// The samples at `indices` as one batch.
+GraphBatch make_batch(const std::vector<Sample>& samples, const std::vector<int>& indices);
+
+// --- per family (models.cpp dispatches to these) ---
+Bundle make_tree_lstm(const Config& config);
+Bundle make_tree_fc(const Config& config);
+Bundle make_tree_gru(const Config& config);
+Bundle make_mv_rnn(const Config& config);
+Bundle make_tree_lstm_2type(const Config& config);
+Bundle make_tree_lstm_outputs(const Config& config);
+Bundle make_var_lstm(const Config& config);
+Bundle make_var_lstm_gates(const Config& config);  // var_lstm with one weight per gate
+Bundle make_fixed_lstm(const Config& config);
+Bundle make_bilstm_tagger(const Config& config);
+Bundle make_lattice_lstm(const Config& config);
+
+}  // namespace vjit::models

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# vjit as a package, tested as a user outside the repository would use it
+# (ctest: package.consumer). Uses an already-built build directory:
+#   1. cmake --install <build> --prefix <work>/prefix, and checks the tree:
+#      include/ holds vjit/ and nothing else (no internal header), the archive,
+#      the CMake package files and vjit.pc are there;
+#   2. find_package: builds tests/consumer against the prefix and runs it;
+#   3. pkg-config: compiles tests/consumer/main.cpp with
+#      `pkg-config --cflags --libs vjit` alone and runs it;
+#   4. add_subdirectory: configures tests/consumer with vjit added from its
+#      source (the project fails to configure if vjit's tests, examples or
+#      benchmarks appear); builds and runs it only with
+#      VJIT_CONSUMER_BUILD_SUBDIRECTORY=1, since that compiles all of vjit again.
+#
+#   tests/consumer/check.sh BUILD_DIR SOURCE_DIR CXX WORK_DIR
+set -euo pipefail
+if [[ $# -ne 4 ]]; then
+  echo "usage: $0 BUILD_DIR SOURCE_DIR CXX WORK_DIR" >&2
+  exit 2
+fi
+build="$1" source="$2" cxx="$3" work="$4"
+consumer="$source/tests/consumer"
+prefix="$work/prefix"
+
+fail() { echo "package.consumer: $*" >&2; exit 1; }
+step() { echo "--- $*"; }
+generator=()
+if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+
+rm -rf "$work"
+mkdir -p "$work"
+
+step "install $build into $prefix"
+[[ -f $build/libvjit.a ]] || fail "$build/libvjit.a is missing: build the target vjit_library first (ninja vjit_library)"
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log" >&2; fail "cmake --install failed"; }
+[[ $(ls "$prefix/include") == vjit ]] || fail "include/ holds more than vjit/: $(ls "$prefix/include" | tr '\n' ' ')"
+[[ -f $prefix/include/vjit/vjit.h && -f $prefix/include/vjit/models.h ]] || fail "vjit/vjit.h or vjit/models.h not installed"
+archive="$(find "$prefix" -name libvjit.a)"
+config="$(find "$prefix" -name vjitConfig.cmake)"
+version="$(find "$prefix" -name vjitConfigVersion.cmake)"
+pc="$(find "$prefix" -name vjit.pc)"
+[[ -n $archive && -n $config && -n $version && -n $pc ]] ||
+  fail "missing from the install: libvjit.a='$archive' vjitConfig.cmake='$config' vjitConfigVersion.cmake='$version' vjit.pc='$pc'"
+# Every module's code is in the archive (one object per .cpp of each module folder).
+for folder in ir io scheduler layout data codegen runtime jit models; do
+  for cpp in "$source/$folder"/*.cpp; do
+    object="$(basename "$cpp").o"
+    ar t "$archive" | grep -qx "$object" || fail "libvjit.a lacks $object ($folder/)"
+  done
+done
+echo "installed: $(cd "$prefix" && find . -type f | sort | tr '\n' ' ')"
+
+step "find_package(vjit) against the installed tree"
+cmake -S "$consumer" -B "$work/find_package" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" >"$work/find_package.log" ||
+  { cat "$work/find_package.log" >&2; fail "configuring the consumer with find_package failed"; }
+cmake --build "$work/find_package" >>"$work/find_package.log" ||
+  { cat "$work/find_package.log" >&2; fail "building the consumer with find_package failed"; }
+"$work/find_package/consumer" || fail "the consumer built with find_package failed"
+
+step "pkg-config vjit"
+command -v pkg-config >/dev/null 2>&1 || fail "pkg-config not found (scripts/install-deps.sh installs it)"
+export PKG_CONFIG_PATH="$(dirname "$pc")"
+pkg-config --exists vjit || fail "pkg-config does not find vjit in $PKG_CONFIG_PATH"
+flags="$(pkg-config --cflags --libs vjit)"
+echo "pkg-config --cflags --libs vjit: $flags"
+mkdir -p "$work/pkg_config"
+# shellcheck disable=SC2086  # the flags are words
+"$cxx" -std=c++20 -O1 "$consumer/main.cpp" $flags -o "$work/pkg_config/consumer" ||
+  fail "compiling the consumer with pkg-config's flags failed"
+"$work/pkg_config/consumer" || fail "the consumer built with pkg-config failed"
+
+step "add_subdirectory(vjit)"
+cmake -S "$consumer" -B "$work/add_subdirectory" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_COMPILER="$cxx" -DVJIT_CONSUMER_SOURCE="$source" >"$work/add_subdirectory.log" ||
+  { cat "$work/add_subdirectory.log" >&2; fail "configuring the consumer with add_subdirectory(vjit) failed"; }
+if [[ ${VJIT_CONSUMER_BUILD_SUBDIRECTORY:-0} == 1 ]]; then
+  cmake --build "$work/add_subdirectory" >>"$work/add_subdirectory.log" ||
+    { tail -50 "$work/add_subdirectory.log" >&2; fail "building the consumer with add_subdirectory(vjit) failed"; }
+  "$work/add_subdirectory/consumer" || fail "the consumer built with add_subdirectory(vjit) failed"
+else
+  echo "configured, without vjit's tests, examples or benchmarks; not built (VJIT_CONSUMER_BUILD_SUBDIRECTORY=1 builds it: all of vjit again)"
+fi
+echo "package.consumer: passed"
