@@ -13,8 +13,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "vjit/models.h"
 #include "vjit/checkpoint.h"
+#include "vjit/models.h"
+#include "vjit/vjit.h"
 
 namespace {
 

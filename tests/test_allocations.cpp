@@ -6,8 +6,8 @@
 // scratch, is not counted: only C++ allocations are.)
 #include <gtest/gtest.h>
 
-#include "vjit/models.h"
 #include "tests/allocation_counter.h"
+#include "vjit/models.h"
 #include "vjit/vjit.h"
 
 

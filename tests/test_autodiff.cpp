@@ -3,8 +3,9 @@
 
 #include <functional>
 
-#include "vjit/models.h"
 #include "tests/gradcheck.h"
+#include "vjit/models.h"
+#include "vjit/vjit.h"
 
 namespace vjit {
 namespace {

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <limits>
 
-#include "vjit/models.h"
 #include "tests/engine_check.h"
 #include "tests/user_error.h"
+#include "vjit/models.h"
 #include "vjit/vjit.h"
 
 namespace vjit {

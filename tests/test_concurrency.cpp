@@ -11,9 +11,9 @@
 #include <atomic>
 #include <thread>
 
-#include "vjit/models.h"
 #include "runtime/thread_pool.h"
 #include "tests/engine_check.h"
+#include "vjit/models.h"
 #include "vjit/vjit.h"
 
 namespace vjit {

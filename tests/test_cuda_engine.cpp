@@ -14,9 +14,9 @@
 
 #include "cuda_test_util.h"
 #include "engine_check.h"
-#include "vjit/models.h"
 #include "jit/nvrtc.h"
 #include "runtime/cuda_driver.h"
+#include "vjit/models.h"
 #include "vjit/vjit.h"
 
 namespace vjit {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "vjit/models.h"
 #include "runtime/gemm.h"
+#include "vjit/models.h"
 #include "vjit/vjit.h"
 
 namespace vjit {

@@ -10,10 +10,11 @@
 #include <span>
 
 #include "codegen/x86_isa.h"
-#include "vjit/models.h"
 #include "ir/flops.h"
 #include "tests/engine_check.h"
 #include "tests/user_error.h"
+#include "vjit/models.h"
+#include "vjit/vjit.h"
 
 namespace vjit {
 namespace {

@@ -12,13 +12,13 @@
 #include <random>
 #include <sstream>
 
-#include "vjit/models.h"
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
 #include "tests/figure_one.h"
 #include "tests/user_error.h"
 #include "vjit/batching.h"
 #include "vjit/error.h"
+#include "vjit/models.h"
 #include "vjit/options.h"
 
 namespace vjit::scheduler {

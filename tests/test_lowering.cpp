@@ -9,9 +9,10 @@
 #include <sstream>
 
 #include "codegen/x86_isa.h"
-#include "vjit/models.h"
 #include "jit/kernel_cache.h"
 #include "tests/engine_check.h"
+#include "vjit/models.h"
+#include "vjit/vjit.h"
 
 namespace vjit {
 namespace {

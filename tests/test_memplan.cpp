@@ -6,10 +6,11 @@
 
 #include <algorithm>
 
-#include "vjit/models.h"
 #include "jit/pipeline.h"
 #include "runtime/memplan.h"
 #include "tests/user_error.h"
+#include "vjit/models.h"
+#include "vjit/vjit.h"
 
 namespace vjit {
 namespace {
