@@ -65,7 +65,7 @@ void use_sst(TrainFlags& f, const std::string& model_name) {
   f.config.dropout = 0.5;
   f.batch = 25;
   f.lr = 0.002f;
-  f.epochs = 8;
+  f.epochs = 5;
   f.best_path = std::string(VJIT_BUILD_DIR) + "/" + model_name + "_sst_best.safetensors";
 }
 

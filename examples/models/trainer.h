@@ -17,7 +17,7 @@ namespace vjit::models {
 // test acc ..."). --sst trains on the Stanford Sentiment Treebank shipped in
 // data/sst/ (train, dev, test) with Tai et al. 2015's hyper-parameters where
 // vjit has them (hidden 150, embed 300, batch 25, dropout 0.5, Adam lr 0.002,
-// 8 epochs; best checkpoint <build dir>/<model>_sst_best.safetensors); other
+// 5 epochs; best checkpoint <build dir>/<model>_sst_best.safetensors); other
 // flags override them.
 //
 // Checkpoints (vjit/checkpoint.h): --save PATH writes one after every epoch
