@@ -8,8 +8,8 @@
 #    a tiny model, so only the untrained model is scored);
 # 3. a missing --dev file is refused naming it; --save-best without --dev is refused.
 set -euo pipefail
-tree_lstm="$1"
-sst="$2"
+tree_lstm="$(realpath "$1")"  # absolute: the script works inside WORK_DIR
+sst="$(realpath "$2")"
 work="$3"
 rm -rf "$work"
 mkdir -p "$work"
