@@ -777,6 +777,11 @@ std::vector<StepTime> CpuExecutor::step_profile() const {
   return out;
 }
 
+void CpuExecutor::reset_step_profile() {
+  std::lock_guard<std::mutex> lock(step_accounts_mutex_);
+  step_accounts_.clear();
+}
+
 void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame) {
   ScopedTimer timer(frame.stats->elementwise_s);
   ++frame.stats->kernels;

@@ -96,6 +96,7 @@ class CpuExecutor final : public Executor {
   void set_optimizer_state(OptimizerState state) override { store_.optimizer_state() = std::move(state); }
   ExecStats take_stats() override;
   std::vector<StepTime> step_profile() const override;
+  void reset_step_profile() override;
 
  private:
   // Row 0 of a value for the rows being run; ld 0 for a uniform value.

@@ -78,13 +78,13 @@ void TraceRecorder::record(std::string_view name, TraceCategory category, int64_
 
 void TraceRecorder::name_this_thread(std::string_view name) {
   std::lock_guard<std::mutex> lock(mutex_);
-  thread_names_[size_t(thread_id_locked(name))] = name;
+  thread_names_[size_t(thread_id_locked(name))] = name;  // named as its role, without a number
 }
 
 // Tracks are numbered in the order threads first record: small and stable for a run.
 int TraceRecorder::thread_id_locked(std::string_view default_name) {
   auto [it, inserted] = tids_.try_emplace(std::this_thread::get_id(), int(thread_names_.size()));
-  if (inserted) thread_names_.emplace_back(default_name);
+  if (inserted) thread_names_.push_back(std::string(default_name) + " " + std::to_string(it->second));
   return it->second;
 }
 
