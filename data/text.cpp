@@ -5,9 +5,51 @@
 #include <fstream>
 #include <sstream>
 
+#include <zlib.h>
+
 #include "vjit/error.h"
 
 namespace vjit::data {
+
+namespace {
+
+// gzip files start with these two bytes (RFC 1952).
+bool is_gzip(const std::string& bytes) {
+  return bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+         static_cast<unsigned char>(bytes[1]) == 0x8b;
+}
+
+// The uncompressed text of gzip `bytes` (every member, as gunzip does);
+// UserError naming `path` when they are corrupt or cut short.
+std::string gunzip(const std::string& bytes, const std::string& path, const char* what) {
+  z_stream stream{};
+  VJIT_USER_CHECK(inflateInit2(&stream, 15 + 16) == Z_OK,  // 15 + 16: a gzip wrapper, the largest window
+                  "cannot read " << what << " '" << path << "': zlib failed to start");
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  stream.avail_in = uInt(bytes.size());
+  std::string text;
+  char chunk[1 << 16];
+  int status = Z_OK;
+  while (true) {
+    stream.next_out = reinterpret_cast<Bytef*>(chunk);
+    stream.avail_out = sizeof chunk;
+    status = inflate(&stream, Z_NO_FLUSH);
+    text.append(chunk, sizeof chunk - stream.avail_out);
+    if (status == Z_STREAM_END && stream.avail_in > 0 && inflateReset(&stream) == Z_OK) continue;  // next member
+    if (status != Z_OK) break;
+    if (stream.avail_in == 0 && stream.avail_out > 0) break;  // input used up inside a member
+  }
+  const std::string message = stream.msg != nullptr ? stream.msg : "";
+  inflateEnd(&stream);
+  const bool truncated = status == Z_OK || status == Z_BUF_ERROR;  // no error, but the input ended inside a member
+  VJIT_USER_CHECK(status == Z_STREAM_END || truncated,
+                  "cannot read " << what << " '" << path << "': corrupt gzip data"
+                                 << (message.empty() ? "" : " (" + message + ")"));
+  VJIT_USER_CHECK(!truncated, "cannot read " << what << " '" << path << "': the gzip data is truncated");
+  return text;
+}
+
+}  // namespace
 
 std::vector<Line> split_lines(std::string_view text) {
   std::vector<Line> lines;
@@ -72,7 +114,8 @@ std::string read_text_file(const std::string& path, const char* what) {
   std::ostringstream buffer;
   buffer << in.rdbuf();
   VJIT_USER_CHECK(!in.bad(), "cannot read " << what << " '" << path << "'");
-  return buffer.str();
+  std::string bytes = buffer.str();
+  return is_gzip(bytes) ? gunzip(bytes, path, what) : bytes;
 }
 
 void write_text_file(const std::string& path, const std::string& text, const char* what) {

@@ -33,7 +33,9 @@ bool parse_int(std::string_view text, int& value);
 // parse_int of a field, or fail_at "<what> must be an integer, got '<text>'".
 int field_int(const std::string& source, int line, const Field& field, const char* what);
 
-// The file's bytes; UserError naming `path` (and what it should hold) when it cannot be read.
+// The file's bytes, decompressed when it is gzip (by its magic bytes, whatever
+// its name); UserError naming `path` (and what it should hold) when it cannot
+// be read or its gzip data is corrupt or truncated.
 std::string read_text_file(const std::string& path, const char* what);
 void write_text_file(const std::string& path, const std::string& text, const char* what);
 

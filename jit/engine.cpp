@@ -16,6 +16,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/memplan.h"
+#include "runtime/trace.h"
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
 #include "vjit/error.h"
@@ -47,6 +48,7 @@ struct Engine::Impl {
       forward_flops.push_back(double(ir::flops_per_vertex(program.forward(t))));
       backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
     }
+    if (!options.trace_path.empty()) trace = make_trace_recorder(program, options.trace_path);
     planner = runtime::make_planner(options.memplan, plan, signatures, {options.inplace_concat, options.pad_wide_rows});
     if (options.device == "cuda")
       executor = std::make_unique<runtime::CudaExecutor>(
@@ -55,9 +57,38 @@ struct Engine::Impl {
     else
       executor = std::make_unique<runtime::CpuExecutor>(
           program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile,
-                                                       options.max_memory, options.check_finite, options.deterministic});
+                                                       options.max_memory, options.check_finite, options.deterministic,
+                                                       trace.get()});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
+    if (fsm) ++policy_cache_hits;
   }
+
+  // VJIT_TRACE: the recorder writes an empty trace at `path` now, so a path
+  // that cannot be written is a UserError here rather than a trace lost at exit.
+  static std::unique_ptr<runtime::TraceRecorder> make_trace_recorder(const Program& program, const std::string& path) {
+    std::vector<std::string> type_names;
+    for (int t = 0; t < program.num_types(); ++t) type_names.push_back(program.type_name(t));
+    return std::make_unique<runtime::TraceRecorder>(path, std::move(type_names));
+  }
+
+  // A public call: its time goes to stats.call_s (the wall time VJIT_PROFILE
+  // compares the phases with) and, with VJIT_TRACE, it is an event of its own
+  // on the calling thread's track.
+  class CallScope {
+   public:
+    CallScope(Impl& impl, std::string_view name)
+        : impl_(impl), start_(std::chrono::steady_clock::now()), trace_(name_caller(impl), name, runtime::TraceCategory::Call) {}
+    ~CallScope() { impl_.stats.call_s += seconds_since(start_); }
+
+   private:
+    static runtime::TraceRecorder* name_caller(Impl& impl) {
+      if (impl.trace) impl.trace->name_this_thread("vjit caller");
+      return impl.trace.get();
+    }
+    Impl& impl_;
+    std::chrono::steady_clock::time_point start_;
+    runtime::TraceScope trace_;
+  };
 
   // The policy saved in the cache for this program, or null. A file that does
   // not load (corrupt, truncated, another format or program) must not block
@@ -131,6 +162,7 @@ struct Engine::Impl {
     check_program_unchanged();
     validate_and_order(signatures, batch);
     fsm = std::make_shared<FsmPolicy>(FsmPolicy::learn(batch, program.num_types()));
+    ++policies_learned;
     if (!options.cache_dir.empty()) save_to_cache(*fsm);
     return fsm;
   }
@@ -157,18 +189,17 @@ struct Engine::Impl {
     check_program_unchanged();
     has_forward = false;
     auto start = std::chrono::steady_clock::now();
-    bool heights = policy == scheduler::Policy::Fsm && fsm && scheduler::encoding_uses_heights(fsm->table().encoding());
-    scheduler::validate_and_flatten(signatures, batch, heights, graph, order, scratch);
-    if (policy == scheduler::Policy::Fsm && !fsm) {
-      learn(batch);
-      if (scheduler::encoding_uses_heights(fsm->table().encoding())) graph.assign(batch, int(signatures.size()), true);
+    {
+      runtime::TraceScope schedule_event(trace.get(), "schedule", runtime::TraceCategory::Engine);
+      schedule_batch(batch);
     }
-    scheduler.run(graph, policy, fsm ? &fsm->table() : nullptr, schedule);
-    if (options.logs("schedule")) std::cerr << scheduler::describe_schedule(schedule, signatures, policy);
     stats.schedule_s += seconds_since(start);
     if (lower_bound_tracked) stats.lower_bound += scheduler::lower_bound(graph, schedule.vertices);
     start = std::chrono::steady_clock::now();
-    planner->plan({&graph, &schedule}, layout);
+    {
+      runtime::TraceScope plan_event(trace.get(), "plan", runtime::TraceCategory::Engine);
+      planner->plan({&graph, &schedule}, layout);
+    }
     stats.plan_s += seconds_since(start);
     check_memory_bound(batch, run);
     stats.aligned_batches += layout.aligned_batches;
@@ -179,10 +210,30 @@ struct Engine::Impl {
     stats.fsm_fallbacks += schedule.fsm_fallbacks;
     stats.useful_flops += schedule_flops(forward_flops);
     has_result = false;
-    executor->forward({&graph, &schedule, &layout}, run, result);
+    start = std::chrono::steady_clock::now();
+    {
+      runtime::TraceArgs args;
+      args.rows = graph.num_vertices();
+      runtime::TraceScope forward_event(trace.get(), "forward pass", runtime::TraceCategory::Engine, args);
+      executor->forward({&graph, &schedule, &layout}, run, result);
+    }
+    stats.forward_s += seconds_since(start);
     has_result = true;
     has_forward = run.backward;
     collect();
+  }
+
+  // Validates and flattens the batch (learning the FSM policy on the first
+  // batch that needs it) and chooses its tasks.
+  void schedule_batch(const GraphBatch& batch) {
+    bool heights = policy == scheduler::Policy::Fsm && fsm && scheduler::encoding_uses_heights(fsm->table().encoding());
+    scheduler::validate_and_flatten(signatures, batch, heights, graph, order, scratch);
+    if (policy == scheduler::Policy::Fsm && !fsm) {
+      learn(batch);
+      if (scheduler::encoding_uses_heights(fsm->table().encoding())) graph.assign(batch, int(signatures.size()), true);
+    }
+    scheduler.run(graph, policy, fsm ? &fsm->table() : nullptr, schedule);
+    if (options.logs("schedule")) std::cerr << scheduler::describe_schedule(schedule, signatures, policy);
   }
 
   // VJIT_MAX_MEMORY: a batch whose buffers (the vertex values, and their
@@ -201,7 +252,14 @@ struct Engine::Impl {
   void backward() {
     VJIT_USER_CHECK(has_forward, "Engine::backward needs a forward() with RunOptions::backward set before it");
     has_forward = false;
-    executor->backward();
+    const auto start = std::chrono::steady_clock::now();
+    {
+      runtime::TraceArgs args;
+      args.rows = graph.num_vertices();
+      runtime::TraceScope backward_event(trace.get(), "backward pass", runtime::TraceCategory::Engine, args);
+      executor->backward();
+    }
+    stats.backward_s += seconds_since(start);
     stats.useful_flops += schedule_flops(backward_flops);
     has_gradients = true;
     collect();
@@ -232,6 +290,56 @@ struct Engine::Impl {
     stats.elementwise_s += e.elementwise_s;
   }
 
+  // VJIT_PROFILE's summary: counts, phase totals against the wall time of the
+  // engine's calls, tasks against the lower bound, cache hits, the costliest steps.
+  std::string profile_report() const {
+    const EngineStats& s = stats;
+    std::string out;
+    char line[512];
+    auto say = [&](const char* format, auto... values) {
+      std::snprintf(line, sizeof line, format, values...);
+      out += "[vjit profile] ";
+      out += line;
+      out += "\n";
+    };
+    const double wall = s.call_s;
+    auto percent = [&](double seconds) { return wall > 0 ? 100.0 * seconds / wall : 0.0; };
+    say("%lld batches, %lld vertices, %lld kernels, %lld GEMMs (%.2f GFLOP), %lld copies (%.1f MB); %d fused groups",
+        static_cast<long long>(s.batches), static_cast<long long>(s.vertices), static_cast<long long>(s.kernels),
+        static_cast<long long>(s.gemm_calls), s.gemm_flops * 1e-9, static_cast<long long>(s.copy_calls),
+        double(s.copy_bytes) * 1e-6, compile_info.fused_groups);
+    say("wall %.3f ms inside the engine's calls (forward, backward, train_step, infer); phases:", wall * 1e3);
+    auto phase = [&](const char* name, double seconds, const char* note) {
+      say("phase %-14s %12.3f ms %6.1f%%  %s", name, seconds * 1e3, percent(seconds), note);
+    };
+    phase("schedule+plan", s.schedule_s + s.plan_s, "validating, flattening, scheduling and laying out batches");
+    phase("forward", s.forward_s, "running the forward tasks");
+    phase("backward", s.backward_s, "running the backward");
+    phase("optimizer", s.optimizer_s, "parameter updates");
+    phase("gemm", s.gemm_s, "part of forward+backward");
+    phase("elementwise", s.elementwise_s, "part of forward+backward: fused and other kernels");
+    phase("copy", s.copy_s, "part of forward+backward: gathers, pulls, pushes, scattered gradients");
+    if (s.lower_bound > 0)
+      say("tasks %lld issued, lower bound %lld: %.3fx the bound", static_cast<long long>(s.tasks),
+          static_cast<long long>(s.lower_bound), double(s.tasks) / double(s.lower_bound));
+    else
+      say("tasks %lld issued, lower bound not computed (reset_stats or track_lower_bound(false))",
+          static_cast<long long>(s.tasks));
+    say("kernel cache: %lld hits, %lld compiled in %.3f s; FSM policy cache: %lld loaded, %lld learned",
+        static_cast<long long>(compile_info.jit_cache_hits), static_cast<long long>(compile_info.jit_compiles),
+        compile_info.jit_compile_s, static_cast<long long>(policy_cache_hits), static_cast<long long>(policies_learned));
+    // The costliest steps, to see which op of which vertex function a change should target.
+    const std::vector<runtime::StepTime> steps = executor->step_profile();
+    constexpr size_t kShown = 20;
+    if (!steps.empty()) say("top kernels by time (of %zu steps):", steps.size());
+    if (!steps.empty()) say("%12s %8s %10s %9s  %s", "total ms", "calls", "rows/call", "% of wall", "step");
+    for (size_t i = 0; i < std::min(steps.size(), kShown); ++i)
+      say("%12.3f %8lld %10.1f %8.1f%%  %s", steps[i].seconds * 1e3, static_cast<long long>(steps[i].calls),
+          double(steps[i].rows) / double(std::max<int64_t>(1, steps[i].calls)), percent(steps[i].seconds),
+          steps[i].label.c_str());
+    return out;
+  }
+
   static runtime::ExecPlan lower_and_count(const Program& program, const Options& options, CompileInfo& info) {
     auto start = std::chrono::steady_clock::now();
     jit::KernelCacheCounters before = jit::KernelCache::global().counters();
@@ -257,6 +365,8 @@ struct Engine::Impl {
   runtime::ExecPlan plan;
   runtime::GemmBackend gemm;
   scheduler::Policy policy;
+  // VJIT_TRACE (null when off); before the executor, which records into it.
+  std::unique_ptr<runtime::TraceRecorder> trace;
   std::unique_ptr<runtime::Planner> planner;
   std::unique_ptr<runtime::Executor> executor;
   std::shared_ptr<const FsmPolicy> fsm;
@@ -272,7 +382,8 @@ struct Engine::Impl {
   Evaluation<float> result;
 
   bool has_forward = false, has_result = false, has_gradients = false;
-  bool lower_bound_tracked = false;
+  bool lower_bound_tracked = options.profile;  // VJIT_PROFILE reports tasks against the bound
+  int64_t policy_cache_hits = 0, policies_learned = 0;  // FSM policies loaded from VJIT_CACHE_DIR, learned
   uint64_t step = 0;
   EngineStats stats;
   // Every public call holds it: one call runs at a time (engine.h, "Threads").
@@ -281,45 +392,38 @@ struct Engine::Impl {
 
 Engine::Engine(const Program& program, Options options) : impl_(std::make_unique<Impl>(program, std::move(options))) {}
 Engine::~Engine() {
-  if (!impl_->options.profile) return;
-  const EngineStats& s = impl_->stats;
-  std::fprintf(stderr,
-               "[vjit profile] %lld batches, %lld vertices, %lld tasks (lower bound %lld), %lld kernels, %lld GEMMs "
-               "(%.2f GFLOP), %lld copies (%.1f MB)\n[vjit profile] seconds: schedule %.4f plan %.4f copy %.4f gemm %.4f "
-               "elementwise %.4f optimizer %.4f; %d fused groups, %lld JIT compiles in %.3f s\n",
-               static_cast<long long>(s.batches), static_cast<long long>(s.vertices), static_cast<long long>(s.tasks),
-               static_cast<long long>(s.lower_bound), static_cast<long long>(s.kernels),
-               static_cast<long long>(s.gemm_calls), s.gemm_flops * 1e-9, static_cast<long long>(s.copy_calls),
-               double(s.copy_bytes) * 1e-6, s.schedule_s, s.plan_s, s.copy_s, s.gemm_s, s.elementwise_s, s.optimizer_s,
-               impl_->compile_info.fused_groups, static_cast<long long>(impl_->compile_info.jit_compiles),
-               impl_->compile_info.jit_compile_s);
-  // The costliest steps, to see which op of which vertex function a change should target.
-  std::vector<runtime::StepTime> steps = impl_->executor->step_profile();
-  constexpr size_t kShown = 30;
-  double all_steps = 0;
-  for (const runtime::StepTime& step : steps) all_steps += step.seconds;
-  if (!steps.empty())
-    std::fprintf(stderr, "[vjit profile] %zu steps took %.4f s in all; the costliest: seconds, calls, rows per call, step\n",
-                 steps.size(), all_steps);
-  for (size_t i = 0; i < std::min(steps.size(), kShown); ++i)
-    std::fprintf(stderr, "[vjit profile] %9.4f %6lld %8.1f  %s\n", steps[i].seconds,
-                 static_cast<long long>(steps[i].calls), double(steps[i].rows) / double(std::max<int64_t>(1, steps[i].calls)),
-                 steps[i].label.c_str());
+  if (impl_->trace) {
+    try {
+      impl_->trace->write();
+    } catch (const std::exception& e) {  // a destructor must not throw: say it instead
+      std::fprintf(stderr, "[vjit] VJIT_TRACE: %s\n", e.what());
+    }
+  }
+  if (impl_->options.profile) std::fputs(impl_->profile_report().c_str(), stderr);
+}
+
+void Engine::flush_trace() {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  VJIT_USER_CHECK(impl_->trace, "Engine::flush_trace: tracing is off (set VJIT_TRACE=file.json or Options::trace_path)");
+  impl_->trace->write();
 }
 
 double Engine::forward(const GraphBatch& batch, const RunOptions& options) {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  Impl::CallScope call(*impl_, "Engine::forward");
   impl_->forward(batch, options);
   return impl_->result.objective;
 }
 
 void Engine::backward() {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  Impl::CallScope call(*impl_, "Engine::backward");
   impl_->backward();
 }
 
 double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  Impl::CallScope call(*impl_, "Engine::train_step");
   RunOptions run;
   run.seed = ++impl_->step;
   impl_->forward(batch, run);
@@ -332,6 +436,7 @@ double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
 
 Evaluation<float> Engine::infer(const GraphBatch& batch) {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  Impl::CallScope call(*impl_, "Engine::infer");
   RunOptions run;
   run.training = false;
   run.backward = false;
@@ -370,6 +475,7 @@ EngineStats Engine::stats() const {
 void Engine::reset_stats() {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
   impl_->stats = {};
+  impl_->executor->reset_step_profile();  // its times are compared with the stats' wall time
 }
 
 OptimizerState Engine::optimizer_state() const {

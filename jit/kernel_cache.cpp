@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "codegen/x86_fused_kernel.h"
+#include "codegen/x86_jit_generator.h"
 #include "vjit/error.h"
 
 namespace vjit::jit {
@@ -57,12 +58,17 @@ KernelLookup KernelCache::lookup(const codegen::KernelSpec& spec, codegen::Isa i
       kernels_.emplace(key, promise.get_future().share());
     }
   }
-  if (pending.valid()) return {pending.get(), true};  // built, or being built by another thread
+  if (pending.valid()) {  // built, or being built by another thread
+    std::shared_ptr<const CompiledKernel> kernel = pending.get();
+    if (perf_map) name_in_perf_map(*kernel);
+    return {kernel, true};
+  }
   auto start = std::chrono::steady_clock::now();
   try {
     std::shared_ptr<const CompiledKernel> kernel = build(spec, isa, perf_map);
     promise.set_value(kernel);
     std::lock_guard<std::mutex> lock(mutex_);
+    if (perf_map && kernel->code_bytes > 0) perf_mapped_.insert(reinterpret_cast<const void*>(kernel->entry));
     ++counters_.compiles;
     counters_.compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return {kernel, false};
@@ -72,6 +78,15 @@ KernelLookup KernelCache::lookup(const codegen::KernelSpec& spec, codegen::Isa i
     kernels_.erase(key);  // a failed build is not cached
     throw;
   }
+}
+
+// A cached kernel built without VJIT_PERF_MAP, named now (JIT code only: the
+// scalar reference kernels are not generated code).
+void KernelCache::name_in_perf_map(const CompiledKernel& kernel) {
+  if (kernel.code_bytes == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (perf_mapped_.insert(reinterpret_cast<const void*>(kernel.entry)).second)
+    codegen::register_perf_map(reinterpret_cast<const void*>(kernel.entry), kernel.code_bytes, kernel.name);
 }
 
 void KernelCache::refuse_builds_for_testing(std::function<bool(const codegen::KernelSpec&)> refuse) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,10 +50,11 @@ class KernelCache {
  public:
   static KernelCache& global();
 
-  // The kernel of `spec` for `isa`, built on a miss. `perf_map` names code this
-  // call builds in the perf map (it is not part of the key: it does not change
-  // the code; a kernel found in the cache stays as it was built). Throws what
-  // the build throws (codegen refuses a spec with an InternalError).
+  // The kernel of `spec` for `isa`, built on a miss. `perf_map` names its code
+  // in the perf map, once per kernel: when this call builds it, or when an
+  // earlier engine without VJIT_PERF_MAP built it (the flag is not part of
+  // the key: it does not change the code). Throws what the build throws
+  // (codegen refuses a spec with an InternalError).
   KernelLookup lookup(const codegen::KernelSpec& spec, codegen::Isa isa, bool perf_map = false);
   std::shared_ptr<const CompiledKernel> get(const codegen::KernelSpec& spec, codegen::Isa isa) {
     return lookup(spec, isa).kernel;
@@ -66,11 +68,13 @@ class KernelCache {
 
  private:
   std::shared_ptr<const CompiledKernel> build(const codegen::KernelSpec& spec, codegen::Isa isa, bool perf_map);
+  void name_in_perf_map(const CompiledKernel& kernel);
 
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> kernels_;
   KernelCacheCounters counters_;
   std::function<bool(const codegen::KernelSpec&)> refuse_;  // guarded by mutex_
+  std::set<const void*> perf_mapped_;  // entries named in the perf map; guarded by mutex_
 };
 
 }  // namespace vjit::jit

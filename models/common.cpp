@@ -26,6 +26,7 @@ TreeData load_trees(const Config& config) {
   } else {
     data.train = read_bracket_file(config.data_path);
     if (!config.test_path.empty()) data.test = read_bracket_file(config.test_path);
+    if (!config.dev_path.empty()) data.dev = read_bracket_file(config.dev_path);
   }
   data.vocab = Vocabulary::from_trees(data.train, config.vocab_limit);
   return data;

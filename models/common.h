@@ -25,7 +25,7 @@ void classify(Builder& b, Param w_out, Value h, int classes);
 // Trees with their vocabulary: the synthetic treebank, or SST-format files.
 struct TreeData {
   Vocabulary vocab;
-  std::vector<BracketTree> train, test;
+  std::vector<BracketTree> train, dev, test;
 };
 TreeData load_trees(const Config& config);
 

@@ -16,6 +16,7 @@ constexpr int kSentimentClasses = 5;
 void add_tree_samples(Bundle& bundle, const TreeData& data, TreeTypes types) {
   bundle.train = trees_to_batch(data.train, data.vocab, types).samples;
   bundle.test = trees_to_batch(data.test, data.vocab, types, int(data.train.size())).samples;
+  bundle.dev = trees_to_batch(data.dev, data.vocab, types, int(data.train.size() + data.test.size())).samples;
 }
 
 // The Tree-LSTM parameters one internal cell type uses.
@@ -100,7 +101,7 @@ Bundle tree_lstm(const Config& config, bool output_vertices) {
   bundle.classifier_types = {types.leaf, types.internal};
   if (!output_vertices) return bundle;
   int output = bundle.program->add_type("output", [&](Builder& b) { cell.output(b); });
-  for (std::vector<Sample>* split : {&bundle.train, &bundle.test})
+  for (std::vector<Sample>* split : {&bundle.train, &bundle.test, &bundle.dev})
     for (Sample& sample : *split) {
       int nodes = int(sample.vertices.size());
       for (int v = 0; v < nodes; ++v) {
@@ -130,7 +131,7 @@ Bundle make_tree_lstm_2type(const Config& config) {
   int type_b = bundle.program->add_type("internal_b", [&](Builder& b) { cell.internal(b, b_params); });
   add_tree_samples(bundle, data, types);
   // Each internal node takes type a or b at random (a fixed function of its position).
-  for (std::vector<Sample>* split : {&bundle.train, &bundle.test})
+  for (std::vector<Sample>* split : {&bundle.train, &bundle.test, &bundle.dev})
     for (size_t s = 0; s < split->size(); ++s)
       for (size_t v = 0; v < (*split)[s].vertices.size(); ++v) {
         Vertex& vertex = (*split)[s].vertices[v];

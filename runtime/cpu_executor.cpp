@@ -255,6 +255,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       deterministic_(config.deterministic),
       streaming_(config.streaming),
       profile_(config.profile),
+      trace_(config.trace),
       max_memory_floats_(config.max_memory / int64_t(sizeof(float))),
       check_finite_(config.check_finite),
       store_(program.model(), plan) {
@@ -475,6 +476,20 @@ void CpuExecutor::backward() {
 // Only the rows of the embedding tables the batch looked up, on the pool's
 // threads, with the optimizer state this executor's store keeps.
 void CpuExecutor::update(Optimizer& optimizer) {
+  TraceArgs args;
+  if (trace_) [[unlikely]] {
+    // The rows it updates: every row of a dense parameter, the touched rows of an embedding table.
+    args.rows = args.bytes = 0;
+    const Model& model = store_.model();
+    for (int p = 0; p < model.size(); ++p) {
+      const Shape& shape = model.param(p).shape;
+      const GradientRows& touched = store_.gradient_rows()[size_t(p)];
+      const int64_t rows = touched.all ? shape.rows() : int64_t(touched.rows.size());
+      args.rows += rows;
+      args.bytes += rows * shape.cols() * int64_t(sizeof(float));
+    }
+  }
+  TraceScope scope(trace_, "optimizer step", TraceCategory::Optimizer, args);
   optimizer.step(store_.model(), store_.gradients(), store_.gradient_rows(), &parallel_, &store_.optimizer_state());
 }
 
@@ -539,6 +554,7 @@ void CpuExecutor::run_forward_streaming() {
   for (auto& d : done) d.store(false);
   std::exception_ptr error;
   auto run_eager_steps = [&] {
+    if (trace_) trace_->name_this_thread("vjit stream");
     try {
       for (int t : order) {
         run_type_phase(Pass::Forward, ir::Phase::Eager, t, stream_frame_);
@@ -587,14 +603,28 @@ CpuExecutor::Rows CpuExecutor::task_rows(int task) const {
 }
 
 void CpuExecutor::run_task(Pass pass, int task, Frame& frame) {
-  Rows rows = task_rows(task);
+  const Rows rows = task_rows(task);
+  if (trace_) [[unlikely]] {
+    const int64_t start = trace_->now();
+    run_task_steps(pass, rows, frame);
+    TraceArgs args;
+    args.type = rows.type;
+    args.task = task;
+    args.rows = rows.count;
+    trace_->record({}, TraceCategory::Task, start, args);  // named by its vertex type
+    return;
+  }
+  run_task_steps(pass, rows, frame);
+}
+
+void CpuExecutor::run_task_steps(Pass pass, const Rows& rows, Frame& frame) {
   bind(pass, rows, frame);
   run_steps(pass, rows, function_plan(pass, rows.type).core, frame);
 }
 
 void CpuExecutor::run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Frame& frame) {
   for (const Step& step : steps) {
-    if (profile_) run_step_profiled(pass, rows, step, frame);
+    if (profile_ || trace_) [[unlikely]] run_step_observed(pass, rows, step, frame);
     else run_step(pass, rows, step, frame);
     if (check_finite_ && pass == Pass::Forward) check_finite(rows, step, frame);
   }
@@ -669,10 +699,14 @@ void CpuExecutor::run_step(Pass pass, const Rows& rows, const Step& step, Frame&
   else run_node(pass, rows, step.node, frame);
 }
 
-void CpuExecutor::run_step_profiled(Pass pass, const Rows& rows, const Step& step, Frame& frame) {
+void CpuExecutor::run_step_observed(Pass pass, const Rows& rows, const Step& step, Frame& frame) {
+  const ExecStats before = *frame.stats;
+  const int64_t trace_start = trace_ ? trace_->now() : 0;
   auto start = std::chrono::steady_clock::now();
   run_step(pass, rows, step, frame);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (trace_) trace_step(pass, rows, step, frame, before, trace_start);
+  if (!profile_) return;
   std::lock_guard<std::mutex> lock(step_accounts_mutex_);
   StepAccount& account = step_accounts_[&step];
   account.pass = pass;
@@ -680,6 +714,46 @@ void CpuExecutor::run_step_profiled(Pass pass, const Rows& rows, const Step& ste
   account.seconds += seconds;
   account.calls += 1;
   account.rows += rows.count;
+}
+
+// One event for a step that did work, classified by what its counters say it
+// did: a GEMM (with each product's M, N, K), a copy (with the bytes it moved;
+// a gather read in place moved none and is no event), a fused kernel or
+// another kernel (with the bytes of the rows it wrote).
+void CpuExecutor::trace_step(Pass pass, const Rows& rows, const Step& step, const Frame& frame,
+                             const ExecStats& before, int64_t start) {
+  const ExecStats& after = *frame.stats;
+  const FunctionPlan& fp = function_plan(pass, rows.type);
+  TraceArgs args;
+  args.type = rows.type;
+  args.task = rows.task;
+  args.rows = rows.count;
+  if (step.fused >= 0) {
+    const FusedStep& fused = fp.fused[size_t(step.fused)];
+    args.cols = fused.width;
+    args.bytes = rows.count * fused.width * int64_t(sizeof(float)) * int64_t(fused.inputs.size() + fused.outputs.size());
+    trace_->record(fused.kernel.name, TraceCategory::Fused, start, args);
+    return;
+  }
+  if (after.kernels == before.kernels) return;  // a view, a scatter or a uniform value: no work
+  const Node& n = (*fp.function)[step.node];
+  const std::string_view name = ir::op_name(n.op);
+  args.cols = n.shape.numel();
+  if (after.gemm_calls > before.gemm_calls) {
+    args.products = after.gemm_calls - before.gemm_calls;
+    args.m = frame.last_gemm.m;
+    args.n = frame.last_gemm.n;
+    args.k = frame.last_gemm.k;
+    args.bytes = (args.m * args.k + args.k * args.n + args.m * args.n) * int64_t(sizeof(float)) * args.products;
+    trace_->record(name, TraceCategory::Gemm, start, args);
+  } else if (is_copy(n.op)) {
+    if (after.copy_calls == before.copy_calls) return;  // read or written in place
+    args.bytes = after.copy_bytes - before.copy_bytes;
+    trace_->record(name, TraceCategory::Copy, start, args);
+  } else {
+    args.bytes = rows.count * args.cols * int64_t(sizeof(float));
+    trace_->record(name, TraceCategory::Kernel, start, args);
+  }
 }
 
 std::vector<StepTime> CpuExecutor::step_profile() const {
@@ -701,6 +775,11 @@ std::vector<StepTime> CpuExecutor::step_profile() const {
   }
   std::sort(out.begin(), out.end(), [](const StepTime& a, const StepTime& b) { return a.seconds > b.seconds; });
   return out;
+}
+
+void CpuExecutor::reset_step_profile() {
+  std::lock_guard<std::mutex> lock(step_accounts_mutex_);
+  step_accounts_.clear();
 }
 
 void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame) {
@@ -738,6 +817,13 @@ void CpuExecutor::run_row_blocks(const Frame& frame, int64_t rows, int64_t block
   }
   auto block = [&](int64_t b) {
     int64_t begin = rows * b / blocks, end = rows * (b + 1) / blocks;
+    if (trace_) [[unlikely]] {  // which pool thread ran which rows
+      TraceArgs args;
+      args.rows = end - begin;
+      TraceScope scope(trace_, "row block", TraceCategory::Block, args);
+      fn(begin, end - begin, int(b));
+      return;
+    }
     fn(begin, end - begin, int(b));
   };
   if (frame.use_pool) {
@@ -959,6 +1045,7 @@ void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int
                        int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   ++frame.stats->gemm_calls;
   frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k);
+  frame.last_gemm = {m, n, k};
   if (!frame.use_pool) serial_sgemm(gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
   else parallel_sgemm(pool_, gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
 }
@@ -971,6 +1058,7 @@ void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int
   }
   ++frame.stats->gemm_calls;
   frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k);
+  frame.last_gemm = {m, n, k};
   if (frame.use_pool) parallel_sgemm_bias(pool_, gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
   else serial_sgemm_bias(gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
 }
@@ -1013,6 +1101,7 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   const PerVertexProduct p = per_vertex_product(node, sa, sb);
   frame.stats->gemm_calls += R;
   frame.stats->gemm_flops += p.flops() * double(R);
+  frame.last_gemm = {p.m, p.n, p.k};
   // The rows' products are independent: blocks of rows run on the pool's threads.
   for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r)
@@ -1035,6 +1124,7 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
   const int64_t size = p.m * p.n;
   frame.stats->gemm_calls += rows.count;
   frame.stats->gemm_flops += p.flops() * double(rows.count);
+  frame.last_gemm = {p.m, p.n, p.k};
   const int64_t work_per_row = p.m * p.n * p.k;
   const int64_t blocks = deterministic_ ? fixed_row_blocks(rows.count, work_per_row)
                                         : parallel_row_blocks(frame, rows.count, work_per_row);

@@ -24,6 +24,7 @@
 #include "runtime/pool_parallel_for.h"
 #include "runtime/thread_pool.h"
 #include "runtime/touched_rows.h"
+#include "runtime/trace.h"
 
 namespace vjit::runtime {
 
@@ -80,6 +81,9 @@ class CpuExecutor final : public Executor {
     // the thread count (faster where a product would be cut finer than the
     // threads need).
     bool deterministic = true;
+    // VJIT_TRACE: an event per task, GEMM, fused kernel, copy, kernel and
+    // optimizer step goes to this recorder (null: tracing off). Not owned.
+    TraceRecorder* trace = nullptr;
   };
   CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config);
 
@@ -92,6 +96,7 @@ class CpuExecutor final : public Executor {
   void set_optimizer_state(OptimizerState state) override { store_.optimizer_state() = std::move(state); }
   ExecStats take_stats() override;
   std::vector<StepTime> step_profile() const override;
+  void reset_step_profile() override;
 
  private:
   // Row 0 of a value for the rows being run; ld 0 for a uniform value.
@@ -115,6 +120,9 @@ class CpuExecutor final : public Executor {
     ExecStats* stats = nullptr;
     bool use_pool = true;  // split large steps across the pool's threads
     std::vector<std::vector<float>> scratch;  // per row block: a private accumulator (block 0 needs none)
+    // The shape of the last product a GEMM step ran (per-vertex products: each
+    // one's), for the trace; set whether or not it is on (three stores).
+    struct { int64_t m = 0, n = 0, k = 0; } last_gemm;
   };
 
   const FunctionPlan& function_plan(Pass pass, int type) const;
@@ -155,7 +163,11 @@ class CpuExecutor final : public Executor {
   void run_forward_streaming();
   void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Frame& frame);
   void run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame);
-  void run_step_profiled(Pass pass, const Rows& rows, const Step& step, Frame& frame);
+  // A step timed for VJIT_PROFILE and/or recorded for VJIT_TRACE.
+  void run_step_observed(Pass pass, const Rows& rows, const Step& step, Frame& frame);
+  void trace_step(Pass pass, const Rows& rows, const Step& step, const Frame& frame, const ExecStats& before,
+                  int64_t start);
+  void run_task_steps(Pass pass, const Rows& rows, Frame& frame);
   // VJIT_CHECK_FINITE: the values the forward step wrote for the rows, row by
   // row; throws UserError at the first NaN or ±Inf.
   void check_finite(const Rows& rows, const Step& step, const Frame& frame) const;
@@ -210,6 +222,7 @@ class CpuExecutor final : public Executor {
   bool deterministic_;
   bool streaming_;
   bool profile_;
+  TraceRecorder* trace_;  // null unless VJIT_TRACE
   int64_t max_memory_floats_;  // Config::max_memory in floats (0: no bound)
   bool check_finite_;
   CpuParameterStore store_;

@@ -111,6 +111,8 @@ class Executor {
   // Per step of the plans, when the executor was asked to profile (VJIT_PROFILE);
   // empty otherwise. Costliest first.
   virtual std::vector<StepTime> step_profile() const { return {}; }
+  // Starts step_profile() afresh (Engine::reset_stats).
+  virtual void reset_step_profile() {}
 };
 
 }  // namespace vjit::runtime

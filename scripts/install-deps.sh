@@ -17,6 +17,7 @@ PACKAGES=(
   libxbyak-dev
   libboost-graph-dev
   nlohmann-json3-dev
+  zlib1g-dev
   libopenblas-dev
   libblis-dev
   libdnnl-dev

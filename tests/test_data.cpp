@@ -1,12 +1,14 @@
 // Data sets: the bracket-tree parser and writer, the vocabulary, the synthetic
 // generators, tree → GraphBatch conversion and the PTB / WikiNER / lattice
 // readers and their PRNG (vjit/random.h); plus optional checks of the real
-// files in VJIT_SHARED_DATA_DIR.
+// files in VJIT_SHARED_DATA_DIR and the SST shipped gzip-compressed in data/sst/.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "vjit/data.h"
@@ -552,6 +554,60 @@ TEST(RealData, SstSplits) {
     // Every tree becomes a valid sample for a binary Tree-LSTM.
     validate_and_order(tree_signatures(v.size()), trees_to_batch(trees, v, TreeTypes{}));
   }
+}
+
+// ------------------------------------------- the SST shipped in data/sst/ (gzip)
+
+std::string shipped(const std::string& relative) { return std::string(VJIT_SHIPPED_DATA_DIR) + "/" + relative; }
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+std::string write_temp(const std::string& name, const std::string& bytes) {
+  std::string path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  return path;
+}
+
+TEST(ShippedSst, SplitsLoadWithTheirTreeCounts) {
+  const std::map<std::string, size_t> expected = {{"train", 8544}, {"dev", 1101}, {"test", 2210}};
+  for (const auto& [split, count] : expected) {
+    std::vector<BracketTree> trees = read_bracket_file(shipped("sst/" + split + ".txt.gz"));
+    EXPECT_EQ(trees.size(), count) << split;
+    for (const BracketTree& tree : trees)
+      for (const auto& node : tree.nodes) ASSERT_TRUE(node.label >= 0 && node.label <= 4) << split;
+  }
+}
+
+TEST(ShippedSst, SameTreesAsTheSharedCopy) {
+  SKIP_UNLESS_PRESENT("sst");
+  EXPECT_EQ(format_bracket_trees(read_bracket_file(shipped("sst/dev.txt.gz"))),
+            format_bracket_trees(read_bracket_file(shared("sst/dev.txt"))));
+}
+
+TEST(ShippedSst, TruncatedGzipNamesTheFile) {
+  std::string bytes = file_bytes(shipped("sst/dev.txt.gz"));
+  ASSERT_GT(bytes.size(), 1000u);
+  std::string path = write_temp("vjit_test_truncated.txt.gz", bytes.substr(0, bytes.size() / 2));
+  std::string msg = user_error_of([&] { read_bracket_file(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "truncated");
+  std::filesystem::remove(path);
+}
+
+TEST(ShippedSst, CorruptGzipNamesTheFile) {
+  std::string bytes = file_bytes(shipped("sst/dev.txt.gz"));
+  ASSERT_GT(bytes.size(), 1000u);
+  for (size_t i = 20; i < 200; ++i) bytes[i] = char(0xff);  // deflate data after the 10-byte header
+  std::string path = write_temp("vjit_test_corrupt.txt.gz", bytes);
+  std::string msg = user_error_of([&] { read_bracket_file(path); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "corrupt gzip data");
+  std::filesystem::remove(path);
 }
 
 TEST(RealData, Lattices) {

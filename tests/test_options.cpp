@@ -16,7 +16,7 @@ const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM",
     "VJIT_CACHE_DIR", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
-    "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC",
+    "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC", "VJIT_TRACE",
 };
 
 // Clears every VJIT_* variable for the test and restores them afterwards.
@@ -77,6 +77,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(o.cache_dir, "");
   EXPECT_FALSE(o.profile);
   EXPECT_FALSE(o.perf_map);
+  EXPECT_EQ(o.trace_path, "");
   EXPECT_FALSE(o.check_finite);
   EXPECT_EQ(o.log, "off");
   EXPECT_NO_THROW(o.validate());
@@ -102,6 +103,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_CACHE_DIR", "/tmp/vjit cache");
   set("VJIT_PROFILE", "on");
   set("VJIT_PERF_MAP", "1");
+  set("VJIT_TRACE", "/tmp/run trace.json");
   set("VJIT_CHECK_FINITE", "on");
   set("VJIT_LOG", "schedule");
   vjit::Options o = vjit::Options::from_env();
@@ -124,6 +126,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_EQ(o.cache_dir, "/tmp/vjit cache");
   EXPECT_TRUE(o.profile);
   EXPECT_TRUE(o.perf_map);
+  EXPECT_EQ(o.trace_path, "/tmp/run trace.json");
   EXPECT_TRUE(o.check_finite);
   EXPECT_EQ(o.log, "schedule");
   EXPECT_NO_THROW(o.validate());
@@ -250,6 +253,8 @@ TEST(Options, ApplyFlagUsesTheSameValidation) {
   vjit::apply_flag(o, "--cache-dir", "/tmp/k");
   vjit::apply_flag(o, "VJIT_THREADS", "5");
   vjit::apply_flag(o, "--cache_dir", "/tmp/k2");
+  vjit::apply_flag(o, "--trace", "/tmp/t.json");
+  EXPECT_EQ(o.trace_path, "/tmp/t.json");
   EXPECT_EQ(o.policy, "depth");
   EXPECT_FALSE(o.fusion);
   EXPECT_EQ(o.cache_dir, "/tmp/k2");

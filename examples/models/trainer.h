@@ -5,9 +5,20 @@
 namespace vjit::models {
 
 // Flags: --epochs N, --batch N, --hidden N, --embed N, --lr X, --dropout X,
-// --seed N, --train-samples N, --test-samples N, --data PATH, --test PATH, and
-// every VJIT_* option as a flag (--policy agenda, --no-fusion, ...). Returns
-// the process exit code; errors are printed, never thrown.
+// --seed N, --train-samples N, --test-samples N, --data PATH, --dev PATH,
+// --test PATH, --save-best PATH, --sst, and every VJIT_* option as a flag
+// (--policy agenda, --no-fusion, ...). Returns the process exit code; errors
+// are printed, never thrown.
+//
+// --dev PATH scores every epoch on the dev set instead of the test set and
+// keeps a checkpoint of the best epoch by dev root accuracy (--save-best PATH,
+// default <build dir>/<model>_best.safetensors); after the last epoch that
+// checkpoint is loaded back and scored on the test set ("best epoch N ...:
+// test acc ..."). --sst trains on the Stanford Sentiment Treebank shipped in
+// data/sst/ (train, dev, test) with Tai et al. 2015's hyper-parameters where
+// vjit has them (hidden 150, embed 300, batch 25, dropout 0.5, Adam lr 0.002,
+// 5 epochs; best checkpoint <build dir>/<model>_sst_best.safetensors); other
+// flags override them.
 //
 // Checkpoints (vjit/checkpoint.h): --save PATH writes one after every epoch
 // (parameters, Adam's state, the epoch and its test scores in the metadata)

@@ -40,7 +40,7 @@ struct EngineStats {
   int64_t vertices = 0;
   int64_t tasks = 0;             // forward tasks (the backward replays them)
   int64_t lower_bound = 0;       // Σ of each batch's ED-Batch lower bound on tasks, when
-                                 // Engine::track_lower_bound(true) asked for it (else 0)
+                                 // Engine::track_lower_bound(true) or VJIT_PROFILE asked for it (else 0)
   int64_t fsm_fallbacks = 0;
   int64_t kernels = 0;           // node executions that did work, forward and backward
   int64_t gemm_calls = 0;
@@ -66,6 +66,11 @@ struct EngineStats {
   // memory (the memory planner); gather/pull/push/scatter-gradient copies;
   // GEMMs; elementwise and other kernels; the optimizer's update.
   double schedule_s = 0, plan_s = 0, copy_s = 0, gemm_s = 0, elementwise_s = 0, optimizer_s = 0;
+  // Seconds running the forward and backward tasks (the executor's part of a
+  // call: copy_s, gemm_s and elementwise_s are parts of these two), and the
+  // wall time of the public calls (forward, backward, train_step, infer),
+  // which every phase above is a part of.
+  double forward_s = 0, backward_s = 0, call_s = 0;
 };
 
 // What building the engine's plans cost and made.
@@ -132,6 +137,11 @@ class Engine {
   const CompileInfo& compile_info() const;
   void reset_stats();
   const Options& options() const;
+
+  // VJIT_TRACE: writes the trace recorded so far to Options::trace_path now
+  // (the destructor writes it too). UserError when tracing is off or the file
+  // cannot be written.
+  void flush_trace();
 
   // The learned policy used when options().policy is "fsm" (ED-Batch learns
   // one per program). Without one, the engine loads it at start from

@@ -119,6 +119,7 @@ struct Config {
   int test_samples = 200;
   std::string data_path;       // empty: built-in data; else a file in the model's benchmark format
   std::string test_path;       // optional held-out file of the same format
+  std::string dev_path;        // optional development file of the same format (picks the best epoch)
   int vocab_limit = 20000;     // largest vocabulary taken from a data file
   int tree_fc_leaves = 256;    // leaves of Tree-FC's complete binary trees (TensorFlow Fold uses 256)
   int embed_size() const { return embed > 0 ? embed : hidden; }
@@ -131,6 +132,7 @@ struct Bundle {
   std::unique_ptr<Program> program;
   std::vector<Sample> train;
   std::vector<Sample> test;
+  std::vector<Sample> dev;     // from Config::dev_path (tree models), else empty
   // Vertex types whose first push is class logits scored against the label.
   std::vector<int> classifier_types;
 };

@@ -75,8 +75,16 @@
 // |                  |             | ($XDG_CACHE_HOME/vjit or ~/.cache/vjit); x86|              |
 // |                  |             | kernels are always cached in memory only    |              |
 // | VJIT_PROFILE     | profile     | bool: time every pipeline stage and kernel  | off          |
+// |                  |             | (at Engine destruction, a summary table on  |              |
+// |                  |             | stderr: phases, tasks against the lower     |              |
+// |                  |             | bound, cache hits, the costliest steps)     |              |
 // | VJIT_PERF_MAP    | perf_map    | bool: name JIT code in /tmp/perf-<pid>.map  | off          |
 // |                  |             | for `perf report`                           |              |
+// | VJIT_TRACE       | trace_path  | file: a Chrome trace-event JSON file (for   | "" (off)     |
+// |                  |             | Perfetto) of every engine call, task, GEMM, |              |
+// |                  |             | fused kernel, copy and optimizer step, per  |              |
+// |                  |             | thread; written when the Engine is          |              |
+// |                  |             | destroyed (flag --trace)                    |              |
 // | VJIT_CHECK_FINITE | check_finite | bool: the CPU executor checks every   | off          |
 // |                  |             | value a forward step writes and reports the |              |
 // |                  |             | first NaN/Inf (sample, vertex, type, op);   |              |
@@ -134,6 +142,7 @@ struct Options {
   std::string cache_dir;            // VJIT_CACHE_DIR
   bool profile = false;             // VJIT_PROFILE
   bool perf_map = false;            // VJIT_PERF_MAP
+  std::string trace_path;           // VJIT_TRACE (flag --trace); empty: no trace
   bool check_finite = false;        // VJIT_CHECK_FINITE (CPU executor only)
   std::string log = "off";          // VJIT_LOG
 
