@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <map>
 #include <random>
@@ -679,6 +680,10 @@ TEST(Checkpoint, KilledWritersLeaveAWholeCheckpoint) {
   }
   std::cout << kills << " kills, " << torn_writes << " inside a write; the file held A " << seen_a << " times, B "
             << seen_b << " times\n";
+  // The line scripts/reliability_table.sh reads, and the same figures in the XML report.
+  std::cout << "[ kill-test ] " << kills << " writers killed, " << seen_a + seen_b << " checkpoints loaded whole\n";
+  RecordProperty("writers_killed", kills);
+  RecordProperty("checkpoints_loaded_whole", seen_a + seen_b);
   EXPECT_GT(torn_writes, 0) << "no kill landed inside a write: the test did not test that";
   save_parameters(path, a);  // removes the last killed writer's temporary file
   int files = 0;
