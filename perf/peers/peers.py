@@ -29,7 +29,8 @@ defaults otherwise, as vjit's) with the embedding table's gradient row-sparse
 and updated lazily (sparse=True + SparseAdam), as vjit's engine does.
 
 Styles:
-  eager  per sample, as written for one example: recursion over each tree,
+  eager  per sample, as written for one example: recursion over each tree
+         (node by node; the sentence's words embedded in one lookup),
          nn.LSTM over each sentence alone; each sample's loss computed on its
          own, summed over the batch, one backward and step per batch.
   level  batched across the batch as DGL does: all nodes of one height (leaves
@@ -88,7 +89,9 @@ class TreeModel(torch.nn.Module):
 
     # One cell on rows: leaves (tokens) or internal nodes (children states).
     def leaf(self, tokens):
-        x = self.embed(tokens)
+        return self.leaf_cell(self.embed(tokens))
+
+    def leaf_cell(self, x):
         if self.kind == "tree_fc":
             return torch.relu(F.linear(x, self.W_leaf, self.b_leaf)), None
         i, o, u = F.linear(x, self.W_iou, self.b_iou).chunk(3, dim=1)
@@ -114,23 +117,28 @@ def classifies(kind, is_leaf):
 
 
 def prepare_tree_eager(kind, samples, type_names):
-    """Per sample: its vertices (children, token tensor) and root."""
+    """Per sample: children, the leaves' tokens in one tensor and each leaf's
+    row in it, labels."""
     prepared = []
     for s in samples:
-        tokens = [torch.tensor([t]) if t >= 0 else None for t in s["token"]]
-        prepared.append((s["children"], tokens, s["label"]))
+        leaves = [v for v, kids in enumerate(s["children"]) if not kids]
+        rows = {v: r for r, v in enumerate(leaves)}
+        prepared.append((s["children"], torch.tensor([s["token"][v] for v in leaves]), rows, s["label"]))
     return prepared
 
 
 def tree_eager_loss(model, prepared):
     total = 0.0
-    for children, tokens, labels in prepared:
-        states, outputs, targets = {}, [], []
+    for children, leaf_tokens, leaf_rows, labels in prepared:
+        outputs, targets = [], []
+        # The sentence's words looked up at once, as Tai et al.'s code does.
+        x = model.embed(leaf_tokens)
 
         def visit(v):
             kids = children[v]
             if not kids:
-                h, c = model.leaf(tokens[v])
+                row = leaf_rows[v]
+                h, c = model.leaf_cell(x[row:row + 1])
             else:
                 (h1, c1), (h2, c2) = visit(kids[0]), visit(kids[1])
                 h, c = model.internal(h1, c1, h2, c2)
