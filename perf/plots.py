@@ -112,10 +112,11 @@ def ablation_figure(points, out):
 
 
 def peers_figure(peers, out):
-    groups = {}
+    runs = {}
     for d in peers:
         who = "vjit" if "peer" not in d else {"eager": "PyTorch per-sample", "level": "PyTorch level-batched"}[d["style"]]
-        groups.setdefault((d["model"], d["mode"]), {})[who] = d["samples_per_s"]
+        runs.setdefault((d["model"], d["mode"]), {}).setdefault(who, []).append(d["samples_per_s"])
+    groups = {k: {who: statistics.median(v) for who, v in g.items()} for k, g in runs.items()}  # over rounds
     whos = ["vjit", "PyTorch level-batched", "PyTorch per-sample"]
     keys = [k for k in groups if all(w in groups[k] for w in whos)]
     write_csv(out / "peers.csv", ["model", "mode"] + [w.replace(" ", "_") + "_samples_per_s" for w in whos],

@@ -13,9 +13,10 @@
 #   perf/plots.sh [--reps N] [--no-peers] [--threads N]
 #
 # --reps N (default 2): each sweep point runs N times, the points taking turns,
-# and the CSV keeps the median (~8 min with the peers at the default, ~4 with
-# --reps 1). --no-peers plots perf/results/peers.jsonl as it is instead of
-# running perf/peers/run_peers.sh. Needs PEERS_PYTHON (default
+# and the CSV keeps the median (~4 min here; ~2 with --reps 1). Then
+# perf/peers/run_peers.sh --rounds 1 (~5 min); --no-peers plots
+# perf/results/peers.jsonl as it is instead (the README's: run_peers.sh with
+# its default 3 rounds, plotted as medians). Needs PEERS_PYTHON (default
 # build/peers-venv/bin/python, from perf/peers/setup.sh) for matplotlib.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,6 +65,6 @@ for rep in $(seq "$reps"); do
   point ablation:default --model tree_lstm --hidden 256 --batch 64
 done
 if [ "$peers" = 1 ]; then
-  perf/peers/run_peers.sh --threads "$threads" > /dev/null
+  perf/peers/run_peers.sh --rounds 1 --threads "$threads" > /dev/null
 fi
 "$python" perf/plots.py "$lines" perf/results/peers.jsonl "$out"
