@@ -64,15 +64,6 @@ def relative(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
 
-class Batch:
-    """The samples of one batch, flattened: global vertex ids, per vertex its
-    type name, children (global ids), token and label."""
-
-    def __init__(self, samples, type_names):
-        self.samples = samples
-        self.type_names = type_names
-
-
 # ---------------------------------------------------------------- trees
 
 class TreeModel(torch.nn.Module):
