@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "vjit/models.h"
 #include "vjit/vjit.h"
 
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
     int callers = 4, batch_size = 16, calls = 50;
     for (int i = 1; i + 1 < argc; i += 2) {
       std::string flag = argv[i];
-      int value = std::stoi(argv[i + 1]);
+      int value = vjit::bench::int_flag(flag, argv[i + 1]);
       if (flag == "--threads") callers = value;
       else if (flag == "--batch") batch_size = value;
       else if (flag == "--calls") calls = value;

@@ -24,6 +24,7 @@
 #include <iostream>
 #include <string>
 
+#include "bench_util.h"
 #include "vjit/models.h"
 #include "vjit/checkpoint.h"
 #include "vjit/vjit.h"
@@ -32,9 +33,6 @@ namespace vjit {
 namespace {
 
 using nlohmann::json;
-
-// vjit-bench's learning rate (perf/vjit_bench.cpp, run()).
-constexpr float kBenchLearningRate = 1e-4f;
 
 struct ExportArgs {
   std::string model = "tree_lstm";
@@ -45,16 +43,6 @@ struct ExportArgs {
   models::Config config;
 };
 
-int positive_int(const std::string& flag, const std::string& value) {
-  try {
-    size_t used = 0;
-    int v = std::stoi(value, &used);
-    if (used == value.size() && v > 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw UserError(flag + " needs a positive integer, got '" + value + "'");
-}
-
 ExportArgs parse(int argc, char** argv) {
   ExportArgs a;
   a.config.hidden = 256;  // vjit-bench's default
@@ -63,11 +51,11 @@ ExportArgs parse(int argc, char** argv) {
     if (i + 1 >= argc) throw UserError("unknown flag or missing value: " + flag);
     const std::string value = argv[++i];
     if (flag == "--model") a.model = value;
-    else if (flag == "--hidden") a.config.hidden = positive_int(flag, value);
-    else if (flag == "--embed") a.config.embed = positive_int(flag, value);
-    else if (flag == "--batch") a.batch = positive_int(flag, value);
-    else if (flag == "--steps") a.steps = positive_int(flag, value);
-    else if (flag == "--warmup") a.warmup = positive_int(flag, value);
+    else if (flag == "--hidden") a.config.hidden = bench::int_flag(flag, value);
+    else if (flag == "--embed") a.config.embed = bench::int_flag(flag, value);
+    else if (flag == "--batch") a.batch = bench::int_flag(flag, value);
+    else if (flag == "--steps") a.steps = bench::int_flag(flag, value);
+    else if (flag == "--warmup") a.warmup = bench::int_flag(flag, value);
     else if (flag == "--data") a.config.data_path = value;
     else if (flag == "--out") a.out = value;
     else throw UserError("unknown flag " + flag);
@@ -90,13 +78,6 @@ json sample_json(const Sample& sample) {
   return {{"name", sample.name}, {"type", type}, {"children", children}, {"token", token}, {"label", label}};
 }
 
-// vjit-bench's batch `i`: consecutive samples, wrapping around.
-std::vector<int> batch_indices(int num_samples, int batch, int i) {
-  std::vector<int> indices;
-  for (int j = 0; j < batch; ++j) indices.push_back((i * batch + j) % num_samples);
-  return indices;
-}
-
 int export_main(int argc, char** argv) {
   const ExportArgs args = parse(argc, argv);
   models::Bundle bundle = models::make_model(args.model, args.config);
@@ -107,12 +88,12 @@ int export_main(int argc, char** argv) {
   save_parameters(args.out + "/params.safetensors", *bundle.model);
 
   Engine engine(*bundle.program, Options::from_env());
-  const GraphBatch first = models::make_batch(bundle.train, batch_indices(num_samples, args.batch, 0));
-  const GraphBatch second = models::make_batch(bundle.train, batch_indices(num_samples, args.batch, 1));
+  const GraphBatch first = models::make_batch(bundle.train, bench::batch_indices(num_samples, args.batch, 0));
+  const GraphBatch second = models::make_batch(bundle.train, bench::batch_indices(num_samples, args.batch, 1));
   RunOptions no_gradients;
   no_gradients.backward = false;
   const double first_loss = engine.forward(first, no_gradients);
-  Adam adam(kBenchLearningRate);
+  Adam adam(bench::kLearningRate);
   engine.train_step(first, adam);
   const double second_loss = engine.forward(second, no_gradients);
 
@@ -128,7 +109,7 @@ int export_main(int argc, char** argv) {
            {"batch", args.batch},
            {"warmup", args.warmup},
            {"steps", args.steps},
-           {"lr", kBenchLearningRate},
+           {"lr", bench::kLearningRate},
            {"vjit_first_loss", first_loss},
            {"vjit_second_loss", second_loss},
            {"types", types},
@@ -144,11 +125,4 @@ int export_main(int argc, char** argv) {
 }  // namespace
 }  // namespace vjit
 
-int main(int argc, char** argv) {
-  try {
-    return vjit::export_main(argc, argv);
-  } catch (const vjit::Error& e) {
-    std::cerr << "peers-export: " << e.what() << "\n";
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return vjit::bench::guarded_main("peers-export", vjit::export_main, argc, argv); }

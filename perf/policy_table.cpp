@@ -22,6 +22,7 @@
 #include <iostream>
 #include <map>
 
+#include "bench_util.h"
 #include "vjit/models.h"
 #include "vjit/vjit.h"
 
@@ -48,9 +49,9 @@ Args parse(int argc, char** argv) {
     if (flag == "--markdown") { a.markdown = true; continue; }
     if (i + 1 >= argc) throw UserError("missing value for " + flag);
     std::string value = argv[++i];
-    if (flag == "--batch") a.batch = std::stoi(value);
-    else if (flag == "--batches") a.batches = std::stoi(value);
-    else if (flag == "--repeat") a.repeat = std::max(1, std::stoi(value));
+    if (flag == "--batch") a.batch = bench::int_flag(flag, value);
+    else if (flag == "--batches") a.batches = bench::int_flag(flag, value);
+    else if (flag == "--repeat") a.repeat = bench::int_flag(flag, value);
     else if (flag == "--data-dir") a.data_dir = value;
     else if (flag == "--save") a.save_dir = value;
     else throw UserError("unknown flag " + flag);
@@ -161,11 +162,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace vjit
 
-int main(int argc, char** argv) {
-  try {
-    return vjit::run(argc, argv);
-  } catch (const vjit::Error& e) {
-    std::cerr << "policy-table: " << e.what() << "\n";
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return vjit::bench::guarded_main("policy-table", vjit::run, argc, argv); }

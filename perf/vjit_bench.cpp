@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 
+#include "bench_util.h"
 #include "vjit/models.h"
 #include "vjit/vjit.h"
 
@@ -80,26 +81,6 @@ const GemmPeak& peak_of(const BenchArgs& args, const Options& options) {
   return *g_peak;
 }
 
-double seconds_flag(const std::string& flag, const std::string& value) {
-  try {
-    size_t used = 0;
-    double v = std::stod(value, &used);
-    if (used == value.size() && v > 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw UserError(flag + " needs a positive number of seconds, got '" + value + "'");
-}
-
-int int_flag(const std::string& flag, const std::string& value) {
-  try {
-    size_t used = 0;
-    int v = std::stoi(value, &used);
-    if (used == value.size() && v > 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw UserError(flag + " needs a positive integer, got '" + value + "'");
-}
-
 BenchArgs parse(const std::vector<std::string>& args) {
   BenchArgs b;
   b.config.hidden = 256;
@@ -113,16 +94,16 @@ BenchArgs parse(const std::vector<std::string>& args) {
     const std::string& value = args[++i];
     if (flag == "--model") b.model = value;
     else if (flag == "--mode") b.mode = value;
-    else if (flag == "--batch") b.batch = int_flag(flag, value);
-    else if (flag == "--hidden") b.config.hidden = int_flag(flag, value);
-    else if (flag == "--embed") b.config.embed = int_flag(flag, value);
-    else if (flag == "--steps") b.steps = int_flag(flag, value);
-    else if (flag == "--warmup") b.warmup = int_flag(flag, value);
-    else if (flag == "--rounds") b.rounds = int_flag(flag, value);
+    else if (flag == "--batch") b.batch = bench::int_flag(flag, value);
+    else if (flag == "--hidden") b.config.hidden = bench::int_flag(flag, value);
+    else if (flag == "--embed") b.config.embed = bench::int_flag(flag, value);
+    else if (flag == "--steps") b.steps = bench::int_flag(flag, value);
+    else if (flag == "--warmup") b.warmup = bench::int_flag(flag, value);
+    else if (flag == "--rounds") b.rounds = bench::int_flag(flag, value);
     else if (flag == "--data") b.config.data_path = value;
-    else if (flag == "--seed") b.config.seed = uint64_t(int_flag(flag, value));
+    else if (flag == "--seed") b.config.seed = uint64_t(bench::int_flag(flag, value));
     else if (flag == "--compare-policy") b.compare_policy = value;
-    else if (flag == "--peak-seconds") b.peak_seconds = seconds_flag(flag, value);
+    else if (flag == "--peak-seconds") b.peak_seconds = bench::seconds_flag(flag, value);
     else throw UserError("unknown flag " + flag);
   }
   if (b.mode != "train" && b.mode != "infer") throw UserError("--mode must be train or infer, got '" + b.mode + "'");
@@ -132,13 +113,10 @@ BenchArgs parse(const std::vector<std::string>& args) {
   return b;
 }
 
+// vjit-bench's first `count` batches of `batch` samples (bench::batch_indices).
 std::vector<std::vector<int>> batches_of(int num_samples, int batch, int count) {
   std::vector<std::vector<int>> out;
-  for (int i = 0; i < count; ++i) {
-    std::vector<int> indices;
-    for (int j = 0; j < batch; ++j) indices.push_back((i * batch + j) % num_samples);
-    out.push_back(indices);
-  }
+  for (int i = 0; i < count; ++i) out.push_back(bench::batch_indices(num_samples, batch, i));
   return out;
 }
 
@@ -175,7 +153,7 @@ struct Timing {
 
 Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options, int batch_size, int steps) {
   Engine engine(*bundle.program, options);
-  Adam adam(1e-4f);
+  Adam adam(bench::kLearningRate);
   auto step = [&](const GraphBatch& batch) {
     if (args.mode == "train") engine.train_step(batch, adam);
     else engine.infer(batch);
@@ -404,11 +382,4 @@ int bench_main(int argc, char** argv) {
 }  // namespace
 }  // namespace vjit
 
-int main(int argc, char** argv) {
-  try {
-    return vjit::bench_main(argc, argv);
-  } catch (const vjit::Error& e) {
-    std::cerr << "vjit-bench: " << e.what() << "\n";
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return vjit::bench::guarded_main("vjit-bench", vjit::bench_main, argc, argv); }
