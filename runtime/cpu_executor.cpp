@@ -1014,7 +1014,9 @@ void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, co
   const std::vector<View>& views = frame.views[int(pass)];
   const int64_t width = node.shape.numel();
   auto arg_row = [&](size_t i, int64_t r) { return views[size_t(node.args[i])].data + r * views[size_t(node.args[i])].ld; };
-  for (int64_t r = 0; r < rows.count; ++r) {
+  // Each row is written once: blocks of rows run on the pool's threads.
+  for_row_blocks(frame, rows.count, std::max(width, f[node.args[0]].shape.numel()), [&](int64_t begin, int64_t count, int) {
+  for (int64_t r = begin; r < begin + count; ++r) {
     float* dst = out.data + r * out.ld;
     switch (node.op) {
       case Op::Pad: {
@@ -1045,6 +1047,7 @@ void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, co
       default: VJIT_INTERNAL_CHECK(false, "executor cannot run " << ir::to_string(f, int(&node - f.nodes.data())));
     }
   }
+  });
 }
 
 int CpuExecutor::variadic_children(int type, int vertex) const {
@@ -1157,8 +1160,8 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
     gemm(frame, false, g.trans_w, R, g.n, g.k, a.data, a.ld, b.data, g.ldw, bias, out.data, out.ld);
     return;
   }
+  if (matrix_times_weight(rows, node, sa, sb, a, b, out, frame, bias)) return;
   VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
-  if (matrix_times_weight(rows, node, sa, sb, a, b, out, frame)) return;
   const PerVertexProduct p = per_vertex_product(node, sa, sb);
   frame.stats->gemm_calls += R;
   frame.stats->gemm_flops += p.flops() * double(R);
@@ -1210,16 +1213,17 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
 // rows compute every product; when the rows are packed (ld = m·k and m·n) the
 // vertices' matrices stack into one [R·m, k] matrix and one GEMM does it all.
 bool CpuExecutor::matrix_times_weight(const Rows& rows, const Node& node, const Shape& sa, const Shape& sb,
-                                      const View& a, const View& b, const View& out, Frame& frame) {
+                                      const View& a, const View& b, const View& out, Frame& frame,
+                                      const float* bias) {
   if (b.ld != 0 || a.ld == 0 || sa.rank != 2 || sb.rank != 2 || node.trans_a) return false;
   const int64_t m = sa.dims[0], k = sa.dims[1];
   const int64_t n = node.trans_b ? sb.dims[0] : sb.dims[1];
   if (a.ld == m * k && out.ld == m * n) {
-    gemm(frame, false, node.trans_b, rows.count * m, n, k, a.data, k, b.data, sb.dims[1], 0.0f, out.data, n);
+    gemm(frame, false, node.trans_b, rows.count * m, n, k, a.data, k, b.data, sb.dims[1], bias, out.data, n);
     return true;
   }
   for (int64_t i = 0; i < m; ++i)
-    gemm(frame, false, node.trans_b, rows.count, n, k, a.data + i * k, a.ld, b.data, sb.dims[1], 0.0f,
+    gemm(frame, false, node.trans_b, rows.count, n, k, a.data + i * k, a.ld, b.data, sb.dims[1], bias,
          out.data + i * n, out.ld);
   return true;
 }
