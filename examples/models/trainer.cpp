@@ -220,6 +220,19 @@ int train(const char* model_name, int argc, char** argv) {
     throw UserError("--dev '" + flags.config.dev_path + "': no dev samples (" + model_name +
                     " reads no dev set, or the file is empty)");
   Engine engine(*bundle.program, options);
+  // Started by mpirun with several processes: data-parallel training, each
+  // rank on its shard of every batch (vjit/distributed.h); rank 0 prints and
+  // writes the checkpoints, the others are silent.
+  std::shared_ptr<Distributed> comm;
+  if (Distributed::launched_with_several_processes()) {
+    comm = Distributed::world(options);
+    engine.set_distributed(comm);
+    if (comm->rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
+      throw UserError("rank " + std::to_string(comm->rank()) + ": cannot silence stdout");
+    std::printf("data-parallel over %d processes (MPI): each trains on its shard of every batch of %d\n",
+                comm->size(), flags.batch);
+  }
+  const bool writes_files = !comm || comm->rank() == 0;
   Adam adam(flags.lr, 0.9f, 0.999f, 1e-8f, 0.0f, 5.0f);
   std::printf("%s: %zu train / %zu dev / %zu test samples, %d parameters (%lld values), hidden %d, embed %d, "
               "batch %d, lr %g, dropout %g\n%s\n",
@@ -247,6 +260,7 @@ int train(const char* model_name, int argc, char** argv) {
       std::vector<int> indices(order.begin() + int64_t(begin),
                                order.begin() + int64_t(std::min(order.size(), begin + size_t(flags.batch))));
       GraphBatch batch = make_batch(bundle.train, indices);
+      if (comm) batch = comm->shard(batch);  // the training accuracy printed is then rank 0's shard's
       loss += engine.train_step(batch, adam);
       score(bundle, batch, engine.last_result(), train_scores);
       bar.update(int64_t(begin + indices.size()), loss / double(begin + indices.size()));
@@ -257,19 +271,20 @@ int train(const char* model_name, int argc, char** argv) {
     std::printf("epoch %d: loss %.4f  train acc %.3f  %s acc %.3f (root %.3f)  %.1f samples/s\n", epoch,
                 loss / double(order.size()), train_scores.all.value(), held_out_name, scores.all.value(),
                 scores.root.value(), double(order.size()) / seconds);
-    if (!flags.save_path.empty()) save_every_epoch(flags, model_name, engine, adam, epoch, scores);
+    if (!flags.save_path.empty() && writes_files) save_every_epoch(flags, model_name, engine, adam, epoch, scores);
     if (has_dev && (best.epoch == 0 || scores.root.value() > best.dev.root.value())) {
       best = {epoch, scores};
-      save(flags.best_path, model_name, engine, adam, epoch, scores, "dev");
+      if (writes_files) save(flags.best_path, model_name, engine, adam, epoch, scores, "dev");
       std::printf("best dev root accuracy so far: saved %s\n", flags.best_path.c_str());
     }
+    if (comm) comm->barrier();  // rank 0's checkpoints are complete before any rank reads one
     std::fflush(stdout);
   }
   if (flags.epochs > 0) std::printf("trained %d epochs in %.1f s\n", flags.epochs, total.seconds());
   if (flags.epochs == 0) {
     Scores test = evaluate(engine, bundle, bundle.test, flags.batch);
     std::printf("evaluation after epoch %d: %s\n", done, describe(test).c_str());
-    if (!flags.save_path.empty()) save_every_epoch(flags, model_name, engine, adam, done, test);
+    if (!flags.save_path.empty() && writes_files) save_every_epoch(flags, model_name, engine, adam, done, test);
   }
   test_best_epoch(flags, best, engine, adam, bundle);
   return 0;
