@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Data-parallel tests under mpirun (ctest mpi.*; tests/CMakeLists.txt):
-#   mpi_check.sh run|fault|trainer MPIEXEC NP WORK_DIR PROGRAM [args...]
+#   mpi_check.sh run|fault|hang|trainer MPIEXEC NP WORK_DIR PROGRAM [args...]
 # run:     mpirun -np NP PROGRAM args; passes when every rank passes.
 # fault:   a rank kills itself mid-training (mpi_train_check fault): the job
 #          must end within 120 s (no hang), with a non-zero exit and a message
 #          saying a rank died or a collective failed.
+# hang:    a rank stops answering (mpi_train_check hang): the others' collectives
+#          must time out (VJIT_DIST_TIMEOUT=5 here) with DistributedError's
+#          message, and the job end with a non-zero exit within 120 s.
 # trainer: PROGRAM is an example trainer (tree_lstm) and COMPARE the
 #          mpi_train_check binary: 1 epoch with --save under mpirun -np NP and
 #          1 epoch alone; the two checkpoints' parameters must agree (compare mode).
@@ -25,9 +28,9 @@ case "$mode" in
     [[ $status -eq 0 ]] || echo "FAIL: mpirun -np $np $* exited with $status"
     exit $status
     ;;
-  fault)
+  fault|hang)
     start=$(date +%s)
-    VJIT_DIST_TIMEOUT=10 timeout 120 "${launch[@]}" "$@" > "$work/out.txt" 2>&1
+    VJIT_DIST_TIMEOUT=5 timeout 120 "${launch[@]}" "$@" > "$work/out.txt" 2>&1
     status=$?
     elapsed=$(( $(date +%s) - start ))
     cat "$work/out.txt"
@@ -39,11 +42,13 @@ case "$mode" in
       echo "FAIL: the job exited with 0 although a rank died"
       exit 1
     fi
-    if ! grep -Eq "did not complete within|exited on signal|killed|failed" "$work/out.txt"; then
+    expected="did not complete within|exited on signal|killed|failed"
+    [[ $mode == hang ]] && expected="did not complete within 5 s \(VJIT_DIST_TIMEOUT\)"
+    if ! grep -Eq "$expected" "$work/out.txt"; then
       echo "FAIL: no message says that a rank died or a collective failed"
       exit 1
     fi
-    echo "fault: the job ended in ${elapsed} s with exit $status and a message (no hang)"
+    echo "$mode: the job ended in ${elapsed} s with exit $status and a message (no hang)"
     ;;
   trainer)
     trainer="$1" compare="$2"

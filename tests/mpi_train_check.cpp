@@ -12,6 +12,8 @@
 //                                   parameters equal the uninterrupted run's, bitwise;
 //   mpi_train_check fault DIR       rank 1 kills itself (SIGKILL) at step 3; the
 //                                   others must fail, not hang (mpi_check.sh times it);
+//   mpi_train_check hang DIR        rank 1 stops answering (sleeps) at step 3: the
+//                                   others must throw DistributedError at their deadline;
 //   mpi_train_check compare A B     (no MPI) the parameters of two checkpoints of the
 //                                   example tree_lstm as mpi_check.sh trains it agree
 //                                   within 1e-4 (a run under mpirun against one alone).
@@ -77,6 +79,12 @@ double max_difference(const std::vector<float>& a, const std::vector<float>& b) 
   for (size_t i = 0; i < a.size(); ++i)
     worst = std::max(worst, std::abs(double(a[i]) - double(b[i])) / std::max(1.0, std::abs(double(b[i]))));
   return worst;
+}
+
+std::string format(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", value);
+  return text;
 }
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
@@ -158,10 +166,10 @@ void check_train(const std::shared_ptr<vjit::Distributed>& comm) {
   if (comm->deterministic())
     report(*comm, bitwise_equal(mine, summed),
            "bitwise equal to one process summing the shards' gradients in rank order (max diff " +
-               std::to_string(d_summed) + ")");
+               format(d_summed) + ")");
   else
     report(*comm, d_summed <= 1e-6, "within 1e-6 of one process summing the shards' gradients (max diff " +
-                                        std::to_string(d_summed) + ")");
+                                        format(d_summed) + ")");
 
   // The whole batch at once adds the samples' gradients in another order: the
   // same sums up to float rounding, which Adam's normalised steps carry into
@@ -169,7 +177,7 @@ void check_train(const std::shared_ptr<vjit::Distributed>& comm) {
   const std::vector<float> alone = train_alone(kSteps);
   const double d_alone = max_difference(mine, alone);
   report(*comm, d_alone <= 1e-4,
-         "within 1e-4 of one process training on the whole global batches (max diff " + std::to_string(d_alone) + ")");
+         "within 1e-4 of one process training on the whole global batches (max diff " + format(d_alone) + ")");
 }
 
 void check_checkpoint(const std::shared_ptr<vjit::Distributed>& comm, const std::string& dir) {
@@ -198,16 +206,20 @@ void check_checkpoint(const std::shared_ptr<vjit::Distributed>& comm, const std:
              ": bitwise equal to the uninterrupted run");
 }
 
-void check_fault(const std::shared_ptr<vjit::Distributed>& comm) {
+// die: rank 1 raises SIGKILL at step 3 (mpirun usually ends the job);
+// hang: rank 1 stops answering at step 3 (sleeps, alive), so only the
+// deadline of the others' collectives (VJIT_DIST_TIMEOUT) can end the job.
+void check_fault(const std::shared_ptr<vjit::Distributed>& comm, bool hang) {
   vjit::models::Bundle bundle = make_bundle();
   vjit::Engine engine(*bundle.program, options());
   engine.set_distributed(comm);
   vjit::Adam adam(1e-2f);
   for (int step = 0; step < 1000; ++step) {
     if (step == 3 && comm->rank() == 1) {
-      std::printf("rank 1: raising SIGKILL at step %d\n", step);
+      std::printf("rank 1: %s at step %d\n", hang ? "stops answering" : "raising SIGKILL", step);
       std::fflush(stdout);
-      std::raise(SIGKILL);
+      if (!hang) std::raise(SIGKILL);
+      sleep(600);
     }
     engine.train_step(comm->shard(global_batch(bundle, step % kSteps)), adam);
   }
@@ -248,7 +260,8 @@ int main(int argc, char** argv) {
     std::shared_ptr<vjit::Distributed> comm = vjit::Distributed::world();
     if (mode == "train") check_train(comm);
     else if (mode == "checkpoint") check_checkpoint(comm, dir);
-    else if (mode == "fault") check_fault(comm);
+    else if (mode == "fault") check_fault(comm, false);
+    else if (mode == "hang") check_fault(comm, true);
     else throw vjit::UserError("unknown mode '" + mode + "'");
     if (failures == 0) std::printf("rank %d: %s passed\n", comm->rank(), mode.c_str());
   } catch (const std::exception& e) {
