@@ -9,6 +9,7 @@
 #include <set>
 
 #include "ir/flops.h"
+#include "jit/gradient_exchange.h"
 #include "jit/kernel_cache.h"
 #include "jit/pipeline.h"
 #include "runtime/cpu_executor.h"
@@ -19,6 +20,7 @@
 #include "runtime/trace.h"
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
+#include "vjit/distributed.h"
 #include "vjit/error.h"
 
 namespace vjit {
@@ -385,6 +387,8 @@ struct Engine::Impl {
   bool lower_bound_tracked = options.profile;  // VJIT_PROFILE reports tasks against the bound
   int64_t policy_cache_hits = 0, policies_learned = 0;  // FSM policies loaded from VJIT_CACHE_DIR, learned
   uint64_t step = 0;
+  std::shared_ptr<Distributed> distributed;  // Engine::set_distributed; null: one process
+  GradientExchange exchange;
   EngineStats stats;
   // Every public call holds it: one call runs at a time (engine.h, "Threads").
   mutable std::mutex call_mutex;
@@ -428,10 +432,28 @@ double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
   run.seed = ++impl_->step;
   impl_->forward(batch, run);
   impl_->backward();
+  double objective = impl_->result.objective;
+  if (impl_->distributed) {  // the hook of data-parallel training: sum the gradients over the ranks
+    impl_->exchange.sum_over_ranks(*impl_->distributed, impl_->program.model(), impl_->executor->parameters());
+    objective = impl_->distributed->allreduce_sum(objective);
+  }
   auto start = std::chrono::steady_clock::now();
   impl_->executor->update(optimizer);
   impl_->stats.optimizer_s += seconds_since(start);
-  return impl_->result.objective;
+  return objective;
+}
+
+void Engine::set_distributed(std::shared_ptr<Distributed> comm) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  VJIT_USER_CHECK(!comm || impl_->executor->parameters().writable_gradients() != nullptr,
+                  "Engine::set_distributed: data-parallel training runs on the CPU executor only (VJIT_DEVICE=cpu), "
+                  "not on " << impl_->executor->device());
+  impl_->distributed = std::move(comm);
+}
+
+std::shared_ptr<Distributed> Engine::distributed() const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  return impl_->distributed;
 }
 
 Evaluation<float> Engine::infer(const GraphBatch& batch) {

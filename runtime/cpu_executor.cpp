@@ -191,6 +191,11 @@ CpuParameterStore::CpuParameterStore(Model& model, const ExecPlan& plan)
 void CpuParameterStore::upload(const Model&) {}
 void CpuParameterStore::download(Model&) const {}
 
+void CpuParameterStore::add_touched_rows(int param, std::span<const int32_t> rows) {
+  for (int32_t row : rows) touched_.touch(param, row);
+  touched_.finish();
+}
+
 void CpuParameterStore::zero_gradients() {
   for (int p = 0; p < model_.size(); ++p) {
     std::vector<float>& g = gradients_[size_t(p)];

@@ -37,6 +37,8 @@ class CpuParameterStore final : public ParameterStore {
   void download(Model& model) const override;
   const std::vector<std::vector<float>>& gradients() const override { return gradients_; }
   const std::vector<GradientRows>& gradient_rows() const override { return touched_.all(); }
+  std::vector<std::vector<float>>* writable_gradients() override { return &gradients_; }
+  void add_touched_rows(int param, std::span<const int32_t> rows) override;
 
   Model& model() const { return model_; }
   float* value(int param) const { return model_.param(param).value.data(); }

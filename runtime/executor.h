@@ -85,6 +85,13 @@ class ParameterStore {
   // non-zero: for an embedding table (a parameter only EmbeddingGrad writes)
   // the batch's tokens, sorted and unique; every other parameter is dense.
   virtual const std::vector<GradientRows>& gradient_rows() const = 0;
+  // Data-parallel training (vjit/distributed.h, jit/gradient_exchange.h)
+  // replaces the last backward's gradients by their sums over all processes
+  // before the update: the host gradients to overwrite (null where the store
+  // keeps them on a device: not supported there), and the rows of an embedding
+  // table another process touched, for the update to include (sorted after).
+  virtual std::vector<std::vector<float>>* writable_gradients() { return nullptr; }
+  virtual void add_touched_rows(int /*param*/, std::span<const int32_t> /*rows*/) {}
 };
 
 class Executor {

@@ -25,6 +25,8 @@ PACKAGES=(
   python3-numpy
   clang
   libclang-rt-14-dev
+  libopenmpi-dev  # optional: data-parallel training (vjit/distributed.h); the build works without it
+  openmpi-bin
 )
 
 missing=()

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "vjit/models.h"
@@ -220,6 +221,19 @@ int train(const char* model_name, int argc, char** argv) {
     throw UserError("--dev '" + flags.config.dev_path + "': no dev samples (" + model_name +
                     " reads no dev set, or the file is empty)");
   Engine engine(*bundle.program, options);
+  // Started by mpirun with several processes: data-parallel training, each
+  // rank on its shard of every batch (vjit/distributed.h); rank 0 prints and
+  // writes the checkpoints, the others are silent.
+  std::shared_ptr<Distributed> comm;
+  if (Distributed::launched_with_several_processes()) {
+    comm = Distributed::world(options);
+    engine.set_distributed(comm);
+    if (comm->rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
+      throw UserError("rank " + std::to_string(comm->rank()) + ": cannot silence stdout");
+    std::printf("data-parallel over %d processes (MPI): each trains on its shard of every batch of %d\n",
+                comm->size(), flags.batch);
+  }
+  const bool rank_zero = !comm || comm->rank() == 0;  // prints, draws the progress bar, writes checkpoints
   Adam adam(flags.lr, 0.9f, 0.999f, 1e-8f, 0.0f, 5.0f);
   std::printf("%s: %zu train / %zu dev / %zu test samples, %d parameters (%lld values), hidden %d, embed %d, "
               "batch %d, lr %g, dropout %g\n%s\n",
@@ -239,7 +253,9 @@ int train(const char* model_name, int argc, char** argv) {
   Timer total;
   for (int epoch = done + 1; epoch <= done + flags.epochs; ++epoch) {
     std::vector<int> order = shuffled_indices(int(bundle.train.size()), flags.config.seed * 1000 + uint64_t(epoch));
-    ProgressBar bar(int64_t(order.size()), "epoch " + std::to_string(epoch));
+    std::ostringstream silenced;  // ranks other than 0 draw no progress bar
+    ProgressBar bar = rank_zero ? ProgressBar(int64_t(order.size()), "epoch " + std::to_string(epoch))
+                                   : ProgressBar(int64_t(order.size()), "", silenced, false);
     Timer timer;
     double loss = 0;
     Scores train_scores;
@@ -247,6 +263,7 @@ int train(const char* model_name, int argc, char** argv) {
       std::vector<int> indices(order.begin() + int64_t(begin),
                                order.begin() + int64_t(std::min(order.size(), begin + size_t(flags.batch))));
       GraphBatch batch = make_batch(bundle.train, indices);
+      if (comm) batch = comm->shard(batch);  // the training accuracy printed is then rank 0's shard's
       loss += engine.train_step(batch, adam);
       score(bundle, batch, engine.last_result(), train_scores);
       bar.update(int64_t(begin + indices.size()), loss / double(begin + indices.size()));
@@ -257,19 +274,20 @@ int train(const char* model_name, int argc, char** argv) {
     std::printf("epoch %d: loss %.4f  train acc %.3f  %s acc %.3f (root %.3f)  %.1f samples/s\n", epoch,
                 loss / double(order.size()), train_scores.all.value(), held_out_name, scores.all.value(),
                 scores.root.value(), double(order.size()) / seconds);
-    if (!flags.save_path.empty()) save_every_epoch(flags, model_name, engine, adam, epoch, scores);
+    if (!flags.save_path.empty() && rank_zero) save_every_epoch(flags, model_name, engine, adam, epoch, scores);
     if (has_dev && (best.epoch == 0 || scores.root.value() > best.dev.root.value())) {
       best = {epoch, scores};
-      save(flags.best_path, model_name, engine, adam, epoch, scores, "dev");
+      if (rank_zero) save(flags.best_path, model_name, engine, adam, epoch, scores, "dev");
       std::printf("best dev root accuracy so far: saved %s\n", flags.best_path.c_str());
     }
+    if (comm) comm->barrier();  // rank 0's checkpoints are complete before any rank reads one
     std::fflush(stdout);
   }
   if (flags.epochs > 0) std::printf("trained %d epochs in %.1f s\n", flags.epochs, total.seconds());
   if (flags.epochs == 0) {
     Scores test = evaluate(engine, bundle, bundle.test, flags.batch);
     std::printf("evaluation after epoch %d: %s\n", done, describe(test).c_str());
-    if (!flags.save_path.empty()) save_every_epoch(flags, model_name, engine, adam, done, test);
+    if (!flags.save_path.empty() && rank_zero) save_every_epoch(flags, model_name, engine, adam, done, test);
   }
   test_best_epoch(flags, best, engine, adam, bundle);
   return 0;

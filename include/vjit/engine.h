@@ -34,6 +34,8 @@
 
 namespace vjit {
 
+class Distributed;  // vjit/distributed.h
+
 // Counters and times, summed over the calls since the last reset_stats().
 struct EngineStats {
   int64_t batches = 0;
@@ -98,6 +100,15 @@ class Engine {
   void backward();
   // forward (training, a fresh dropout seed per step), backward, optimizer step.
   double train_step(const GraphBatch& batch, Optimizer& optimizer);
+  // Data-parallel training (vjit/distributed.h): with a communicator of more
+  // than one process set, train_step runs forward and backward on this
+  // process's share of the global batch, replaces the gradients by their sums
+  // over all ranks (dense parameters bucketed, embedding tables by touched
+  // rows), takes the optimizer step on the summed gradients, and returns the
+  // global batch's objective; last_result()'s pushes stay this shard's. Null
+  // (the default) trains alone. CPU executor only (UserError otherwise).
+  void set_distributed(std::shared_ptr<Distributed> comm);
+  std::shared_ptr<Distributed> distributed() const;
   // Forward without dropout or gradients; returns objective and pushed values.
   Evaluation<float> infer(const GraphBatch& batch);
 

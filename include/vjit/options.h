@@ -74,6 +74,11 @@
 // |                  |             | CUDA modules in the user's cache directory  |              |
 // |                  |             | ($XDG_CACHE_HOME/vjit or ~/.cache/vjit); x86|              |
 // |                  |             | kernels are always cached in memory only    |              |
+// | VJIT_DIST_TIMEOUT | dist_timeout | positive integer, seconds: how long a   | 300          |
+// |                  |             | collective of vjit::Distributed waits for   |              |
+// |                  |             | the other ranks before it throws            |              |
+// |                  |             | DistributedError (a rank died or hangs;     |              |
+// |                  |             | vjit/distributed.h)                         |              |
 // | VJIT_PROFILE     | profile     | bool: time every pipeline stage and kernel  | off          |
 // |                  |             | (at Engine destruction, a summary table on  |              |
 // |                  |             | stderr: phases, tasks against the lower     |              |
@@ -140,6 +145,7 @@ struct Options {
   std::string isa = "auto";         // VJIT_ISA
   std::string gemm = "auto";        // VJIT_GEMM
   std::string cache_dir;            // VJIT_CACHE_DIR
+  int dist_timeout = 300;           // VJIT_DIST_TIMEOUT, seconds (vjit::Distributed collectives)
   bool profile = false;             // VJIT_PROFILE
   bool perf_map = false;            // VJIT_PERF_MAP
   std::string trace_path;           // VJIT_TRACE (flag --trace); empty: no trace

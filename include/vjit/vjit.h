@@ -4,6 +4,7 @@
 #include "vjit/batching.h"
 #include "vjit/checkpoint.h"
 #include "vjit/data.h"
+#include "vjit/distributed.h"
 #include "vjit/engine.h"
 #include "vjit/error.h"
 #include "vjit/graph.h"

@@ -1,0 +1,125 @@
+#pragma once
+// Data-parallel training across processes (and machines) over MPI.
+//
+//   auto world = vjit::Distributed::world();            // MPI_COMM_WORLD (MPI_Init on first use)
+//   vjit::Engine engine(program);
+//   engine.set_distributed(world);                      // train_step now sums gradients over the ranks
+//   for (const GraphBatch& global : batches)
+//     engine.train_step(world->shard(global), adam);    // each rank runs its share of the global batch
+//
+// Every rank builds the same Program (same parameters: initialise them from the
+// same seed, or load one checkpoint) and calls train_step with its shard of the
+// same global batch. Engine::train_step then runs forward and backward on the
+// shard, replaces the gradients by their sum over all ranks, and takes the same
+// optimizer step on every rank, so the parameters stay equal everywhere. The
+// objective is a sum over samples, so the summed gradient is the gradient of the
+// global batch, and train_step returns the global batch's objective.
+//
+// What is exchanged: the dense parameters' gradients in buckets of about
+// kBucketFloats floats (one collective per bucket, not per parameter); the
+// embedding tables' gradients sparsely, only the rows some rank touched (each
+// rank sends its touched rows and their gradient rows; every rank merges them
+// into the union of the rows, which the optimizer then updates, as a single
+// process would). The exchange runs after the backward pass, not overlapped with it.
+//
+// Reduction order. With Options::deterministic (VJIT_DETERMINISTIC, the
+// default) every sum is formed in rank order, 0 + g₀ + g₁ + … + g_{N−1}, from
+// the gathered contributions of all ranks (MPI_Iallgather): every rank gets the
+// bitwise same sums, equal to those one process gets by adding the shards'
+// gradients in rank order, and a run is bitwise reproducible. Open MPI's
+// MPI_Allreduce does not promise a fixed order, so it is used only with
+// deterministic off (less traffic for N > 2: a ring moves 2(N−1)/N of the
+// bytes, the gather N−1 times them); the results then agree to rounding.
+// Either way a sum differs from a single process's gradient of the whole batch
+// by float rounding only (the backward adds the samples in another order).
+//
+// Faults. Every collective is non-blocking and polled (MPI_Test) against a
+// deadline, Options::dist_timeout (VJIT_DIST_TIMEOUT, seconds): a rank that
+// died or hangs makes the others throw DistributedError naming the collective,
+// the rank and the time waited, instead of waiting forever. After that error
+// the communicator is unusable: the process should report and exit; the
+// Distributed destructor then aborts the job (MPI_Abort) instead of
+// finalizing. (mpirun itself usually ends the job first when a rank is killed.)
+//
+// Without MPI (vjit built without Open MPI), world() is a one-process
+// communicator (rank 0 of 1) whose collectives return their input, so programs
+// written for it run unchanged; launched by mpirun (OMPI_COMM_WORLD_SIZE > 1)
+// it throws a UserError saying vjit was built without MPI.
+//
+// Threads: call a Distributed from one thread at a time (MPI_THREAD_FUNNELED).
+// GPUs: distributed training runs on the CPU executor (VJIT_DEVICE=cpu); NCCL
+// between GPUs is not implemented yet.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vjit/error.h"
+#include "vjit/graph.h"
+#include "vjit/options.h"
+
+namespace vjit {
+
+// A collective that did not complete (a rank died, hung or failed).
+class DistributedError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
+// Time and bytes spent in collectives since the communicator was made.
+struct CommStats {
+  int64_t collectives = 0;
+  int64_t bytes_sent = 0;  // this rank's contributions, summed
+  double seconds = 0;      // wall time inside collectives (waiting for the slowest rank included)
+};
+
+class Distributed {
+ public:
+  // The dense gradients go in buckets of this many floats (4 MiB).
+  static constexpr int64_t kBucketFloats = int64_t(1) << 20;
+
+  // The communicator over every process of the job (MPI_COMM_WORLD), made once
+  // per process; MPI is initialised on the first call and finalised at exit.
+  // `options` gives deterministic and dist_timeout.
+  static std::shared_ptr<Distributed> world(const Options& options = Options::from_env());
+  // True when vjit was built with MPI.
+  static bool available();
+  // True when this process was started by mpirun with more than one process
+  // (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_SIZE > 1 in the environment).
+  static bool launched_with_several_processes();
+
+  ~Distributed();
+  Distributed(const Distributed&) = delete;
+  Distributed& operator=(const Distributed&) = delete;
+
+  int rank() const;
+  int size() const;
+  bool deterministic() const;
+
+  // In place: data becomes the element-wise sum over all ranks (every rank
+  // passes the same length). Deterministic: summed in rank order.
+  void allreduce_sum(std::span<float> data);
+  // The sum over all ranks of one value, in rank order.
+  double allreduce_sum(double value);
+  // Every rank gets root's data (the same length on every rank).
+  void broadcast(std::span<float> data, int root = 0);
+  void barrier();
+  // Gathers a variable-length contribution of every rank, concatenated in rank
+  // order; counts[r] says how many elements came from rank r.
+  void allgather(std::span<const int32_t> mine, std::vector<int32_t>& all, std::vector<int64_t>& counts);
+  void allgather(std::span<const float> mine, std::vector<float>& all, std::vector<int64_t>& counts);
+
+  // This rank's share of a global batch: the samples [rank·B/N, (rank+1)·B/N).
+  GraphBatch shard(const GraphBatch& global) const;
+
+  const CommStats& stats() const;
+  void reset_stats();
+
+ private:
+  struct Impl;
+  explicit Distributed(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vjit
