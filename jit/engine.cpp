@@ -9,6 +9,7 @@
 #include <set>
 
 #include "ir/flops.h"
+#include "jit/growth.h"
 #include "jit/kernel_cache.h"
 #include "jit/pipeline.h"
 #include "runtime/cpu_executor.h"
@@ -61,6 +62,7 @@ struct Engine::Impl {
                                                        trace.get()});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;
+    growth.callbacks.resize(size_t(program.num_types()));
   }
 
   // VJIT_TRACE: the recorder writes an empty trace at `path` now, so a path
@@ -185,7 +187,34 @@ struct Engine::Impl {
     }
   }
 
+  // Runs F over the batch; with growing types (vjit/growth.h), in rounds over
+  // a copy that the callbacks grow, until a round adds nothing. Each round
+  // runs the whole graph known so far again, so the last round is an ordinary
+  // forward of the final graph, which backward() then differentiates.
   void forward(const GraphBatch& batch, const RunOptions& run) {
+    has_grown = false;
+    if (!growth.any()) {
+      forward_round(batch, run);
+      return;
+    }
+    grown = batch;
+    first_new.assign(grown.samples.size(), 0);
+    const int64_t initial = grown.num_vertices();
+    try {
+      for (;;) {
+        forward_round(grown, run);
+        ++stats.growth_rounds;
+        if (!jit::grow_round(program, growth, result.pushes, grown, first_new)) break;
+      }
+    } catch (...) {  // a failed round leaves no forward to read or differentiate
+      has_forward = has_result = false;
+      throw;
+    }
+    stats.grown_vertices += grown.num_vertices() - initial;
+    has_grown = true;
+  }
+
+  void forward_round(const GraphBatch& batch, const RunOptions& run) {
     check_program_unchanged();
     has_forward = false;
     auto start = std::chrono::steady_clock::now();
@@ -381,6 +410,12 @@ struct Engine::Impl {
   runtime::BatchLayout layout;
   Evaluation<float> result;
 
+  // Growing types, and the batch the last forward grew (when it did).
+  jit::GrowthRules growth;
+  GraphBatch grown;
+  std::vector<int> first_new;  // per sample: its first vertex no callback has seen yet
+  bool has_grown = false;
+
   bool has_forward = false, has_result = false, has_gradients = false;
   bool lower_bound_tracked = options.profile;  // VJIT_PROFILE reports tasks against the bound
   int64_t policy_cache_hits = 0, policies_learned = 0;  // FSM policies loaded from VJIT_CACHE_DIR, learned
@@ -442,6 +477,28 @@ Evaluation<float> Engine::infer(const GraphBatch& batch) {
   run.backward = false;
   impl_->forward(batch, run);
   return impl_->result;  // a copy, made before another call may reuse the buffers
+}
+
+void Engine::set_growth(int type, GrowthCallback callback) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  VJIT_USER_CHECK(type >= 0 && type < int(impl_->growth.callbacks.size()),
+                  "Engine::set_growth: vertex type " << type << " is not one of the program's "
+                                                     << impl_->growth.callbacks.size() << " types");
+  impl_->growth.callbacks[size_t(type)] = std::move(callback);
+}
+
+void Engine::set_growth_limit(int max_vertices_per_sample) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  VJIT_USER_CHECK(max_vertices_per_sample > 0,
+                  "Engine::set_growth_limit: the limit must be positive, not " << max_vertices_per_sample);
+  impl_->growth.max_vertices = max_vertices_per_sample;
+}
+
+const GraphBatch& Engine::grown_batch() const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  VJIT_USER_CHECK(impl_->has_grown,
+                  "Engine::grown_batch: the last forward did not grow (no type has a growth callback, or it failed)");
+  return impl_->grown;
 }
 
 const Evaluation<float>& Engine::last_result() const {
