@@ -188,9 +188,11 @@ struct Engine::Impl {
   }
 
   // Runs F over the batch; with growing types (vjit/growth.h), in rounds over
-  // a copy that the callbacks grow, until a round adds nothing. Each round
-  // runs the whole graph known so far again, so the last round is an ordinary
-  // forward of the final graph, which backward() then differentiates.
+  // a copy that the callbacks grow, until a round adds nothing. A round runs
+  // the samples still growing (those the last round added to), each as a
+  // whole graph again; when some sample sat out the last round, a final round
+  // runs every sample, so the result is an ordinary forward of the final
+  // graph, which backward() then differentiates.
   void forward(const GraphBatch& batch, const RunOptions& run) {
     has_grown = false;
     if (!growth.any()) {
@@ -199,19 +201,48 @@ struct Engine::Impl {
     }
     grown = batch;
     first_new.assign(grown.samples.size(), 0);
+    growing.resize(grown.samples.size());
+    for (size_t s = 0; s < growing.size(); ++s) growing[s] = int(s);
     const int64_t initial = grown.num_vertices();
     try {
-      for (;;) {
-        forward_round(grown, run);
-        ++stats.growth_rounds;
-        if (!jit::grow_round(program, growth, result.pushes, grown, first_new)) break;
+      bool last_round_had_every_sample = true;
+      while (!growing.empty()) {
+        last_round_had_every_sample = growing.size() == grown.samples.size();
+        growth_round(run);
       }
+      if (!last_round_had_every_sample) forward_round(grown, run);
     } catch (...) {  // a failed round leaves no forward to read or differentiate
       has_forward = has_result = false;
       throw;
     }
     stats.grown_vertices += grown.num_vertices() - initial;
     has_grown = true;
+  }
+
+  // Runs the samples in `growing` (moved into a batch of their own unless it
+  // is every sample), calls the callbacks of their new vertices and leaves in
+  // `growing` the samples that grew.
+  void growth_round(const RunOptions& run) {
+    ++stats.growth_rounds;
+    if (growing.size() == grown.samples.size()) {
+      forward_round(grown, run);
+      jit::grow_round(program, growth, result.pushes, grown, growing, first_new);
+      return;
+    }
+    round_batch.samples.resize(growing.size());
+    for (size_t i = 0; i < growing.size(); ++i) round_batch.samples[i] = std::move(grown.samples[size_t(growing[i])]);
+    auto move_back = [&] {
+      for (size_t i = 0; i < growing.size(); ++i) grown.samples[size_t(growing[i])] = std::move(round_batch.samples[i]);
+    };
+    try {
+      forward_round(round_batch, run);
+      std::vector<int> ran = growing;  // grow_round rewrites `growing`
+      jit::grow_round(program, growth, result.pushes, round_batch, growing, first_new);
+      for (size_t i = 0; i < ran.size(); ++i) grown.samples[size_t(ran[i])] = std::move(round_batch.samples[i]);
+    } catch (...) {
+      move_back();
+      throw;
+    }
   }
 
   void forward_round(const GraphBatch& batch, const RunOptions& run) {
@@ -414,6 +445,8 @@ struct Engine::Impl {
   jit::GrowthRules growth;
   GraphBatch grown;
   std::vector<int> first_new;  // per sample: its first vertex no callback has seen yet
+  std::vector<int> growing;    // the samples the next round runs: those the last one added to
+  GraphBatch round_batch;      // those samples, when not every one
   bool has_grown = false;
 
   bool has_forward = false, has_result = false, has_gradients = false;

@@ -40,28 +40,29 @@ std::string sample_name(const Sample& sample, int index) {
 
 }  // namespace
 
-bool grow_round(const Program& program, const GrowthRules& rules, const PushedValues<float>& pushes,
-                GraphBatch& batch, std::vector<int>& first_new) {
-  bool added = false;
-  for (int s = 0; s < int(batch.samples.size()); ++s) {
-    Sample& sample = batch.samples[size_t(s)];
+void grow_round(const Program& program, const GrowthRules& rules, const PushedValues<float>& pushes,
+                GraphBatch& round, std::vector<int>& samples, std::vector<int>& first_new) {
+  size_t grew = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    Sample& sample = round.samples[i];
+    const int index = samples[i];
     const int evaluated = int(sample.vertices.size());
-    for (int v = first_new[size_t(s)]; v < evaluated; ++v) {
+    for (int v = first_new[size_t(index)]; v < evaluated; ++v) {
       const int type = sample.vertices[size_t(v)].type;
       const GrowthCallback& callback = rules.callbacks[size_t(type)];
       if (!callback) continue;
-      GrowthStep step(sample, s, v, pushes, program.num_types(), rules.max_vertices);
+      GrowthStep step(sample, index, int(i), v, pushes, program.num_types(), rules.max_vertices);
       try {
         callback(step);
       } catch (const std::exception& e) {
-        throw UserError(sample_name(sample, s) + " vertex " + std::to_string(v) + " (type '" +
+        throw UserError(sample_name(sample, index) + " vertex " + std::to_string(v) + " (type '" +
                         program.type_name(type) + "'): growth callback failed: " + e.what());
       }
     }
-    first_new[size_t(s)] = evaluated;
-    added = added || int(sample.vertices.size()) > evaluated;
+    first_new[size_t(index)] = evaluated;
+    if (int(sample.vertices.size()) > evaluated) samples[grew++] = index;
   }
-  return added;
+  samples.resize(grew);
 }
 
 }  // namespace jit

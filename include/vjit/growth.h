@@ -9,8 +9,11 @@
 // the first time in that round, in (sample, vertex) order. It reads that
 // vertex's pushed values and may add vertices to the vertex's own sample
 // (their children: vertices that already exist in it). The rounds repeat
-// until a round adds nothing. The result, the objective and the backward pass
-// are those of the final (grown) graph, which Engine::grown_batch() returns:
+// until a round adds nothing; after the first, a round runs only the samples
+// the round before added to (each as its whole graph so far), and a final
+// round runs the whole grown batch when some sample sat out the last one.
+// The result, the objective and the backward pass are those of the final
+// (grown) graph, which Engine::grown_batch() returns:
 // the reference interpreter run on it gives the same values and gradients.
 //
 //   engine.set_growth(decoder, [&](vjit::GrowthStep& step) {
@@ -39,16 +42,18 @@ namespace vjit {
 // vertices to that vertex's sample.
 class GrowthStep {
  public:
-  GrowthStep(Sample& sample, int sample_index, int vertex, const PushedValues<float>& pushes, int num_types,
-             int max_vertices)
-      : sample_(sample), sample_index_(sample_index), vertex_(vertex), pushes_(pushes), num_types_(num_types),
-        max_vertices_(max_vertices) {}
+  // `pushes` holds the sample's values at index `pushed_sample` (the batch a
+  // round ran may hold only the samples still growing).
+  GrowthStep(Sample& sample, int sample_index, int pushed_sample, int vertex, const PushedValues<float>& pushes,
+             int num_types, int max_vertices)
+      : sample_(sample), sample_index_(sample_index), pushed_sample_(pushed_sample), vertex_(vertex),
+        pushes_(pushes), num_types_(num_types), max_vertices_(max_vertices) {}
 
-  int sample_index() const { return sample_index_; }
+  int sample_index() const { return sample_index_; }  // in the batch passed to the engine
   int vertex() const { return vertex_; }    // its index in the sample
   const Sample& sample() const { return sample_; }  // as grown so far
-  int num_pushes() const { return pushes_.count(sample_index_, vertex_); }
-  std::span<const float> push(int k) const { return pushes_.at(sample_index_, vertex_, k); }
+  int num_pushes() const { return pushes_.count(pushed_sample_, vertex_); }
+  std::span<const float> push(int k) const { return pushes_.at(pushed_sample_, vertex_, k); }
 
   // Adds a vertex to this sample and returns its index. Throws UserError for a
   // type outside the program, a child index that does not exist yet, or a
@@ -60,6 +65,7 @@ class GrowthStep {
  private:
   Sample& sample_;
   int sample_index_;
+  int pushed_sample_;
   int vertex_;
   const PushedValues<float>& pushes_;
   int num_types_;
