@@ -229,20 +229,31 @@ struct Engine::Impl {
       jit::grow_round(program, growth, result.pushes, grown, growing, first_new);
       return;
     }
-    round_batch.samples.resize(growing.size());
-    for (size_t i = 0; i < growing.size(); ++i) round_batch.samples[i] = std::move(grown.samples[size_t(growing[i])]);
+    // An unnamed sample is named by its index in the caller's batch while it
+    // runs in the smaller one, so that errors still name it.
+    ran = growing;  // grow_round rewrites `growing`
+    round_batch.samples.resize(ran.size());
+    for (size_t i = 0; i < ran.size(); ++i) {
+      Sample& sample = grown.samples[size_t(ran[i])];
+      if (sample.name.empty()) sample.name = std::to_string(ran[i]);
+      else ran[i] = ~ran[i];  // keeps its name
+      round_batch.samples[i] = std::move(sample);
+    }
     auto move_back = [&] {
-      for (size_t i = 0; i < growing.size(); ++i) grown.samples[size_t(growing[i])] = std::move(round_batch.samples[i]);
+      for (size_t i = 0; i < ran.size(); ++i) {
+        Sample& sample = grown.samples[size_t(ran[i] < 0 ? ~ran[i] : ran[i])];
+        sample = std::move(round_batch.samples[i]);
+        if (ran[i] >= 0) sample.name.clear();
+      }
     };
     try {
       forward_round(round_batch, run);
-      std::vector<int> ran = growing;  // grow_round rewrites `growing`
       jit::grow_round(program, growth, result.pushes, round_batch, growing, first_new);
-      for (size_t i = 0; i < ran.size(); ++i) grown.samples[size_t(ran[i])] = std::move(round_batch.samples[i]);
     } catch (...) {
       move_back();
       throw;
     }
+    move_back();
   }
 
   void forward_round(const GraphBatch& batch, const RunOptions& run) {
@@ -447,6 +458,7 @@ struct Engine::Impl {
   std::vector<int> first_new;  // per sample: its first vertex no callback has seen yet
   std::vector<int> growing;    // the samples the next round runs: those the last one added to
   GraphBatch round_batch;      // those samples, when not every one
+  std::vector<int> ran;        // their indices (~index: a sample with a name of its own)
   bool has_grown = false;
 
   bool has_forward = false, has_result = false, has_gradients = false;

@@ -151,6 +151,22 @@ TEST(Growth, BadCallbacksAreUserErrorsAndTheEngineStaysUsable) {
   engine.set_growth_limit(30);
   expect_error([](GrowthStep& step) { step.add_vertex(1, {step.vertex()}, 3); }, {"growth limit", "'decoder'"});
 
+  // In a later round only the growing sample runs, in a batch of its own: the
+  // error still names it by its index in the caller's batch.
+  GraphBatch unnamed = batch;
+  for (Sample& s : unnamed.samples) s.name.clear();
+  engine.set_growth(decoder, [&](GrowthStep& step) {
+    if (step.sample_index() != 2) return;
+    const bool first_step = step.vertex() + 1 == int(unnamed.samples[2].vertices.size());
+    if (first_step) step.add_vertex(decoder, {step.vertex()}, 3);
+    else step.add_vertex(decoder, {}, 3);  // no child: the decoder gathers one
+  });
+  const std::string message = user_error_of([&] { engine.infer(unnamed); });
+  EXPECT_NE(message.find("sample '2'"), std::string::npos) << message;
+  engine.set_growth(decoder, models::seq2seq_greedy_decoder(program, 4));
+  engine.infer(unnamed);
+  for (const Sample& s : engine.grown_batch().samples) EXPECT_EQ(s.name, "");
+
   EXPECT_NE(user_error_of([&] { engine.set_growth(program.num_types(), nullptr); }).find("not one of"),
             std::string::npos);
   EXPECT_NE(user_error_of([&] { engine.set_growth_limit(0); }), "(no UserError)");
