@@ -10,6 +10,7 @@
 
 #include "ir/flops.h"
 #include "jit/gradient_exchange.h"
+#include "jit/growth.h"
 #include "jit/kernel_cache.h"
 #include "jit/pipeline.h"
 #include "runtime/cpu_executor.h"
@@ -63,6 +64,7 @@ struct Engine::Impl {
                                                        trace.get()});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;
+    growth.callbacks.resize(size_t(program.num_types()));
   }
 
   // VJIT_TRACE: the recorder writes an empty trace at `path` now, so a path
@@ -187,7 +189,76 @@ struct Engine::Impl {
     }
   }
 
+  // Runs F over the batch; with growing types (vjit/growth.h), in rounds over
+  // a copy that the callbacks grow, until a round adds nothing. A round runs
+  // the samples still growing (those the last round added to), each as a
+  // whole graph again; when some sample sat out the last round, a final round
+  // runs every sample, so the result is an ordinary forward of the final
+  // graph, which backward() then differentiates.
   void forward(const GraphBatch& batch, const RunOptions& run) {
+    has_grown = false;
+    if (!growth.any()) {
+      forward_round(batch, run);
+      return;
+    }
+    grown = batch;
+    first_new.assign(grown.samples.size(), 0);
+    growing.resize(grown.samples.size());
+    for (size_t s = 0; s < growing.size(); ++s) growing[s] = int(s);
+    const int64_t initial = grown.num_vertices();
+    try {
+      bool last_round_had_every_sample = true;
+      while (!growing.empty()) {
+        last_round_had_every_sample = growing.size() == grown.samples.size();
+        growth_round(run);
+      }
+      if (!last_round_had_every_sample) forward_round(grown, run);
+    } catch (...) {  // a failed round leaves no forward to read or differentiate
+      has_forward = has_result = false;
+      throw;
+    }
+    stats.grown_vertices += grown.num_vertices() - initial;
+    has_grown = true;
+  }
+
+  // Runs the samples in `growing` (moved into a batch of their own unless it
+  // is every sample), calls the callbacks of their new vertices and leaves in
+  // `growing` the samples that grew.
+  void growth_round(const RunOptions& run) {
+    ++stats.growth_rounds;
+    if (growing.size() == grown.samples.size()) {
+      forward_round(grown, run);
+      jit::grow_round(program, growth, result.pushes, grown, growing, first_new);
+      return;
+    }
+    // An unnamed sample is named by its index in the caller's batch while it
+    // runs in the smaller one, so that errors still name it.
+    ran = growing;  // grow_round rewrites `growing`
+    round_batch.samples.resize(ran.size());
+    for (size_t i = 0; i < ran.size(); ++i) {
+      Sample& sample = grown.samples[size_t(ran[i])];
+      if (sample.name.empty()) sample.name = std::to_string(ran[i]);
+      else ran[i] = ~ran[i];  // keeps its name
+      round_batch.samples[i] = std::move(sample);
+    }
+    auto move_back = [&] {
+      for (size_t i = 0; i < ran.size(); ++i) {
+        Sample& sample = grown.samples[size_t(ran[i] < 0 ? ~ran[i] : ran[i])];
+        sample = std::move(round_batch.samples[i]);
+        if (ran[i] >= 0) sample.name.clear();
+      }
+    };
+    try {
+      forward_round(round_batch, run);
+      jit::grow_round(program, growth, result.pushes, round_batch, growing, first_new);
+    } catch (...) {
+      move_back();
+      throw;
+    }
+    move_back();
+  }
+
+  void forward_round(const GraphBatch& batch, const RunOptions& run) {
     check_program_unchanged();
     has_forward = false;
     auto start = std::chrono::steady_clock::now();
@@ -383,6 +454,15 @@ struct Engine::Impl {
   runtime::BatchLayout layout;
   Evaluation<float> result;
 
+  // Growing types, and the batch the last forward grew (when it did).
+  jit::GrowthRules growth;
+  GraphBatch grown;
+  std::vector<int> first_new;  // per sample: its first vertex no callback has seen yet
+  std::vector<int> growing;    // the samples the next round runs: those the last one added to
+  GraphBatch round_batch;      // those samples, when not every one
+  std::vector<int> ran;        // their indices (~index: a sample with a name of its own)
+  bool has_grown = false;
+
   bool has_forward = false, has_result = false, has_gradients = false;
   bool lower_bound_tracked = options.profile;  // VJIT_PROFILE reports tasks against the bound
   int64_t policy_cache_hits = 0, policies_learned = 0;  // FSM policies loaded from VJIT_CACHE_DIR, learned
@@ -464,6 +544,28 @@ Evaluation<float> Engine::infer(const GraphBatch& batch) {
   run.backward = false;
   impl_->forward(batch, run);
   return impl_->result;  // a copy, made before another call may reuse the buffers
+}
+
+void Engine::set_growth(int type, GrowthCallback callback) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  VJIT_USER_CHECK(type >= 0 && type < int(impl_->growth.callbacks.size()),
+                  "Engine::set_growth: vertex type " << type << " is not one of the program's "
+                                                     << impl_->growth.callbacks.size() << " types");
+  impl_->growth.callbacks[size_t(type)] = std::move(callback);
+}
+
+void Engine::set_growth_limit(int max_vertices_per_sample) {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  VJIT_USER_CHECK(max_vertices_per_sample > 0,
+                  "Engine::set_growth_limit: the limit must be positive, not " << max_vertices_per_sample);
+  impl_->growth.max_vertices = max_vertices_per_sample;
+}
+
+const GraphBatch& Engine::grown_batch() const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  VJIT_USER_CHECK(impl_->has_grown,
+                  "Engine::grown_batch: the last forward did not grow (no type has a growth callback, or it failed)");
+  return impl_->grown;
 }
 
 const Evaluation<float>& Engine::last_result() const {

@@ -3,6 +3,12 @@
 //
 //   vjit-bench --model tree_lstm --mode train --hidden 256 --batch 64 --compare-unbatched
 //   vjit-bench --model lattice_lstm --policy fsm --compare-policy agenda
+//   vjit-bench --model seq2seq --mode decode --batch 64 --compare-unbatched
+//
+// --mode decode (seq2seq only) trains the model with teacher forcing first
+// (--pretrain-steps, default 100, batch 64), then times greedy decoding, a
+// graph that grows (vjit/growth.h): samples_per_s counts decoded samples;
+// with --compare-unbatched, batch 1 in the same process.
 //
 // Every VJIT_* variable applies, and the same options are accepted as flags
 // (--policy agenda, --no-lazy, ...). --ablation runs the Cavs Fig. 10 study
@@ -51,6 +57,7 @@ struct BenchArgs {
   int rounds = 3;       // --rounds: how often the --levers configurations take turns
   std::string compare_policy;  // also time this policy; report the speedup over it
   double peak_seconds = 1.5;   // the GEMM peak: half on one thread, half on all threads
+  int pretrain_steps = 100;    // --mode decode: teacher-forced steps (batch 64) before decoding
   models::Config config;
 };
 
@@ -100,15 +107,20 @@ BenchArgs parse(const std::vector<std::string>& args) {
     else if (flag == "--steps") b.steps = bench::int_flag(flag, value);
     else if (flag == "--warmup") b.warmup = bench::int_flag(flag, value);
     else if (flag == "--rounds") b.rounds = bench::int_flag(flag, value);
+    else if (flag == "--pretrain-steps") b.pretrain_steps = bench::int_flag(flag, value);
     else if (flag == "--data") b.config.data_path = value;
     else if (flag == "--seed") b.config.seed = uint64_t(bench::int_flag(flag, value));
     else if (flag == "--compare-policy") b.compare_policy = value;
     else if (flag == "--peak-seconds") b.peak_seconds = bench::seconds_flag(flag, value);
     else throw UserError("unknown flag " + flag);
   }
-  if (b.mode != "train" && b.mode != "infer") throw UserError("--mode must be train or infer, got '" + b.mode + "'");
+  if (b.mode != "train" && b.mode != "infer" && b.mode != "decode")
+    throw UserError("--mode must be train, infer or decode, got '" + b.mode + "'");
+  if (b.mode == "decode" && b.model != "seq2seq")
+    throw UserError("--mode decode (greedy decoding, a graph that grows) needs --model seq2seq, got '" + b.model + "'");
   // Enough distinct samples for every timed batch.
   b.config.train_samples = b.batch * (b.steps + b.warmup);
+  if (b.mode == "decode") b.config.train_samples = std::max(b.config.train_samples, 64 * b.pretrain_steps);
   b.config.test_samples = 0;
   return b;
 }
@@ -146,29 +158,63 @@ void check_against_reference(Engine& engine, const Program& program, const Graph
 struct Timing {
   double seconds = 0;
   int samples = 0;
+  int exact_matches = 0;  // --mode decode: decoded outputs equal to their target
   EngineStats stats;
   CompileInfo compile;
   std::string device;  // where the engine ran: cpu or cuda
 };
 
+// --mode decode: the batch's encoder prompts (vjit/models.h, seq2seq_prompt).
+GraphBatch decode_prompts(const Program& program, const GraphBatch& teacher_forced) {
+  GraphBatch prompts;
+  for (const Sample& sample : teacher_forced.samples) prompts.samples.push_back(models::seq2seq_prompt(program, sample));
+  return prompts;
+}
+
+// --mode decode: trains the model with teacher forcing first, so that the
+// decoded lengths follow the targets' rather than all running to the limit.
+void pretrain_seq2seq(const BenchArgs& args, models::Bundle& bundle, const Options& options) {
+  Engine engine(*bundle.program, options);
+  Adam adam(0.01f);
+  std::vector<std::vector<int>> batches = batches_of(int(bundle.train.size()), 64, args.pretrain_steps);
+  for (const std::vector<int>& indices : batches) engine.train_step(models::make_batch(bundle.train, indices), adam);
+}
+
 Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options, int batch_size, int steps) {
   Engine engine(*bundle.program, options);
   Adam adam(bench::kLearningRate);
+  const bool decode = args.mode == "decode";
+  if (decode)
+    engine.set_growth(bundle.program->type_index("decoder"), models::seq2seq_greedy_decoder(*bundle.program));
+  int exact_matches = 0;
   auto step = [&](const GraphBatch& batch) {
     if (args.mode == "train") engine.train_step(batch, adam);
     else engine.infer(batch);
   };
   std::vector<std::vector<int>> batches = batches_of(int(bundle.train.size()), batch_size, steps + args.warmup);
-  for (int i = 0; i < args.warmup; ++i) step(models::make_batch(bundle.train, batches[size_t(i)]));
+  auto batch_at = [&](size_t i) {
+    GraphBatch batch = models::make_batch(bundle.train, batches[i]);
+    return decode ? decode_prompts(*bundle.program, batch) : batch;
+  };
+  for (int i = 0; i < args.warmup; ++i) step(batch_at(size_t(i)));
   std::vector<GraphBatch> timed;
-  for (int i = 0; i < steps; ++i) timed.push_back(models::make_batch(bundle.train, batches[size_t(args.warmup + i)]));
+  for (int i = 0; i < steps; ++i) timed.push_back(batch_at(size_t(args.warmup + i)));
   const bool first_run = g_peak_halves == 0;
   if (first_run) measure_peak_half(args, options);
   engine.reset_stats();
   Timer timer;
-  for (const GraphBatch& batch : timed) step(batch);
-  Timing timing{timer.seconds(), steps * batch_size, engine.stats(), engine.compile_info(), engine.options().device};
+  for (size_t i = 0; i < timed.size(); ++i) {
+    step(timed[i]);
+    if (!decode) continue;
+    const GraphBatch& decoded = engine.grown_batch();
+    for (size_t s = 0; s < decoded.samples.size(); ++s)
+      exact_matches += models::seq2seq_output(*bundle.program, decoded.samples[s]) ==
+                       models::seq2seq_target(*bundle.program, bundle.train[size_t(batches[args.warmup + i][s])]);
+  }
+  Timing timing{timer.seconds(), steps * batch_size, exact_matches, engine.stats(), engine.compile_info(),
+                engine.options().device};
   if (first_run) measure_peak_half(args, options);
+  if (decode) return timing;  // the lower bound of a graph that grows is not defined up front
   // The ED-Batch lower bound of the same batches, outside the timed loop.
   engine.reset_stats();
   engine.track_lower_bound(true);
@@ -254,8 +300,15 @@ json bench_one(const BenchArgs& args, const Options& options) {
     std::vector<int> first = batches_of(int(bundle.train.size()), std::min(args.batch, 8), 1)[0];
     check_against_reference(engine, *bundle.program, models::make_batch(bundle.train, first));
   }
+  if (args.mode == "decode") pretrain_seq2seq(args, bundle, options);
   Timing batched = run(args, bundle, options, args.batch, args.steps);
   json line = to_json(args, options, batched);
+  if (args.mode == "decode") {
+    line["decode_rounds"] = double(batched.stats.growth_rounds) / double(args.steps);
+    line["grown_vertices"] = double(batched.stats.grown_vertices) / double(args.steps);
+    line["exact_match"] = double(batched.exact_matches) / double(batched.samples);
+    line["pretrain_steps"] = args.pretrain_steps;
+  }
   if (args.compare_unbatched) {
     // Each sample alone, as per-sample frameworks run it. The engine still
     // batches the vertices of one sample that it can, so the speedup below is
@@ -264,6 +317,7 @@ json bench_one(const BenchArgs& args, const Options& options) {
     double unbatched = double(single.samples) / single.seconds;
     line["unbatched_samples_per_s"] = unbatched;
     line["batching_speedup"] = line["samples_per_s"].get<double>() / unbatched;
+    if (args.mode == "decode") line["unbatched_exact_match"] = double(single.exact_matches) / double(single.samples);
   }
   if (!args.compare_policy.empty()) {
     Options other = options;

@@ -27,6 +27,7 @@
 
 #include "vjit/batching.h"
 #include "vjit/graph.h"
+#include "vjit/growth.h"
 #include "vjit/optimizer.h"
 #include "vjit/options.h"
 #include "vjit/program.h"
@@ -73,6 +74,10 @@ struct EngineStats {
   // wall time of the public calls (forward, backward, train_step, infer),
   // which every phase above is a part of.
   double forward_s = 0, backward_s = 0, call_s = 0;
+  // Graphs that grow (vjit/growth.h): the rounds run (each is also counted in
+  // batches, vertices and tasks above) and the vertices the callbacks added.
+  int64_t growth_rounds = 0;
+  int64_t grown_vertices = 0;
 };
 
 // What building the engine's plans cost and made.
@@ -111,6 +116,21 @@ class Engine {
   std::shared_ptr<Distributed> distributed() const;
   // Forward without dropout or gradients; returns objective and pushed values.
   Evaluation<float> infer(const GraphBatch& batch);
+
+  // Graphs that grow during execution (vjit/growth.h): after each round of a
+  // forward, `callback` is called for every vertex of `type` that round
+  // evaluated first, and may add vertices to its sample; the rounds go on
+  // until none is added. A null callback makes the type static again.
+  // UserError for a type outside the program.
+  void set_growth(int type, GrowthCallback callback);
+  // The most vertices growth may bring one sample to (default 4096): an
+  // add_vertex past it is a UserError, so a callback that never stops fails
+  // instead of running forever.
+  void set_growth_limit(int max_vertices_per_sample);
+  // The last forward's batch as it ended, with every vertex growth added: the
+  // graph last_result() and gradients() belong to. UserError when the last
+  // forward had no growing type (its batch is the caller's own).
+  const GraphBatch& grown_batch() const;
 
   // The last forward's objective and pushes; UserError before any forward.
   const Evaluation<float>& last_result() const;

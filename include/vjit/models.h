@@ -112,12 +112,30 @@
 //     internal: h̃ = Σ_k h_k;  iou = U_iou h̃ + b_iou;
 //               f_k = σ(h_kᵀ U_f + b_f) for every child k, one product over the block;
 //               c = σ(i) ⊙ tanh(u) + Σ_k f_k ⊙ c_k;  h = σ(o) ⊙ tanh(c)
+// seq2seq: an encoder–decoder (Sutskever et al. 2014) on a built-in task,
+//   reversing a sequence of 3 to 12 tokens (Config::data_path is not read).
+//   Vocabulary kSeq2seqVocab: kSeq2seqStart, kSeq2seqEnd, then data tokens.
+//   "encoder": var_lstm's cell over the source (child: the previous source
+//   token; none for the first). "decoder": an LSTM step from its one child's
+//   state (the encoder's last step, or the previous decoder step) on the token
+//   it is fed; it classifies the next token (V classes). Both scatter [h; c].
+//     source_embedding [V, E] U ±0.1 | target_embedding [V, E] U ±0.1
+//     encoder_W [4H, E] | encoder_U [4H, H] | encoder_b [4H] zeros (gate order i, f, o, g)
+//     decoder_W, decoder_U, decoder_b likewise | W_out [V, H]
+//   Training samples use teacher forcing: decoder step j is fed the target's
+//   token j − 1 (the start token for j = 0) and labelled with token j; the
+//   target is the reversed source, then the end token: a static graph.
+//   Greedy decoding grows the graph (vjit/growth.h): seq2seq_prompt keeps the
+//   encoder and the first decoder step; seq2seq_greedy_decoder, set on an
+//   Engine for "decoder", adds a step fed the arg-max of each step's logits
+//   until the arg-max is the end token or the chain has max_steps steps.
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "vjit/graph.h"
+#include "vjit/growth.h"
 #include "vjit/model.h"
 #include "vjit/program.h"
 
@@ -151,7 +169,7 @@ struct Bundle {
 };
 
 // Names: tree_lstm, tree_fc, var_lstm, var_lstm_gates, fixed_lstm, bilstm_tagger, tree_gru,
-// mv_rnn, tree_lstm_2type, tree_lstm_outputs, lattice_lstm, child_sum_tree_lstm. Throws UserError listing them for an
+// mv_rnn, tree_lstm_2type, tree_lstm_outputs, lattice_lstm, child_sum_tree_lstm, seq2seq. Throws UserError listing them for an
 // unknown name.
 Bundle make_model(const std::string& name, const Config& config);
 std::vector<std::string> model_names();
@@ -172,5 +190,18 @@ Bundle make_fixed_lstm(const Config& config);
 Bundle make_bilstm_tagger(const Config& config);
 Bundle make_lattice_lstm(const Config& config);
 Bundle make_child_sum_tree_lstm(const Config& config);
+Bundle make_seq2seq(const Config& config);
+
+// seq2seq's tokens, and its greedy decoding.
+constexpr int kSeq2seqStart = 0, kSeq2seqEnd = 1, kSeq2seqFirstDataToken = 2, kSeq2seqVocab = 16;
+constexpr int kSeq2seqMaxSteps = 13;  // the longest target, its end token included
+// A teacher-forced sample's encoder chain and first decoder step (unlabelled).
+Sample seq2seq_prompt(const Program& program, const Sample& teacher_forced);
+// The growth callback of greedy decoding, for the "decoder" type.
+GrowthCallback seq2seq_greedy_decoder(const Program& program, int max_steps = kSeq2seqMaxSteps);
+// The tokens a decoded (grown) sample emitted before its end token or the
+// length limit; and the target of a teacher-forced sample, in the same form.
+std::vector<int> seq2seq_output(const Program& program, const Sample& decoded);
+std::vector<int> seq2seq_target(const Program& program, const Sample& teacher_forced);
 
 }  // namespace vjit::models

@@ -8,6 +8,7 @@
 #include "vjit/engine.h"
 #include "vjit/error.h"
 #include "vjit/graph.h"
+#include "vjit/growth.h"
 #include "vjit/ir.h"
 #include "vjit/kernel_abi.h"
 #include "vjit/model.h"
