@@ -221,8 +221,7 @@ class RecursiveProgram::Walk {
     size_t open = 0;
     while (stack_[open].node != node) ++open;
     throw UserError((detail::Message() << where() << ": a cycle: node " << path(open + 1) << describe(node)
-                                       << " is its own descendant (child " << slot << " of " << path(stack_.size())
-                                       << ")")
+                                       << " is its own descendant (child " << slot << " of " << here() << ")")
                         .str());
   }
 
