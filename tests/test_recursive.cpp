@@ -230,6 +230,34 @@ TEST(Recursive, ASharedChildIsOneVertexWithSeveralParents) {
   expect_matches_reference(engine, recursive.program, batch, 1e-4, "shared children");
 }
 
+// Children may be listed as any range of pointers: here owning unique_ptrs.
+struct Owned {
+  float x = 0;
+  std::vector<std::unique_ptr<Owned>> kids;
+};
+
+TEST(Recursive, ChildrenMayBeARangeOfOwningPointers) {
+  Model model(1);
+  Param u = model.add("U", Shape::mat(H, H));
+  Program program(model);
+  Recursive<Owned> sum(program, Shape::vec(H));
+  sum.children([](const Owned& o) -> const std::vector<std::unique_ptr<Owned>>& { return o.kids; })
+      .features([](const Owned& o) { return std::vector<float>(static_cast<size_t>(H), o.x); });
+  sum.add_branch("node", Arity::any(),
+                 [&](Builder& f, Calls& calls) { return f.tanh(f.add(f.pull(H), f.matmul(u, calls.call_sum()))); });
+  Owned root;
+  for (int k = 0; k < 3; ++k) {
+    root.kids.push_back(std::make_unique<Owned>());
+    root.kids.back()->x = float(k);
+  }
+  std::vector<const Owned*> nodes;
+  Sample sample = sum.sample(root, "owned", &nodes);
+  ASSERT_EQ(sample.vertices.size(), 4u);
+  EXPECT_EQ(nodes[1], root.kids[1].get());
+  EXPECT_EQ(sample.vertices[3].children, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(sample.vertices[2].features, std::vector<float>(static_cast<size_t>(H), 2.0f));
+}
+
 // A chain of 200000 nodes: the walk is iterative, the stack does not overflow.
 TEST(Recursive, DeepChainsWalkWithoutRecursion) {
   Model model(4);
