@@ -11,7 +11,8 @@
 //
 //   struct Tree { int word, label; std::unique_ptr<Tree> left, right; };
 //   vjit::Recursive<Tree> rnn(program, vjit::Shape::vec(H));     // what every call returns
-//   rnn.children([](const Tree& t) { return std::vector<const Tree*>{t.left.get(), t.right.get()}; })
+//   rnn.children([](const Tree& t) { return t.left ? std::vector<const Tree*>{t.left.get(), t.right.get()}
+//                                                  : std::vector<const Tree*>{}; })
 //      .branch([](const Tree& t) { return t.left ? 1 : 0; })     // the index add_branch returned
 //      .token([](const Tree& t) { return t.word; })
 //      .label([](const Tree& t) { return t.label; });
