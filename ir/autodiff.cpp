@@ -149,7 +149,8 @@ class Differentiator {
       case Op::PullEmbedding: emit_sink(Op::EmbeddingGrad, g, [&](Node& s) { s.param = n.param; }); break;
       case Op::Pull:
       case Op::Constant:
-      case Op::Step: break;
+      case Op::Step:
+      case Op::ChildCount: break;
       case Op::Neg: to_arg(0, emit(Op::Neg, shape, {g})); break;
       case Op::Sigmoid: {  // y' = y − y²
         ValueId y = fwd(id);
@@ -216,6 +217,14 @@ class Differentiator {
         accumulate(arg(0), emit(Op::MatMul, arg_shape(0), {g, fwd(arg(1))}));
         accumulate(arg(1), emit(Op::MatMul, arg_shape(1), {fwd(arg(0)), g}));
         break;
+      case Op::SliceCols:
+        accumulate(arg(0), emit(Op::PadCols, arg_shape(0), {g}, [&](Node& s) { s.start = n.start; }));
+        break;
+      case Op::PadCols:
+        accumulate(arg(0), emit(Op::SliceCols, arg_shape(0), {g}, [&](Node& s) { s.start = n.start; }));
+        break;
+      case Op::Transpose: accumulate(arg(0), emit(Op::Transpose, arg_shape(0), {g})); break;
+      case Op::MaxChildren: accumulate(arg(0), emit(Op::MaxChildrenGrad, arg_shape(0), {fwd(arg(0)), g})); break;
       case Op::SoftmaxCE: accumulate(arg(0), emit(Op::SoftmaxCEGrad, arg_shape(0), {fwd(arg(0)), g})); break;
       default: VJIT_INTERNAL_CHECK(false, "no gradient rule for " << to_string(f_, id));
     }

@@ -268,6 +268,51 @@ Value Builder::sum_rows(Value x) {
   return emit(n);
 }
 
+// --- matrices and the children block ---
+
+Value Builder::slice_cols(Value x, int start, int length) {
+  check_value(x, "slice_cols");
+  if (x.shape.rank != 2) fail("slice_cols", "needs a matrix, got " + x.shape.str());
+  if (function_[x.id].uniform) fail("slice_cols", "operand is a parameter; vjit computes per-vertex values only");
+  if (start < 0 || length < 1 || start + length > x.shape.dims[1])
+    fail("slice_cols", "columns [" + std::to_string(start) + ", " + std::to_string(start + length) +
+                           ") are out of range for " + x.shape.str());
+  Node n = Node::make(Op::SliceCols, Shape::mat(x.shape.dims[0], length), {x.id});
+  n.start = start;
+  return emit(n);
+}
+
+Value Builder::transpose(Value x) {
+  check_value(x, "transpose");
+  if (x.shape.rank != 2) fail("transpose", "needs a matrix, got " + x.shape.str());
+  if (function_[x.id].uniform) fail("transpose", "operand is a parameter; vjit computes per-vertex values only");
+  return emit(Node::make(Op::Transpose, Shape::mat(x.shape.dims[1], x.shape.dims[0]), {x.id}));
+}
+
+Value Builder::child_count() {
+  if (!signature_.variadic) fail("child_count", "the vertex has no variadic children: call gather_all or gather_sum first");
+  return emit(Node::make(Op::ChildCount, Shape::scalar()));
+}
+
+// Σ rows / max(count, 1): count − step(count) + 1 is the count, or 1 when there
+// are no children (the sum is 0 then).
+Value Builder::mean_children(Value block) {
+  check_value(block, "mean_children");
+  if (block.shape.rank != 2) fail("mean_children", "needs a [K, d] children block, got " + block.shape.str());
+  if (!signature_.variadic) fail("mean_children", "the vertex has no variadic children: call gather_all first");
+  Value count = child_count();
+  Value divisor = add_scalar(sub(count, emit(unary_node(Op::Step, count))), 1.0);
+  return div(sum_rows(block), divisor);
+}
+
+Value Builder::max_children(Value block) {
+  check_value(block, "max_children");
+  if (block.shape.rank != 2) fail("max_children", "needs a [K, d] children block, got " + block.shape.str());
+  if (function_[block.id].uniform) fail("max_children", "operand is a parameter; vjit computes per-vertex values only");
+  if (!signature_.variadic) fail("max_children", "the vertex has no variadic children: call gather_all first");
+  return emit(Node::make(Op::MaxChildren, Shape::vec(block.shape.dims[1]), {block.id}));
+}
+
 // --- losses and outputs ---
 
 Value Builder::softmax_cross_entropy(Value logits, Label label) {

@@ -16,7 +16,9 @@ int64_t flops_of_node(const Function& function, ValueId id) {
     case Op::Outer: return n.shape.numel();
     case Op::ParamGrad: return operand(0).numel();
     case Op::Sum:
-    case Op::SumRows: return operand(0).numel();
+    case Op::SumRows:
+    case Op::MaxChildren:
+    case Op::MaxChildrenGrad: return operand(0).numel();
     case Op::SoftmaxCE:
     case Op::SoftmaxCEGrad: return kSoftmaxFlopsPerClass * operand(0).numel();
     default: return is_elementwise(n.op) ? n.shape.numel() : 0;

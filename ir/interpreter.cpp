@@ -99,6 +99,11 @@ class Interpreter {
     VJIT_INTERNAL_CHECK(false, "vertex " << v << " does not scatter");
   }
 
+  // The vertex's variadic children: those after its gather(k) slots.
+  int variadic_children(const Vertex& vx) const {
+    return std::max(0, int(vx.children.size()) - program_.signature(vx.type).fixed_arity);
+  }
+
   void forward_vertex(int s, int v) {
     const Function& f = program_.forward(vertex(s, v).type);
     std::vector<Tensor<T>>& vals = values_[size_t(s)][size_t(v)];
@@ -273,6 +278,45 @@ class Interpreter {
         Tensor<T> out(numel);
         size_t cols = arg(1).size();
         for (size_t i = 0; i < numel; ++i) out[i] = arg(0)[i / cols] * arg(1)[i % cols];
+        return out;
+      }
+      case Op::SliceCols:
+      case Op::PadCols: {
+        const bool slicing = n.op == Op::SliceCols;
+        const Shape& wide = slicing ? arg_shape(0) : n.shape;
+        const int rows = wide.dims[0], cols = wide.dims[1];
+        const int width = slicing ? n.shape.dims[1] : arg_shape(0).dims[1];
+        Tensor<T> out(numel, T(0));
+        for (int r = 0; r < rows; ++r)
+          for (int j = 0; j < width; ++j) {
+            size_t narrow = size_t(r) * size_t(width) + size_t(j);
+            size_t at_wide = size_t(r) * size_t(cols) + size_t(n.start + j);
+            if (slicing) out[narrow] = arg(0)[at_wide];
+            else out[at_wide] = arg(0)[narrow];
+          }
+        return out;
+      }
+      case Op::Transpose: {
+        const int rows = arg_shape(0).dims[0], cols = arg_shape(0).dims[1];
+        Tensor<T> out(numel);
+        for (int r = 0; r < rows; ++r)
+          for (int j = 0; j < cols; ++j) out[size_t(j) * size_t(rows) + size_t(r)] = arg(0)[size_t(r) * size_t(cols) + size_t(j)];
+        return out;
+      }
+      case Op::ChildCount: return Tensor<T>{T(variadic_children(vx))};
+      case Op::MaxChildren:
+      case Op::MaxChildrenGrad: {
+        const Shape& block = arg_shape(0);
+        const int rows = std::min(variadic_children(vx), block.dims[0]), cols = block.dims[1];
+        Tensor<T> out(numel, T(0));
+        for (int j = 0; j < cols; ++j) {
+          int best = 0;  // the first row of the largest value
+          for (int r = 1; r < rows; ++r)
+            if (arg(0)[size_t(r) * size_t(cols) + size_t(j)] > arg(0)[size_t(best) * size_t(cols) + size_t(j)]) best = r;
+          if (rows == 0) continue;
+          if (n.op == Op::MaxChildren) out[size_t(j)] = arg(0)[size_t(best) * size_t(cols) + size_t(j)];
+          else out[size_t(best) * size_t(cols) + size_t(j)] = arg(1)[size_t(j)];
+        }
         return out;
       }
       case Op::SoftmaxCE: {

@@ -124,8 +124,12 @@ int expected_arity(Op op) {
     case Op::Loss:
     case Op::GatherGrad:
     case Op::ParamGrad:
-    case Op::EmbeddingGrad: return 1;
-    case Op::SoftmaxCEGrad: return 2;
+    case Op::EmbeddingGrad:
+    case Op::SliceCols:
+    case Op::PadCols:
+    case Op::Transpose: return 1;
+    case Op::SoftmaxCEGrad:
+    case Op::MaxChildrenGrad: return 2;
     default: return -1;
   }
 }
@@ -170,6 +174,13 @@ void verify(const Function& function) {
         VJIT_INTERNAL_CHECK(fits, "verify " << function.name << ": operand shape " << s.str()
                                             << " does not broadcast to " << to_string(function, id));
       }
+    }
+    if (n.op == Op::SliceCols || n.op == Op::PadCols) {
+      const Shape& wide = n.op == Op::SliceCols ? function[n.args[0]].shape : n.shape;
+      const Shape& narrow = n.op == Op::SliceCols ? n.shape : function[n.args[0]].shape;
+      VJIT_INTERNAL_CHECK(wide.rank == 2 && narrow.rank == 2 && wide.dims[0] == narrow.dims[0] && n.start >= 0 &&
+                              n.start + narrow.dims[1] <= wide.dims[1],
+                          "verify " << function.name << ": column slice out of range " << to_string(function, id));
     }
     if (n.op == Op::Slice) {
       const Shape& s = function[n.args[0]].shape;

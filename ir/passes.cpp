@@ -194,10 +194,20 @@ bool is_row_gemm(const Function& f, const Node& n) {
   return (a.uniform && !b.uniform && b.shape.rank == 1) || (b.uniform && !a.uniform && a.shape.rank == 1);
 }
 
+// A per-vertex [m, k] matrix (a children block) times a uniform weight: the
+// CPU executor runs it as GEMMs over the rows of every vertex's matrix, each
+// output row [n] taking a bias [n] in the epilogue.
+bool is_block_gemm(const Function& f, const Node& n) {
+  if (n.op != Op::MatMul || n.uniform || n.trans_a) return false;
+  const Node& a = f[n.args[0]];
+  const Node& b = f[n.args[1]];
+  return b.uniform && !a.uniform && a.shape.rank == 2 && b.shape.rank == 2;
+}
+
 }  // namespace
 
 std::vector<bool> fold_bias_adds(const Function& f, const std::vector<Phase>& phases, const std::vector<int>& group_of,
-                                 const std::vector<bool>& keep) {
+                                 const std::vector<bool>& keep, bool block_products) {
   std::vector<int> readers(f.nodes.size(), 0);
   for (const Node& node : f.nodes)
     for (ValueId arg : node.args) ++readers[size_t(arg)];
@@ -207,8 +217,11 @@ std::vector<bool> fold_bias_adds(const Function& f, const std::vector<Phase>& ph
     if (add.op != Op::Add || add.uniform || group_of[size_t(id)] >= 0) continue;
     for (int side = 0; side < 2; ++side) {
       ValueId product = add.args[size_t(side)], bias = add.args[size_t(1 - side)];
-      if (product == bias || !is_row_gemm(f, f[product]) || !f[bias].uniform) continue;
-      if (f[bias].shape.numel() != f[product].shape.numel()) continue;
+      if (product == bias || !f[bias].uniform) continue;
+      const bool block = block_products && is_block_gemm(f, f[product]);
+      if (!is_row_gemm(f, f[product]) && !block) continue;
+      const int64_t bias_width = block ? f[product].shape.dims[1] : f[product].shape.numel();
+      if (f[bias].shape.rank != 1 || f[bias].shape.numel() != bias_width) continue;
       if (readers[size_t(product)] != 1 || keep[size_t(product)] || group_of[size_t(product)] >= 0) continue;
       if (phases[size_t(product)] != phases[size_t(id)]) continue;
       folded[size_t(product)] = true;

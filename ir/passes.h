@@ -54,8 +54,11 @@ std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_
 // in no fused group (`group_of` < 0). The GEMM then writes y directly, its
 // rows first filled with b (C = b, beta = 1), so p needs no buffer and the
 // add no pass over memory. Values in `keep` (read by ∂F) are never folded.
-// Returns one flag per node: the products folded into their add.
+// With `block_products` (the CPU executor), also a per-vertex matrix [m, k]
+// (a children block) times a uniform weight, whose every output row takes the
+// bias [n]. Returns one flag per node: the products folded into their add.
 std::vector<bool> fold_bias_adds(const Function& function, const std::vector<Phase>& phases,
-                                 const std::vector<int>& group_of, const std::vector<bool>& keep);
+                                 const std::vector<int>& group_of, const std::vector<bool>& keep,
+                                 bool block_products = false);
 
 }  // namespace vjit::ir

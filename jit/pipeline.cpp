@@ -281,7 +281,9 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);
 
   if (options.epilogue) {
-    std::vector<bool> products = ir::fold_bias_adds(function, plan.phases, group_of, keep);
+    // Only the CPU executor adds a bias to every row of a block product.
+    std::vector<bool> products =
+        ir::fold_bias_adds(function, plan.phases, group_of, keep, /*block_products=*/cuda == nullptr);
     for (ValueId id = 0; id < function.size(); ++id)
       if (products[size_t(id)]) plan.folded[size_t(id)] = true;
     log.print("fold_bias_adds", which, flagged_nodes(function, products));

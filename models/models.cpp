@@ -15,7 +15,7 @@ const std::map<std::string, std::function<Bundle(const Config&)>>& registry() {
       {"tree_lstm_2type", make_tree_lstm_2type}, {"tree_lstm_outputs", make_tree_lstm_outputs},
       {"var_lstm", make_var_lstm},           {"var_lstm_gates", make_var_lstm_gates},
       {"fixed_lstm", make_fixed_lstm},       {"bilstm_tagger", make_bilstm_tagger},
-      {"lattice_lstm", make_lattice_lstm},
+      {"lattice_lstm", make_lattice_lstm},   {"child_sum_tree_lstm", make_child_sum_tree_lstm},
   };
   return models;
 }

@@ -1,6 +1,7 @@
 // Tree models over binary parse trees: Tree-LSTM (Tai et al. 2015), its
 // two-type variant (ED-Batch), Tree-GRU, Tree-FC (TensorFlow Fold's benchmark)
 // and MV-RNN (Socher et al. 2012).
+#include <algorithm>
 #include <optional>
 #include <span>
 
@@ -272,6 +273,91 @@ Bundle make_tree_fc(const Config& config) {
       bundle.test.push_back(complete_tree(kLeaves, vocab, config.seed * 7919 + 1000003 + uint64_t(i), types, "test tree " + std::to_string(i)));
   }
   bundle.classifier_types = {types.internal};
+  return bundle;
+}
+
+// --- Child-Sum Tree-LSTM (Tai et al. 2015, §3.1) over trees of any fan-in ---
+
+namespace {
+
+constexpr int kMaxFanIn = 5;  // of the built-in trees
+
+// A binary tree sample rewritten into one whose internal nodes have 1 to
+// kMaxFanIn children: an internal child is spliced into its parent (its
+// children take its place) with probability 1/2 while the fan-in stays within
+// kMaxFanIn, and a node is wrapped in a one-child parent of the same label
+// with probability 1/10. Returns the new id of vertex v; children come first.
+int vary_fan_in(const Sample& in, int v, Rng& rng, Sample& out) {
+  const Vertex& vertex = in.vertices[size_t(v)];
+  if (vertex.children.empty()) return out.add_vertex(vertex.type, {}, vertex.token, vertex.label);
+  std::vector<int> children = vertex.children;
+  for (size_t i = 0; i < children.size();) {
+    const std::vector<int>& grandchildren = in.vertices[size_t(children[i])].children;
+    if (!grandchildren.empty() && children.size() - 1 + grandchildren.size() <= size_t(kMaxFanIn) &&
+        rng.bernoulli(0.5)) {
+      std::vector<int> spliced = grandchildren;  // a copy: the insert below moves `children`
+      children.erase(children.begin() + std::ptrdiff_t(i));
+      children.insert(children.begin() + std::ptrdiff_t(i), spliced.begin(), spliced.end());
+    } else {
+      ++i;
+    }
+  }
+  std::vector<int> new_children;
+  for (int child : children) new_children.push_back(vary_fan_in(in, child, rng, out));
+  int id = out.add_vertex(vertex.type, std::move(new_children), -1, vertex.label);
+  if (rng.bernoulli(0.1)) id = out.add_vertex(vertex.type, {id}, -1, vertex.label);
+  return id;
+}
+
+void vary_fan_in(std::vector<Sample>& samples, uint64_t seed) {
+  Rng rng(mix64(seed ^ 0xC5u));
+  for (Sample& sample : samples) {
+    if (sample.vertices.empty()) continue;
+    Sample varied;
+    varied.name = sample.name;
+    vary_fan_in(sample, int(sample.vertices.size()) - 1, rng, varied);
+    sample = std::move(varied);
+  }
+}
+
+int max_fan_in(const Bundle& bundle) {
+  int most = 1;
+  for (const std::vector<Sample>* split : {&bundle.train, &bundle.test, &bundle.dev})
+    for (const Sample& sample : *split)
+      for (const Vertex& vertex : sample.vertices) most = std::max(most, int(vertex.children.size()));
+  return most;
+}
+
+// The internal cell on the [K, 2H] block of its children's [h; c] states.
+void child_sum_internal(Builder& b, const TreeLstm& cell, Param u_iou, Param u_f, int max_children) {
+  const int hidden = cell.hidden;
+  Value block = b.gather_all(max_children, vec(2 * hidden));
+  Value h = b.slice_cols(block, 0, hidden);       // [K, H], zero rows past the last child
+  Value c = b.slice_cols(block, hidden, hidden);  // [K, H]
+  // One product for every child's forget gate: row k is σ(h_kᵀ U_f + b_f).
+  Value f = b.sigmoid(b.add(b.matmul(h, u_f), cell.b_f));
+  Value forget = b.sum_rows(b.mul(f, c));  // padding rows add f ⊙ 0
+  cell.finish(b, b.matmul(u_iou, b.sum_rows(h)), forget);
+}
+
+}  // namespace
+
+Bundle make_child_sum_tree_lstm(const Config& config) {
+  Bundle bundle;
+  Model& m = start_bundle(bundle, config);
+  TreeData data = load_trees(config);
+  TreeLstm cell(m, config, data.vocab.size());
+  Param u_iou = m.add("U_iou", mat(3 * cell.hidden, cell.hidden));
+  Param u_f = m.add("U_f", mat(cell.hidden, cell.hidden));
+  TreeTypes types{0, 1};
+  add_tree_samples(bundle, data, types);
+  if (config.data_path.empty())
+    for (std::vector<Sample>* split : {&bundle.train, &bundle.test, &bundle.dev}) vary_fan_in(*split, config.seed);
+  const int max_children = max_fan_in(bundle);
+  types.leaf = bundle.program->add_type("leaf", [&](Builder& b) { cell.leaf(b); });
+  types.internal = bundle.program->add_type(
+      "internal", [&](Builder& b) { child_sum_internal(b, cell, u_iou, u_f, max_children); });
+  bundle.classifier_types = {types.leaf, types.internal};
   return bundle;
 }
 

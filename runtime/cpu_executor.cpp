@@ -871,6 +871,12 @@ void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame
     case Op::SoftmaxCE:
     case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out, frame); return;
     case Op::Loss: sink(pass, rows, n, frame); return;
+    case Op::SliceCols:
+    case Op::PadCols:
+    case Op::Transpose:
+    case Op::ChildCount:
+    case Op::MaxChildren:
+    case Op::MaxChildrenGrad: children_block_op(pass, rows, n, out, frame); return;
     default: reshape_data(pass, rows, n, out, frame); return;
   }
 }
@@ -1008,7 +1014,9 @@ void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, co
   const std::vector<View>& views = frame.views[int(pass)];
   const int64_t width = node.shape.numel();
   auto arg_row = [&](size_t i, int64_t r) { return views[size_t(node.args[i])].data + r * views[size_t(node.args[i])].ld; };
-  for (int64_t r = 0; r < rows.count; ++r) {
+  // Each row is written once: blocks of rows run on the pool's threads.
+  for_row_blocks(frame, rows.count, std::max(width, f[node.args[0]].shape.numel()), [&](int64_t begin, int64_t count, int) {
+  for (int64_t r = begin; r < begin + count; ++r) {
     float* dst = out.data + r * out.ld;
     switch (node.op) {
       case Op::Pad: {
@@ -1019,8 +1027,8 @@ void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, co
       }
       case Op::Broadcast: std::fill_n(dst, size_t(width), *arg_row(0, r)); break;
       case Op::BroadcastRows: {
-        const float* src = arg_row(0, r);
-        for (int64_t i = 0; i < width; ++i) dst[i] = src[i % node.shape.dims[1]];
+        const int64_t cols = node.shape.dims[1];
+        for (int64_t i = 0; i < width; i += cols) std::memcpy(dst + i, arg_row(0, r), size_t(cols) * sizeof(float));
         break;
       }
       case Op::Sum: {
@@ -1030,15 +1038,70 @@ void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, co
         dst[0] = total;
         break;
       }
-      case Op::SumRows: {
+      case Op::SumRows: {  // row by row, in order: the same sums as element by element
         const float* src = arg_row(0, r);
         std::fill_n(dst, size_t(width), 0.0f);
-        for (int64_t i = 0; i < f[node.args[0]].shape.numel(); ++i) dst[i % width] += src[i];
+        for (int64_t i = 0; i < f[node.args[0]].shape.numel(); i += width) add_row(src + i, dst, width);
         break;
       }
       default: VJIT_INTERNAL_CHECK(false, "executor cannot run " << ir::to_string(f, int(&node - f.nodes.data())));
     }
   }
+  });
+}
+
+int CpuExecutor::variadic_children(int type, int vertex) const {
+  const int children = int(batch_.graph->children(vertex).size());
+  return std::max(0, children - program_.signature(type).fixed_arity);
+}
+
+// The semantics are the reference interpreter's (ir/interpreter.cpp), one row at a time.
+void CpuExecutor::children_block_op(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
+  if (node.op == Op::ChildCount) {
+    for (int64_t r = 0; r < rows.count; ++r) out.data[r * out.ld] = float(variadic_children(rows.type, rows.vertices[r]));
+    return;
+  }
+  const View& x = views[size_t(node.args[0])];
+  const Shape& in = f[node.args[0]].shape;
+  for_row_blocks(frame, rows.count, node.shape.numel(), [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      const float* src = x.data + r * x.ld;
+      float* dst = out.data + r * out.ld;
+      switch (node.op) {
+        case Op::SliceCols:
+          for (int64_t i = 0; i < node.shape.dims[0]; ++i)
+            std::memcpy(dst + i * node.shape.dims[1], src + i * in.dims[1] + node.start,
+                        size_t(node.shape.dims[1]) * sizeof(float));
+          break;
+        case Op::PadCols:
+          std::fill_n(dst, size_t(node.shape.numel()), 0.0f);
+          for (int64_t i = 0; i < in.dims[0]; ++i)
+            std::memcpy(dst + i * node.shape.dims[1] + node.start, src + i * in.dims[1], size_t(in.dims[1]) * sizeof(float));
+          break;
+        case Op::Transpose:
+          for (int64_t i = 0; i < in.dims[0]; ++i)
+            for (int64_t j = 0; j < in.dims[1]; ++j) dst[j * in.dims[0] + i] = src[i * in.dims[1] + j];
+          break;
+        default: {  // MaxChildren, MaxChildrenGrad: over the actual children's rows
+          const int64_t children = std::min<int64_t>(variadic_children(rows.type, rows.vertices[r]), in.dims[0]);
+          const int64_t cols = in.dims[1];
+          const bool grad = node.op == Op::MaxChildrenGrad;
+          const float* g = grad ? views[size_t(node.args[1])].data + r * views[size_t(node.args[1])].ld : nullptr;
+          std::fill_n(dst, size_t(node.shape.numel()), 0.0f);
+          for (int64_t j = 0; j < cols && children > 0; ++j) {
+            int64_t best = 0;  // the first row of the largest value
+            for (int64_t k = 1; k < children; ++k)
+              if (src[k * cols + j] > src[best * cols + j]) best = k;
+            if (grad) dst[best * cols + j] = g[j];
+            else dst[j] = src[best * cols + j];
+          }
+          break;
+        }
+      }
+    }
+  });
 }
 
 void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
@@ -1097,6 +1160,7 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
     gemm(frame, false, g.trans_w, R, g.n, g.k, a.data, a.ld, b.data, g.ldw, bias, out.data, out.ld);
     return;
   }
+  if (matrix_times_weight(rows, node, sa, sb, a, b, out, frame, bias)) return;
   VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
   const PerVertexProduct p = per_vertex_product(node, sa, sb);
   frame.stats->gemm_calls += R;
@@ -1142,6 +1206,44 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
             b.data + r * b.ld, p.ldb, 1.0f, c, p.n);
   });
   for (int64_t block = 1; block < blocks; ++block) add_row(frame.scratch[size_t(block)].data(), grad, size);
+}
+
+// C_r = A_r·op(W) with A_r [m, k] per vertex: row i of every vertex's A is
+// one [R, k] matrix (stride lda = the value's row stride), so m GEMMs of R
+// rows compute every product; when the rows are packed (ld = m·k and m·n) the
+// vertices' matrices stack into one [R·m, k] matrix and one GEMM does it all.
+bool CpuExecutor::matrix_times_weight(const Rows& rows, const Node& node, const Shape& sa, const Shape& sb,
+                                      const View& a, const View& b, const View& out, Frame& frame,
+                                      const float* bias) {
+  if (b.ld != 0 || a.ld == 0 || sa.rank != 2 || sb.rank != 2 || node.trans_a) return false;
+  const int64_t m = sa.dims[0], k = sa.dims[1];
+  const int64_t n = node.trans_b ? sb.dims[0] : sb.dims[1];
+  if (a.ld == m * k && out.ld == m * n) {
+    gemm(frame, false, node.trans_b, rows.count * m, n, k, a.data, k, b.data, sb.dims[1], bias, out.data, n);
+    return true;
+  }
+  for (int64_t i = 0; i < m; ++i)
+    gemm(frame, false, node.trans_b, rows.count, n, k, a.data + i * k, a.ld, b.data, sb.dims[1], bias,
+         out.data + i * n, out.ld);
+  return true;
+}
+
+// Σ_r A_rᵀ·B_r (A_r [m, k], B_r [m, n] per vertex) = Σ_i (rows i of A)ᵀ·(rows i
+// of B): m GEMMs over the R vertices accumulating into the gradient, or one
+// over the R·m stacked rows when both are packed. The gradient of a weight
+// that multiplied every row of a children block.
+bool CpuExecutor::accumulate_stacked_products(const Rows& rows, const Node& product, const Shape& sa, const Shape& sb,
+                                              const View& a, const View& b, float* grad, Frame& frame) {
+  if (!product.trans_a || product.trans_b || sa.rank != 2 || sb.rank != 2 || sa.dims[0] != sb.dims[0]) return false;
+  const int64_t m = sa.dims[0], k = sa.dims[1], n = sb.dims[1];
+  ++frame.stats->param_grad_gemms;
+  if (a.ld == m * k && b.ld == m * n) {
+    gemm(frame, true, false, k, n, rows.count * m, a.data, k, b.data, n, 1.0f, grad, n);
+    return true;
+  }
+  for (int64_t i = 0; i < m; ++i)
+    gemm(frame, true, false, k, n, rows.count, a.data + i * k, a.ld, b.data + i * n, b.ld, 1.0f, grad, n);
+  return true;
 }
 
 void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
@@ -1230,8 +1332,12 @@ void CpuExecutor::param_grad(Pass pass, const Rows& rows, const Node& node, Fram
   float* grad = store_.gradient(node.param);
   ValueId term = node.args[0];
   if (function_plan(pass, rows.type).folded[size_t(term)] && f[term].op == Op::MatMul) {
+    const Node& product = f[term];
+    if (accumulate_stacked_products(rows, product, f[product.args[0]].shape, f[product.args[1]].shape,
+                                    views[size_t(product.args[0])], views[size_t(product.args[1])], grad, frame))
+      return;
     ++frame.stats->param_grad_gemms;
-    accumulate_products(rows, f, f[term], grad, frame);
+    accumulate_products(rows, f, product, grad, frame);
     return;
   }
   if (function_plan(pass, rows.type).folded[size_t(term)]) {

@@ -194,6 +194,18 @@ class CpuExecutor final : public Executor {
   void dropout(const Rows& rows, const ir::Node& node, const View& x, const View& out);
   void concat(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void reshape_data(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  // SliceCols, PadCols, Transpose, ChildCount, MaxChildren, MaxChildrenGrad.
+  void children_block_op(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  int variadic_children(int type, int vertex) const;
+  // A per-vertex matrix times a uniform weight, C_r = A_r·op(W): batched GEMMs
+  // over the rows of every vertex (one when the rows are packed), adding `bias`
+  // [n] to every output row when given. False when the product is not of that form.
+  bool matrix_times_weight(const Rows& rows, const ir::Node& node, const Shape& sa, const Shape& sb, const View& a,
+                           const View& b, const View& out, Frame& frame, const float* bias = nullptr);
+  // Σ_r op(A_r)ᵀ·B_r of two per-vertex matrices as GEMMs over the stacked rows;
+  // false when the product is not of that form.
+  bool accumulate_stacked_products(const Rows& rows, const ir::Node& product, const Shape& sa, const Shape& sb,
+                                   const View& a, const View& b, float* grad, Frame& frame);
   // With `bias` (a row of the product's width), out = product + bias (the
   // GEMM epilogue); only a product of a uniform weight and per-vertex vectors
   // (one GEMM) takes one.

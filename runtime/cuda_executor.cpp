@@ -19,6 +19,26 @@ using ir::is_view;
 
 namespace {
 
+// The ops of the children block (SliceCols, PadCols, Transpose, ChildCount,
+// MaxChildren, MaxChildrenGrad) have no CUDA kernels yet: a program using one
+// is rejected before anything runs.
+void check_cuda_supports(const Program& program) {
+  for (int t = 0; t < program.num_types(); ++t)
+    for (const ir::Function* f : {&program.forward(t), &program.backward(t)})
+      for (const Node& n : f->nodes)
+        switch (n.op) {
+          case Op::SliceCols:
+          case Op::PadCols:
+          case Op::Transpose:
+          case Op::ChildCount:
+          case Op::MaxChildren:
+          case Op::MaxChildrenGrad:
+            throw UserError("vertex type '" + program.type_name(t) + "', op " + ir::op_name(n.op) +
+                            ": the CUDA back end cannot run it yet (use VJIT_DEVICE=cpu)");
+          default: break;
+        }
+}
+
 constexpr int kMoveCopy = 0, kMoveAdd = 1, kMoveZero = 2;
 
 // The device address `floats` floats past `base`.
@@ -101,6 +121,7 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
       pool_(config.threads),
       parallel_(pool_),
       store_(*this, device_, program.model(), plan) {
+  check_cuda_supports(program);
   VJIT_INTERNAL_CHECK(!plan.cuda.image.empty(), "the CUDA executor needs a plan lowered for VJIT_DEVICE=cuda");
   module_ = device_.load_module(plan.cuda.image);
   auto fn = [&](const char* name) { return device_.function(module_, name); };

@@ -65,6 +65,15 @@ namespace vjit::ir {
 //                  `target` names (GatherGradTarget)
 //   ParamGrad      sink (∂F only): adds the operand into the gradient of parameter `param`
 //   EmbeddingGrad  sink (∂F only): adds the operand into row `token` of table `param`'s gradient
+// Ops over a vertex's [K, d] children block (gather_all) and other matrices:
+//   SliceCols      [m, n] → [m, len]: columns [start, start + len)       grad: PadCols(start)
+//   PadCols        inverse of SliceCols: x placed at column `start` of zeros   grad: SliceCols(start)
+//   Transpose      [m, n] → [n, m]                                       grad: Transpose
+//   ChildCount     src   the number of variadic children, as a scalar    no grad
+//   MaxChildren    [K, d] → [d]: column max over rows [0, ChildCount)    grad: MaxChildrenGrad
+//                  (the actual children, never the zero padding rows); 0 when there are none
+//   MaxChildrenGrad  (block [K, d], g [d]) → [K, d]: g[j] in row argmax_k block[k, j] (ties → the
+//                  first), over the actual children as MaxChildren; zeros elsewhere
 #define VJIT_IR_OPS(X)                                                \
   /* name          kind      exec     fusable attributes */          \
   X(Gather,        Source,   Copy,    false,  ChildSlot)              \
@@ -108,7 +117,13 @@ namespace vjit::ir {
   X(ScatterGrad,   Source,   View,    false)                          \
   X(GatherGrad,    Sink,     Copy,    false,  Target, ChildSlot)      \
   X(ParamGrad,     Sink,     Compute, false,  Param)                  \
-  X(EmbeddingGrad, Sink,     Copy,    false,  Param)
+  X(EmbeddingGrad, Sink,     Copy,    false,  Param)                  \
+  X(SliceCols,     Shape,    Compute, false,  Start)                  \
+  X(PadCols,       Shape,    Compute, false,  Start)                  \
+  X(Transpose,     Shape,    Compute, false)                          \
+  X(ChildCount,    Source,   Compute, false)                          \
+  X(MaxChildren,   Reduce,   Compute, false)                          \
+  X(MaxChildrenGrad, Shape,  Compute, false)
 
 enum class Op : uint8_t {
 #define VJIT_X(name, ...) name,
@@ -231,7 +246,7 @@ struct Node {
   ValueId forward_value = -1;                        // Fwd: the id of the forward value read
   int dropout_key = 0;                               // Dropout: the mask's key
   int param = -1;                                    // Param, PullEmbedding, ParamGrad, EmbeddingGrad
-  int start = 0;                                     // Slice, Pad: the flat offset
+  int start = 0;                                     // Slice, Pad: the flat offset; SliceCols, PadCols: the column
   double value = 0.0;                                // Constant
   double factor = 1.0;                               // Scale
   double addend = 0.0;                               // AddScalar

@@ -99,6 +99,19 @@
 //     char_W [4H, E] | char_U [4H, H] | char_b [4H] zeros (gate order i, f, o, g)
 //     word_W [3H, E] | word_U [3H, H] | word_b [3H] zeros (gate order i, f, u)
 //     gate_W [H, E] | gate_b [H] zeros | W_out [tags, H]
+// child_sum_tree_lstm: the Child-Sum Tree-LSTM of Tai et al. 2015 (§3.1) over
+//   trees of any fan-in, 5 classes at every node. Built-in: the synthetic
+//   treebank with its internal nodes regrouped to 1–5 children each (labels
+//   kept); with a data file, its SST trees as they are (binary). Types "leaf"
+//   (tree_lstm's leaf cell) and "internal", whose children are variadic: it
+//   reads the [K, 2H] block of their [h; c] states (gather_all, K = the largest
+//   fan-in of the data); each type scatters [h; c].
+//     embedding [V, E] U ±0.1 | W_iou [3H, E] | b_iou [3H] zeros | b_f [H] ones
+//     W_out [5, H] | U_iou [3H, H] | U_f [H, H] (applied on the right: h_kᵀ U_f)
+//   Gate order of W_iou, U_iou and b_iou: i, o, u.
+//     internal: h̃ = Σ_k h_k;  iou = U_iou h̃ + b_iou;
+//               f_k = σ(h_kᵀ U_f + b_f) for every child k, one product over the block;
+//               c = σ(i) ⊙ tanh(u) + Σ_k f_k ⊙ c_k;  h = σ(o) ⊙ tanh(c)
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -138,7 +151,7 @@ struct Bundle {
 };
 
 // Names: tree_lstm, tree_fc, var_lstm, var_lstm_gates, fixed_lstm, bilstm_tagger, tree_gru,
-// mv_rnn, tree_lstm_2type, tree_lstm_outputs, lattice_lstm. Throws UserError listing them for an
+// mv_rnn, tree_lstm_2type, tree_lstm_outputs, lattice_lstm, child_sum_tree_lstm. Throws UserError listing them for an
 // unknown name.
 Bundle make_model(const std::string& name, const Config& config);
 std::vector<std::string> model_names();
@@ -158,5 +171,6 @@ Bundle make_var_lstm_gates(const Config& config);  // var_lstm with one weight p
 Bundle make_fixed_lstm(const Config& config);
 Bundle make_bilstm_tagger(const Config& config);
 Bundle make_lattice_lstm(const Config& config);
+Bundle make_child_sum_tree_lstm(const Config& config);
 
 }  // namespace vjit::models

@@ -79,6 +79,19 @@ class Builder {
   Value sum(Value x);
   Value sum_rows(Value x);
 
+  // --- matrices and the [K, d] children block of gather_all ---
+  // Elementwise ops and matmul(block, W) apply to every row of the block; the
+  // executor runs matmul(block, W) as batched GEMMs over all the task's rows.
+  Value slice_cols(Value x, int start, int length);  // [m, n] → [m, length]: columns [start, start + length)
+  Value transpose(Value x);                          // [m, n] → [n, m]
+  // The number of variadic children of the vertex, a scalar (no gradient).
+  // Needs gather_all or gather_sum first.
+  Value child_count();
+  // Over the rows of the actual children of a [K, d] block (rows [0, count),
+  // never the zero padding rows after them); zeros when there are no children.
+  Value mean_children(Value block);  // Σ_k rows / count
+  Value max_children(Value block);   // column max; its gradient goes to the arg-max row (ties: the first)
+
   // --- losses (each returns the per-vertex loss; add_loss puts it in the objective) ---
   Value softmax_cross_entropy(Value logits, Label label);
   Value squared_error(Value prediction, Value target);  // Σ (prediction − target)²
