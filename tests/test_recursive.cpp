@@ -111,6 +111,90 @@ TEST(Recursive, TreeLstmTrains) {
   EXPECT_LT(last, 0.9 * first);
 }
 
+// --- the Child-Sum Tree-LSTM over struct Phrase (any fan-in) ---
+
+// The zoo's child_sum_tree_lstm (1..5 children per node) and its samples as Phrases.
+struct ChildSumTrees {
+  models::Bundle zoo;
+  std::vector<std::unique_ptr<examples::Phrase>> phrases;
+  std::vector<const examples::Phrase*> roots;
+
+  explicit ChildSumTrees(const models::Config& config) : zoo(models::make_model("child_sum_tree_lstm", config)) {
+    for (const Sample& sample : zoo.train) {
+      phrases.push_back(examples::phrase_from_sample(sample));
+      roots.push_back(phrases.back().get());
+    }
+  }
+  int vocab() const { return zoo.model->param(zoo.model->find("embedding")).shape.dims[0]; }
+};
+
+TEST(Recursive, ChildSumTreeLstmEqualsTheZoosHandWrittenModelAndTheReference) {
+  models::Config config = testing::small_config(24);
+  config.dropout = 0;  // the recursive version has no dropout
+  ChildSumTrees trees(config);
+  // The data really has variable fan-in: one-child and wide nodes both occur.
+  std::vector<int> fan_ins(6);
+  for (const Sample& sample : trees.zoo.train)
+    for (const Vertex& v : sample.vertices) ++fan_ins.at(v.children.size());
+  EXPECT_GT(fan_ins[1], 0);
+  EXPECT_GT(fan_ins[3] + fan_ins[4] + fan_ins[5], 0);
+  const int max_children = examples::max_fan_in(trees.roots);
+
+  Model model(config.seed);
+  examples::RecursiveChildSumTreeLstm recursive(model, trees.vocab(), config.hidden, config.embed_size(), max_children);
+  ASSERT_EQ(model.size(), trees.zoo.model->size());
+  for (int p = 0; p < model.size(); ++p) {
+    EXPECT_EQ(model.param(p).name, trees.zoo.model->param(p).name);
+    EXPECT_EQ(model.param(p).value, trees.zoo.model->param(p).value) << model.param(p).name;
+  }
+  GraphBatch batch = recursive.recursion.batch(trees.roots);
+  GraphBatch zoo_batch = models::make_batch(trees.zoo.train, first_indices(int(trees.zoo.train.size())));
+  expect_same_vertices(batch, zoo_batch);
+
+  Engine engine(recursive.program), zoo_engine(*trees.zoo.program);
+  expect_same_results(engine, batch, zoo_engine, zoo_batch, 1e-5);
+  expect_matches_reference(engine, recursive.program, batch, 1e-4, "recursive Child-Sum Tree-LSTM");
+}
+
+// call_all's bound may exceed the data's fan-in: the padding rows change nothing.
+TEST(Recursive, ChildSumTreeLstmDoesNotDependOnCallAllsBound) {
+  models::Config config = testing::small_config(12);
+  config.dropout = 0;
+  ChildSumTrees trees(config);
+  const int max_children = examples::max_fan_in(trees.roots);
+  Model tight_model(config.seed), loose_model(config.seed);
+  examples::RecursiveChildSumTreeLstm tight(tight_model, trees.vocab(), config.hidden, config.embed_size(), max_children);
+  examples::RecursiveChildSumTreeLstm loose(loose_model, trees.vocab(), config.hidden, config.embed_size(),
+                                            max_children + 3);
+  Engine tight_engine(tight.program), loose_engine(loose.program);
+  expect_same_results(tight_engine, tight.recursion.batch(trees.roots), loose_engine, loose.recursion.batch(trees.roots),
+                      1e-5);
+  // A node wider than the bound is a UserError naming it.
+  examples::Phrase wide;
+  for (int k = 0; k <= max_children; ++k) {
+    wide.children.push_back(std::make_unique<examples::Phrase>());
+    wide.children.back()->word = 1;
+  }
+  EXPECT_CONTAINS(user_error_of([&] { tight.recursion.sample(wide); }),
+                  "branch 'internal' takes any number of children (at most " + std::to_string(max_children) +
+                      "), the node has " + std::to_string(max_children + 1));
+}
+
+TEST(Recursive, ChildSumTreeLstmTrains) {
+  models::Config config = testing::small_config(64);
+  config.dropout = 0;
+  ChildSumTrees trees(config);
+  Model model(config.seed);
+  examples::RecursiveChildSumTreeLstm recursive(model, trees.vocab(), config.hidden, config.embed_size(),
+                                                examples::max_fan_in(trees.roots));
+  Engine engine(recursive.program);
+  Adam adam(0.02f);
+  GraphBatch batch = recursive.recursion.batch(trees.roots);
+  double first = engine.train_step(batch, adam), last = first;
+  for (int step = 0; step < 15; ++step) last = engine.train_step(batch, adam);
+  EXPECT_LT(last, 0.9 * first);
+}
+
 // Nothing of a body runs per sample: each body runs once, when its branch is added.
 TEST(Recursive, BodiesRunOncePerBranchNotPerSample) {
   Model model(1);

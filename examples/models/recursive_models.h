@@ -4,9 +4,12 @@
 //   - the binary Tree-LSTM of the model zoo (tree_lstm in vjit/models.h: the
 //     same parameter names, shapes and order, so a Model with the same seed
 //     holds the same values) over `struct Tree`;
+//   - the Child-Sum Tree-LSTM of the zoo (child_sum_tree_lstm, likewise) over
+//     `struct Phrase`, whose nodes have any number of children (call_all);
 //   - a child-sum tree RNN over `struct NaryTree` (any number of children, or a
 //     DAG whose nodes share children): h = tanh(W x + U Σ_k h_k + b), x the
 //     node's feature row, with a softmax classifier on h where a node has a label.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -25,22 +28,52 @@ struct Tree {
 
 constexpr int kSentimentClasses = 5;
 
+// The cell both Tree-LSTMs share, with the parameters the zoo's tree_lstm and
+// child_sum_tree_lstm add first (same names, shapes, initialisations and order):
+// the leaf cell on the word's embedding, and the end of every cell.
+struct TreeLstmCell {
+  TreeLstmCell(Model& model, int vocab, int hidden, int embed)
+      : hidden(hidden),
+        embedding(model.add("embedding", Shape::mat(vocab, embed), Init::Uniform, 0.1f)),
+        w_iou(model.add("W_iou", Shape::mat(3 * hidden, embed))),
+        b_iou(model.add("b_iou", Shape::vec(3 * hidden), Init::Zeros)),
+        b_f(model.add("b_f", Shape::vec(hidden), Init::Ones)),
+        w_out(model.add("W_out", Shape::mat(kSentimentClasses, hidden))) {}
+
+  // A leaf: [h; c] of the cell on x = embedding[word], without a forget term.
+  Value leaf(Builder& f) const { return finish(f, f.matmul(w_iou, f.pull_embedding(embedding)), std::nullopt); }
+
+  // i, o, u from one product: c = σ(i) ⊙ tanh(u) + forget, h = σ(o) ⊙ tanh(c);
+  // classifies h against the node's label and returns [h; c].
+  Value finish(Builder& f, Value iou_product, std::optional<Value> forget) const {
+    Value iou = f.add(iou_product, b_iou);
+    Value i = f.sigmoid(f.slice(iou, 0, hidden));
+    Value o = f.sigmoid(f.slice(iou, hidden, hidden));
+    Value u = f.tanh(f.slice(iou, 2 * hidden, hidden));
+    Value c = f.mul(i, u);
+    if (forget) c = f.add(c, *forget);
+    Value h = f.mul(o, f.tanh(c));
+    Value logits = f.matmul(w_out, h);
+    f.push(logits);
+    f.add_loss(f.softmax_cross_entropy(logits, f.label(kSentimentClasses)));
+    return f.concat({h, c});
+  }
+
+  int hidden;
+  Param embedding, w_iou, b_iou, b_f, w_out;
+};
+
 // The Tree-LSTM of models/tree_models.cpp, written as two branches: "leaf" on
 // the word and "internal" on call(0) and call(1), each returning [h; c].
 class RecursiveTreeLstm {
  public:
   RecursiveTreeLstm(Model& model, int vocab, int hidden, int embed)
-      : program(model), recursion(program, Shape::vec(2 * hidden)), hidden_(hidden) {
-    // Added in the order and with the names and initialisations of the zoo's tree_lstm.
-    embedding_ = model.add("embedding", Shape::mat(vocab, embed), Init::Uniform, 0.1f);
-    w_iou_ = model.add("W_iou", Shape::mat(3 * hidden, embed));
-    b_iou_ = model.add("b_iou", Shape::vec(3 * hidden), Init::Zeros);
-    b_f_ = model.add("b_f", Shape::vec(hidden), Init::Ones);
-    w_out_ = model.add("W_out", Shape::mat(kSentimentClasses, hidden));
-    u_iou_ = model.add("U_iou", Shape::mat(3 * hidden, 2 * hidden));
-    u_f1_ = model.add("U_f1", Shape::mat(hidden, hidden));
-    u_f2_ = model.add("U_f2", Shape::mat(hidden, hidden));
-
+      : program(model),
+        recursion(program, Shape::vec(2 * hidden)),
+        cell_(model, vocab, hidden, embed),
+        u_iou_(model.add("U_iou", Shape::mat(3 * hidden, 2 * hidden))),
+        u_f1_(model.add("U_f1", Shape::mat(hidden, hidden))),
+        u_f2_(model.add("U_f2", Shape::mat(hidden, hidden))) {
     recursion
         .children([](const Tree& t) {
           return t.left || t.right ? std::vector<const Tree*>{t.left.get(), t.right.get()} : std::vector<const Tree*>{};
@@ -48,17 +81,16 @@ class RecursiveTreeLstm {
         .branch([](const Tree& t) { return t.left || t.right ? 1 : 0; })
         .token([](const Tree& t) { return t.word; })
         .label([](const Tree& t) { return t.label; });
-    recursion.add_branch("leaf", Arity::exactly(0), [this](Builder& f, Calls&) {
-      return cell(f, f.matmul(w_iou_, f.pull_embedding(embedding_)), std::nullopt);
-    });
+    recursion.add_branch("leaf", Arity::exactly(0), [this](Builder& f, Calls&) { return cell_.leaf(f); });
     recursion.add_branch("internal", Arity::exactly(2), [this](Builder& f, Calls& calls) {
+      const int hidden = cell_.hidden;
       Value left = calls.call(0), right = calls.call(1);
-      Value h1 = f.slice(left, 0, hidden_), c1 = f.slice(left, hidden_, hidden_);
-      Value h2 = f.slice(right, 0, hidden_), c2 = f.slice(right, hidden_, hidden_);
-      Value f1 = f.sigmoid(f.add(f.matmul(u_f1_, h1), b_f_));
-      Value f2 = f.sigmoid(f.add(f.matmul(u_f2_, h2), b_f_));
+      Value h1 = f.slice(left, 0, hidden), c1 = f.slice(left, hidden, hidden);
+      Value h2 = f.slice(right, 0, hidden), c2 = f.slice(right, hidden, hidden);
+      Value f1 = f.sigmoid(f.add(f.matmul(u_f1_, h1), cell_.b_f));
+      Value f2 = f.sigmoid(f.add(f.matmul(u_f2_, h2), cell_.b_f));
       Value forget = f.add(f.mul(f1, c1), f.mul(f2, c2));
-      return cell(f, f.matmul(u_iou_, f.concat({h1, h2})), forget);
+      return cell_.finish(f, f.matmul(u_iou_, f.concat({h1, h2})), forget);
     });
   }
   RecursiveTreeLstm(const RecursiveTreeLstm&) = delete;  // `recursion` points to `program`
@@ -67,25 +99,67 @@ class RecursiveTreeLstm {
   Recursive<Tree> recursion;
 
  private:
-  // i, o, u from one product: c = σ(i) ⊙ tanh(u) + forget, h = σ(o) ⊙ tanh(c);
-  // classifies h against the node's label and returns [h; c].
-  Value cell(Builder& f, Value iou_product, std::optional<Value> forget) const {
-    Value iou = f.add(iou_product, b_iou_);
-    Value i = f.sigmoid(f.slice(iou, 0, hidden_));
-    Value o = f.sigmoid(f.slice(iou, hidden_, hidden_));
-    Value u = f.tanh(f.slice(iou, 2 * hidden_, hidden_));
-    Value c = f.mul(i, u);
-    if (forget) c = f.add(c, *forget);
-    Value h = f.mul(o, f.tanh(c));
-    Value logits = f.matmul(w_out_, h);
-    f.push(logits);
-    f.add_loss(f.softmax_cross_entropy(logits, f.label(kSentimentClasses)));
-    return f.concat({h, c});
-  }
-
-  int hidden_;
-  Param embedding_, w_iou_, b_iou_, b_f_, w_out_, u_iou_, u_f1_, u_f2_;
+  TreeLstmCell cell_;
+  Param u_iou_, u_f1_, u_f2_;
 };
+
+// A phrase of a sentence with any number of parts: a leaf (no children) is a
+// word; an internal node has one or more children.
+struct Phrase {
+  int word = -1;   // leaves: the word's id
+  int label = -1;  // sentiment class 0..4, -1: none
+  std::vector<std::unique_ptr<Phrase>> children;
+};
+
+// The Child-Sum Tree-LSTM of the zoo's child_sum_tree_lstm (Tai et al. 2015,
+// §3.1; the same parameters) over `struct Phrase`: "leaf" on the word and
+// "internal" on call_all, the [max_children, 2H] block of its children's
+// [h; c] rows, with one forget gate per child from one product over the block.
+class RecursiveChildSumTreeLstm {
+ public:
+  RecursiveChildSumTreeLstm(Model& model, int vocab, int hidden, int embed, int max_children)
+      : program(model),
+        recursion(program, Shape::vec(2 * hidden)),
+        cell_(model, vocab, hidden, embed),
+        u_iou_(model.add("U_iou", Shape::mat(3 * hidden, hidden))),
+        u_f_(model.add("U_f", Shape::mat(hidden, hidden))) {
+    recursion
+        .children([](const Phrase& p) -> const std::vector<std::unique_ptr<Phrase>>& { return p.children; })
+        .branch([](const Phrase& p) { return p.children.empty() ? 0 : 1; })
+        .token([](const Phrase& p) { return p.word; })
+        .label([](const Phrase& p) { return p.label; });
+    recursion.add_branch("leaf", Arity::exactly(0), [this](Builder& f, Calls&) { return cell_.leaf(f); });
+    recursion.add_branch("internal", Arity::any(max_children), [this, max_children](Builder& f, Calls& calls) {
+      const int hidden = cell_.hidden;
+      Value block = calls.call_all(max_children);  // row k: child k's [h; c]; zero rows after the last child
+      Value h = f.slice_cols(block, 0, hidden), c = f.slice_cols(block, hidden, hidden);
+      Value forget_gates = f.sigmoid(f.add(f.matmul(h, u_f_), cell_.b_f));  // row k: σ(h_kᵀ U_f + b_f)
+      Value forget = f.sum_rows(f.mul(forget_gates, c));                    // Σ_k f_k ⊙ c_k (padding adds 0)
+      return cell_.finish(f, f.matmul(u_iou_, f.sum_rows(h)), forget);
+    });
+  }
+  RecursiveChildSumTreeLstm(const RecursiveChildSumTreeLstm&) = delete;
+
+  Program program;
+  Recursive<Phrase> recursion;
+
+ private:
+  TreeLstmCell cell_;
+  Param u_iou_, u_f_;
+};
+
+// The largest number of children of a node under the roots (call_all's bound).
+inline int max_fan_in(const std::vector<const Phrase*>& roots) {
+  int most = 0;
+  std::vector<const Phrase*> stack(roots.begin(), roots.end());
+  while (!stack.empty()) {
+    const Phrase* phrase = stack.back();
+    stack.pop_back();
+    most = std::max(most, int(phrase->children.size()));
+    for (const auto& child : phrase->children) stack.push_back(child.get());
+  }
+  return most;
+}
 
 // A binary tree sample of the model zoo (leaves: a token, no children; internal
 // vertices: two children; the root last) as a Tree.
@@ -101,6 +175,18 @@ inline std::unique_ptr<Tree> tree_from_sample(const Sample& sample, int vertex =
     tree->right = tree_from_sample(sample, v.children.at(1));
   }
   return tree;
+}
+
+// A tree sample of the model zoo with any fan-in (leaves: a token; the root
+// last), e.g. child_sum_tree_lstm's, as a Phrase.
+inline std::unique_ptr<Phrase> phrase_from_sample(const Sample& sample, int vertex = -1) {
+  if (vertex < 0) vertex = int(sample.vertices.size()) - 1;
+  const Vertex& v = sample.vertices.at(size_t(vertex));
+  auto phrase = std::make_unique<Phrase>();
+  phrase->label = v.label;
+  if (v.children.empty()) phrase->word = v.token;
+  for (int child : v.children) phrase->children.push_back(phrase_from_sample(sample, child));
+  return phrase;
 }
 
 struct NaryTree {
