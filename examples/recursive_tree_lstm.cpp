@@ -2,7 +2,10 @@
 //   1. the binary Tree-LSTM over `struct Tree { int word, label; unique_ptr<Tree> left, right; }`,
 //      checked against the model zoo's hand-written tree_lstm (same seed, same
 //      parameter names) and the reference interpreter, then trained with Adam;
-//   2. a child-sum tree RNN over `struct NaryTree { ...; vector<NaryTree*> children; }`
+//   2. the Child-Sum Tree-LSTM over `struct Phrase { int word, label; vector<unique_ptr<Phrase>> children; }`
+//      (1-5 children per node, call_all, one forget gate per child), checked
+//      likewise against the zoo's child_sum_tree_lstm and the reference, then trained;
+//   3. a child-sum tree RNN over `struct NaryTree { ...; vector<NaryTree*> children; }`
 //      (any number of children, call_sum), checked against a hand-written
 //      vertex function, on trees and on DAGs whose nodes share children.
 // Exits with 1 when a result differs or the loss does not go down (ctest runs it).
@@ -21,6 +24,7 @@ namespace {
 using namespace vjit;
 using vjit::examples::NaryForest;
 using vjit::examples::NaryTree;
+using vjit::examples::Phrase;
 using vjit::examples::Tree;
 
 int failures = 0;
@@ -79,53 +83,85 @@ bool same_vertices(const GraphBatch& a, const GraphBatch& b) {
   return true;
 }
 
-void tree_lstm(int hidden, int steps) {
-  std::printf("Tree-LSTM over struct Tree (hidden %d)\n", hidden);
-  models::Config config;
-  config.hidden = hidden;
-  config.train_samples = 256;
-  config.test_samples = 0;
-  models::Bundle zoo = models::make_model("tree_lstm", config);  // the hand-written vertex functions
-  std::vector<std::unique_ptr<Tree>> trees;
-  for (const Sample& sample : zoo.train) trees.push_back(examples::tree_from_sample(sample));
-
-  Model model(config.seed);
-  int vocab = zoo.model->param(zoo.model->find("embedding")).shape.dims[0];
-  examples::RecursiveTreeLstm recursive(model, vocab, hidden, config.embed_size());
+// Checks a recursive model against the zoo's hand-written one: the same
+// parameters, graphs, loss, outputs and gradients, the same as the reference
+// interpreter's; then trains it with Adam over batches of 32 trees.
+template <typename Node>
+void check_against_zoo(const models::Bundle& zoo, const Model& model, Program& program,
+                       const Recursive<Node>& recursion, const std::vector<std::unique_ptr<Node>>& trees,
+                       const std::string& zoo_name, uint64_t seed, int steps) {
   bool same_parameters = model.size() == zoo.model->size();
   for (int p = 0; same_parameters && p < model.size(); ++p)
     same_parameters = model.param(p).name == zoo.model->param(p).name && model.param(p).value == zoo.model->param(p).value;
-  check(same_parameters, "same parameters as the zoo's tree_lstm (seed " + std::to_string(config.seed) + ")");
+  check(same_parameters, "same parameters as the zoo's " + zoo_name + " (seed " + std::to_string(seed) + ")");
 
-  std::vector<const Tree*> roots;
+  std::vector<const Node*> roots;
   for (int i = 0; i < 32; ++i) roots.push_back(trees[size_t(i)].get());
-  GraphBatch batch = recursive.recursion.batch(roots);
+  GraphBatch batch = recursion.batch(roots);
   std::vector<int> indices(32);
   for (int i = 0; i < 32; ++i) indices[size_t(i)] = i;
   GraphBatch zoo_batch = models::make_batch(zoo.train, indices);
   check(same_vertices(batch, zoo_batch), "the walk makes the zoo's graphs: same vertices, children, tokens, labels");
 
-  Engine engine(recursive.program), zoo_engine(*zoo.program);
+  Engine engine(program), zoo_engine(*zoo.program);
   auto [result, grads] = run(engine, batch);
   auto [zoo_result, zoo_grads] = run(zoo_engine, zoo_batch);
   compare("recursive vs hand-written", result, grads, zoo_result, zoo_grads, 1e-5);
   RunOptions reference_options;
   reference_options.training = false;
-  Evaluation<double> reference =
-      reference_evaluate(recursive.program, parameter_values<double>(model), batch, reference_options);
+  Evaluation<double> reference = reference_evaluate(program, parameter_values<double>(model), batch, reference_options);
   compare("recursive vs reference", result, grads, reference, reference.param_grads, 1e-4);
 
   Adam adam(0.01f);
   double first = 0, last = 0;
   for (int step = 0; step < steps; ++step) {
-    std::vector<const Tree*> step_roots;
+    std::vector<const Node*> step_roots;
     for (int i = 0; i < 32; ++i) step_roots.push_back(trees[size_t((step * 32 + i) % trees.size())].get());
-    double loss = engine.train_step(recursive.recursion.batch(step_roots), adam);
+    double loss = engine.train_step(recursion.batch(step_roots), adam);
     if (step % 8 == 0 || step == steps - 1) std::printf("  step %2d: loss %.4f\n", step, loss);
     if (step < 8) first += loss;
     if (step >= steps - 8) last += loss;
   }
   check(last < first, "training: the loss of the last 8 steps is below the first 8's");
+}
+
+models::Config zoo_config(int hidden) {
+  models::Config config;
+  config.hidden = hidden;
+  config.train_samples = 256;
+  config.test_samples = 0;
+  return config;
+}
+
+int vocab_of(const models::Bundle& zoo) { return zoo.model->param(zoo.model->find("embedding")).shape.dims[0]; }
+
+void tree_lstm(int hidden, int steps) {
+  std::printf("Tree-LSTM over struct Tree (hidden %d)\n", hidden);
+  models::Config config = zoo_config(hidden);
+  models::Bundle zoo = models::make_model("tree_lstm", config);  // the hand-written vertex functions
+  std::vector<std::unique_ptr<Tree>> trees;
+  for (const Sample& sample : zoo.train) trees.push_back(examples::tree_from_sample(sample));
+  Model model(config.seed);
+  examples::RecursiveTreeLstm recursive(model, vocab_of(zoo), hidden, config.embed_size());
+  check_against_zoo(zoo, model, recursive.program, recursive.recursion, trees, "tree_lstm", config.seed, steps);
+}
+
+void child_sum_tree_lstm(int hidden, int steps) {
+  std::printf("Child-Sum Tree-LSTM over struct Phrase, 1-5 children per node (hidden %d)\n", hidden);
+  models::Config config = zoo_config(hidden);
+  models::Bundle zoo = models::make_model("child_sum_tree_lstm", config);
+  std::vector<std::unique_ptr<Phrase>> phrases;
+  std::vector<const Phrase*> roots;
+  for (const Sample& sample : zoo.train) {
+    phrases.push_back(examples::phrase_from_sample(sample));
+    roots.push_back(phrases.back().get());
+  }
+  const int max_children = examples::max_fan_in(roots);
+  std::printf("  at most %d children per node\n", max_children);
+  Model model(config.seed);
+  examples::RecursiveChildSumTreeLstm recursive(model, vocab_of(zoo), hidden, config.embed_size(), max_children);
+  check_against_zoo(zoo, model, recursive.program, recursive.recursion, phrases, "child_sum_tree_lstm", config.seed,
+                    steps);
 }
 
 // The same samples without the front end: a hand-written walk over the nodes.
@@ -208,6 +244,7 @@ int main(int argc, char** argv) {
   }
   try {
     tree_lstm(hidden, steps);
+    child_sum_tree_lstm(hidden, steps);
     child_sum_rnn(hidden, "trees", 0.0);
     child_sum_rnn(hidden, "DAGs with shared children", 0.3);
   } catch (const vjit::Error& e) {
