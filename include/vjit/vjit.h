@@ -17,6 +17,7 @@
 #include "vjit/options.h"
 #include "vjit/program.h"
 #include "vjit/random.h"
+#include "vjit/recursive.h"
 #include "vjit/reference.h"
 #include "vjit/roofline.h"
 #include "vjit/run.h"
