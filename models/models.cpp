@@ -16,6 +16,7 @@ const std::map<std::string, std::function<Bundle(const Config&)>>& registry() {
       {"var_lstm", make_var_lstm},           {"var_lstm_gates", make_var_lstm_gates},
       {"fixed_lstm", make_fixed_lstm},       {"bilstm_tagger", make_bilstm_tagger},
       {"lattice_lstm", make_lattice_lstm},
+      {"rntn", make_rntn},                   {"tree_rnn", make_tree_rnn},
   };
   return models;
 }

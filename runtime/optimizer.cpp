@@ -394,6 +394,7 @@ int64_t Optimizer::plan_chunks(const Model& model, const std::vector<GradientRow
   chunks_.clear();
   int64_t work = 0;
   for (int i = 0; i < model.size(); ++i) {
+    if (model.param(i).frozen) continue;  // never updated, not in the norm
     const Shape& shape = model.param(i).shape;
     if (rows.empty() || rows[size_t(i)].all) {
       const int64_t numel = shape.numel();
