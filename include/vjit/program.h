@@ -61,6 +61,7 @@ class Builder {
   // frozen parameter "<type>.constant<k>" of the model (so checkpoints save it
   // and the reference interpreter reads it), and, like a parameter, uniform
   // across vertices: combine it with per-vertex values (add, mul, matmul, ...).
+  // Pass a std::vector: a braced single value, constant(shape, {1.0f}), is the fill above.
   Value constant(Shape shape, std::vector<float> values);
 
   // --- ops ---
