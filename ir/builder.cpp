@@ -2,6 +2,7 @@
 // added so a mistake is reported at the line that made it, naming the vertex
 // type, the op and the shapes.
 #include <algorithm>
+#include <utility>
 
 #include "ir/autodiff.h"
 #include "ir/passes.h"
@@ -16,6 +17,10 @@ using ir::Op;
 Builder::Builder(const Model& model, std::string type_name) : model_(model), type_name_(std::move(type_name)) {
   function_.name = type_name_;
   signature_.name = type_name_;
+}
+
+Builder::Builder(Model& model, std::string type_name) : Builder(std::as_const(model), std::move(type_name)) {
+  mutable_model_ = &model;
 }
 
 void Builder::fail(const std::string& op, const std::string& what) const {
@@ -121,6 +126,16 @@ Value Builder::constant(Shape shape, double value) {
   Node n = Node::make(Op::Constant, shape);
   n.value = value;
   return emit(n);
+}
+
+Value Builder::constant(Shape shape, std::vector<float> values) {
+  if (shape.rank < 1 || int64_t(values.size()) != shape.numel())
+    fail("constant", "shape " + shape.str() + " needs " + std::to_string(shape.numel()) + " values, got " +
+                         std::to_string(values.size()));
+  if (mutable_model_ == nullptr)
+    fail("constant", "a constant tensor needs a Builder of a Program (it is kept in the model, which is const here)");
+  std::string name = type_name_ + ".constant" + std::to_string(next_constant_++);
+  return param(mutable_model_->add_frozen(name, shape, std::move(values)));
 }
 
 // --- ops ---
@@ -311,6 +326,34 @@ Value Builder::max_children(Value block) {
   if (function_[block.id].uniform) fail("max_children", "operand is a parameter; vjit computes per-vertex values only");
   if (!signature_.variadic) fail("max_children", "the vertex has no variadic children: call gather_all first");
   return emit(Node::make(Op::MaxChildren, Shape::vec(block.shape.dims[1]), {block.id}));
+
+// --- outer products and bilinear forms ---
+
+Value Builder::outer(Value a, Value b) {
+  check_value(a, "outer");
+  check_value(b, "outer");
+  if (function_[a.id].uniform || function_[b.id].uniform)
+    fail("outer", "operand is a parameter; vjit computes per-vertex values only");
+  if (a.shape.rank != 1 || b.shape.rank != 1)
+    fail("outer", "needs two vectors, got " + a.shape.str() + " and " + b.shape.str());
+  Node n = Node::make(Op::Outer, Shape::mat(a.shape.dims[0], b.shape.dims[0]));
+  n.args = {a.id, b.id};
+  return emit(n);
+}
+
+Value Builder::bilinear(Value x, Param V) {
+  check_value(x, "bilinear");
+  if (V.id < 0 || V.id >= model_.size()) fail("bilinear", "unknown parameter id " + std::to_string(V.id));
+  if (x.shape.rank != 1) fail("bilinear", "x must be a vector, got " + x.shape.str());
+  if (function_[x.id].uniform) fail("bilinear", "x is a parameter; vjit computes per-vertex values only");
+  const ParamData& data = model_.param(V.id);
+  const int n = x.shape.dims[0];
+  if (data.shape.rank != 2 || data.shape.dims[1] != n || data.shape.dims[0] % n != 0)
+    fail("bilinear", "parameter '" + data.name + "' must be [k·" + std::to_string(n) + ", " + std::to_string(n) +
+                         "] for x " + x.shape.str() + ", got " + data.shape.str());
+  const int k = data.shape.dims[0] / n;
+  Value t = matmul(V, x);                         // [k·n]: row block i is V_i x
+  return matmul(reshape(t, Shape::mat(k, n)), x);  // y_i = (V_i x) · x
 }
 
 // --- losses and outputs ---
@@ -366,9 +409,26 @@ void Builder::push(Value v) {
 
 Program::Program(Model& model) : model_(&model) {}
 
-int Program::add_type(const std::string& name, const std::function<void(Builder&)>& body) {
-  for (const VertexType& t : types_)
-    VJIT_USER_CHECK(t.signature.name != name, "Program::add_type: vertex type '" << name << "' already exists");
+namespace {
+
+// ∂F less the gradient sinks of frozen parameters; simplify() then removes
+// what only they read.
+ir::Function without_frozen_gradients(const ir::Function& backward, const Model& model) {
+  ir::Function out;
+  out.name = backward.name;
+  std::vector<ir::ValueId> renumbered(size_t(backward.size()), -1);
+  for (int id = 0; id < backward.size(); ++id) {
+    Node node = backward[id];
+    if ((node.op == Op::ParamGrad || node.op == Op::EmbeddingGrad) && model.param(node.param).frozen) continue;
+    for (ir::ValueId& arg : node.args) arg = renumbered[size_t(arg)];
+    renumbered[size_t(id)] = out.add(std::move(node));
+  }
+  return out;
+}
+
+}  // namespace
+
+Program::VertexType Program::build_type(const std::string& name, const std::function<void(Builder&)>& body) {
   Builder builder(*model_, name);
   body(builder);
   VertexType type;
@@ -383,9 +443,21 @@ int Program::add_type(const std::string& name, const std::function<void(Builder&
                                     << " but never slot " << k);
   ir::verify(type.forward);
   type.forward = ir::simplify(type.forward);
-  type.backward = ir::simplify(ir::differentiate(type.forward));
+  type.backward = ir::simplify(without_frozen_gradients(ir::differentiate(type.forward), *model_));
   ir::verify(type.backward);
-  types_.push_back(std::move(type));
+  return type;
+}
+
+int Program::add_type(const std::string& name, const std::function<void(Builder&)>& body) {
+  for (const VertexType& t : types_)
+    VJIT_USER_CHECK(t.signature.name != name, "Program::add_type: vertex type '" << name << "' already exists");
+  const int params_before = model_->size();
+  try {
+    types_.push_back(build_type(name, body));
+  } catch (...) {
+    model_->truncate(params_before);  // the constant tensors of the failed type
+    throw;
+  }
   return int(types_.size()) - 1;
 }
 

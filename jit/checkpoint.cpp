@@ -26,6 +26,7 @@ constexpr const char* kSignatureKey = "vjit.signature";
 constexpr const char* kTrainStepsKey = "vjit.train_steps";
 constexpr const char* kOptimizerKey = "vjit.optimizer";
 constexpr const char* kSlotsKey = "vjit.optimizer.slots";
+constexpr const char* kFrozenKey = "vjit.frozen";
 constexpr const char* kStepTensor = "optimizer.step";
 constexpr std::string_view kReservedPrefix = "vjit.";
 constexpr std::string_view kOptimizerPrefix = "optimizer.";
@@ -87,6 +88,14 @@ void check_values(const std::string& path, const Model& model, const char* doing
                                      << " values but its shape " << param.shape.str() << " needs "
                                      << param.shape.numel());
   }
+}
+
+// The names of the model's frozen parameters (constants included), comma-separated.
+std::string frozen_names(const Model& model) {
+  std::vector<std::string> names;
+  for (int p = 0; p < model.size(); ++p)
+    if (model.param(p).frozen) names.push_back(model.param(p).name);
+  return join(names);
 }
 
 std::vector<Tensor> parameter_tensors(const Model& model) {
@@ -179,6 +188,24 @@ class Loader {
       fail("it was saved for another program: " + first_difference(program.signature_string(), signature));
   }
 
+  // A checkpoint records which parameters were frozen; loading checks the
+  // model freezes the same ones (freezing is the program's choice, made
+  // before its vertex types are built, so it is checked, not applied).
+  // Files written before the entry existed carry none and are not checked.
+  void check_frozen(const Model& model) const {
+    if (!file_.metadata.contains(kFrozenKey)) return;
+    const std::string& saved = metadata(kFrozenKey);
+    if (saved == frozen_names(model)) return;
+    const std::vector<std::string> saved_names = saved.empty() ? std::vector<std::string>{} : split(saved);
+    const std::set<std::string> saved_set(saved_names.begin(), saved_names.end());
+    for (int p = 0; p < model.size(); ++p)
+      if (model.param(p).frozen != saved_set.contains(model.param(p).name))
+        fail("parameter '" + model.param(p).name + "' is " + (model.param(p).frozen ? "frozen" : "trainable") +
+             " in the model but was " + (model.param(p).frozen ? "trainable" : "frozen") + " in the saved run");
+    fail(std::string("its \"") + kFrozenKey + "\" is '" + saved + "', the model's frozen parameters are '" +
+         frozen_names(model) + "'");
+  }
+
   uint64_t train_steps() const {
     const std::string& text = metadata(kTrainStepsKey);
     uint64_t steps = 0;
@@ -249,6 +276,7 @@ void save_checkpoint(const std::string& path, const Engine& engine, const Optimi
   metadata[kVersionKey] = kVersion;
   metadata[kSignatureKey] = engine.program().signature_string();
   metadata[kTrainStepsKey] = std::to_string(engine.train_steps());
+  metadata[kFrozenKey] = frozen_names(model);
 
   std::vector<Tensor> tensors;
   OptimizerState state;
@@ -295,6 +323,7 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Engi
   Model& model = program.model();
   check_values(path, model, "load");
   loader.check_checkpoint(program);
+  loader.check_frozen(model);
   const uint64_t train_steps = loader.train_steps();
   const std::vector<std::string_view> values = loader.parameters(model);
   OptimizerState state;  // empty: the next step makes a fresh one

@@ -17,6 +17,7 @@ const std::map<std::string, std::function<Bundle(const Config&)>>& registry() {
       {"fixed_lstm", make_fixed_lstm},       {"bilstm_tagger", make_bilstm_tagger},
       {"lattice_lstm", make_lattice_lstm},   {"child_sum_tree_lstm", make_child_sum_tree_lstm},
       {"seq2seq", make_seq2seq},
+      {"rntn", make_rntn},                   {"tree_rnn", make_tree_rnn},
   };
   return models;
 }

@@ -357,8 +357,47 @@ Bundle make_child_sum_tree_lstm(const Config& config) {
   types.leaf = bundle.program->add_type("leaf", [&](Builder& b) { cell.leaf(b); });
   types.internal = bundle.program->add_type(
       "internal", [&](Builder& b) { child_sum_internal(b, cell, u_iou, u_f, max_children); });
+
+// --- RNTN (Socher et al. 2013) and the plain tree RNN it extends ---
+
+namespace {
+
+// h = tanh([xᵀ V x +] W x + b) over x = [h1; h2] at internal nodes, h =
+// embedding[word] at leaves; 5 classes at every node. With `tensor` false this
+// is the plain recursive network of the same size (the RNTN's baseline).
+Bundle recursive_tensor_network(const Config& config, bool tensor) {
+  Bundle bundle;
+  Model& m = start_bundle(bundle, config);
+  TreeData data = load_trees(config);
+  const int H = config.hidden;
+  Param embedding = m.add("embedding", mat(data.vocab.size(), H), Init::Uniform, 0.1f);
+  Param w = m.add("W", mat(H, 2 * H)), b_w = m.add("b", vec(H), Init::Zeros);
+  Param v;
+  if (tensor) v = m.add("V", mat(H * 2 * H, 2 * H), Init::Uniform, 1.0f / float(4 * H));
+  Param w_out = m.add("W_out", mat(kSentimentClasses, H));
+  TreeTypes types;
+  types.leaf = bundle.program->add_type("leaf", [&](Builder& b) {
+    Value h = b.pull_embedding(embedding);
+    classify(b, w_out, h, kSentimentClasses);
+    b.scatter(h);
+  });
+  types.internal = bundle.program->add_type("internal", [&](Builder& b) {
+    Value x = b.concat({b.gather(0, vec(H)), b.gather(1, vec(H))});
+    Value pre = b.add(b.matmul(w, x), b_w);
+    if (tensor) pre = b.add(pre, b.bilinear(x, v));
+    Value h = b.tanh(pre);
+    classify(b, w_out, h, kSentimentClasses);
+    b.scatter(h);
+  });
+  add_tree_samples(bundle, data, types);
   bundle.classifier_types = {types.leaf, types.internal};
   return bundle;
 }
+
+
+}  // namespace
+
+Bundle make_rntn(const Config& config) { return recursive_tensor_network(config, true); }
+Bundle make_tree_rnn(const Config& config) { return recursive_tensor_network(config, false); }
 
 }  // namespace vjit::models

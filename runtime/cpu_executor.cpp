@@ -181,6 +181,35 @@ uint64_t step_reads(const FunctionPlan& fp, const std::vector<uint64_t>& alias, 
   return mask;
 }
 
+
+// y[m] = op(A)[m, k] · x[k] for one vertex, A's rows lda floats apart (op =
+// transpose when `trans`: A stored [k, m]). A per-vertex matrix-vector product
+// (MV-RNN's A b, the bilinear form's contraction) is too small for a library
+// GEMM call to pay: these loops over the task's rows replace one sgemm per row.
+void matrix_vector(bool trans, int64_t m, int64_t k, const float* a, int64_t lda, const float* x, float* y) {
+  if (trans) {  // y = Σ_j x[j] · row j of A
+    std::fill_n(y, m, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const float xj = x[j];
+      const float* row = a + j * lda;
+      for (int64_t i = 0; i < m; ++i) y[i] += xj * row[i];
+    }
+    return;
+  }
+  constexpr int64_t kLanes = 8;  // independent partial sums, so the dot products vectorise
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = a + i * lda;
+    float partial[kLanes] = {};
+    int64_t j = 0;
+    for (; j + kLanes <= k; j += kLanes)
+      for (int64_t l = 0; l < kLanes; ++l) partial[l] += row[j + l] * x[j + l];
+    for (; j < k; ++j) partial[0] += row[j] * x[j];
+    float sum = 0.0f;
+    for (float p : partial) sum += p;
+    y[i] = sum;
+  }
+}
+
 }  // namespace
 
 // --- parameter store ---
@@ -1172,6 +1201,17 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   frame.stats->gemm_flops += p.flops() * double(R);
   frame.last_gemm = {p.m, p.n, p.k};
   // The rows' products are independent: blocks of rows run on the pool's threads.
+  if (sb.rank == 1 || sa.rank == 1) {  // matrix times vector, or vector times matrix
+    for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
+      for (int64_t r = begin; r < begin + count; ++r) {
+        const float *pa = a.data + r * a.ld, *pb = b.data + r * b.ld;
+        float* y = out.data + r * out.ld;
+        if (sb.rank == 1) matrix_vector(node.trans_a, p.m, p.k, pa, p.lda, pb, y);
+        else matrix_vector(!node.trans_b, p.n, p.k, pb, p.ldb, pa, y);  // yᵀ = op(B)ᵀ a
+      }
+    });
+    return;
+  }
   for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r)
       sgemm(gemm_backend_, node.trans_a, node.trans_b, p.m, p.n, p.k, 1.0f, a.data + r * a.ld, p.lda,

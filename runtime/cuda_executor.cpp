@@ -417,6 +417,7 @@ void CudaExecutor::download_touched(Source&& source, Dense&& dense, Put&& put) {
   DevicePtr block = reserve(pushes_, std::max<int64_t>(sparse_floats, 1));  // the push buffer is free here
   int64_t used = 0;
   for (int p = 0; p < model.size(); ++p) {
+    if (model.param(p).frozen) continue;  // optimizers never update it
     const GradientRows& rows = store_.touched_.of(p);
     if (rows.all) {
       device_.download_async(dense(p), source(p), size_t(bytes_of(model.param(p).shape.numel())));
@@ -436,6 +437,7 @@ void CudaExecutor::download_touched(Source&& source, Dense&& dense, Put&& put) {
   device_.synchronize();
   used = 0;
   for (int p = 0; p < model.size(); ++p) {
+    if (model.param(p).frozen) continue;  // optimizers never update it
     const GradientRows& rows = store_.touched_.of(p);
     if (rows.all) continue;
     const int64_t cols = model.param(p).shape.cols();
@@ -558,6 +560,7 @@ void CudaExecutor::update(Optimizer& optimizer) {
   std::vector<Segment> segments;
   pairs_.clear();
   for (int p = 0; p < model.size(); ++p) {
+    if (model.param(p).frozen) continue;  // optimizers never update it
     const GradientRows& rows = store_.touched_.of(p);
     const int64_t cols = model.param(p).shape.cols();
     Segment segment{int64_t(pairs_.size() / 4), 0, rows.all ? model.param(p).shape.numel() : cols};

@@ -43,6 +43,25 @@ Param Model::add(const std::string& name, Shape shape, Init init, float scale) {
   return Param{int(params_.size()) - 1, shape};
 }
 
+Param Model::add_frozen(const std::string& name, Shape shape, std::vector<float> values) {
+  VJIT_USER_CHECK(shape.rank >= 1 && int64_t(values.size()) == shape.numel(),
+                  "Model::add_frozen: parameter '" << name << "' of shape " << shape.str() << " needs "
+                                                   << shape.numel() << " values, got " << values.size());
+  Param p = add(name, shape, Init::Zeros);
+  params_.back().value = std::move(values);
+  params_.back().frozen = true;
+  return p;
+}
+
+void Model::freeze(Param p, bool frozen) {
+  VJIT_USER_CHECK(p.id >= 0 && p.id < size(), "Model::freeze: unknown parameter id " << p.id);
+  params_[size_t(p.id)].frozen = frozen;
+}
+
+void Model::truncate(int size) {
+  if (size >= 0 && size < this->size()) params_.resize(size_t(size));
+}
+
 Param Model::find(const std::string& name) const {
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].name == name) return Param{int(i), params_[i].shape};

@@ -394,6 +394,7 @@ int64_t Optimizer::plan_chunks(const Model& model, const std::vector<GradientRow
   chunks_.clear();
   int64_t work = 0;
   for (int i = 0; i < model.size(); ++i) {
+    if (model.param(i).frozen) continue;  // never updated, not in the norm
     const Shape& shape = model.param(i).shape;
     if (rows.empty() || rows[size_t(i)].all) {
       const int64_t numel = shape.numel();
@@ -884,6 +885,87 @@ NonFiniteUpdate Adam::preview(int, const float* w, float* const* state, const fl
     return std::array<float, 3>{x.w, x.m, x.v};
   });
   found.element += begin;
+  return found;
+}
+
+// --- AdaGrad ---
+
+namespace {
+
+struct AdaGradConstants {
+  float lr, scale, weight_decay, eps;
+};
+
+// d = g·scale + wd·w, G ← G + d², w ← w − lr·d/(√G + eps).
+struct WeightAndSum {
+  float w, sum;
+};
+template <bool kHasG>
+[[gnu::always_inline]] inline WeightAndSum adagrad_element(float w, float sum, float g, const AdaGradConstants& c) {
+  float d;
+  if constexpr (kHasG) d = g * c.scale + c.weight_decay * w;
+  else d = c.weight_decay * w;
+  const float s = sum + d * d;
+  return {w - c.lr * d / (std::sqrt(s) + c.eps), s};
+}
+
+VJIT_VECTOR_CLONES void adagrad_update(float* __restrict w, float* __restrict sum, const float* __restrict g,
+                                       int64_t n, AdaGradConstants c) {
+  if (g) {
+    for (int64_t k = 0; k < n; ++k) {
+      const WeightAndSum x = adagrad_element<true>(w[k], sum[k], g[k], c);
+      w[k] = x.w;
+      sum[k] = x.sum;
+    }
+  } else {
+    for (int64_t k = 0; k < n; ++k) {
+      const WeightAndSum x = adagrad_element<false>(w[k], sum[k], 0.0f, c);
+      w[k] = x.w;
+      sum[k] = x.sum;
+    }
+  }
+}
+
+}  // namespace
+
+AdaGrad::AdaGrad(float lr, float eps, float weight_decay, float clip_norm)
+    : Optimizer(lr, clip_norm), eps_(eps), weight_decay_(weight_decay) {
+  check_hyper(finite(eps) && eps > 0.0f, "AdaGrad", "eps", eps, "a finite value > 0");
+  check_hyper(finite(weight_decay) && weight_decay >= 0.0f, "AdaGrad", "weight_decay", weight_decay,
+              "a finite value >= 0");
+}
+
+std::vector<std::string> AdaGrad::state_slot_names() const {
+  return {"sum"};  // torch.optim.Adagrad's name for the accumulated squares
+}
+
+std::vector<std::pair<std::string, double>> AdaGrad::hyper_parameters() const {
+  std::vector<std::pair<std::string, double>> all = Optimizer::hyper_parameters();
+  all.insert(all.end(), {{"eps", eps_}, {"weight_decay", weight_decay_}});
+  return all;
+}
+
+void AdaGrad::update(int, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+                     float grad_scale) {
+  adagrad_update(w + begin, state[0] + begin, g ? g + begin : nullptr, end - begin,
+                 AdaGradConstants{lr(), grad_scale, weight_decay_, eps_});
+}
+
+NonFiniteUpdate AdaGrad::preview(int, const float* w, float* const* state, const float* g, int64_t begin,
+                                 int64_t end, float grad_scale) const {
+  const AdaGradConstants c{lr(), grad_scale, weight_decay_, eps_};
+  const float *wb = w + begin, *sb = state[0] + begin;
+  const float* gb = g ? g + begin : nullptr;
+  NonFiniteUpdate found = {};
+  for (int64_t k = 0; k < end - begin; ++k) {
+    const WeightAndSum x = gb ? adagrad_element<true>(wb[k], sb[k], gb[k], c)
+                              : adagrad_element<false>(wb[k], sb[k], 0.0f, c);
+    if (non_finite_bit(x.w) | non_finite_bit(x.sum)) {
+      found = non_finite_bit(x.w) ? NonFiniteUpdate{k, 0, x.w} : NonFiniteUpdate{k, 1, x.sum};
+      found.element += begin;
+      return found;
+    }
+  }
   return found;
 }
 

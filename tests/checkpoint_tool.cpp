@@ -63,6 +63,7 @@ int write_checkpoint(const std::string& path, const std::string& expected_path) 
   metadata["vjit.version"] = "1";
   metadata["vjit.signature"] = bundle.program->signature_string();
   metadata["vjit.train_steps"] = "2";
+  metadata["vjit.frozen"] = "";
   metadata["vjit.optimizer"] = "adam";
   metadata["vjit.optimizer.slots"] = "exp_avg,exp_avg_sq";
   ordered_json tensors = parameters_json(*bundle.model);

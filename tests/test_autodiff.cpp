@@ -16,6 +16,7 @@ constexpr double kTolerance = 1e-6;
 struct Params {
   Param matrix;  // [n, n]
   Param vector;  // [n]
+  Param tensor;  // [2n, n]: two [n, n] slices for bilinear
 };
 using OpBody = std::function<Value(Builder&, Value x, Value y, Params p)>;
 
@@ -36,7 +37,8 @@ GradcheckResult check_op(const OpCase& op) {
   const int n = kWidth;
   Param p_x = model.add("P_x", Shape::vec(n), Init::Uniform, 0.5f);
   Params params{model.add("P", Shape::mat(n, n), Init::Uniform, 0.5f),
-                model.add("P_vec", Shape::vec(n), Init::Uniform, 0.5f)};
+                model.add("P_vec", Shape::vec(n), Init::Uniform, 0.5f),
+                model.add("P_tensor", Shape::mat(2 * n, n), Init::Uniform, 0.5f)};
   Program program(model);
   int leaf = program.add_type("leaf", [&](Builder& b) {
     Value x = b.add(b.pull(n), p_x);
@@ -109,6 +111,12 @@ std::vector<OpCase> op_cases() {
       {"broadcast_rows", [](Builder& b, Value x, Value y, Params) {
          Value m = b.reshape(b.concat({x, y, b.mul(x, y), b.sub(x, y)}), Shape::mat(n, n));
          return b.sum_rows(b.mul(m, x));
+       }},
+      {"outer", [](Builder& b, Value x, Value y, Params) { return b.sum_rows(b.outer(b.tanh(x), y)); }},
+      {"bilinear", [](Builder& b, Value x, Value y, Params p) {
+         Value two = b.bilinear(b.mul(x, y), p.tensor);  // [2]: (x⊙y)ᵀ V_k (x⊙y)
+         Value one = b.bilinear(x, p.matrix);            // [1]: k = 1
+         return b.mul(b.concat({two, one, b.neg(one)}), y);
        }},
       {"softmax_cross_entropy", [](Builder& b, Value x, Value, Params) {
          Value loss = b.softmax_cross_entropy(x, b.label(n));

@@ -180,6 +180,7 @@ TEST(Checkpoint, FileFollowsTheSafetensorsLayout) {
   EXPECT_EQ(meta.at("vjit.version"), "1");
   EXPECT_EQ(meta.at("vjit.signature"), run.bundle.program->signature_string());
   EXPECT_EQ(meta.at("vjit.train_steps"), "2");
+  EXPECT_EQ(meta.at("vjit.frozen"), "");  // no frozen parameters
   EXPECT_EQ(meta.at("vjit.optimizer"), "adam");
   EXPECT_EQ(meta.at("vjit.optimizer.slots"), "exp_avg,exp_avg_sq");
   EXPECT_EQ(meta.at("vjit.optimizer.lr"), "0.01");
@@ -270,6 +271,7 @@ INSTANTIATE_TEST_SUITE_P(
                }},
         Resume{"sgd_momentum", [] { return std::make_unique<SGD>(0.05f, 0.9f, 0.001f); }},
         Resume{"sgd_plain", [] { return std::make_unique<SGD>(0.05f); }},
+        Resume{"adagrad", [] { return std::make_unique<AdaGrad>(0.05f, 1e-10f, 0.001f, 2.0f); }},
         Resume{"adam_saved_before_any_step", [] { return std::make_unique<Adam>(0.01f); }, 0}),
     [](const ::testing::TestParamInfo<Resume>& info) { return info.param.name; });
 
@@ -284,6 +286,36 @@ TEST(Checkpoint, LoadWithoutOptimizerClearsTheEnginesState) {
   load_checkpoint(path, *run.engine);
   EXPECT_FALSE(adam.made(run.engine->optimizer_state()));
   EXPECT_EQ(run.engine->train_steps(), 2u);
+  fs::remove_all(dir);
+}
+
+// The frozen flags travel in "vjit.frozen"; a model that freezes other
+// parameters is refused, naming the first that differs, and left unchanged.
+TEST(Checkpoint, FrozenParametersAreRecordedAndChecked) {
+  const fs::path dir = fresh_dir("frozen");
+  const std::string path = (dir / "run.safetensors").string();
+  Training saved;
+  const Param frozen{0, saved.model().param(0).shape};
+  saved.model().freeze(frozen);
+  AdaGrad adagrad(0.05f);
+  const std::vector<float> frozen_before = saved.model().param(0).value;
+  saved.train(adagrad, 0, 2);
+  EXPECT_TRUE(same_bits(saved.model().param(0).value, frozen_before)) << "training moved a frozen parameter";
+  save_checkpoint(path, *saved.engine, &adagrad);
+  EXPECT_EQ(RawFile::read(path).header["__metadata__"]["vjit.frozen"], saved.model().param(0).name);
+
+  Training loaded;
+  loaded.scramble();
+  const Snapshot before(loaded);
+  AdaGrad other(0.05f);
+  const std::string message = user_error_of([&] { load_checkpoint(path, *loaded.engine, &other); });
+  EXPECT_NE(message.find("parameter '" + loaded.model().param(0).name + "' is trainable in the model but was frozen"),
+            std::string::npos)
+      << message;
+  EXPECT_TRUE(Snapshot(loaded) == before);
+  loaded.model().freeze(frozen);
+  load_checkpoint(path, *loaded.engine, &other);
+  EXPECT_TRUE(same_bits(values_of(loaded.model()), values_of(saved.model())));
   fs::remove_all(dir);
 }
 

@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/pool_parallel_for.h"
@@ -23,6 +24,7 @@
 #include "vjit/error.h"
 #include "vjit/model.h"
 #include "vjit/program.h"
+#include "vjit/reference.h"
 #include "vjit/train.h"
 
 // Allocation counting: this program's operator new, on every thread.
@@ -171,6 +173,75 @@ TEST(Optimizer, AdamFirstStepIsLrTimesSign) {
       EXPECT_NEAR(std::fabs(moved), lr, lr * 1e-4) << k;
       EXPECT_EQ(std::signbit(moved), !std::signbit(g[k])) << k;  // against the gradient
     }
+  }
+}
+
+// --- AdaGrad and frozen parameters ---
+
+TEST(Optimizer, AdaGradMatchesAHandComputedUpdate) {
+  vjit::Model model(9);
+  model.add("w", vjit::Shape::vec(3), vjit::Init::Zeros);
+  model.param(0).value = {1.0f, -2.0f, 0.5f};
+  vjit::AdaGrad adagrad(0.1f, 1e-10f, 0.5f);  // lr 0.1, weight decay 0.5
+  // Step 1, g = (2, 0, -1): d = g + 0.5 w = (2.5, -1, -0.75); G = d²;
+  // w − 0.1 d/√G = w − 0.1 sign(d) = (0.9, -1.9, 0.6).
+  adagrad.step(model, {{2.0f, 0.0f, -1.0f}});
+  EXPECT_NEAR(model.param(0).value[0], 0.9f, 1e-6);
+  EXPECT_NEAR(model.param(0).value[1], -1.9f, 1e-6);
+  EXPECT_NEAR(model.param(0).value[2], 0.6f, 1e-6);
+  // Step 2, g = (1, 1, 1): d = (1.45, 0.05, 1.3); G = (6.25 + 2.1025, 1 + 0.0025, 0.5625 + 1.69).
+  adagrad.step(model, {{1.0f, 1.0f, 1.0f}});
+  const double expected[3] = {0.9 - 0.1 * 1.45 / std::sqrt(6.25 + 1.45 * 1.45),
+                              -1.9 - 0.1 * 0.05 / std::sqrt(1.0 + 0.05 * 0.05),
+                              0.6 - 0.1 * 1.3 / std::sqrt(0.5625 + 1.3 * 1.3)};
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(model.param(0).value[size_t(k)], expected[k], 1e-6) << k;
+  EXPECT_EQ(adagrad.kind(), "adagrad");
+  EXPECT_EQ(adagrad.state_slot_names(), std::vector<std::string>{"sum"});
+}
+
+TEST(Optimizer, AdaGradConvergesOnAQuadratic) {
+  Quadratic q;
+  vjit::AdaGrad adagrad(0.5f);
+  for (int i = 0; i < 2000; ++i) adagrad.step(q.model, q.grads());
+  EXPECT_LT(q.max_error(), 1e-3);
+}
+
+TEST(Optimizer, AdaGradRejectsBadHyperParameters) {
+  EXPECT_THROW((void)vjit::AdaGrad(0.0f), vjit::UserError);
+  EXPECT_THROW((void)vjit::AdaGrad(0.1f, 0.0f), vjit::UserError);
+  EXPECT_THROW((void)vjit::AdaGrad(0.1f, 1e-10f, -1.0f), vjit::UserError);
+}
+
+TEST(Optimizer, AdaGradOverflowIsNamedAndChangesNothing) {
+  vjit::Model model(9);
+  model.add("w", vjit::Shape::vec(2), vjit::Init::Zeros);
+  vjit::AdaGrad adagrad(0.1f);
+  const auto before = values(model);
+  try {
+    adagrad.step(model, {{1.0f, 3e38f}});  // G = g² overflows
+    FAIL() << "no throw";
+  } catch (const vjit::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(values(model), before);
+}
+
+TEST(Optimizer, FrozenParametersAreNeverUpdatedNorCounted) {
+  for (int kind = 0; kind < 3; ++kind) {
+    Quadratic q;
+    q.model.freeze(vjit::Param{1, q.model.param(1).shape});
+    const std::vector<float> frozen_before = q.model.param(1).value;
+    std::unique_ptr<vjit::Optimizer> opt;
+    if (kind == 0) opt = std::make_unique<vjit::SGD>(0.1f, 0.9f, 0.1f);
+    if (kind == 1) opt = std::make_unique<vjit::Adam>(0.1f);
+    if (kind == 2) opt = std::make_unique<vjit::AdaGrad>(0.1f);
+    Grads g = q.grads();
+    g[1][0] = std::numeric_limits<float>::quiet_NaN();  // never read: the parameter is frozen
+    const std::vector<float> free_before = q.model.param(0).value;
+    opt->step(q.model, g);
+    EXPECT_EQ(q.model.param(1).value, frozen_before) << opt->kind();
+    EXPECT_NE(q.model.param(0).value, free_before) << opt->kind();
+    EXPECT_NEAR(opt->last_grad_norm(), global_norm({g[0]}), 1e-5) << opt->kind();
   }
 }
 
@@ -1111,6 +1182,79 @@ TEST(NonFiniteUpdates, NoAllocationsOnAFailedPreviewOrAfter) {
 
 // Through the Engine: a train_step whose update overflows throws and leaves
 // the model as it was, so infer gives the result it gave before the step.
+// A frozen parameter and a constant tensor through an Engine: the executor
+// matches the reference, and training never moves either.
+TEST(Frozen, EngineTrainingLeavesFrozenParametersAndConstantsAlone) {
+  vjit::Model model(3);
+  auto W = model.add("W", vjit::Shape::mat(2, 2), vjit::Init::Uniform, 0.5f);
+  auto F = model.add("F", vjit::Shape::mat(2, 2), vjit::Init::Uniform, 0.5f);
+  model.freeze(F);
+  vjit::Program program(model);
+  program.add_type("leaf", [&](vjit::Builder& f) {
+    auto x = f.pull(2);
+    auto shift = f.constant(vjit::Shape::vec(2), std::vector<float>{0.25f, -1.5f});
+    auto y = f.add(f.add(f.matmul(W, x), f.matmul(F, x)), shift);
+    f.add_loss(f.sum(f.mul(y, y)));
+    f.push(y);
+  });
+  ASSERT_EQ(model.size(), 3);
+  EXPECT_EQ(model.param(2).name, "leaf.constant0");
+  EXPECT_TRUE(model.param(2).frozen);
+  // ∂F computes no gradient for either.
+  for (const vjit::ir::Node& n : program.backward(0).nodes)
+    if (n.op == vjit::ir::Op::ParamGrad) {
+      EXPECT_EQ(n.param, W.id);
+    }
+  vjit::GraphBatch batch;
+  for (int s = 0; s < 3; ++s) {
+    vjit::Sample sample;
+    sample.add_vertex(0);
+    sample.vertices[0].features = {1.0f + float(s), -2.0f};
+    batch.samples.push_back(sample);
+  }
+  vjit::Engine engine(program);
+  const vjit::Evaluation<float> reference = vjit::reference_evaluate(program, batch);
+  const vjit::Evaluation<float> executed = engine.infer(batch);
+  ASSERT_EQ(executed.pushes.values().size(), reference.pushes.values().size());
+  for (size_t k = 0; k < reference.pushes.values().size(); ++k)
+    EXPECT_NEAR(executed.pushes.values()[k], reference.pushes.values()[k], 1e-5) << k;
+  // y = W x + F x + (0.25, -1.5) for the first sample, x = (1, -2).
+  const auto& f = model.param(F).value;
+  const auto& w = model.param(W).value;
+  EXPECT_NEAR(executed.pushes.values()[0], (w[0] + f[0]) - 2 * (w[1] + f[1]) + 0.25f, 1e-5);
+  const auto before = values(model);
+  for (int kind = 0; kind < 3; ++kind) {
+    std::unique_ptr<vjit::Optimizer> opt;
+    if (kind == 0) opt = std::make_unique<vjit::SGD>(0.01f);
+    if (kind == 1) opt = std::make_unique<vjit::Adam>(0.01f);
+    if (kind == 2) opt = std::make_unique<vjit::AdaGrad>(0.01f);
+    engine.train_step(batch, *opt);
+  }
+  EXPECT_NE(model.param(W).value, before[0]);
+  EXPECT_EQ(model.param(F).value, before[1]);
+  EXPECT_EQ(model.param(2).value, before[2]);
+}
+
+TEST(Frozen, BadConstantsAreUserErrorsAndLeaveTheModelAlone) {
+  vjit::Model model(3);
+  vjit::Program program(model);
+  const std::string wrong_size = vjit::test_util::user_error_of([&] {
+    program.add_type("leaf", [&](vjit::Builder& f) {
+      auto a = f.constant(vjit::Shape::vec(2), std::vector<float>{1.0f, 2.0f});  // fine: added, then undone
+      auto b = f.constant(vjit::Shape::vec(3), std::vector<float>{1.0f});
+      f.push(f.add(f.add(f.pull(2), a), f.slice(f.add(f.pull(2), a), 0, 2)));
+      (void)b;
+    });
+  });
+  expect_contains(wrong_size, {"vertex type 'leaf'", "constant", "needs 3 values, got 1"});
+  EXPECT_EQ(model.size(), 0);
+  EXPECT_EQ(program.num_types(), 0);
+  vjit::Model const_model(3);
+  vjit::Builder builder(std::as_const(const_model), "t");
+  expect_contains(vjit::test_util::user_error_of([&] { builder.constant(vjit::Shape::vec(1), std::vector<float>{1.0f}); }),
+                  {"constant", "const"});
+}
+
 TEST(NonFiniteUpdates, AnEngineStepThatOverflowsChangesNothing) {
   vjit::Model model(3);
   auto W = model.add("W", vjit::Shape::mat(2, 2), vjit::Init::Uniform, 0.5f);

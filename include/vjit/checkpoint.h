@@ -14,11 +14,13 @@
 //   optimizer.<slot>.<name>    F32, the parameter's shape: the optimizer's state
 //                              slot for that parameter, named as in PyTorch —
 //                              Adam: exp_avg (m), exp_avg_sq (v); SGD with
-//                              momentum: momentum_buffer
+//                              momentum: momentum_buffer; AdaGrad: sum
 //   optimizer.step             I64, shape []: the optimizer's step count t
 // Metadata (all strings): "vjit.format" = "checkpoint", "vjit.version" = "1",
 // "vjit.signature" (Program::signature_string()), "vjit.train_steps"
-// (Engine::train_steps()), "vjit.optimizer" (Optimizer::kind()),
+// (Engine::train_steps()), "vjit.frozen" (the names of the frozen parameters,
+// constant tensors included, comma-separated; load_checkpoint checks the model
+// freezes the same ones), "vjit.optimizer" (Optimizer::kind()),
 // "vjit.optimizer.slots" (its slot names, comma-separated),
 // "vjit.optimizer.<hyper-parameter>" (each of Optimizer::hyper_parameters(),
 // printed to round-trip a float), and the user's own entries, whose keys must
@@ -38,7 +40,8 @@
 // structure (sizes, JSON, dtypes, byte ranges inside the data, covering it
 // without gaps or overlaps), then every tensor against the model (present,
 // F32, same shape, none extra) and, for a checkpoint, its format version, the
-// program's signature (the first line that differs is named) and the
+// program's signature (the first line that differs is named), the frozen
+// parameters (the first that differs is named) and the
 // optimizer's kind and slots. On any error it throws a UserError naming the
 // file and what differs, and the Model, the engine and the optimizer are left
 // exactly as they were.

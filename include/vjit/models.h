@@ -56,6 +56,17 @@
 //     W [n, 2n] | b_W [n] zeros | W_M [n, 2n] | W_out [5, n]
 //     leaf:     (a, A) = (word_vectors[word], word_matrices[word])
 //     internal: p = tanh(W [B a; A b] + b_W), P = W_M [A; B] for children (a, A), (b, B)
+// rntn: the Recursive Neural Tensor Network of Socher et al. 2013 on SST-format
+//   trees (built-in: the synthetic treebank), 5 classes at every node. Each node
+//   scatters h [H]; x = [h1; h2] (n = 2H) at internal nodes.
+//     embedding [V, H] U ±0.1 | W [H, 2H] | b [H] zeros | W_out [5, H]
+//     V [H·2H, 2H] U ±1/(4H): slice k, rows [k·2H, (k+1)·2H), is the k-th
+//       [2H, 2H] matrix of the tensor (Builder::bilinear)
+//     leaf:     h = embedding[word]
+//     internal: h_k = tanh(xᵀ V_k x + (W x)_k + b_k)
+//   (Config::embed is ignored: the word vectors are H wide.)
+// tree_rnn: the plain recursive network of the same size, rntn without V:
+//   h = tanh(W [h1; h2] + b) (its baseline in the README).
 // tree_fc: TensorFlow Fold's Tree-FC benchmark. Built-in: complete binary
 //   trees of Config::tree_fc_leaves random tokens of a 64-word vocabulary,
 //   only the root labelled, 2 classes (1 when more than half the tokens are in
@@ -169,7 +180,8 @@ struct Bundle {
 };
 
 // Names: tree_lstm, tree_fc, var_lstm, var_lstm_gates, fixed_lstm, bilstm_tagger, tree_gru,
-// mv_rnn, tree_lstm_2type, tree_lstm_outputs, lattice_lstm, child_sum_tree_lstm, seq2seq. Throws UserError listing them for an
+// mv_rnn, tree_lstm_2type, tree_lstm_outputs, lattice_lstm, child_sum_tree_lstm, seq2seq, rntn,
+// tree_rnn. Throws UserError listing them for an
 // unknown name.
 Bundle make_model(const std::string& name, const Config& config);
 std::vector<std::string> model_names();
@@ -182,6 +194,8 @@ Bundle make_tree_lstm(const Config& config);
 Bundle make_tree_fc(const Config& config);
 Bundle make_tree_gru(const Config& config);
 Bundle make_mv_rnn(const Config& config);
+Bundle make_rntn(const Config& config);
+Bundle make_tree_rnn(const Config& config);
 Bundle make_tree_lstm_2type(const Config& config);
 Bundle make_tree_lstm_outputs(const Config& config);
 Bundle make_var_lstm(const Config& config);

@@ -201,10 +201,10 @@ class Optimizer {
   // holds state_slot_names().size() slots per parameter, each of its shape's size.
   void adopt(OptimizerState& state) const;
 
-  // What a checkpoint records of the optimizer. kind(): "sgd", "adam", or
-  // "custom" (a subclass of the user's may name itself). state_slot_names():
+  // What a checkpoint records of the optimizer. kind(): "sgd", "adam",
+  // "adagrad", or "custom" (a subclass of the user's may name itself). state_slot_names():
   // one name per state slot, PyTorch's where it has one ("momentum_buffer";
-  // "exp_avg", "exp_avg_sq"), else "slot0", "slot1", ... hyper_parameters():
+  // "exp_avg", "exp_avg_sq"; "sum"), else "slot0", "slot1", ... hyper_parameters():
   // name and value of every setting of the rule (lr, clip_norm, dense_updates
   // as 0 or 1, and the subclass's).
   virtual std::string kind() const { return "custom"; }
@@ -419,6 +419,39 @@ class Adam : public Optimizer {
   float eps_;
   float weight_decay_;
   float correction1_ = 1.0f, correction2_ = 1.0f;  // 1 − β1ᵗ, 1 − β2ᵗ of the current step
+};
+
+// AdaGrad (Duchi et al. 2011), as torch.optim.Adagrad with lr_decay 0 and
+// initial_accumulator_value 0:
+//   g ← g + weight_decay·w          (classic L2 penalty, coupled to the gradient)
+//   G ← G + g²                       (the state slot "sum", per element)
+//   w ← w − lr·g/(√G + eps)
+// The first step moves every weight with a non-zero gradient by about lr.
+// Rows a step's GradientRows leaves out keep their weights and G (lazy, like
+// LazyAdam) unless dense_updates() is set, which applies the rule with g = 0.
+// No device form: the CUDA executor updates with it on the host.
+class AdaGrad : public Optimizer {
+ public:
+  explicit AdaGrad(float lr = 1e-2f, float eps = 1e-10f, float weight_decay = 0.0f, float clip_norm = 0.0f);
+  std::string kind() const override { return "adagrad"; }
+  std::vector<std::string> state_slot_names() const override;
+  std::vector<std::pair<std::string, double>> hyper_parameters() const override;
+
+  float eps() const { return eps_; }
+  float weight_decay() const { return weight_decay_; }
+
+ protected:
+  int state_slots() const override { return 1; }  // G
+  const char* state_slot_name(int) const override { return "sum of squares G"; }
+  void update(int index, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+              float grad_scale) override;
+  bool has_preview() const override { return true; }
+  NonFiniteUpdate preview(int index, const float* w, float* const* state, const float* g, int64_t begin, int64_t end,
+                          float grad_scale) const override;
+
+ private:
+  float eps_;
+  float weight_decay_;
 };
 
 }  // namespace vjit

@@ -43,6 +43,8 @@ struct Arg {
 class Builder {
  public:
   Builder(const Model& model, std::string type_name);
+  // A Builder that may add constant tensors to the model (Program::add_type's).
+  Builder(Model& model, std::string type_name);
 
   // --- inputs ---
   Value gather(int slot, Shape expected);       // what child `slot` scattered
@@ -55,6 +57,12 @@ class Builder {
   Label label(int num_classes);                 // the vertex's label in [0, num_classes)
   Value param(Param p);
   Value constant(Shape shape, double value);
+  // A constant tensor: `values` row-major, shape.numel() of them. Kept as a
+  // frozen parameter "<type>.constant<k>" of the model (so checkpoints save it
+  // and the reference interpreter reads it), and, like a parameter, uniform
+  // across vertices: combine it with per-vertex values (add, mul, matmul, ...).
+  // Pass a std::vector: a braced single value, constant(shape, {1.0f}), is the fill above.
+  Value constant(Shape shape, std::vector<float> values);
 
   // --- ops ---
   Value matmul(Arg a, Arg b);  // [m,k]·[k,n], [m,k]·[k] (column), [k]·[k,n] (row)
@@ -91,6 +99,13 @@ class Builder {
   // never the zero padding rows after them); zeros when there are no children.
   Value mean_children(Value block);  // Σ_k rows / count
   Value max_children(Value block);   // column max; its gradient goes to the arg-max row (ties: the first)
+  // --- outer products and bilinear forms ---
+  Value outer(Value a, Value b);  // a [m], b [n] → [m, n] = a bᵀ (per-vertex vectors)
+  // y [k], y_i = xᵀ V_i x for x [n] and V = [V_0; V_1; ...; V_{k−1}] stored as a
+  // matrix [k·n, n] (slice V_i is rows [i·n, (i+1)·n)). Built from existing
+  // ops: t = V x, one GEMM over the task's vertices (X [N, n] · Vᵀ → [N, k·n]),
+  // then per vertex reshape(t, [k, n]) · x, a matrix-vector product per row.
+  Value bilinear(Value x, Param V);
 
   // --- losses (each returns the per-vertex loss; add_loss puts it in the objective) ---
   Value softmax_cross_entropy(Value logits, Label label);
@@ -116,6 +131,8 @@ class Builder {
   [[noreturn]] void fail(const std::string& op, const std::string& what) const;
 
   const Model& model_;
+  Model* mutable_model_ = nullptr;  // where constant tensors go; null for a Builder of a const Model
+  int next_constant_ = 0;
   std::string type_name_;
   ir::Function function_;
   TypeSignature signature_;
@@ -149,6 +166,8 @@ class Program {
     ir::Function forward;
     ir::Function backward;
   };
+  VertexType build_type(const std::string& name, const std::function<void(Builder&)>& body);
+
   Model* model_;
   std::vector<VertexType> types_;
 };
