@@ -13,6 +13,8 @@
 // Faults: every group is waited for by polling an event against a deadline
 // (Options::dist_timeout); past it the communicator is aborted
 // (ncclCommAbort) and DistributedError names the rank and the wait.
+// ncclCommInitRank itself has no deadline: it returns when every rank has
+// joined (a rank that dies before that leaves mpirun to end the job).
 #include <array>
 #include <cstdint>
 #include <memory>
