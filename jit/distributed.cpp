@@ -233,6 +233,19 @@ void Distributed::broadcast(std::span<float> data, int root) {
   }
 }
 
+void Distributed::broadcast_bytes(std::span<uint8_t> data, int root) {
+  Impl& m = *impl_;
+  m.check_usable();
+  VJIT_USER_CHECK(root >= 0 && root < m.size, "Distributed::broadcast_bytes: root " << root << " is not a rank of "
+                                                                                     << m.size);
+  VJIT_USER_CHECK(data.size() <= size_t(INT32_MAX), "Distributed::broadcast_bytes: more than 2^31 bytes");
+  if (m.size == 1 || data.empty()) return;
+  const auto start = Clock::now();
+  MPI_Request request;
+  m.start(MPI_Ibcast(data.data(), int(data.size()), MPI_BYTE, root, m.comm, &request), "MPI_Ibcast (bytes)");
+  m.wait(request, "MPI_Ibcast (bytes)", m.rank == root ? int64_t(data.size()) : 0, start);
+}
+
 void Distributed::barrier() {
   Impl& m = *impl_;
   m.check_usable();
@@ -283,6 +296,9 @@ void Distributed::allreduce_sum(std::span<float>) {}
 double Distributed::allreduce_sum(double value) { return value; }
 void Distributed::broadcast(std::span<float>, int root) {
   VJIT_USER_CHECK(root == 0, "Distributed::broadcast: root " << root << " is not a rank of 1");
+}
+void Distributed::broadcast_bytes(std::span<uint8_t>, int root) {
+  VJIT_USER_CHECK(root == 0, "Distributed::broadcast_bytes: root " << root << " is not a rank of 1");
 }
 void Distributed::barrier() {}
 void Distributed::allgather(std::span<const int32_t> mine, std::vector<int32_t>& all, std::vector<int64_t>& counts) {

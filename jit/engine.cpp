@@ -468,7 +468,7 @@ struct Engine::Impl {
   int64_t policy_cache_hits = 0, policies_learned = 0;  // FSM policies loaded from VJIT_CACHE_DIR, learned
   uint64_t step = 0;
   std::shared_ptr<Distributed> distributed;  // Engine::set_distributed; null: one process
-  GradientExchange exchange;
+  std::unique_ptr<GradientExchange> exchange;  // made by set_distributed
   EngineStats stats;
   // Every public call holds it: one call runs at a time (engine.h, "Threads").
   mutable std::mutex call_mutex;
@@ -514,7 +514,7 @@ double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
   impl_->backward();
   double objective = impl_->result.objective;
   if (impl_->distributed) {  // the hook of data-parallel training: sum the gradients over the ranks
-    impl_->exchange.sum_over_ranks(*impl_->distributed, impl_->program.model(), impl_->executor->parameters());
+    impl_->exchange->sum_over_ranks(*impl_->distributed, impl_->program.model(), impl_->executor->parameters());
     objective = impl_->distributed->allreduce_sum(objective);
   }
   auto start = std::chrono::steady_clock::now();
@@ -525,9 +525,8 @@ double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
 
 void Engine::set_distributed(std::shared_ptr<Distributed> comm) {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
-  VJIT_USER_CHECK(!comm || impl_->executor->parameters().writable_gradients() != nullptr,
-                  "Engine::set_distributed: data-parallel training runs on the CPU executor only (VJIT_DEVICE=cpu), "
-                  "not on " << impl_->executor->device());
+  // A new communicator needs a new NCCL communicator too (made on its first exchange).
+  impl_->exchange = std::make_unique<GradientExchange>(impl_->options.dist_nccl, double(impl_->options.dist_timeout));
   impl_->distributed = std::move(comm);
 }
 

@@ -2,58 +2,116 @@
 
 #include <algorithm>
 
+#include "runtime/cuda_driver.h"
 #include "vjit/error.h"
 
 namespace vjit {
 
+std::vector<GradientBucket> plan_buckets(const std::vector<int64_t>& dense_floats, int64_t bucket_floats) {
+  VJIT_INTERNAL_CHECK(bucket_floats > 0, "bucket of " << bucket_floats << " floats");
+  std::vector<GradientBucket> buckets;
+  for (size_t p = 0; p < dense_floats.size(); ++p) {
+    for (int64_t offset = 0; offset < dense_floats[p];) {
+      if (buckets.empty() || buckets.back().floats == bucket_floats) buckets.emplace_back();
+      GradientBucket& bucket = buckets.back();
+      const int64_t floats = std::min(dense_floats[p] - offset, bucket_floats - bucket.floats);
+      bucket.pieces.push_back({int(p), offset, floats});
+      bucket.floats += floats;
+      offset += floats;
+    }
+  }
+  return buckets;
+}
+
+GradientPath choose_gradient_path(bool gradients_on_device, bool want_nccl, bool nccl_built) {
+  return gradients_on_device && want_nccl && nccl_built ? GradientPath::Nccl : GradientPath::HostMpi;
+}
+
+const char* gradient_path_name(GradientPath path) { return path == GradientPath::Nccl ? "nccl" : "host-mpi"; }
+
+GradientExchange::~GradientExchange() = default;
+
 void GradientExchange::sum_over_ranks(Distributed& comm, const Model& model, runtime::ParameterStore& store) {
-  std::vector<std::vector<float>>* grads = store.writable_gradients();
-  VJIT_USER_CHECK(grads != nullptr, "data-parallel training (Engine::set_distributed) runs on the CPU executor "
-                                    "only (VJIT_DEVICE=cpu): this executor keeps its gradients on the device");
-  if (comm.size() == 1) return;
+  if (comm.size() == 1 || model.size() == 0) return;
   // A copy: sum_sparse changes the store's rows while the dense pass reads them.
   const std::vector<GradientRows> rows = store.gradient_rows();
-  sum_dense(comm, model, rows, *grads);
+  std::vector<int64_t> dense_floats(size_t(model.size()), 0);
   for (int p = 0; p < model.size(); ++p)
-    if (!rows[size_t(p)].all) sum_sparse(comm, model, p, store, (*grads)[size_t(p)]);
+    if (rows[size_t(p)].all) dense_floats[size_t(p)] = model.param(p).shape.numel();
+  last_path_ = choose_gradient_path(store.device_gradient(0) != 0, want_nccl_, runtime::nccl_built());
+  if (last_path_ == GradientPath::Nccl && !nccl_) connect_nccl(comm);
+  for (const GradientBucket& bucket : plan_buckets(dense_floats, Distributed::kBucketFloats)) {
+    if (last_path_ == GradientPath::Nccl) sum_bucket_with_nccl(bucket, store);
+    else sum_bucket_on_host(comm, bucket, store);
+  }
+  for (int p = 0; p < model.size(); ++p)
+    if (!rows[size_t(p)].all) sum_sparse(comm, model, p, store);
 }
 
-void GradientExchange::sum_dense(Distributed& comm, const Model& model, const std::vector<GradientRows>& rows,
-                                 std::vector<std::vector<float>>& grads) {
-  dense_.clear();
-  for (int p = 0; p < model.size(); ++p)
-    if (rows[size_t(p)].all) dense_.insert(dense_.end(), grads[size_t(p)].begin(), grads[size_t(p)].end());
-  comm.allreduce_sum(dense_);
-  size_t offset = 0;
-  for (int p = 0; p < model.size(); ++p) {
-    if (!rows[size_t(p)].all) continue;
-    std::vector<float>& g = grads[size_t(p)];
-    std::copy_n(dense_.begin() + int64_t(offset), g.size(), g.begin());
-    offset += g.size();
+void GradientExchange::sum_bucket_on_host(Distributed& comm, const GradientBucket& bucket,
+                                          runtime::ParameterStore& store) {
+  bucket_.resize(size_t(bucket.floats));
+  float* next = bucket_.data();
+  for (const BucketPiece& piece : bucket.pieces) {
+    store.read_gradient(piece.param, piece.offset, piece.floats, next);
+    next += piece.floats;
+  }
+  comm.allreduce_sum(bucket_);
+  next = bucket_.data();
+  for (const BucketPiece& piece : bucket.pieces) {
+    store.write_gradient(piece.param, piece.offset, piece.floats, next);
+    next += piece.floats;
   }
 }
 
-void GradientExchange::sum_sparse(Distributed& comm, const Model& model, int param, runtime::ParameterStore& store,
-                                  std::vector<float>& grad) {
+void GradientExchange::sum_bucket_with_nccl(const GradientBucket& bucket, runtime::ParameterStore& store) {
+  nccl_->begin();
+  for (const BucketPiece& piece : bucket.pieces)
+    nccl_->sum(store.device_gradient(piece.param) + uint64_t(piece.offset) * sizeof(float), piece.floats);
+  nccl_->end();
+}
+
+// Every rank checks that it can use NCCL before rank 0 makes the id the
+// others wait for, so a missing library or a shared GPU fails each rank at
+// once with its own reason.
+void GradientExchange::connect_nccl(Distributed& comm) {
+  const std::string unavailable = runtime::nccl_unavailable_reason();
+  VJIT_USER_CHECK(unavailable.empty(), "data-parallel training on the GPU: " << unavailable);
+  runtime::CudaDevice& device = runtime::CudaDevice::get();
+  runtime::check_gpu_per_rank(runtime::local_rank_from_env(), device.info().devices);
+  runtime::NcclId id{};
+  if (comm.rank() == 0) id = runtime::nccl_unique_id();
+  comm.broadcast_bytes(id);
+  nccl_ = std::make_unique<runtime::NcclCommunicator>(device, comm.rank(), comm.size(), id, timeout_s_);
+}
+
+// The union of the rows every rank touched, each summed in rank order from
+// zero: the same sums on every rank, as one process adding the shards'
+// gradients in rank order would form them.
+void GradientExchange::sum_sparse(Distributed& comm, const Model& model, int param, runtime::ParameterStore& store) {
   const Shape& shape = model.param(param).shape;
-  const size_t cols = size_t(shape.cols());
+  const int64_t cols = shape.cols();
   my_rows_ = store.gradient_rows()[size_t(param)].rows;
-  my_values_.resize(my_rows_.size() * cols);
-  for (size_t i = 0; i < my_rows_.size(); ++i) {
-    float* row = grad.data() + size_t(my_rows_[i]) * cols;
-    std::copy_n(row, cols, my_values_.begin() + int64_t(i * cols));
-    std::fill_n(row, cols, 0.0f);  // the sum starts from zero and adds every rank's rows in rank order
-  }
+  my_values_.resize(my_rows_.size() * size_t(cols));
+  for (size_t i = 0; i < my_rows_.size(); ++i)
+    store.read_gradient(param, int64_t(my_rows_[i]) * cols, cols, my_values_.data() + i * size_t(cols));
   comm.allgather(std::span<const int32_t>(my_rows_), all_rows_, row_counts_);
   comm.allgather(std::span<const float>(my_values_), all_values_, value_counts_);
+  union_rows_ = all_rows_;
+  std::sort(union_rows_.begin(), union_rows_.end());
+  union_rows_.erase(std::unique(union_rows_.begin(), union_rows_.end()), union_rows_.end());
+  union_sums_.assign(union_rows_.size() * size_t(cols), 0.0f);
   for (size_t i = 0; i < all_rows_.size(); ++i) {
     const int32_t row = all_rows_[i];
     VJIT_INTERNAL_CHECK(row >= 0 && row < shape.rows(), "rank sent row " << row << " of " << model.param(param).name);
-    const float* values = all_values_.data() + i * cols;
-    float* sum = grad.data() + size_t(row) * cols;
-    for (size_t c = 0; c < cols; ++c) sum[c] += values[c];
+    const size_t slot = size_t(std::lower_bound(union_rows_.begin(), union_rows_.end(), row) - union_rows_.begin());
+    const float* values = all_values_.data() + i * size_t(cols);
+    float* sum = union_sums_.data() + slot * size_t(cols);
+    for (int64_t c = 0; c < cols; ++c) sum[c] += values[c];
   }
-  store.add_touched_rows(param, all_rows_);
+  for (size_t i = 0; i < union_rows_.size(); ++i)
+    store.write_gradient(param, int64_t(union_rows_[i]) * cols, cols, union_sums_.data() + i * size_t(cols));
+  store.add_touched_rows(param, union_rows_);
 }
 
 }  // namespace vjit

@@ -220,6 +220,14 @@ CpuParameterStore::CpuParameterStore(Model& model, const ExecPlan& plan)
 void CpuParameterStore::upload(const Model&) {}
 void CpuParameterStore::download(Model&) const {}
 
+void CpuParameterStore::read_gradient(int param, int64_t offset, int64_t floats, float* values) const {
+  std::copy_n(gradients_[size_t(param)].begin() + offset, floats, values);
+}
+
+void CpuParameterStore::write_gradient(int param, int64_t offset, int64_t floats, const float* values) {
+  std::copy_n(values, floats, gradients_[size_t(param)].begin() + offset);
+}
+
 void CpuParameterStore::add_touched_rows(int param, std::span<const int32_t> rows) {
   for (int32_t row : rows) touched_.touch(param, row);
   touched_.finish();

@@ -37,7 +37,8 @@ class CpuParameterStore final : public ParameterStore {
   void download(Model& model) const override;
   const std::vector<std::vector<float>>& gradients() const override { return gradients_; }
   const std::vector<GradientRows>& gradient_rows() const override { return touched_.all(); }
-  std::vector<std::vector<float>>* writable_gradients() override { return &gradients_; }
+  void read_gradient(int param, int64_t offset, int64_t floats, float* values) const override;
+  void write_gradient(int param, int64_t offset, int64_t floats, const float* values) override;
   void add_touched_rows(int param, std::span<const int32_t> rows) override;
 
   Model& model() const { return model_; }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -28,6 +29,29 @@ void* open_first_library(std::initializer_list<const char*> paths, const char* w
   return nullptr;
 }
 
+namespace {
+
+// A non-negative integer from the environment, -1 when unset or not one.
+int env_index(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return -1;
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  return *end == '\0' && parsed >= 0 && parsed < (1L << 20) ? int(parsed) : -1;
+}
+
+}  // namespace
+
+int local_rank_from_env() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const int rank = env_index(name); rank >= 0) return rank;
+  return 0;
+}
+
+int cuda_device_for_local_rank(int local_rank, int devices) {
+  return devices > 0 && local_rank > 0 ? local_rank % devices : 0;
+}
+
 #ifdef VJIT_HAVE_CUDA
 
 namespace {
@@ -41,7 +65,7 @@ namespace {
   X(cuStreamCreate) X(cuMemAlloc) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemsetD8Async)            \
   X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamSynchronize) X(cuCtxSynchronize) \
   X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamWaitEvent)      \
-  X(cuEventDestroy)                                                                                       \
+  X(cuEventDestroy) X(cuEventQuery)                                                                       \
   X(cuGetErrorString) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemFree)
 
 struct Driver {
@@ -152,8 +176,10 @@ const CudaProbe& probe_cuda() {
       p.reason = "the CUDA driver found no CUDA device";
       return p;
     }
+    p.info.devices = count;
+    p.info.ordinal = cuda_device_for_local_rank(local_rank_from_env(), count);
     CUdevice device = 0;
-    d.cuDeviceGet(&device, 0);
+    d.cuDeviceGet(&device, p.info.ordinal);
     char name[256] = {};
     d.cuDeviceGetName(name, sizeof name, device);
     p.info.name = name;
@@ -208,7 +234,7 @@ CudaDevice& CudaDevice::get() {
 
 CudaDevice::CudaDevice() : impl_(std::make_unique<Impl>()), info_(probe_cuda().info) {
   const Driver& d = driver();
-  VJIT_CU_CHECK(d.cuDeviceGet(&impl_->device, 0));
+  VJIT_CU_CHECK(d.cuDeviceGet(&impl_->device, info_.ordinal));
   VJIT_CU_CHECK(d.cuDevicePrimaryCtxRetain(&impl_->context, impl_->device));
   VJIT_CU_CHECK(d.cuCtxSetCurrent(impl_->context));
   for (CUstream& s : impl_->streams) VJIT_CU_CHECK(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
@@ -345,6 +371,15 @@ void CudaDevice::wait_event(int stream, void* event) {
   VJIT_CU_CHECK(driver().cuStreamWaitEvent(impl_->streams[stream], static_cast<CUevent>(event), 0));
 }
 
+bool CudaDevice::event_done(void* event) {
+  const CUresult result = driver().cuEventQuery(static_cast<CUevent>(event));
+  VJIT_INTERNAL_CHECK(result == CUDA_SUCCESS || result == CUDA_ERROR_NOT_READY,
+                      "cuEventQuery failed: " << error_text(result));
+  return result == CUDA_SUCCESS;
+}
+
+void* CudaDevice::stream_handle(int stream) { return impl_->streams[stream]; }
+
 void CudaDevice::record_start() { VJIT_CU_CHECK(driver().cuEventRecord(impl_->start, impl_->streams[0])); }
 
 double CudaDevice::record_stop_ms() {
@@ -447,6 +482,8 @@ void* CudaDevice::create_event() { return nullptr; }
 void CudaDevice::destroy_event(void*) {}
 void CudaDevice::record(void*, int) {}
 void CudaDevice::wait_event(int, void*) {}
+bool CudaDevice::event_done(void*) { return true; }
+void* CudaDevice::stream_handle(int) { return nullptr; }
 void CudaDevice::sgemm(bool, bool, int64_t, int64_t, int64_t, float, DevicePtr, int64_t, DevicePtr, int64_t, float,
                        DevicePtr, int64_t, bool, int) {}
 void CudaDevice::record_start() {}

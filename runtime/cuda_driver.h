@@ -28,8 +28,19 @@ struct CudaDeviceInfo {
   int multiprocessors = 0;
   size_t memory_bytes = 0;
   int driver_version = 0;      // 13000 for 13.0
+  int ordinal = 0;             // which of the machine's devices (cuda_device_for_local_rank)
+  int devices = 0;             // how many the machine has
   int arch() const { return major * 10 + minor; }
 };
+
+// This process's rank among the processes of its job on this machine, from
+// the launcher's environment (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+// SLURM_LOCALID); 0 when not launched as one of several.
+int local_rank_from_env();
+// The device a process uses: one GPU per process of a data-parallel job, the
+// local rank's (wrapping around when there are more processes than devices;
+// NCCL refuses two ranks on one device, see runtime/nccl.h). 0 alone.
+int cuda_device_for_local_rank(int local_rank, int devices);
 
 // Whether a CUDA device can be used here. `reason` says what is missing when
 // not: the driver library, a device, or an initialisation failure (with the
@@ -43,7 +54,8 @@ const CudaProbe& probe_cuda();
 
 class CudaDevice {
  public:
-  // Device 0's primary context, made current on the calling thread. Throws
+  // The primary context of device cuda_device_for_local_rank(local rank)
+  // (device 0 when not one of several processes), made current on the calling thread. Throws
   // UserError with probe_cuda().reason when there is none.
   static CudaDevice& get();
   ~CudaDevice();
@@ -87,6 +99,10 @@ class CudaDevice {
   void destroy_event(void* event);
   void record(void* event, int stream);
   void wait_event(int stream, void* event);
+  // Whether the work the event's last record() marked has finished (cuEventQuery), without blocking.
+  bool event_done(void* event);
+  // The CUstream behind `stream`, for libraries that queue work on it (NCCL).
+  void* stream_handle(int stream);
 
   // C = alpha·op(A)·op(B) + beta·C, row-major, FP32 (TF32 tensor cores when
   // `tf32`), on `stream`, through cuBLASLt (a workspace per stream).

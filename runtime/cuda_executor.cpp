@@ -110,6 +110,26 @@ const std::vector<std::vector<float>>& CudaParameterStore::gradients() const {
   return host_grads_;
 }
 
+// Data-parallel training's reads and writes (jit/gradient_exchange.cpp): a
+// dense gradient whole, an embedding table's a row at a time. A write makes
+// the host copy stale and leaves the device holding the summed gradients.
+void CudaParameterStore::read_gradient(int param, int64_t offset, int64_t floats, float* values) const {
+  CudaDevice::get();
+  device_.download(values, grads_[size_t(param)] + DevicePtr(offset) * sizeof(float), size_t(floats) * sizeof(float));
+}
+
+void CudaParameterStore::write_gradient(int param, int64_t offset, int64_t floats, const float* values) {
+  CudaDevice::get();
+  device_.upload(grads_[size_t(param)] + DevicePtr(offset) * sizeof(float), values, size_t(floats) * sizeof(float));
+  device_.synchronize();
+  host_current_ = false;
+}
+
+void CudaParameterStore::add_touched_rows(int param, std::span<const int32_t> rows) {
+  for (int32_t row : rows) touched_.touch(param, row);
+  touched_.finish();
+  host_current_ = false;
+}
 
 // --- executor ---
 

@@ -62,6 +62,11 @@ class CudaParameterStore final : public ParameterStore {
   const std::vector<GradientRows>& gradient_rows() const override { return touched_.all(); }
 
   Model& model() const { return model_; }
+  void read_gradient(int param, int64_t offset, int64_t floats, float* values) const override;
+  void write_gradient(int param, int64_t offset, int64_t floats, const float* values) override;
+  uint64_t device_gradient(int param) const override { return grads_[size_t(param)]; }
+  void add_touched_rows(int param, std::span<const int32_t> rows) override;
+
   DevicePtr value(int param) const { return values_[size_t(param)]; }
   DevicePtr gradient(int param) const { return grads_[size_t(param)]; }
   void touch(int param, int row) { touched_.touch(param, row); }

@@ -87,11 +87,16 @@ class ParameterStore {
   virtual const std::vector<GradientRows>& gradient_rows() const = 0;
   // Data-parallel training (vjit/distributed.h, jit/gradient_exchange.h)
   // replaces the last backward's gradients by their sums over all processes
-  // before the update: the host gradients to overwrite (null where the store
-  // keeps them on a device: not supported there), and the rows of an embedding
-  // table another process touched, for the update to include (sorted after).
-  virtual std::vector<std::vector<float>>* writable_gradients() { return nullptr; }
-  virtual void add_touched_rows(int /*param*/, std::span<const int32_t> /*rows*/) {}
+  // before the update. It reads and writes `floats` gradient values of a
+  // parameter from element `offset` on (through host memory: on a device
+  // store a copy each way), sums dense ones in place on the device where the
+  // store says where they are (device_gradient: 0 for a host store), and adds
+  // the rows of an embedding table another process touched, for the update
+  // to include (sorted after).
+  virtual void read_gradient(int param, int64_t offset, int64_t floats, float* values) const = 0;
+  virtual void write_gradient(int param, int64_t offset, int64_t floats, const float* values) = 0;
+  virtual uint64_t device_gradient(int /*param*/) const { return 0; }
+  virtual void add_touched_rows(int param, std::span<const int32_t> rows) = 0;
 };
 
 class Executor {

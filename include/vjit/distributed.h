@@ -47,8 +47,14 @@
 // it throws a UserError saying vjit was built without MPI.
 //
 // Threads: call a Distributed from one thread at a time (MPI_THREAD_FUNNELED).
-// GPUs: distributed training runs on the CPU executor (VJIT_DEVICE=cpu); NCCL
-// between GPUs is not implemented yet.
+// GPUs: with the CUDA executor (VJIT_DEVICE=cuda) each process drives the
+// GPU of its local rank (runtime/cuda_driver.h); the dense gradients are
+// summed with ncclAllReduce between the GPUs when vjit was built with NCCL and
+// VJIT_DIST_NCCL is on (the NCCL unique id goes from rank 0 to the others by
+// broadcast_bytes), otherwise through host memory over MPI; embedding rows go
+// through host memory and MPI either way. Same buckets, same rows, same API
+// (jit/gradient_exchange.h). NCCL's sum is not in rank order: with NCCL the
+// ranks agree bitwise with each other, but not with the CPU's rank-order sum.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -104,6 +110,8 @@ class Distributed {
   double allreduce_sum(double value);
   // Every rank gets root's data (the same length on every rank).
   void broadcast(std::span<float> data, int root = 0);
+  // The same for raw bytes (an NCCL unique id, runtime/nccl.h).
+  void broadcast_bytes(std::span<uint8_t> data, int root = 0);
   void barrier();
   // Gathers a variable-length contribution of every rank, concatenated in rank
   // order; counts[r] says how many elements came from rank r.

@@ -111,7 +111,8 @@ class Engine {
   // over all ranks (dense parameters bucketed, embedding tables by touched
   // rows), takes the optimizer step on the summed gradients, and returns the
   // global batch's objective; last_result()'s pushes stay this shard's. Null
-  // (the default) trains alone. CPU executor only (UserError otherwise).
+  // (the default) trains alone. On the CPU and CUDA executors (on GPUs the
+  // dense sums go through NCCL where built: Options::dist_nccl).
   void set_distributed(std::shared_ptr<Distributed> comm);
   std::shared_ptr<Distributed> distributed() const;
   // Forward without dropout or gradients; returns objective and pushed values.

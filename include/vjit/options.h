@@ -79,6 +79,10 @@
 // |                  |             | the other ranks before it throws            |              |
 // |                  |             | DistributedError (a rank died or hangs;     |              |
 // |                  |             | vjit/distributed.h)                         |              |
+// | VJIT_DIST_NCCL   | dist_nccl   | bool: data-parallel training on GPUs sums   | on           |
+// |                  |             | the dense gradients with NCCL between the   |              |
+// |                  |             | GPUs (when built with NCCL); off: through   |              |
+// |                  |             | host memory over MPI, as on the CPU         |              |
 // | VJIT_PROFILE     | profile     | bool: time every pipeline stage and kernel  | off          |
 // |                  |             | (at Engine destruction, a summary table on  |              |
 // |                  |             | stderr: phases, tasks against the lower     |              |
@@ -146,6 +150,7 @@ struct Options {
   std::string gemm = "auto";        // VJIT_GEMM
   std::string cache_dir;            // VJIT_CACHE_DIR
   int dist_timeout = 300;           // VJIT_DIST_TIMEOUT, seconds (vjit::Distributed collectives)
+  bool dist_nccl = true;            // VJIT_DIST_NCCL (GPU gradients summed by NCCL; jit/gradient_exchange.h)
   bool profile = false;             // VJIT_PROFILE
   bool perf_map = false;            // VJIT_PERF_MAP
   std::string trace_path;           // VJIT_TRACE (flag --trace); empty: no trace
