@@ -326,6 +326,7 @@ Value Builder::max_children(Value block) {
   if (function_[block.id].uniform) fail("max_children", "operand is a parameter; vjit computes per-vertex values only");
   if (!signature_.variadic) fail("max_children", "the vertex has no variadic children: call gather_all first");
   return emit(Node::make(Op::MaxChildren, Shape::vec(block.shape.dims[1]), {block.id}));
+}
 
 // --- outer products and bilinear forms ---
 

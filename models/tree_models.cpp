@@ -357,6 +357,9 @@ Bundle make_child_sum_tree_lstm(const Config& config) {
   types.leaf = bundle.program->add_type("leaf", [&](Builder& b) { cell.leaf(b); });
   types.internal = bundle.program->add_type(
       "internal", [&](Builder& b) { child_sum_internal(b, cell, u_iou, u_f, max_children); });
+  bundle.classifier_types = {types.leaf, types.internal};
+  return bundle;
+}
 
 // --- RNTN (Socher et al. 2013) and the plain tree RNN it extends ---
 
@@ -393,7 +396,6 @@ Bundle recursive_tensor_network(const Config& config, bool tensor) {
   bundle.classifier_types = {types.leaf, types.internal};
   return bundle;
 }
-
 
 }  // namespace
 
