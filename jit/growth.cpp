@@ -41,10 +41,10 @@ std::string sample_name(const Sample& sample, int index) {
 }  // namespace
 
 void grow_round(const Program& program, const GrowthRules& rules, const PushedValues<float>& pushes,
-                GraphBatch& round, std::vector<int>& samples, std::vector<int>& first_new) {
+                std::span<Sample* const> round, std::vector<int>& samples, std::vector<int>& first_new) {
   size_t grew = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
-    Sample& sample = round.samples[i];
+    Sample& sample = *round[i];
     const int index = samples[i];
     const int evaluated = int(sample.vertices.size());
     for (int v = first_new[size_t(index)]; v < evaluated; ++v) {

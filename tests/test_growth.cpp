@@ -122,6 +122,55 @@ TEST(Growth, GradientsOfAGrownGraphEqualTheReferenceOnTheFinalGraph) {
   EXPECT_GT(engine.grown_batch().num_vertices(), batch.num_vertices());
 }
 
+// Inference keeps the values of earlier rounds: every vertex is evaluated
+// once (the useful flops are those of one forward of the grown graph), and
+// the pushes and objective equal a static forward of the grown graph and the
+// reference interpreter's.
+TEST(Growth, InferenceEvaluatesEachVertexOnceAndEqualsTheGrownGraphRunAtOnce) {
+  models::Bundle bundle = small_seq2seq();
+  const Program& program = *bundle.program;
+  const int decoder = program.type_index("decoder");
+  Engine engine(program, Options::defaults());
+  train_a_little(engine, bundle);
+  // Labelled steps, so that the objective sums losses from every round.
+  engine.set_growth(decoder, [&](GrowthStep& step) {
+    std::span<const float> logits = step.push(0);
+    const int next = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    int steps = 0;
+    for (const Vertex& v : step.sample().vertices) steps += v.type == decoder;
+    if (steps < 2 + step.sample_index() % 5)
+      step.add_vertex(decoder, {step.vertex()}, next, (next + 3) % models::kSeq2seqVocab);
+  });
+  GraphBatch batch = prompts(bundle, 0, 10);
+  for (Sample& s : batch.samples) s.vertices.back().label = 2;
+  engine.reset_stats();
+  const Evaluation<float> grown_result = engine.infer(batch);
+  const EngineStats grew = engine.stats();
+  const GraphBatch grown = engine.grown_batch();
+  EXPECT_GE(grew.growth_rounds, 5);
+
+  Engine whole(program, Options::defaults());
+  const Evaluation<float> at_once = whole.infer(grown);
+  EXPECT_DOUBLE_EQ(grew.useful_flops, whole.stats().useful_flops) << "a vertex was evaluated more than once";
+  EXPECT_NEAR(grown_result.objective, at_once.objective, 1e-5 * std::max(1.0, std::abs(at_once.objective)));
+  RunOptions inference;
+  inference.training = false;
+  inference.backward = false;
+  const Evaluation<double> ref = reference_evaluate(program, parameter_values<double>(program.model()), grown, inference);
+  EXPECT_NEAR(grown_result.objective, ref.objective, 1e-4 * std::max(1.0, std::abs(ref.objective)));
+  for (int s = 0; s < int(grown.samples.size()); ++s)
+    for (int v = 0; v < int(grown.samples[size_t(s)].vertices.size()); ++v) {
+      ASSERT_EQ(grown_result.pushes.count(s, v), at_once.pushes.count(s, v));
+      ASSERT_EQ(grown_result.pushes.count(s, v), ref.pushes.count(s, v));
+      for (int k = 0; k < at_once.pushes.count(s, v); ++k) {
+        EXPECT_LE(testing::tensor_error(grown_result.pushes.at(s, v, k), at_once.pushes.at(s, v, k)), 1e-5)
+            << "sample " << s << " vertex " << v;
+        EXPECT_LE(testing::tensor_error(grown_result.pushes.at(s, v, k), ref.pushes.at(s, v, k)), 1e-4)
+            << "sample " << s << " vertex " << v;
+      }
+    }
+}
+
 TEST(Growth, BadCallbacksAreUserErrorsAndTheEngineStaysUsable) {
   models::Bundle bundle = small_seq2seq();
   const Program& program = *bundle.program;
