@@ -279,10 +279,10 @@ struct Engine::Impl {
 
   // The program's types followed by one stand-in type per shape a type
   // scatters: a stand-in pulls a stored row from its features and scatters
-  // it. A round runs each growing sample with every vertex evaluated in an
-  // earlier round replaced by the stand-in of its type holding what it
-  // scattered (same index, no children), so that only the new vertices
-  // compute, and their values are those of the whole graph run at once. On
+  // it. A round runs, for each growing sample, its new vertices and, for each
+  // vertex of an earlier round they read, a stand-in holding what that vertex
+  // scattered, so that only the new vertices compute, and their values are
+  // those of the whole graph run at once. On
   // the CPU its executor reads the Model's own parameters: nothing to upload.
   struct KeptValueProgram {
     explicit KeptValueProgram(const Program& original) : program(original) {}
@@ -341,37 +341,71 @@ struct Engine::Impl {
     while (!growing.empty()) {
       ++stats.growth_rounds;
       build_kept_round(kept);
-      run_round(round_batch, run, Runner{kept.signatures, *kept.planner, *kept.executor, kept.forward_flops,
-                                         round_result});
+      try {
+        run_round(round_batch, run, Runner{kept.signatures, *kept.planner, *kept.executor, kept.forward_flops,
+                                           round_result});
+      } catch (const UserError&) {
+        explain_kept_round_error();
+        throw;
+      }
       objective += round_result.objective;
       keep_new_values(kept);
       jit::grow_round(program, growth, round_result.pushes, sample_pointers(grown, growing, true), growing,
-                      first_new);
+                      first_new, push_shift);
     }
     assemble_kept_result(objective);
   }
 
-  // round_batch: the samples in `growing`, vertices before first_new as
-  // stand-ins. An unnamed sample is named by its index in the caller's batch,
-  // so that errors still name it.
+  // round_batch: for each sample in `growing`, a stand-in for each vertex of
+  // an earlier round that a new vertex reads, then the new vertices (vertex v
+  // at v + push_shift[i]). An unnamed sample is named by its index in the
+  // caller's batch, so that errors still name it.
   void build_kept_round(const KeptValueProgram& kept) {
     round_batch.samples.resize(growing.size());
+    push_shift.resize(growing.size());
     for (size_t i = 0; i < growing.size(); ++i) {
       const size_t s = size_t(growing[i]);
       const Sample& sample = grown.samples[s];
       Sample& out = round_batch.samples[i];
       out.name = sample.name.empty() ? std::to_string(s) : sample.name;
-      out.vertices.resize(sample.vertices.size());
-      const size_t evaluated = size_t(first_new[s]);
-      for (size_t v = 0; v < evaluated; ++v) {
-        Vertex& stand_in = out.vertices[v];
-        stand_in.type = kept.stand_in[size_t(sample.vertices[v].type)];
+      const int evaluated = first_new[s];
+      // The stand-ins, in the order the new vertices first read them.
+      stand_in_of.assign(size_t(evaluated), -1);
+      int stand_ins = 0;
+      for (size_t v = size_t(evaluated); v < sample.vertices.size(); ++v)
+        for (int child : sample.vertices[v].children)
+          if (child >= 0 && child < evaluated && stand_in_of[size_t(child)] < 0) stand_in_of[size_t(child)] = stand_ins++;
+      out.vertices.resize(size_t(stand_ins) + sample.vertices.size() - size_t(evaluated));
+      for (int old = 0; old < evaluated; ++old) {
+        if (stand_in_of[size_t(old)] < 0) continue;
+        Vertex& stand_in = out.vertices[size_t(stand_in_of[size_t(old)])];
+        stand_in.type = kept.stand_in[size_t(sample.vertices[size_t(old)].type)];
         stand_in.children.clear();
         stand_in.token = stand_in.label = -1;
-        stand_in.features = kept_values[s][v].scatter;
+        stand_in.features = kept_values[s][size_t(old)].scatter;
       }
-      for (size_t v = evaluated; v < sample.vertices.size(); ++v) out.vertices[v] = sample.vertices[v];
+      const int shift = stand_ins - evaluated;
+      push_shift[i] = shift;
+      for (size_t v = size_t(evaluated); v < sample.vertices.size(); ++v) {
+        Vertex& vertex = out.vertices[v + size_t(shift)];
+        vertex = sample.vertices[v];
+        for (int& child : vertex.children)
+          if (child >= 0 && child < int(sample.vertices.size()))  // else the graph check names it
+            child = child < evaluated ? stand_in_of[size_t(child)] : child + shift;
+      }
     }
+  }
+
+  // A round whose check failed: the check again on the grown samples, whose
+  // vertex numbers are the caller's (a round renumbers them), so that the
+  // error names the vertex the caller knows.
+  void explain_kept_round_error() const {
+    GraphBatch samples;
+    for (int s : growing) {
+      samples.samples.push_back(grown.samples[size_t(s)]);
+      if (samples.samples.back().name.empty()) samples.samples.back().name = std::to_string(s);
+    }
+    validate_and_order(signatures, samples);
   }
 
   // Stores what the round's new vertices scattered and pushed.
@@ -383,16 +417,17 @@ struct Engine::Impl {
       for (int v = first_new[s]; v < int(sample.vertices.size()); ++v) {
         KeptVertex& values = kept_values[s][size_t(v)];
         const int type = sample.vertices[size_t(v)].type;
+        const int in_round = v + push_shift[i];
         if (signatures[size_t(type)].scatters) {
-          const int row = layout.vertex_row[size_t(graph.id({int(i), v}))];
+          const int row = layout.vertex_row[size_t(graph.id({int(i), in_round}))];
           std::span<const float> scattered = kept.executor->scattered_row(type, row);
           values.scatter.assign(scattered.begin(), scattered.end());
         } else {
           values.scatter.assign(1, 0.0f);  // the vec(1) stand-in's row
         }
-        values.pushes.resize(size_t(round_result.pushes.count(int(i), v)));
+        values.pushes.resize(size_t(round_result.pushes.count(int(i), in_round)));
         for (size_t k = 0; k < values.pushes.size(); ++k) {
-          std::span<const float> pushed = round_result.pushes.at(int(i), v, int(k));
+          std::span<const float> pushed = round_result.pushes.at(int(i), in_round, int(k));
           values.pushes[k].assign(pushed.begin(), pushed.end());
         }
       }
@@ -649,6 +684,8 @@ struct Engine::Impl {
   std::unique_ptr<KeptValueProgram> kept_program;  // built by the first such round
   std::vector<std::vector<KeptVertex>> kept_values;  // per sample of the caller's batch, per evaluated vertex
   Evaluation<float> round_result;
+  std::vector<int> push_shift;   // per sample of a round: where its new vertices moved (build_kept_round)
+  std::vector<int> stand_in_of;  // scratch of build_kept_round
 
   bool has_forward = false, has_result = false, has_gradients = false;
   bool lower_bound_tracked = options.profile;  // VJIT_PROFILE reports tasks against the bound

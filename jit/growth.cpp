@@ -41,7 +41,8 @@ std::string sample_name(const Sample& sample, int index) {
 }  // namespace
 
 void grow_round(const Program& program, const GrowthRules& rules, const PushedValues<float>& pushes,
-                std::span<Sample* const> round, std::vector<int>& samples, std::vector<int>& first_new) {
+                std::span<Sample* const> round, std::vector<int>& samples, std::vector<int>& first_new,
+                std::span<const int> push_shift) {
   size_t grew = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
     Sample& sample = *round[i];
@@ -51,7 +52,8 @@ void grow_round(const Program& program, const GrowthRules& rules, const PushedVa
       const int type = sample.vertices[size_t(v)].type;
       const GrowthCallback& callback = rules.callbacks[size_t(type)];
       if (!callback) continue;
-      GrowthStep step(sample, index, int(i), v, pushes, program.num_types(), rules.max_vertices);
+      const int pushed_vertex = push_shift.empty() ? v : v + push_shift[i];
+      GrowthStep step(sample, index, int(i), v, pushed_vertex, pushes, program.num_types(), rules.max_vertices);
       try {
         callback(step);
       } catch (const std::exception& e) {

@@ -196,7 +196,9 @@ TEST(Growth, BadCallbacksAreUserErrorsAndTheEngineStaysUsable) {
                {where, "child 0 is vertex", "does not exist"});
   expect_error([](GrowthStep& step) { step.add_vertex(42, {step.vertex()}); }, {where, "vertex type 42"});
   // An addition the graph check refuses (the decoder gathers one child).
-  expect_error([](GrowthStep& step) { step.add_vertex(1, {}, 3); }, {"sequence 0", "vertex"});
+  // It names the added vertex by its index in the grown sample.
+  const std::string added = "vertex " + std::to_string(batch.samples[0].vertices.size());
+  expect_error([](GrowthStep& step) { step.add_vertex(1, {}, 3); }, {"sequence 0", added});
   engine.set_growth_limit(30);
   expect_error([](GrowthStep& step) { step.add_vertex(1, {step.vertex()}, 3); }, {"growth limit", "'decoder'"});
 
@@ -211,7 +213,9 @@ TEST(Growth, BadCallbacksAreUserErrorsAndTheEngineStaysUsable) {
     else step.add_vertex(decoder, {}, 3);  // no child: the decoder gathers one
   });
   const std::string message = user_error_of([&] { engine.infer(unnamed); });
-  EXPECT_NE(message.find("sample '2'"), std::string::npos) << message;
+  EXPECT_NE(message.find("sample '2', vertex " + std::to_string(unnamed.samples[2].vertices.size() + 1)),
+            std::string::npos)
+      << message;
   engine.set_growth(decoder, models::seq2seq_greedy_decoder(program, 4));
   engine.infer(unnamed);
   for (const Sample& s : engine.grown_batch().samples) EXPECT_EQ(s.name, "");
