@@ -320,8 +320,8 @@ struct Engine::Impl {
     // Not streaming: the scattered rows are read back after the forward.
     kept->executor = std::make_unique<runtime::CpuExecutor>(
         kept->program, kept->plan,
-        runtime::CpuExecutor::Config{options.threads, gemm, false, false, options.max_memory, options.check_finite,
-                                     options.deterministic, nullptr});
+        runtime::CpuExecutor::Config{options.threads, gemm, false, options.profile, options.max_memory,
+                                     options.check_finite, options.deterministic, nullptr});
     for (int t = 0; t < kept->program.num_types(); ++t)
       kept->forward_flops.push_back(t < program.num_types() ? forward_flops[size_t(t)] : 0.0);
     kept_program = std::move(kept);
@@ -615,7 +615,14 @@ struct Engine::Impl {
         static_cast<long long>(compile_info.jit_cache_hits), static_cast<long long>(compile_info.jit_compiles),
         compile_info.jit_compile_s, static_cast<long long>(policy_cache_hits), static_cast<long long>(policies_learned));
     // The costliest steps, to see which op of which vertex function a change should target.
-    const std::vector<runtime::StepTime> steps = executor->step_profile();
+    std::vector<runtime::StepTime> steps = executor->step_profile();
+    if (kept_program) {  // the rounds of growth that kept values ran there
+      for (runtime::StepTime& step : kept_program->executor->step_profile()) {
+        step.label = "(kept-values rounds) " + step.label;
+        steps.push_back(std::move(step));
+      }
+      std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+    }
     constexpr size_t kShown = 20;
     if (!steps.empty()) say("top kernels by time (of %zu steps):", steps.size());
     if (!steps.empty()) say("%12s %8s %10s %9s  %s", "total ms", "calls", "rows/call", "% of wall", "step");
@@ -804,6 +811,7 @@ void Engine::reset_stats() {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
   impl_->stats = {};
   impl_->executor->reset_step_profile();  // its times are compared with the stats' wall time
+  if (impl_->kept_program) impl_->kept_program->executor->reset_step_profile();
 }
 
 OptimizerState Engine::optimizer_state() const {
