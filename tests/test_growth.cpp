@@ -171,6 +171,37 @@ TEST(Growth, InferenceEvaluatesEachVertexOnceAndEqualsTheGrownGraphRunAtOnce) {
     }
 }
 
+// The rounds that keep values run on an executor of their own; it reads the
+// parameters a train_step between two decodings changed.
+TEST(Growth, DecodingAfterTrainingReadsTheTrainedParameters) {
+  models::Bundle bundle = small_seq2seq();
+  const int decoder = bundle.program->type_index("decoder");
+  Engine engine(*bundle.program, Options::defaults());
+  const GraphBatch batch = prompts(bundle, 0, 6);
+  engine.set_growth(decoder, models::seq2seq_greedy_decoder(*bundle.program));
+  const Evaluation<float> before = engine.infer(batch);
+  engine.set_growth(decoder, nullptr);
+  train_a_little(engine, bundle);
+  engine.set_growth(decoder, models::seq2seq_greedy_decoder(*bundle.program));
+  const Evaluation<float> after = engine.infer(batch);
+  const GraphBatch grown = engine.grown_batch();
+
+  Engine fresh(*bundle.program, Options::defaults());
+  fresh.set_growth(decoder, models::seq2seq_greedy_decoder(*bundle.program));
+  const Evaluation<float> want = fresh.infer(batch);
+  double changed = 0;
+  for (int s = 0; s < int(batch.samples.size()); ++s) {
+    expect_same_graph(grown.samples[size_t(s)], fresh.grown_batch().samples[size_t(s)], "sample " + std::to_string(s));
+    const int v = int(batch.samples[size_t(s)].vertices.size()) - 1;  // the first decoder step
+    changed = std::max(changed, testing::tensor_error(after.pushes.at(s, v, 0), before.pushes.at(s, v, 0)));
+    for (int u = 0; u < want.pushes.num_vertices(s); ++u)
+      for (int k = 0; k < want.pushes.count(s, u); ++k)
+        EXPECT_LE(testing::tensor_error(after.pushes.at(s, u, k), want.pushes.at(s, u, k)), 1e-5)
+            << "sample " << s << " vertex " << u;
+  }
+  EXPECT_GT(changed, 1e-3) << "training did not change the logits";
+}
+
 TEST(Growth, BadCallbacksAreUserErrorsAndTheEngineStaysUsable) {
   models::Bundle bundle = small_seq2seq();
   const Program& program = *bundle.program;

@@ -10,8 +10,13 @@
 // vertex's pushed values and may add vertices to the vertex's own sample
 // (their children: vertices that already exist in it). The rounds repeat
 // until a round adds nothing; after the first, a round runs only the samples
-// the round before added to (each as its whole graph so far), and a final
-// round runs the whole grown batch when some sample sat out the last one.
+// the round before added to. Inference (Engine::infer, or forward without
+// gradients or dropout) on the CPU keeps the values of earlier rounds: a
+// round evaluates only the vertices added since the last one, reading what
+// their earlier children scattered from stand-ins, so every vertex is
+// evaluated once. Otherwise (training, the CUDA executor, VJIT_POLICY=fsm) a
+// round evaluates each growing sample's whole graph so far again, and a final
+// round the whole grown batch when some sample sat out the last one.
 // The result, the objective and the backward pass are those of the final
 // (grown) graph, which Engine::grown_batch() returns:
 // the reference interpreter run on it gives the same values and gradients.
