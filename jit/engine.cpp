@@ -282,8 +282,8 @@ struct Engine::Impl {
   // it. A round runs, for each growing sample, its new vertices and, for each
   // vertex of an earlier round they read, a stand-in holding what that vertex
   // scattered, so that only the new vertices compute, and their values are
-  // those of the whole graph run at once. On
-  // the CPU its executor reads the Model's own parameters: nothing to upload.
+  // those of the whole graph run at once. On the CPU its executor reads the
+  // Model's own parameters: nothing to upload after a train_step.
   struct KeptValueProgram {
     explicit KeptValueProgram(const Program& original) : program(original) {}
     Program program;
