@@ -207,12 +207,16 @@ struct Engine::Impl {
     for (size_t s = 0; s < growing.size(); ++s) growing[s] = int(s);
     const int64_t initial = grown.num_vertices();
     try {
-      bool last_round_had_every_sample = true;
-      while (!growing.empty()) {
-        last_round_had_every_sample = growing.size() == grown.samples.size();
-        growth_round(run);
+      if (keeps_values(run)) {
+        grow_keeping_values(run);
+      } else {
+        bool last_round_had_every_sample = true;
+        while (!growing.empty()) {
+          last_round_had_every_sample = growing.size() == grown.samples.size();
+          growth_round(run);
+        }
+        if (!last_round_had_every_sample) forward_round(grown, run);
       }
-      if (!last_round_had_every_sample) forward_round(grown, run);
     } catch (...) {  // a failed round leaves no forward to read or differentiate
       has_forward = has_result = false;
       throw;
@@ -228,7 +232,7 @@ struct Engine::Impl {
     ++stats.growth_rounds;
     if (growing.size() == grown.samples.size()) {
       forward_round(grown, run);
-      jit::grow_round(program, growth, result.pushes, grown, growing, first_new);
+      jit::grow_round(program, growth, result.pushes, sample_pointers(grown, growing, false), growing, first_new);
       return;
     }
     // An unnamed sample is named by its index in the caller's batch while it
@@ -250,7 +254,8 @@ struct Engine::Impl {
     };
     try {
       forward_round(round_batch, run);
-      jit::grow_round(program, growth, result.pushes, round_batch, growing, first_new);
+      jit::grow_round(program, growth, result.pushes, sample_pointers(round_batch, growing, false), growing,
+                      first_new);
     } catch (...) {
       move_back();
       throw;
@@ -258,20 +263,230 @@ struct Engine::Impl {
     move_back();
   }
 
+  // Pointers to the samples of `batch` a round ran: with `by_index`, sample
+  // indices[i] of it, else sample i (the round's own batch).
+  std::span<Sample* const> sample_pointers(GraphBatch& batch, const std::vector<int>& indices, bool by_index) {
+    round_samples.resize(indices.size());
+    for (size_t i = 0; i < indices.size(); ++i)
+      round_samples[i] = &batch.samples[by_index ? size_t(indices[i]) : i];
+    return round_samples;
+  }
+
+  // Rounds of growth that keep the values of earlier rounds: inference (no
+  // gradients, no dropout) on the CPU executor, with a policy that needs no
+  // table learned for the program's own types.
+  bool keeps_values(const RunOptions& run) const {
+    return !run.backward && !run.training && options.device == "cpu" && policy != scheduler::Policy::Fsm;
+  }
+
+  // The program's types followed by one stand-in type per shape a type
+  // scatters: a stand-in pulls a stored row from its features and scatters
+  // it. A round runs, for each growing sample, its new vertices and, for each
+  // vertex of an earlier round they read, a stand-in holding what that vertex
+  // scattered, so that only the new vertices compute, and their values are
+  // those of the whole graph run at once. On the CPU its executor reads the
+  // Model's own parameters: nothing to upload after a train_step.
+  struct KeptValueProgram {
+    explicit KeptValueProgram(const Program& original) : program(original) {}
+    Program program;
+    std::vector<int> stand_in;  // per type of the original program
+    std::vector<TypeSignature> signatures;
+    runtime::ExecPlan plan;
+    std::unique_ptr<runtime::Planner> planner;
+    std::unique_ptr<runtime::CpuExecutor> executor;
+    std::vector<double> forward_flops;
+  };
+
+  KeptValueProgram& kept_value_program() {
+    if (kept_program) return *kept_program;
+    auto kept = std::make_unique<KeptValueProgram>(program);
+    std::vector<std::pair<Shape, int>> stand_ins;  // scatter shape → stand-in type
+    for (int t = 0; t < program.num_types(); ++t) {
+      const TypeSignature& signature = program.signature(t);
+      const Shape shape = signature.scatters ? signature.scatter_shape : Shape::vec(1);
+      auto found = std::find_if(stand_ins.begin(), stand_ins.end(), [&](const auto& s) { return s.first == shape; });
+      if (found == stand_ins.end()) {
+        const int width = int(shape.numel());
+        const int type = kept->program.add_type("vjit_kept_value_" + std::to_string(stand_ins.size()), [&](Builder& b) {
+          Value row = b.pull(width);
+          b.scatter(shape == Shape::vec(width) ? row : b.reshape(row, shape));
+        });
+        found = stand_ins.insert(stand_ins.end(), {shape, type});
+      }
+      kept->stand_in.push_back(found->second);
+    }
+    kept->signatures = kept->program.signatures();
+    kept->plan = jit::lower_program(kept->program, options);
+    kept->planner = runtime::make_planner(options.memplan, kept->plan, kept->signatures,
+                                          {options.inplace_concat, options.pad_wide_rows});
+    // Not streaming: the scattered rows are read back after the forward.
+    kept->executor = std::make_unique<runtime::CpuExecutor>(
+        kept->program, kept->plan,
+        runtime::CpuExecutor::Config{options.threads, gemm, false, options.profile, options.max_memory,
+                                     options.check_finite, options.deterministic, nullptr});
+    for (int t = 0; t < kept->program.num_types(); ++t)
+      kept->forward_flops.push_back(t < program.num_types() ? forward_flops[size_t(t)] : 0.0);
+    kept_program = std::move(kept);
+    return *kept_program;
+  }
+
+  // The growth rounds of an inference: each runs the samples still growing,
+  // their earlier vertices as stand-ins (KeptValueProgram), keeps what the
+  // new vertices scattered and pushed, and calls the callbacks. The result is
+  // then assembled from the kept pushes; the objective is the sum of the
+  // rounds' (each vertex's loss is counted in the round that evaluated it).
+  void grow_keeping_values(const RunOptions& run) {
+    KeptValueProgram& kept = kept_value_program();
+    kept_values.resize(grown.samples.size());
+    for (std::vector<KeptVertex>& values : kept_values) values.clear();
+    double objective = 0;
+    while (!growing.empty()) {
+      ++stats.growth_rounds;
+      build_kept_round(kept);
+      try {
+        run_round(round_batch, run, Runner{kept.signatures, *kept.planner, *kept.executor, kept.forward_flops,
+                                           round_result});
+      } catch (const UserError&) {
+        explain_kept_round_error();
+        throw;
+      }
+      objective += round_result.objective;
+      keep_new_values(kept);
+      jit::grow_round(program, growth, round_result.pushes, sample_pointers(grown, growing, true), growing,
+                      first_new, push_shift);
+    }
+    assemble_kept_result(objective);
+  }
+
+  // round_batch: for each sample in `growing`, a stand-in for each vertex of
+  // an earlier round that a new vertex reads, then the new vertices (vertex v
+  // at v + push_shift[i]). An unnamed sample is named by its index in the
+  // caller's batch, so that errors still name it.
+  void build_kept_round(const KeptValueProgram& kept) {
+    round_batch.samples.resize(growing.size());
+    push_shift.resize(growing.size());
+    for (size_t i = 0; i < growing.size(); ++i) {
+      const size_t s = size_t(growing[i]);
+      const Sample& sample = grown.samples[s];
+      Sample& out = round_batch.samples[i];
+      out.name = sample.name.empty() ? std::to_string(s) : sample.name;
+      const int evaluated = first_new[s];
+      // The stand-ins, in the order the new vertices first read them.
+      stand_in_of.assign(size_t(evaluated), -1);
+      int stand_ins = 0;
+      for (size_t v = size_t(evaluated); v < sample.vertices.size(); ++v)
+        for (int child : sample.vertices[v].children)
+          if (child >= 0 && child < evaluated && stand_in_of[size_t(child)] < 0) stand_in_of[size_t(child)] = stand_ins++;
+      out.vertices.resize(size_t(stand_ins) + sample.vertices.size() - size_t(evaluated));
+      for (int old = 0; old < evaluated; ++old) {
+        if (stand_in_of[size_t(old)] < 0) continue;
+        Vertex& stand_in = out.vertices[size_t(stand_in_of[size_t(old)])];
+        stand_in.type = kept.stand_in[size_t(sample.vertices[size_t(old)].type)];
+        stand_in.children.clear();
+        stand_in.token = stand_in.label = -1;
+        stand_in.features = kept_values[s][size_t(old)].scatter;
+      }
+      const int shift = stand_ins - evaluated;
+      push_shift[i] = shift;
+      for (size_t v = size_t(evaluated); v < sample.vertices.size(); ++v) {
+        Vertex& vertex = out.vertices[v + size_t(shift)];
+        vertex = sample.vertices[v];
+        for (int& child : vertex.children)
+          if (child >= 0 && child < int(sample.vertices.size()))  // else the graph check names it
+            child = child < evaluated ? stand_in_of[size_t(child)] : child + shift;
+      }
+    }
+  }
+
+  // A round whose check failed: the check again on the grown samples, whose
+  // vertex numbers are the caller's (a round renumbers them), so that the
+  // error names the vertex the caller knows.
+  void explain_kept_round_error() const {
+    GraphBatch samples;
+    for (int s : growing) {
+      samples.samples.push_back(grown.samples[size_t(s)]);
+      if (samples.samples.back().name.empty()) samples.samples.back().name = std::to_string(s);
+    }
+    validate_and_order(signatures, samples);
+  }
+
+  // Stores what the round's new vertices scattered and pushed.
+  void keep_new_values(KeptValueProgram& kept) {
+    for (size_t i = 0; i < growing.size(); ++i) {
+      const size_t s = size_t(growing[i]);
+      const Sample& sample = grown.samples[s];
+      kept_values[s].resize(sample.vertices.size());
+      for (int v = first_new[s]; v < int(sample.vertices.size()); ++v) {
+        KeptVertex& values = kept_values[s][size_t(v)];
+        const int type = sample.vertices[size_t(v)].type;
+        const int in_round = v + push_shift[i];
+        if (signatures[size_t(type)].scatters) {
+          const int row = layout.vertex_row[size_t(graph.id({int(i), in_round}))];
+          std::span<const float> scattered = kept.executor->scattered_row(type, row);
+          values.scatter.assign(scattered.begin(), scattered.end());
+        } else {
+          values.scatter.assign(1, 0.0f);  // the vec(1) stand-in's row
+        }
+        values.pushes.resize(size_t(round_result.pushes.count(int(i), in_round)));
+        for (size_t k = 0; k < values.pushes.size(); ++k) {
+          std::span<const float> pushed = round_result.pushes.at(int(i), in_round, int(k));
+          values.pushes[k].assign(pushed.begin(), pushed.end());
+        }
+      }
+    }
+  }
+
+  // result: the objective and every vertex's pushes, over the grown batch.
+  void assemble_kept_result(double objective) {
+    result.objective = objective;
+    PushedValues<float>& pushes = result.pushes;
+    pushes.reset(int(grown.samples.size()), [&](int s) { return int(grown.samples[size_t(s)].vertices.size()); });
+    std::vector<int64_t> widths;
+    for (const std::vector<KeptVertex>& sample : kept_values)
+      for (const KeptVertex& vertex : sample) {
+        widths.clear();
+        for (const std::vector<float>& pushed : vertex.pushes) widths.push_back(int64_t(pushed.size()));
+        pushes.add_vertex(widths);
+      }
+    pushes.allocate();
+    int flat = 0;
+    for (const std::vector<KeptVertex>& sample : kept_values)
+      for (const KeptVertex& vertex : sample) {
+        for (size_t k = 0; k < vertex.pushes.size(); ++k)
+          std::copy(vertex.pushes[k].begin(), vertex.pushes[k].end(),
+                    pushes.data() + pushes.value_offset(flat, int(k)));
+        ++flat;
+      }
+  }
+
+  // What runs a round: the program's own plans, or those of the program that
+  // keeps values (KeptValueProgram), with the evaluation it writes.
+  struct Runner {
+    const std::vector<TypeSignature>& signatures;
+    runtime::Planner& planner;
+    runtime::Executor& executor;
+    const std::vector<double>& forward_flops;
+    Evaluation<float>& result;
+  };
+
   void forward_round(const GraphBatch& batch, const RunOptions& run) {
+    run_round(batch, run, Runner{signatures, *planner, *executor, forward_flops, result});
+  }
+
+  void run_round(const GraphBatch& batch, const RunOptions& run, const Runner& runner) {
     check_program_unchanged();
     has_forward = false;
     auto start = std::chrono::steady_clock::now();
     {
       runtime::TraceScope schedule_event(trace.get(), "schedule", runtime::TraceCategory::Engine);
-      schedule_batch(batch);
+      schedule_batch(batch, runner.signatures);
     }
     stats.schedule_s += seconds_since(start);
     if (lower_bound_tracked) stats.lower_bound += scheduler::lower_bound(graph, schedule.vertices);
     start = std::chrono::steady_clock::now();
     {
       runtime::TraceScope plan_event(trace.get(), "plan", runtime::TraceCategory::Engine);
-      planner->plan({&graph, &schedule}, layout);
+      runner.planner.plan({&graph, &schedule}, layout);
     }
     stats.plan_s += seconds_since(start);
     check_memory_bound(batch, run);
@@ -281,26 +496,26 @@ struct Engine::Impl {
     stats.vertices += graph.num_vertices();
     stats.tasks += schedule.num_tasks();
     stats.fsm_fallbacks += schedule.fsm_fallbacks;
-    stats.useful_flops += schedule_flops(forward_flops);
+    stats.useful_flops += schedule_flops(runner.forward_flops);
     has_result = false;
     start = std::chrono::steady_clock::now();
     {
       runtime::TraceArgs args;
       args.rows = graph.num_vertices();
       runtime::TraceScope forward_event(trace.get(), "forward pass", runtime::TraceCategory::Engine, args);
-      executor->forward({&graph, &schedule, &layout}, run, result);
+      runner.executor.forward({&graph, &schedule, &layout}, run, runner.result);
     }
     stats.forward_s += seconds_since(start);
     has_result = true;
     has_forward = run.backward;
-    collect();
+    collect(runner.executor);
   }
 
   // Validates and flattens the batch (learning the FSM policy on the first
   // batch that needs it) and chooses its tasks.
-  void schedule_batch(const GraphBatch& batch) {
+  void schedule_batch(const GraphBatch& batch, const std::vector<TypeSignature>& types) {
     bool heights = policy == scheduler::Policy::Fsm && fsm && scheduler::encoding_uses_heights(fsm->table().encoding());
-    scheduler::validate_and_flatten(signatures, batch, heights, graph, order, scratch);
+    scheduler::validate_and_flatten(types, batch, heights, graph, order, scratch);
     if (policy == scheduler::Policy::Fsm && !fsm) {
       learn(batch);
       if (scheduler::encoding_uses_heights(fsm->table().encoding())) graph.assign(batch, int(signatures.size()), true);
@@ -335,7 +550,7 @@ struct Engine::Impl {
     stats.backward_s += seconds_since(start);
     stats.useful_flops += schedule_flops(backward_flops);
     has_gradients = true;
-    collect();
+    collect(*executor);
   }
 
   // Σ over the schedule's tasks of (vertices × the per-vertex flops of the task's type).
@@ -348,8 +563,8 @@ struct Engine::Impl {
   }
 
   // Moves the executor's counters into the engine's stats.
-  void collect() {
-    runtime::ExecStats e = executor->take_stats();
+  void collect(runtime::Executor& from) {
+    runtime::ExecStats e = from.take_stats();
     stats.kernels += e.kernels;
     stats.gemm_calls += e.gemm_calls;
     stats.gemm_flops += e.gemm_flops;
@@ -402,7 +617,14 @@ struct Engine::Impl {
         static_cast<long long>(compile_info.jit_cache_hits), static_cast<long long>(compile_info.jit_compiles),
         compile_info.jit_compile_s, static_cast<long long>(policy_cache_hits), static_cast<long long>(policies_learned));
     // The costliest steps, to see which op of which vertex function a change should target.
-    const std::vector<runtime::StepTime> steps = executor->step_profile();
+    std::vector<runtime::StepTime> steps = executor->step_profile();
+    if (kept_program) {  // the rounds of growth that kept values ran there
+      for (runtime::StepTime& step : kept_program->executor->step_profile()) {
+        step.label = "(kept-values rounds) " + step.label;
+        steps.push_back(std::move(step));
+      }
+      std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+    }
     constexpr size_t kShown = 20;
     if (!steps.empty()) say("top kernels by time (of %zu steps):", steps.size());
     if (!steps.empty()) say("%12s %8s %10s %9s  %s", "total ms", "calls", "rows/call", "% of wall", "step");
@@ -461,7 +683,18 @@ struct Engine::Impl {
   std::vector<int> growing;    // the samples the next round runs: those the last one added to
   GraphBatch round_batch;      // those samples, when not every one
   std::vector<int> ran;        // their indices (~index: a sample with a name of its own)
+  std::vector<Sample*> round_samples;  // the samples a round's callbacks grow
   bool has_grown = false;
+  // Inference growth keeps values across rounds (grow_keeping_values).
+  struct KeptVertex {
+    std::vector<float> scatter;             // what it scattered (one 0 for a type that does not)
+    std::vector<std::vector<float>> pushes;  // what it pushed
+  };
+  std::unique_ptr<KeptValueProgram> kept_program;  // built by the first such round
+  std::vector<std::vector<KeptVertex>> kept_values;  // per sample of the caller's batch, per evaluated vertex
+  Evaluation<float> round_result;
+  std::vector<int> push_shift;   // per sample of a round: where its new vertices moved (build_kept_round)
+  std::vector<int> stand_in_of;  // scratch of build_kept_round
 
   bool has_forward = false, has_result = false, has_gradients = false;
   bool lower_bound_tracked = options.profile;  // VJIT_PROFILE reports tasks against the bound
@@ -599,6 +832,7 @@ void Engine::reset_stats() {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
   impl_->stats = {};
   impl_->executor->reset_step_profile();  // its times are compared with the stats' wall time
+  if (impl_->kept_program) impl_->kept_program->executor->reset_step_profile();
 }
 
 OptimizerState Engine::optimizer_state() const {

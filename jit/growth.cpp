@@ -41,17 +41,19 @@ std::string sample_name(const Sample& sample, int index) {
 }  // namespace
 
 void grow_round(const Program& program, const GrowthRules& rules, const PushedValues<float>& pushes,
-                GraphBatch& round, std::vector<int>& samples, std::vector<int>& first_new) {
+                std::span<Sample* const> round, std::vector<int>& samples, std::vector<int>& first_new,
+                std::span<const int> push_shift) {
   size_t grew = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
-    Sample& sample = round.samples[i];
+    Sample& sample = *round[i];
     const int index = samples[i];
     const int evaluated = int(sample.vertices.size());
     for (int v = first_new[size_t(index)]; v < evaluated; ++v) {
       const int type = sample.vertices[size_t(v)].type;
       const GrowthCallback& callback = rules.callbacks[size_t(type)];
       if (!callback) continue;
-      GrowthStep step(sample, index, int(i), v, pushes, program.num_types(), rules.max_vertices);
+      const int pushed_vertex = push_shift.empty() ? v : v + push_shift[i];
+      GrowthStep step(sample, index, int(i), v, pushed_vertex, pushes, program.num_types(), rules.max_vertices);
       try {
         callback(step);
       } catch (const std::exception& e) {

@@ -1,6 +1,7 @@
 #pragma once
 // One round of growth (vjit/growth.h): calls the growth callbacks of the
 // vertices a round evaluated for the first time.
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,13 +17,15 @@ struct GrowthRules {
   bool any() const;
 };
 
-// For each sample i of `round` (the batch a round ran: sample samples[i] of
-// the caller's batch, pushes at index i), calls the callback of every vertex
+// For each sample i of `round` (the samples a round ran: sample samples[i] of
+// the caller's batch, pushes at index i, vertex v's at v + push_shift[i], or
+// at v when push_shift is empty), calls the callback of every vertex
 // from first_new[samples[i]] to the sample's size when the round began whose
 // type grows, in vertex order, then moves first_new past them. Leaves in
 // `samples` the caller's indices of the samples that grew. A callback that
 // throws becomes a UserError naming the sample, vertex and type.
 void grow_round(const Program& program, const GrowthRules& rules, const PushedValues<float>& pushes,
-                GraphBatch& round, std::vector<int>& samples, std::vector<int>& first_new);
+                std::span<Sample* const> round, std::vector<int>& samples, std::vector<int>& first_new,
+                std::span<const int> push_shift = {});
 
 }  // namespace vjit::jit

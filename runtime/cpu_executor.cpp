@@ -369,6 +369,10 @@ CpuExecutor::View CpuExecutor::buffer_view(Pass pass, int type, ValueId id, int6
   return {arena(pass) + v.offset + begin * v.ld, v.ld};
 }
 
+std::span<const float> CpuExecutor::scattered_row(int type, int row) {
+  return {scattered_rows(type, row).data, size_t(scatter_width_[size_t(type)])};
+}
+
 CpuExecutor::View CpuExecutor::scattered_rows(int type, int64_t row) {
   return buffer_view(Pass::Forward, type, function_plan(Pass::Forward, type).scatter_value, row);
 }

@@ -100,6 +100,10 @@ class CpuExecutor final : public Executor {
   ExecStats take_stats() override;
   std::vector<StepTime> step_profile() const override;
   void reset_step_profile() override;
+  // After a forward: what the vertex at `row` of `type` scattered (a type
+  // that scatters), read before the next forward reuses the buffers. Lets a
+  // graph that grows keep its values from round to round (jit/engine.cpp).
+  std::span<const float> scattered_row(int type, int row);
 
  private:
   // Row 0 of a value for the rows being run; ld 0 for a uniform value.

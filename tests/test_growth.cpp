@@ -122,6 +122,86 @@ TEST(Growth, GradientsOfAGrownGraphEqualTheReferenceOnTheFinalGraph) {
   EXPECT_GT(engine.grown_batch().num_vertices(), batch.num_vertices());
 }
 
+// Inference keeps the values of earlier rounds: every vertex is evaluated
+// once (the useful flops are those of one forward of the grown graph), and
+// the pushes and objective equal a static forward of the grown graph and the
+// reference interpreter's.
+TEST(Growth, InferenceEvaluatesEachVertexOnceAndEqualsTheGrownGraphRunAtOnce) {
+  models::Bundle bundle = small_seq2seq();
+  const Program& program = *bundle.program;
+  const int decoder = program.type_index("decoder");
+  Engine engine(program, Options::defaults());
+  train_a_little(engine, bundle);
+  // Labelled steps, so that the objective sums losses from every round.
+  engine.set_growth(decoder, [&](GrowthStep& step) {
+    std::span<const float> logits = step.push(0);
+    const int next = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    int steps = 0;
+    for (const Vertex& v : step.sample().vertices) steps += v.type == decoder;
+    if (steps < 2 + step.sample_index() % 5)
+      step.add_vertex(decoder, {step.vertex()}, next, (next + 3) % models::kSeq2seqVocab);
+  });
+  GraphBatch batch = prompts(bundle, 0, 10);
+  for (Sample& s : batch.samples) s.vertices.back().label = 2;
+  engine.reset_stats();
+  const Evaluation<float> grown_result = engine.infer(batch);
+  const EngineStats grew = engine.stats();
+  const GraphBatch grown = engine.grown_batch();
+  EXPECT_GE(grew.growth_rounds, 5);
+
+  Engine whole(program, Options::defaults());
+  const Evaluation<float> at_once = whole.infer(grown);
+  EXPECT_DOUBLE_EQ(grew.useful_flops, whole.stats().useful_flops) << "a vertex was evaluated more than once";
+  EXPECT_NEAR(grown_result.objective, at_once.objective, 1e-5 * std::max(1.0, std::abs(at_once.objective)));
+  RunOptions inference;
+  inference.training = false;
+  inference.backward = false;
+  const Evaluation<double> ref = reference_evaluate(program, parameter_values<double>(program.model()), grown, inference);
+  EXPECT_NEAR(grown_result.objective, ref.objective, 1e-4 * std::max(1.0, std::abs(ref.objective)));
+  for (int s = 0; s < int(grown.samples.size()); ++s)
+    for (int v = 0; v < int(grown.samples[size_t(s)].vertices.size()); ++v) {
+      ASSERT_EQ(grown_result.pushes.count(s, v), at_once.pushes.count(s, v));
+      ASSERT_EQ(grown_result.pushes.count(s, v), ref.pushes.count(s, v));
+      for (int k = 0; k < at_once.pushes.count(s, v); ++k) {
+        EXPECT_LE(testing::tensor_error(grown_result.pushes.at(s, v, k), at_once.pushes.at(s, v, k)), 1e-5)
+            << "sample " << s << " vertex " << v;
+        EXPECT_LE(testing::tensor_error(grown_result.pushes.at(s, v, k), ref.pushes.at(s, v, k)), 1e-4)
+            << "sample " << s << " vertex " << v;
+      }
+    }
+}
+
+// The rounds that keep values run on an executor of their own; it reads the
+// parameters a train_step between two decodings changed.
+TEST(Growth, DecodingAfterTrainingReadsTheTrainedParameters) {
+  models::Bundle bundle = small_seq2seq();
+  const int decoder = bundle.program->type_index("decoder");
+  Engine engine(*bundle.program, Options::defaults());
+  const GraphBatch batch = prompts(bundle, 0, 6);
+  engine.set_growth(decoder, models::seq2seq_greedy_decoder(*bundle.program));
+  const Evaluation<float> before = engine.infer(batch);
+  engine.set_growth(decoder, nullptr);
+  train_a_little(engine, bundle);
+  engine.set_growth(decoder, models::seq2seq_greedy_decoder(*bundle.program));
+  const Evaluation<float> after = engine.infer(batch);
+  const GraphBatch grown = engine.grown_batch();
+
+  Engine fresh(*bundle.program, Options::defaults());
+  fresh.set_growth(decoder, models::seq2seq_greedy_decoder(*bundle.program));
+  const Evaluation<float> want = fresh.infer(batch);
+  double changed = 0;
+  for (int s = 0; s < int(batch.samples.size()); ++s) {
+    expect_same_graph(grown.samples[size_t(s)], fresh.grown_batch().samples[size_t(s)], "sample " + std::to_string(s));
+    const int v = int(batch.samples[size_t(s)].vertices.size()) - 1;  // the first decoder step
+    changed = std::max(changed, testing::tensor_error(after.pushes.at(s, v, 0), before.pushes.at(s, v, 0)));
+    for (int u = 0; u < want.pushes.num_vertices(s); ++u)
+      for (int k = 0; k < want.pushes.count(s, u); ++k)
+        EXPECT_LE(testing::tensor_error(after.pushes.at(s, u, k), want.pushes.at(s, u, k)), 1e-5)
+            << "sample " << s << " vertex " << u;
+  }
+  EXPECT_GT(changed, 1e-3) << "training did not change the logits";
+}
+
 TEST(Growth, BadCallbacksAreUserErrorsAndTheEngineStaysUsable) {
   models::Bundle bundle = small_seq2seq();
   const Program& program = *bundle.program;
@@ -147,7 +227,9 @@ TEST(Growth, BadCallbacksAreUserErrorsAndTheEngineStaysUsable) {
                {where, "child 0 is vertex", "does not exist"});
   expect_error([](GrowthStep& step) { step.add_vertex(42, {step.vertex()}); }, {where, "vertex type 42"});
   // An addition the graph check refuses (the decoder gathers one child).
-  expect_error([](GrowthStep& step) { step.add_vertex(1, {}, 3); }, {"sequence 0", "vertex"});
+  // It names the added vertex by its index in the grown sample.
+  const std::string added = "vertex " + std::to_string(batch.samples[0].vertices.size());
+  expect_error([](GrowthStep& step) { step.add_vertex(1, {}, 3); }, {"sequence 0", added});
   engine.set_growth_limit(30);
   expect_error([](GrowthStep& step) { step.add_vertex(1, {step.vertex()}, 3); }, {"growth limit", "'decoder'"});
 
@@ -162,7 +244,9 @@ TEST(Growth, BadCallbacksAreUserErrorsAndTheEngineStaysUsable) {
     else step.add_vertex(decoder, {}, 3);  // no child: the decoder gathers one
   });
   const std::string message = user_error_of([&] { engine.infer(unnamed); });
-  EXPECT_NE(message.find("sample '2'"), std::string::npos) << message;
+  EXPECT_NE(message.find("sample '2', vertex " + std::to_string(unnamed.samples[2].vertices.size() + 1)),
+            std::string::npos)
+      << message;
   engine.set_growth(decoder, models::seq2seq_greedy_decoder(program, 4));
   engine.infer(unnamed);
   for (const Sample& s : engine.grown_batch().samples) EXPECT_EQ(s.name, "");

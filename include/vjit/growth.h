@@ -10,8 +10,13 @@
 // vertex's pushed values and may add vertices to the vertex's own sample
 // (their children: vertices that already exist in it). The rounds repeat
 // until a round adds nothing; after the first, a round runs only the samples
-// the round before added to (each as its whole graph so far), and a final
-// round runs the whole grown batch when some sample sat out the last one.
+// the round before added to. Inference (Engine::infer, or forward without
+// gradients or dropout) on the CPU keeps the values of earlier rounds: a
+// round evaluates only the vertices added since the last one, reading what
+// their earlier children scattered from stand-ins, so every vertex is
+// evaluated once. Otherwise (training, the CUDA executor, VJIT_POLICY=fsm) a
+// round evaluates each growing sample's whole graph so far again, and a final
+// round the whole grown batch when some sample sat out the last one.
 // The result, the objective and the backward pass are those of the final
 // (grown) graph, which Engine::grown_batch() returns:
 // the reference interpreter run on it gives the same values and gradients.
@@ -42,18 +47,19 @@ namespace vjit {
 // vertices to that vertex's sample.
 class GrowthStep {
  public:
-  // `pushes` holds the sample's values at index `pushed_sample` (the batch a
-  // round ran may hold only the samples still growing).
-  GrowthStep(Sample& sample, int sample_index, int pushed_sample, int vertex, const PushedValues<float>& pushes,
-             int num_types, int max_vertices)
+  // `pushes` holds the vertex's values at (pushed_sample, pushed_vertex): the
+  // batch a round ran may hold only the samples still growing, and only the
+  // vertices it evaluated.
+  GrowthStep(Sample& sample, int sample_index, int pushed_sample, int vertex, int pushed_vertex,
+             const PushedValues<float>& pushes, int num_types, int max_vertices)
       : sample_(sample), sample_index_(sample_index), pushed_sample_(pushed_sample), vertex_(vertex),
-        pushes_(pushes), num_types_(num_types), max_vertices_(max_vertices) {}
+        pushed_vertex_(pushed_vertex), pushes_(pushes), num_types_(num_types), max_vertices_(max_vertices) {}
 
   int sample_index() const { return sample_index_; }  // in the batch passed to the engine
   int vertex() const { return vertex_; }    // its index in the sample
   const Sample& sample() const { return sample_; }  // as grown so far
-  int num_pushes() const { return pushes_.count(pushed_sample_, vertex_); }
-  std::span<const float> push(int k) const { return pushes_.at(pushed_sample_, vertex_, k); }
+  int num_pushes() const { return pushes_.count(pushed_sample_, pushed_vertex_); }
+  std::span<const float> push(int k) const { return pushes_.at(pushed_sample_, pushed_vertex_, k); }
 
   // Adds a vertex to this sample and returns its index. Throws UserError for a
   // type outside the program, a child index that does not exist yet, or a
@@ -67,6 +73,7 @@ class GrowthStep {
   int sample_index_;
   int pushed_sample_;
   int vertex_;
+  int pushed_vertex_;
   const PushedValues<float>& pushes_;
   int num_types_;
   int max_vertices_;
