@@ -15,7 +15,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <unordered_map>
 
 #include "examples/models/recursive_models.h"
 
@@ -164,26 +163,6 @@ void child_sum_tree_lstm(int hidden, int steps) {
                     steps);
 }
 
-// The same samples without the front end: a hand-written walk over the nodes.
-GraphBatch hand_built_batch(const NaryForest& forest, int node_type) {
-  GraphBatch batch;
-  for (const NaryTree* root : forest.roots) {
-    Sample sample;
-    std::unordered_map<const NaryTree*, int> vertex_of;
-    auto visit = [&](auto& self, const NaryTree* node) -> int {
-      if (auto seen = vertex_of.find(node); seen != vertex_of.end()) return seen->second;
-      std::vector<int> children;
-      for (const NaryTree* child : node->children) children.push_back(self(self, child));
-      int v = sample.add_vertex(node_type, children, -1, node->label);
-      sample.vertices[size_t(v)].features = node->features;
-      return vertex_of[node] = v;
-    };
-    visit(visit, root);
-    batch.samples.push_back(std::move(sample));
-  }
-  return batch;
-}
-
 void child_sum_rnn(int hidden, const char* what, double share) {
   std::printf("child-sum tree RNN over struct NaryTree, %s (hidden %d)\n", what, hidden);
   const int features = 6, classes = 3;
@@ -197,7 +176,7 @@ void child_sum_rnn(int hidden, const char* what, double share) {
   int node = program.add_type("node", [&](Builder& f) {
     f.scatter(recursive.rnn.cell(f, f.gather_sum(Shape::vec(hidden))));
   });
-  GraphBatch hand_batch = hand_built_batch(forest, node);
+  GraphBatch hand_batch = vjit::examples::hand_built_batch(forest.roots, node);
   check(same_vertices(batch, hand_batch), "the walk makes one vertex per distinct node, children first");
   int64_t shared = 0;
   for (const Sample& s : batch.samples) {

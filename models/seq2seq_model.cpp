@@ -14,27 +14,6 @@ namespace {
 
 constexpr int kMinLength = 3, kMaxLength = 12;
 
-// An LSTM step (gate order i, f, o, g) on input x and state [h; c]; returns [h'; c'].
-struct Seq2seqCell {
-  int hidden;
-  Param w, u, b;
-  Seq2seqCell(Model& m, const std::string& prefix, int input, int hidden_size) : hidden(hidden_size) {
-    w = m.add(prefix + "W", mat(4 * hidden, input));
-    u = m.add(prefix + "U", mat(4 * hidden, hidden));
-    b = m.add(prefix + "b", vec(4 * hidden), Init::Zeros);
-  }
-  std::pair<Value, Value> step(Builder& bl, Value x, Value state) const {
-    auto [h, c] = split_state(bl, state, hidden);
-    Value gates = bl.add(bl.add(bl.matmul(w, x), bl.matmul(u, h)), b);
-    Value i = bl.sigmoid(bl.slice(gates, 0, hidden));
-    Value f = bl.sigmoid(bl.slice(gates, hidden, hidden));
-    Value o = bl.sigmoid(bl.slice(gates, 2 * hidden, hidden));
-    Value g = bl.tanh(bl.slice(gates, 3 * hidden, hidden));
-    Value c_next = bl.add(bl.mul(f, c), bl.mul(i, g));
-    return {bl.mul(o, bl.tanh(c_next)), c_next};
-  }
-};
-
 // Random sources of kMinLength..kMaxLength data tokens.
 std::vector<std::vector<int>> make_sources(int count, uint64_t seed) {
   Rng rng(seed);
@@ -79,7 +58,7 @@ Bundle make_seq2seq(const Config& config) {
   const int H = config.hidden, E = config.embed_size(), V = kSeq2seqVocab;
   Param source_embedding = m.add("source_embedding", mat(V, E), Init::Uniform, 0.1f);
   Param target_embedding = m.add("target_embedding", mat(V, E), Init::Uniform, 0.1f);
-  Seq2seqCell encoder_cell(m, "encoder_", E, H), decoder_cell(m, "decoder_", E, H);
+  LstmCell encoder_cell(m, "encoder_", E, H), decoder_cell(m, "decoder_", E, H);
   Param w_out = m.add("W_out", mat(V, H));
   auto embed = [&](Builder& b, Param table) {
     Value x = b.pull_embedding(table);

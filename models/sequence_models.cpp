@@ -11,29 +11,6 @@ namespace vjit::models {
 
 namespace {
 
-// An LSTM step on input x and previous state [h; c] (zeros for the first
-// step): gates = W x + U h + b, c' = f⊙c + i⊙u, h' = o⊙tanh(c'). Returns (h', c').
-struct LstmCell {
-  int hidden;
-  Param w, u, b;
-  LstmCell(Model& m, const std::string& prefix, int input, int hidden_size) : hidden(hidden_size) {
-    w = m.add(prefix + "W", mat(4 * hidden, input));
-    u = m.add(prefix + "U", mat(4 * hidden, hidden));
-    b = m.add(prefix + "b", vec(4 * hidden), Init::Zeros);
-  }
-  std::pair<Value, Value> step(Builder& bl, Value x, Value state, std::optional<Value> extra_c = {}) const {
-    auto [h, c] = split_state(bl, state, hidden);
-    Value gates = bl.add(bl.add(bl.matmul(w, x), bl.matmul(u, h)), b);
-    Value i = bl.sigmoid(bl.slice(gates, 0, hidden));
-    Value f = bl.sigmoid(bl.slice(gates, hidden, hidden));
-    Value o = bl.sigmoid(bl.slice(gates, 2 * hidden, hidden));
-    Value g = bl.tanh(bl.slice(gates, 3 * hidden, hidden));
-    Value c_next = bl.add(bl.mul(f, c), bl.mul(i, g));
-    if (extra_c) c_next = bl.add(c_next, *extra_c);
-    return {bl.mul(o, bl.tanh(c_next)), c_next};
-  }
-};
-
 // The same LSTM step written with one weight per gate, as papers write it:
 // i = σ(W_i x + U_i h + b_i), f and o likewise, u = tanh(W_u x + U_u h + b_u).
 // Matmul merging (ir/merge_matmuls.h) turns the four W_k x, and the four U_k h,

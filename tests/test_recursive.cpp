@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <unordered_map>
 
 #include "engine_check.h"
 #include "examples/models/recursive_models.h"
@@ -15,6 +14,7 @@
 namespace vjit {
 namespace {
 
+using examples::hand_built_batch;
 using examples::NaryForest;
 using examples::NaryTree;
 using examples::Tree;
@@ -238,25 +238,6 @@ TEST(Recursive, BodiesRunOncePerBranchNotPerSample) {
 }
 
 // --- variable fan-in and DAGs over struct NaryTree ---
-
-GraphBatch hand_built_batch(const std::vector<const NaryTree*>& roots, int node_type) {
-  GraphBatch batch;
-  for (const NaryTree* root : roots) {
-    Sample sample;
-    std::unordered_map<const NaryTree*, int> vertex_of;
-    auto visit = [&](auto& self, const NaryTree* node) -> int {
-      if (auto seen = vertex_of.find(node); seen != vertex_of.end()) return seen->second;
-      std::vector<int> children;
-      for (const NaryTree* child : node->children) children.push_back(self(self, child));
-      int v = sample.add_vertex(node_type, children, -1, node->label);
-      sample.vertices[size_t(v)].features = node->features;
-      return vertex_of[node] = v;
-    };
-    visit(visit, root);
-    batch.samples.push_back(std::move(sample));
-  }
-  return batch;
-}
 
 class RecursiveChildSum : public ::testing::TestWithParam<double> {};
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 #include "vjit/vjit.h"
@@ -205,6 +206,27 @@ struct NaryForest {
     return nodes.back().get();
   }
 };
+
+// The same samples without the front end, for comparison: a hand-written walk
+// over the nodes, one vertex per distinct node, children first.
+inline GraphBatch hand_built_batch(const std::vector<const NaryTree*>& roots, int node_type) {
+  GraphBatch batch;
+  for (const NaryTree* root : roots) {
+    Sample sample;
+    std::unordered_map<const NaryTree*, int> vertex_of;
+    auto visit = [&](auto& self, const NaryTree* node) -> int {
+      if (auto seen = vertex_of.find(node); seen != vertex_of.end()) return seen->second;
+      std::vector<int> children;
+      for (const NaryTree* child : node->children) children.push_back(self(self, child));
+      int v = sample.add_vertex(node_type, children, -1, node->label);
+      sample.vertices[size_t(v)].features = node->features;
+      return vertex_of[node] = v;
+    };
+    visit(visit, root);
+    batch.samples.push_back(std::move(sample));
+  }
+  return batch;
+}
 
 // The child-sum tree RNN's parameters.
 struct ChildSumRnn {
