@@ -34,6 +34,16 @@ bool Distributed::launched_with_several_processes() {
 
 namespace {
 
+// out = 0 + part₀ + part₁ + … in rank order, where gathered holds `ranks`
+// parts of out.size() floats, one after another.
+void add_in_rank_order(const float* gathered, int ranks, std::span<float> out) {
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (int r = 0; r < ranks; ++r) {
+    const float* part = gathered + size_t(r) * out.size();
+    for (size_t i = 0; i < out.size(); ++i) out[i] += part[i];
+  }
+}
+
 template <typename T>
 MPI_Datatype mpi_type();
 template <>
@@ -60,26 +70,57 @@ struct Distributed::Impl {
 
   // Polls a non-blocking collective until it completes or the deadline passes.
   void wait(MPI_Request& request, const char* what, int64_t bytes, Clock::time_point start) {
-    int done = 0;
-    while (true) {
-      const int error = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-      if (error != MPI_SUCCESS) fail(what, "failed (" + error_string(error) + ")");
-      if (done) break;
-      if (seconds_since(start) > timeout_s)
-        fail(what, "did not complete within " + std::to_string(int(timeout_s)) +
-                       " s (VJIT_DIST_TIMEOUT): another rank died, hangs or left the job");
-      // MPI progresses a non-blocking collective only inside MPI calls (no
-      // progress thread), and a collective of a megabyte takes tens of rounds
-      // between the ranks: poll in a tight loop for the first 0.2 s, then,
-      // waiting for a slow or dead rank, every millisecond. Measured on the
-      // loaded 2-core machine, 2 ranks, 1 MB: 0.7-0.9 ms per exchange polling
-      // tightly; 6-7 ms with sched_yield between polls (another process then
-      // takes the core for its time slice), as with a 50 µs sleep.
-      if (seconds_since(start) > 0.2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    poll_until_done(request, what, start);
     stats.collectives += 1;
     stats.bytes_sent += bytes;
     stats.seconds += seconds_since(start);
+  }
+
+  // MPI progresses a non-blocking collective only inside MPI calls (no
+  // progress thread), and a collective of a megabyte takes tens of rounds
+  // between the ranks: poll in a tight loop for the first 0.2 s, then,
+  // waiting for a slow or dead rank, every millisecond. Measured on the
+  // loaded 2-core machine, 2 ranks, 1 MB: 0.7-0.9 ms per exchange polling
+  // tightly; 6-7 ms with sched_yield between polls (another process then
+  // takes the core for its time slice), as with a 50 µs sleep. The deadline
+  // counts from `started`, when the collective began.
+  void poll_until_done(MPI_Request& request, const char* what, Clock::time_point started) {
+    const auto waiting_since = Clock::now();
+    while (!test(request, what, started))
+      if (seconds_since(waiting_since) > 0.2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
+  // One MPI_Test: true when the collective completed; throws on an error or
+  // once it has run longer than the deadline.
+  bool test(MPI_Request& request, const char* what, Clock::time_point started) {
+    int done = 0;
+    const int error = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (error != MPI_SUCCESS) fail(what, "failed (" + error_string(error) + ")");
+    if (!done && seconds_since(started) > timeout_s)
+      fail(what, "did not complete within " + std::to_string(int(timeout_s)) +
+                     " s (VJIT_DIST_TIMEOUT): another rank died, hangs or left the job");
+    return done != 0;
+  }
+
+  // A sum started by start_sum; tickets index `pending`, entries are reused.
+  struct PendingSum {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::span<float> data;
+    std::vector<float> gathered;  // deterministic: every rank's data, in rank order
+    Clock::time_point started;
+    bool done = false, waited = false;
+  };
+  std::vector<PendingSum> pending;
+  size_t started_sums = 0, waited_sums = 0;
+
+  const char* sum_name() const { return deterministic ? "MPI_Iallgather (gradient sum)" : "MPI_Iallreduce"; }
+
+  // Tests every started sum that is not complete (MPI_Test progresses them).
+  void test_pending() {
+    for (size_t i = 0; i < started_sums; ++i) {
+      PendingSum& sum = pending[i];
+      if (!sum.done) sum.done = test(sum.request, sum_name(), sum.started);
+    }
   }
 
   [[noreturn]] void fail(const char* what, const std::string& why) {
@@ -196,12 +237,60 @@ void Distributed::allreduce_sum(std::span<float> data) {
     m.start(MPI_Iallgather(bucket, n, MPI_FLOAT, m.gathered.data(), n, MPI_FLOAT, m.comm, &request),
             "MPI_Iallgather (gradient sum)");
     m.wait(request, "MPI_Iallgather (gradient sum)", int64_t(n) * 4, start);
-    std::fill_n(bucket, n, 0.0f);
-    for (int r = 0; r < m.size; ++r) {
-      const float* part = m.gathered.data() + size_t(r) * size_t(n);
-      for (int i = 0; i < n; ++i) bucket[i] += part[i];
-    }
+    add_in_rank_order(m.gathered.data(), m.size, std::span<float>(bucket, size_t(n)));
   }
+}
+
+int64_t Distributed::start_sum(std::span<float> data) {
+  Impl& m = *impl_;
+  m.check_usable();
+  VJIT_INTERNAL_CHECK(int64_t(data.size()) <= kBucketFloats, "start_sum of " << data.size() << " floats");
+  if (m.started_sums == m.pending.size()) m.pending.emplace_back();
+  const int64_t ticket = int64_t(m.started_sums++);
+  Impl::PendingSum& sum = m.pending[size_t(ticket)];
+  sum.data = data;
+  sum.started = Clock::now();
+  sum.waited = false;
+  sum.done = m.size == 1 || data.empty();
+  if (sum.done) return ticket;
+  const int n = int(data.size());
+  if (m.deterministic) {
+    sum.gathered.resize(data.size() * size_t(m.size));
+    m.start(MPI_Iallgather(data.data(), n, MPI_FLOAT, sum.gathered.data(), n, MPI_FLOAT, m.comm, &sum.request),
+            m.sum_name());
+  } else {
+    m.start(MPI_Iallreduce(MPI_IN_PLACE, data.data(), n, MPI_FLOAT, MPI_SUM, m.comm, &sum.request), m.sum_name());
+  }
+  m.stats.seconds += seconds_since(sum.started);
+  return ticket;
+}
+
+bool Distributed::test_sum(int64_t ticket) {
+  Impl& m = *impl_;
+  m.check_usable();
+  VJIT_INTERNAL_CHECK(ticket >= 0 && size_t(ticket) < m.started_sums, "test_sum of ticket " << ticket);
+  const auto start = Clock::now();
+  m.test_pending();
+  m.stats.seconds += seconds_since(start);
+  return m.pending[size_t(ticket)].done;
+}
+
+void Distributed::wait_sum(int64_t ticket) {
+  Impl& m = *impl_;
+  m.check_usable();
+  VJIT_INTERNAL_CHECK(ticket >= 0 && size_t(ticket) < m.started_sums && !m.pending[size_t(ticket)].waited,
+                      "wait_sum of ticket " << ticket);
+  Impl::PendingSum& sum = m.pending[size_t(ticket)];
+  const auto start = Clock::now();
+  if (!sum.done) m.poll_until_done(sum.request, m.sum_name(), sum.started);
+  sum.done = sum.waited = true;
+  if (m.size > 1 && !sum.data.empty()) {
+    if (m.deterministic) add_in_rank_order(sum.gathered.data(), m.size, sum.data);
+    m.stats.collectives += 1;
+    m.stats.bytes_sent += int64_t(sum.data.size()) * 4;
+  }
+  m.stats.seconds += seconds_since(start);
+  if (++m.waited_sums == m.started_sums) m.started_sums = m.waited_sums = 0;
 }
 
 double Distributed::allreduce_sum(double value) {
@@ -294,6 +383,9 @@ bool Distributed::available() { return false; }
 Distributed::~Distributed() = default;
 void Distributed::allreduce_sum(std::span<float>) {}
 double Distributed::allreduce_sum(double value) { return value; }
+int64_t Distributed::start_sum(std::span<float>) { return 0; }
+bool Distributed::test_sum(int64_t) { return true; }
+void Distributed::wait_sum(int64_t) {}
 void Distributed::broadcast(std::span<float>, int root) {
   VJIT_USER_CHECK(root == 0, "Distributed::broadcast: root " << root << " is not a rank of 1");
 }

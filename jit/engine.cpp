@@ -553,6 +553,29 @@ struct Engine::Impl {
     collect(*executor);
   }
 
+  // The backward of train_step; with a communicator (data-parallel training),
+  // the gradients then summed over the ranks, their sums started during the
+  // backward where Options::dist_overlap asks and the executor can tell when
+  // gradients are final (jit/gradient_exchange.h).
+  void backward_summing_over_ranks() {
+    if (!distributed) return backward();
+    const ExchangeStats before = exchange->stats();
+    runtime::ParameterStore& store = executor->parameters();
+    const bool overlap = options.dist_overlap && exchange->begin_backward(*distributed, program.model(), store,
+                                                                          executor->gradient_final_points());
+    if (overlap) executor->set_backward_observer(exchange.get());
+    try {
+      backward();
+    } catch (...) {
+      executor->set_backward_observer(nullptr);
+      throw;
+    }
+    executor->set_backward_observer(nullptr);
+    exchange->sum_over_ranks(*distributed, program.model(), store);
+    stats.dist_buckets += exchange->stats().buckets - before.buckets;
+    stats.dist_buckets_overlapped += exchange->stats().started_in_backward - before.started_in_backward;
+  }
+
   // Σ over the schedule's tasks of (vertices × the per-vertex flops of the task's type).
   double schedule_flops(const std::vector<double>& per_vertex) const {
     double total = 0;
@@ -744,12 +767,9 @@ double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
   RunOptions run;
   run.seed = ++impl_->step;
   impl_->forward(batch, run);
-  impl_->backward();
+  impl_->backward_summing_over_ranks();
   double objective = impl_->result.objective;
-  if (impl_->distributed) {  // the hook of data-parallel training: sum the gradients over the ranks
-    impl_->exchange->sum_over_ranks(*impl_->distributed, impl_->program.model(), impl_->executor->parameters());
-    objective = impl_->distributed->allreduce_sum(objective);
-  }
+  if (impl_->distributed) objective = impl_->distributed->allreduce_sum(objective);
   auto start = std::chrono::steady_clock::now();
   impl_->executor->update(optimizer);
   impl_->stats.optimizer_s += seconds_since(start);

@@ -1,6 +1,7 @@
 #include "jit/gradient_exchange.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "runtime/cuda_driver.h"
 #include "vjit/error.h"
@@ -23,6 +24,39 @@ std::vector<GradientBucket> plan_buckets(const std::vector<int64_t>& dense_float
   return buckets;
 }
 
+std::vector<GradientBucket> plan_overlap_buckets(const std::vector<int64_t>& dense_floats,
+                                                 const std::vector<int>& final_point, int64_t bucket_floats,
+                                                 int64_t min_floats) {
+  VJIT_INTERNAL_CHECK(bucket_floats > 0 && final_point.size() == dense_floats.size(),
+                      "bucket of " << bucket_floats << " floats, " << final_point.size() << " points for "
+                                   << dense_floats.size() << " parameters");
+  std::vector<int> order;
+  for (size_t p = 0; p < dense_floats.size(); ++p)
+    if (dense_floats[p] > 0) order.push_back(int(p));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return final_point[size_t(a)] < final_point[size_t(b)]; });
+  std::vector<GradientBucket> buckets;
+  bool bucket_open = false;
+  int bucket_point = 0;
+  for (int p : order) {
+    if (bucket_open && final_point[size_t(p)] != bucket_point && buckets.back().floats >= min_floats)
+      bucket_open = false;
+    for (int64_t offset = 0; offset < dense_floats[size_t(p)];) {
+      if (!bucket_open || buckets.back().floats == bucket_floats) {
+        buckets.emplace_back();
+        bucket_open = true;
+      }
+      GradientBucket& bucket = buckets.back();
+      const int64_t floats = std::min(dense_floats[size_t(p)] - offset, bucket_floats - bucket.floats);
+      bucket.pieces.push_back({p, offset, floats});
+      bucket.floats += floats;
+      offset += floats;
+    }
+    bucket_point = final_point[size_t(p)];
+  }
+  return buckets;
+}
+
 GradientPath choose_gradient_path(bool gradients_on_device, bool want_nccl, bool nccl_built) {
   return gradients_on_device && want_nccl && nccl_built ? GradientPath::Nccl : GradientPath::HostMpi;
 }
@@ -31,21 +65,119 @@ const char* gradient_path_name(GradientPath path) { return path == GradientPath:
 
 GradientExchange::~GradientExchange() = default;
 
+namespace {
+
+// Per parameter, its gradient's size when dense, 0 when row-sparse.
+std::vector<int64_t> dense_sizes(const Model& model, const std::vector<GradientRows>& rows) {
+  std::vector<int64_t> dense_floats(size_t(model.size()), 0);
+  for (int p = 0; p < model.size(); ++p)
+    if (rows[size_t(p)].all) dense_floats[size_t(p)] = model.param(p).shape.numel();
+  return dense_floats;
+}
+
+}  // namespace
+
 void GradientExchange::sum_over_ranks(Distributed& comm, const Model& model, runtime::ParameterStore& store) {
   if (comm.size() == 1 || model.size() == 0) return;
   // A copy: sum_sparse changes the store's rows while the dense pass reads them.
   const std::vector<GradientRows> rows = store.gradient_rows();
-  std::vector<int64_t> dense_floats(size_t(model.size()), 0);
-  for (int p = 0; p < model.size(); ++p)
-    if (rows[size_t(p)].all) dense_floats[size_t(p)] = model.param(p).shape.numel();
-  last_path_ = choose_gradient_path(store.device_gradient(0) != 0, want_nccl_, runtime::nccl_built());
-  if (last_path_ == GradientPath::Nccl && !nccl_) connect_nccl(comm);
-  for (const GradientBucket& bucket : plan_buckets(dense_floats, Distributed::kBucketFloats)) {
-    if (last_path_ == GradientPath::Nccl) sum_bucket_with_nccl(bucket, store);
-    else sum_bucket_on_host(comm, bucket, store);
+  if (overlap_comm_) {
+    VJIT_INTERNAL_CHECK(overlap_comm_ == &comm && overlap_store_ == &store,
+                        "the overlapped backward had another communicator or store");
+    finish_overlap(store);
+    last_path_ = GradientPath::HostMpi;
+  } else {
+    last_path_ = choose_gradient_path(store.device_gradient(0) != 0, want_nccl_, runtime::nccl_built());
+    if (last_path_ == GradientPath::Nccl && !nccl_) connect_nccl(comm);
+    for (const GradientBucket& bucket : plan_buckets(dense_sizes(model, rows), Distributed::kBucketFloats)) {
+      if (last_path_ == GradientPath::Nccl) sum_bucket_with_nccl(bucket, store);
+      else sum_bucket_on_host(comm, bucket, store);
+      ++stats_.buckets;
+    }
   }
   for (int p = 0; p < model.size(); ++p)
     if (!rows[size_t(p)].all) sum_sparse(comm, model, p, store);
+}
+
+bool GradientExchange::begin_backward(Distributed& comm, const Model& model, runtime::ParameterStore& store,
+                                      const std::vector<int>& gradient_final_points) {
+  // A backward that threw after starting sums: they are waited for (every
+  // rank started them), their results dropped.
+  if (overlap_comm_)
+    for (OverlapBucket& b : overlap_)
+      if (b.ticket >= 0) overlap_comm_->wait_sum(std::exchange(b.ticket, -1));
+  overlap_comm_ = nullptr;
+  overlap_store_ = nullptr;
+  if (comm.size() == 1 || model.size() == 0 || gradient_final_points.size() != size_t(model.size())) return false;
+  if (choose_gradient_path(store.device_gradient(0) != 0, want_nccl_, runtime::nccl_built()) == GradientPath::Nccl)
+    return false;
+  if (overlap_buckets_of_.empty()) plan_overlap(model, store, gradient_final_points);
+  for (OverlapBucket& b : overlap_) {
+    b.missing = int(b.bucket.pieces.size());  // a parameter has one piece in a bucket
+    b.ticket = -1;
+  }
+  overlap_comm_ = &comm;
+  overlap_store_ = &store;
+  last_started_ = -1;
+  unstarted_ = overlap_.size();
+  return true;
+}
+
+void GradientExchange::plan_overlap(const Model& model, runtime::ParameterStore& store,
+                                    const std::vector<int>& final_points) {
+  const std::vector<GradientBucket> buckets =
+      plan_overlap_buckets(dense_sizes(model, store.gradient_rows()), final_points, Distributed::kBucketFloats,
+                           min_overlap_bucket_floats_);
+  overlap_.resize(buckets.size());
+  overlap_buckets_of_.assign(size_t(model.size()), {});
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    overlap_[b].bucket = buckets[b];
+    overlap_[b].values.resize(size_t(buckets[b].floats));
+    for (const BucketPiece& piece : buckets[b].pieces) overlap_buckets_of_[size_t(piece.param)].push_back(int(b));
+  }
+}
+
+void GradientExchange::gradients_final(std::span<const int> params) {
+  if (!overlap_comm_) return;
+  for (int p : params)
+    for (int b : overlap_buckets_of_[size_t(p)])
+      if (--overlap_[size_t(b)].missing == 0) {
+        start_bucket(overlap_[size_t(b)]);
+        ++stats_.started_in_backward;
+        if (unstarted_ > 0) ++stats_.started_early;
+      }
+}
+
+void GradientExchange::between_steps() {
+  if (overlap_comm_ && last_started_ >= 0) overlap_comm_->test_sum(last_started_);
+}
+
+void GradientExchange::start_bucket(OverlapBucket& b) {
+  float* next = b.values.data();
+  for (const BucketPiece& piece : b.bucket.pieces) {
+    overlap_store_->read_gradient(piece.param, piece.offset, piece.floats, next);
+    next += piece.floats;
+  }
+  b.ticket = last_started_ = overlap_comm_->start_sum(b.values);
+  --unstarted_;
+}
+
+// Starts what the backward did not (in bucket order, the same on every rank),
+// then waits for each sum in turn and writes it back.
+void GradientExchange::finish_overlap(runtime::ParameterStore& store) {
+  for (OverlapBucket& b : overlap_)
+    if (b.ticket < 0) start_bucket(b);
+  for (OverlapBucket& b : overlap_) {
+    overlap_comm_->wait_sum(std::exchange(b.ticket, -1));
+    const float* next = b.values.data();
+    for (const BucketPiece& piece : b.bucket.pieces) {
+      store.write_gradient(piece.param, piece.offset, piece.floats, next);
+      next += piece.floats;
+    }
+    ++stats_.buckets;
+  }
+  overlap_comm_ = nullptr;
+  overlap_store_ = nullptr;
 }
 
 void GradientExchange::sum_bucket_on_host(Distributed& comm, const GradientBucket& bucket,

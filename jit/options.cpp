@@ -37,8 +37,8 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 25>& specs() {
-  static const std::array<Spec, 25> table{
+const std::array<Spec, 26>& specs() {
+  static const std::array<Spec, 26> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
       bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
@@ -59,6 +59,7 @@ const std::array<Spec, 25>& specs() {
       Spec{"cache_dir", "VJIT_CACHE_DIR", Kind::String, {}, nullptr, nullptr, &Options::cache_dir, nullptr},
       Spec{"dist_timeout", "VJIT_DIST_TIMEOUT", Kind::Int, {}, nullptr, &Options::dist_timeout, nullptr, nullptr},
       bool_spec("dist_nccl", "VJIT_DIST_NCCL", &Options::dist_nccl),
+      bool_spec("dist_overlap", "VJIT_DIST_OVERLAP", &Options::dist_overlap),
       bool_spec("profile", "VJIT_PROFILE", &Options::profile),
       bool_spec("perf_map", "VJIT_PERF_MAP", &Options::perf_map),
       Spec{"trace", "VJIT_TRACE", Kind::String, {}, nullptr, nullptr, &Options::trace_path, nullptr},
@@ -225,6 +226,7 @@ std::string Options::describe() const {
   out += " cache_dir=" + (cache_dir.empty() ? std::string("(default)") : cache_dir);
   out += " dist_timeout=" + std::to_string(dist_timeout);
   out += " dist_nccl=" + std::string(on_off(dist_nccl));
+  out += " dist_overlap=" + std::string(on_off(dist_overlap));
   out += " profile=" + std::string(on_off(profile));
   out += " perf_map=" + std::string(on_off(perf_map));
   out += " trace=" + (trace_path.empty() ? std::string("off") : trace_path);

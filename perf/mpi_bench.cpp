@@ -64,10 +64,14 @@ int main(int argc, char** argv) {
     if (comm->rank() == 0)
       std::printf("{\"processes\": %d, \"threads\": %d, \"hidden\": %d, \"global_batch\": %d, \"steps\": %d, "
                   "\"samples_per_s\": %.1f, \"step_s\": %.5f, \"comm_s_per_step\": %.5f, \"compute_s_per_step\": %.5f, "
-                  "\"dense_exchange_s\": %.5f, \"dense_bytes\": %lld, \"sparse_bytes_per_rank_step\": %.0f, \"deterministic\": %s}\n",
+                  "\"dense_exchange_s\": %.5f, \"dense_bytes\": %lld, \"sparse_bytes_per_rank_step\": %.0f, \"deterministic\": %s, "
+                  "\"overlap\": %s, \"buckets_per_step\": %.2f, \"buckets_started_in_backward_per_step\": %.2f}\n",
                   comm->size(), engine.options().threads, hidden, batch, steps, batch / step_s, step_s, comm_s,
                   step_s - comm_s, exchange_s, static_cast<long long>(dense_bytes),
-                  comm->size() > 1 ? sent - double(dense_bytes) : 0.0, comm->deterministic() ? "true" : "false");
+                  comm->size() > 1 ? sent - double(dense_bytes) : 0.0, comm->deterministic() ? "true" : "false",
+                  engine.options().dist_overlap ? "true" : "false",
+                  double(engine.stats().dist_buckets) / (steps + 2),
+                  double(engine.stats().dist_buckets_overlapped) / (steps + 2));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpi_bench: %s\n", e.what());

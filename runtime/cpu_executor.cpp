@@ -351,6 +351,43 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
   frame_.stats = &stats_;
   stream_frame_.stats = &stream_stats_;
   stream_frame_.use_pool = false;  // the pool belongs to the thread running the tasks
+  plan_gradient_final_points();
+}
+
+void CpuExecutor::plan_gradient_final_points() {
+  final_point_.assign(size_t(program_.model().size()), 0);
+  int points = 1;
+  for (const TypePlan& type : plan_.types) {
+    lazy_point_begin_.push_back(points - 1);
+    points += int(type.backward.lazy.size());
+  }
+  for (size_t t = 0; t < plan_.types.size(); ++t) {
+    const FunctionPlan& fp = plan_.types[t].backward;
+    const ir::Function& f = *fp.function;
+    std::vector<int> lazy_step_of(f.nodes.size(), -1);
+    for (size_t i = 0; i < fp.lazy.size(); ++i)
+      if (fp.lazy[i].node >= 0) lazy_step_of[size_t(fp.lazy[i].node)] = int(i);
+    for (ValueId id = 0; id < f.size(); ++id) {
+      const Node& n = f[id];
+      if (n.op != Op::ParamGrad && n.op != Op::EmbeddingGrad) continue;
+      int point = 0;  // eager and core steps run before point 0
+      if (fp.phases[size_t(id)] == ir::Phase::Lazy)
+        // A lazy writer that is not a step of its own: final only at the end.
+        point = lazy_step_of[size_t(id)] >= 0 ? lazy_point_begin_[t] + lazy_step_of[size_t(id)] + 1 : points - 1;
+      int& final_point = final_point_[size_t(n.param)];
+      final_point = std::max(final_point, point);
+    }
+  }
+  final_at_point_.assign(size_t(points), {});
+  for (size_t p = 0; p < final_point_.size(); ++p) final_at_point_[size_t(final_point_[p])].push_back(int(p));
+}
+
+void CpuExecutor::tell_gradients_final(int point) {
+  for (; told_point_ < point; ++told_point_) {
+    const std::vector<int>& params = final_at_point_[size_t(told_point_ + 1)];
+    if (!params.empty()) observer_->gradients_final(params);
+  }
+  observer_->between_steps();
 }
 
 ExecStats CpuExecutor::take_stats() {
@@ -515,7 +552,10 @@ void CpuExecutor::backward() {
   fill_uniform_values(Pass::Backward);
   run_phase(Pass::Backward, ir::Phase::Eager, frame_);
   for (int t = batch_.schedule->num_tasks(); t-- > 0;) run_task(Pass::Backward, t, frame_);
+  told_point_ = -1;
+  if (observer_) tell_gradients_final(0);
   run_phase(Pass::Backward, ir::Phase::Lazy, frame_);
+  if (observer_) tell_gradients_final(int(final_at_point_.size()) - 1);
   store_.finish_touched();
 }
 
@@ -559,11 +599,20 @@ void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type, Frame& fr
     const bool per_task = (reads[begin] & views) != 0;
     size_t end = begin + 1;
     while (end < steps.size() && ((reads[end] & views) != 0) == per_task) ++end;
+    // Told of each lazy backward step (one at a time where it can): the
+    // gradients it finishes can be summed while the next steps run.
+    const bool told = observer_ && pass == Pass::Backward && phase == ir::Phase::Lazy;
     if (per_task) {
       run_steps_per_task(pass, type, std::span(steps).subspan(begin, end - begin), frame);
+      if (told) tell_gradients_final(lazy_point_begin_[size_t(type)] + int(end));
     } else {
       bind(pass, rows, frame);
-      run_steps(pass, rows, std::span(steps).subspan(begin, end - begin), frame);
+      for (size_t first = begin; first < end;) {
+        const size_t last = told ? first + 1 : end;
+        run_steps(pass, rows, std::span(steps).subspan(first, last - first), frame);
+        if (told) tell_gradients_final(lazy_point_begin_[size_t(type)] + int(last));
+        first = last;
+      }
     }
     begin = end;
   }

@@ -93,6 +93,8 @@ class CpuExecutor final : public Executor {
   const char* device() const override { return "cpu"; }
   void forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) override;
   void backward() override;
+  void set_backward_observer(BackwardObserver* observer) override { observer_ = observer; }
+  std::vector<int> gradient_final_points() const override { return final_point_; }
   void update(Optimizer& optimizer) override;
   ParameterStore& parameters() override { return store_; }
   OptimizerState optimizer_state() override { return store_.optimizer_state(); }
@@ -265,6 +267,21 @@ class CpuExecutor final : public Executor {
   // gradient value (-1: none); bind()'s scratch.
   std::vector<ir::ValueId> in_place_target_;
   const GatherLayout* in_place_gather(const Rows& rows, const ir::Node& gather_grad) const;
+
+  // Which parameters' gradients each point of the backward makes final (a
+  // BackwardObserver hears of them): point 0 is the end of the tasks, point
+  // lazy_point_begin_[t] + i + 1 the end of type t's lazy backward step i.
+  // A gradient is final after the last step that writes it (ParamGrad,
+  // EmbeddingGrad); the lazy weight-gradient GEMMs of the types run one type
+  // after the other, so the first types' weights are final early.
+  void plan_gradient_final_points();
+  // Tells the observer of the points after the last one told, up to `point`.
+  void tell_gradients_final(int point);
+  BackwardObserver* observer_ = nullptr;
+  std::vector<int> final_point_;                  // per parameter
+  std::vector<std::vector<int>> final_at_point_;  // per point: the parameters it makes final
+  std::vector<int> lazy_point_begin_;             // per type
+  int told_point_ = -1;                           // the last point the observer heard of
 
   // The batch being run.
   PlannedBatch batch_;

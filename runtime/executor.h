@@ -99,6 +99,20 @@ class ParameterStore {
   virtual void add_touched_rows(int param, std::span<const int32_t> rows) = 0;
 };
 
+// Told by an executor, during backward(), which parameters' gradients are
+// final: no later step of that backward writes them. Data-parallel training
+// starts their sums over the processes then (Options::dist_overlap,
+// jit/gradient_exchange.h). Called on the thread that called backward().
+class BackwardObserver {
+ public:
+  virtual ~BackwardObserver() = default;
+  // The gradients of `params` are final. Every parameter is named once per
+  // backward, in the same order in every backward of the same executor.
+  virtual void gradients_final(std::span<const int> params) = 0;
+  // Between steps, after the first gradients_final: lets started sums progress.
+  virtual void between_steps() = 0;
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -108,6 +122,13 @@ class Executor {
   virtual void forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) = 0;
   // Runs ∂F for the last forward; the gradients are then in parameters().
   virtual void backward() = 0;
+  // The observer the next backward() passes tell (null: none; not owned). An
+  // executor that does not tell (the CUDA executor) ignores it.
+  virtual void set_backward_observer(BackwardObserver* /*observer*/) {}
+  // Per parameter, the point of the backward after which its gradient is final
+  // (the order gradients_final follows: point 0 first); empty when this
+  // executor does not tell a BackwardObserver.
+  virtual std::vector<int> gradient_final_points() const { return {}; }
   // One optimizer step over the parameters with the last gradients and the
   // optimizer state the parameter store keeps.
   virtual void update(Optimizer& optimizer) = 0;

@@ -91,13 +91,15 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// K distributed steps on this rank's shards.
-std::vector<float> train_distributed(const std::shared_ptr<vjit::Distributed>& comm, int steps) {
+// K distributed steps on this rank's shards (the engine's counters to `stats`).
+std::vector<float> train_distributed(const std::shared_ptr<vjit::Distributed>& comm, int steps,
+                                     vjit::EngineStats* stats = nullptr) {
   vjit::models::Bundle bundle = make_bundle();
   vjit::Engine engine(*bundle.program, options());
   engine.set_distributed(comm);
   vjit::Adam adam(1e-2f);
   for (int step = 0; step < steps; ++step) engine.train_step(comm->shard(global_batch(bundle, step)), adam);
+  if (stats) *stats = engine.stats();
   return flatten(bundle.program->model());
 }
 
@@ -156,7 +158,15 @@ std::vector<float> train_alone(int steps) {
 }
 
 void check_train(const std::shared_ptr<vjit::Distributed>& comm) {
-  const std::vector<float> mine = train_distributed(comm, kSteps);
+  vjit::EngineStats stats;
+  const std::vector<float> mine = train_distributed(comm, kSteps, &stats);
+  // VJIT_DIST_OVERLAP: every bucket's sum started during the backward (the
+  // executor told the exchange when its gradients were final); off: none.
+  const int64_t expected_overlapped = options().dist_overlap ? stats.dist_buckets : 0;
+  report(*comm, stats.dist_buckets > 0 && stats.dist_buckets_overlapped == expected_overlapped,
+         std::to_string(stats.dist_buckets_overlapped) + " of " + std::to_string(stats.dist_buckets) +
+             " buckets started during the backward (VJIT_DIST_OVERLAP " + (options().dist_overlap ? "on" : "off") +
+             ")");
   std::vector<float> rank0 = mine;
   comm->broadcast(rank0, 0);
   report(*comm, bitwise_equal(mine, rank0), "parameters bitwise equal to rank 0's");

@@ -68,6 +68,25 @@ TEST(PlanBuckets, NoDenseParametersNoBuckets) {
   EXPECT_TRUE(vjit::plan_buckets({}, 16).empty());
 }
 
+TEST(PlanBuckets, OverlapOrdersByFinalPointAndEndsBucketsWherePointsChange) {
+  // Parameter 1 is an embedding table; 2 is final first, then 0 and 3 (point 1), then 4.
+  const std::vector<int64_t> sizes{3, 0, 2, 4, 5};
+  const std::vector<int> points{1, 0, 0, 1, 2};
+  const auto buckets = vjit::plan_overlap_buckets(sizes, points, 4, 2);
+  const std::vector<std::vector<BucketPiece>> expected{
+      {{2, 0, 2}}, {{0, 0, 3}, {3, 0, 1}}, {{3, 1, 3}}, {{4, 0, 4}}, {{4, 4, 1}}};
+  ASSERT_EQ(buckets.size(), expected.size());
+  for (size_t b = 0; b < expected.size(); ++b) {
+    ASSERT_EQ(buckets[b].pieces.size(), expected[b].size()) << "bucket " << b;
+    for (size_t i = 0; i < expected[b].size(); ++i)
+      EXPECT_TRUE(same_piece(buckets[b].pieces[i], expected[b][i])) << "bucket " << b << " piece " << i;
+  }
+  // Below min_floats a bucket goes on across points: one bucket for all.
+  const auto merged = vjit::plan_overlap_buckets(sizes, points, 100, 100);
+  ASSERT_EQ(merged.size(), 1u);
+  EXPECT_EQ(merged[0].floats, 14);
+}
+
 TEST(GradientPath, NcclOnlyForGpuGradientsWhenWantedAndBuilt) {
   for (int on_device = 0; on_device < 2; ++on_device)
     for (int want = 0; want < 2; ++want)
@@ -214,6 +233,52 @@ TEST(GradientExchange, HostPathSumsDenseBucketsAndTheUnionOfTouchedRows) {
   EXPECT_EQ(store.rows_[1].rows, (std::vector<int32_t>{0, 1, 2, 3})) << "the union of both ranks' rows";
   const std::vector<float> expected{1, 1, 2, 2, 1, 1, 2, 2, 0, 0, 0, 0};  // row r: its rank's r+1
   EXPECT_EQ(store.grads_[1], expected);
+}
+
+// The overlap (VJIT_DIST_OVERLAP): b's gradient is final at point 0, W's at
+// point 1, so b's bucket starts as soon as the backward says so, while W's
+// still waits; the sums are those of the exchange after the backward.
+TEST(GradientExchange, OverlapStartsABucketOnceItsGradientsAreFinal) {
+  auto world = vjit::Distributed::world();
+  if (world->size() != 2) GTEST_SKIP() << "needs exactly 2 processes (ctest mpi.exchange_np2 runs it under mpirun -np 2)";
+  const vjit::Model model = dense_and_embedding();
+  FakeStore store(model, 0);
+  fill_rank_gradients(store, world->rank());
+  vjit::GradientExchange exchange(true, 30, 1);
+  ASSERT_TRUE(exchange.begin_backward(*world, model, store, {1, 0, 0}));
+  const std::vector<int> at_point0{1, 2}, at_point1{0};
+  exchange.gradients_final(at_point0);
+  EXPECT_EQ(exchange.stats().started_in_backward, 1) << "b's bucket starts at point 0";
+  EXPECT_EQ(exchange.stats().started_early, 1) << "W's bucket was still waiting";
+  exchange.between_steps();
+  exchange.gradients_final(at_point1);
+  EXPECT_EQ(exchange.stats().started_in_backward, 2);
+  EXPECT_EQ(exchange.stats().started_early, 1) << "W's bucket was the last";
+  exchange.sum_over_ranks(*world, model, store);
+  EXPECT_EQ(exchange.stats().buckets, 2);
+  for (int p : {0, 2})
+    for (size_t i = 0; i < store.grads_[size_t(p)].size(); ++i)
+      EXPECT_EQ(store.grads_[size_t(p)][i], (1 + float(i) / 8) + (2 + float(i) / 8)) << "param " << p << " value " << i;
+  EXPECT_EQ(store.rows_[1].rows, (std::vector<int32_t>{0, 1, 2, 3})) << "the union of both ranks' rows";
+  // A second backward plays again, from the same plan.
+  fill_rank_gradients(store, world->rank());
+  ASSERT_TRUE(exchange.begin_backward(*world, model, store, {1, 0, 0}));
+  exchange.gradients_final(at_point0);
+  exchange.gradients_final(at_point1);
+  exchange.sum_over_ranks(*world, model, store);
+  EXPECT_EQ(exchange.stats().buckets, 4);
+  EXPECT_EQ(store.grads_[0][0], 3.0f);
+}
+
+TEST(GradientExchange, OverlapNeedsSeveralProcessesAndTheFinalPoints) {
+  auto world = vjit::Distributed::world();
+  const vjit::Model model = dense_and_embedding();
+  FakeStore store(model, 0);
+  vjit::GradientExchange exchange(true, 30, 1);
+  EXPECT_FALSE(exchange.begin_backward(*world, model, store, {})) << "an executor that does not tell (CUDA)";
+  if (world->size() == 1) {
+    EXPECT_FALSE(exchange.begin_backward(*world, model, store, {1, 0, 0})) << "one process sums nothing";
+  }
 }
 
 TEST(GradientExchange, GpuGradientsWithoutAGpuFailWithTheReason) {

@@ -15,7 +15,7 @@ namespace {
 const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM",
-    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
+    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
     "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC", "VJIT_TRACE",
 };
 
@@ -77,6 +77,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(o.cache_dir, "");
   EXPECT_EQ(o.dist_timeout, 300);
   EXPECT_TRUE(o.dist_nccl);
+  EXPECT_FALSE(o.dist_overlap);
   EXPECT_FALSE(o.profile);
   EXPECT_FALSE(o.perf_map);
   EXPECT_EQ(o.trace_path, "");
@@ -105,6 +106,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_CACHE_DIR", "/tmp/vjit cache");
   set("VJIT_DIST_TIMEOUT", "12");
   set("VJIT_DIST_NCCL", "off");
+  set("VJIT_DIST_OVERLAP", "on");
   set("VJIT_PROFILE", "on");
   set("VJIT_PERF_MAP", "1");
   set("VJIT_TRACE", "/tmp/run trace.json");
@@ -130,6 +132,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_EQ(o.cache_dir, "/tmp/vjit cache");
   EXPECT_EQ(o.dist_timeout, 12);
   EXPECT_FALSE(o.dist_nccl);
+  EXPECT_TRUE(o.dist_overlap);
   EXPECT_TRUE(o.profile);
   EXPECT_TRUE(o.perf_map);
   EXPECT_EQ(o.trace_path, "/tmp/run trace.json");

@@ -20,7 +20,12 @@
 // embedding tables' gradients sparsely, only the rows some rank touched (each
 // rank sends its touched rows and their gradient rows; every rank merges them
 // into the union of the rows, which the optimizer then updates, as a single
-// process would). The exchange runs after the backward pass, not overlapped with it.
+// process would). The exchange runs after the backward pass, unless
+// Options::dist_overlap (VJIT_DIST_OVERLAP) asks the CPU executor to start each
+// dense bucket's sum during the backward pass, once the last step that writes
+// one of its gradients has run (start_sum; jit/gradient_exchange.h): the sums
+// are the same, bitwise. The embedding rows are exchanged after the backward
+// either way, and a GPU's gradients too (the CUDA executor does not overlap).
 //
 // Reduction order. With Options::deterministic (VJIT_DETERMINISTIC, the
 // default) every sum is formed in rank order, 0 + g₀ + g₁ + … + g_{N−1}, from
@@ -77,7 +82,8 @@ class DistributedError : public UserError {
 struct CommStats {
   int64_t collectives = 0;
   int64_t bytes_sent = 0;  // this rank's contributions, summed
-  double seconds = 0;      // wall time inside collectives (waiting for the slowest rank included)
+  double seconds = 0;      // wall time inside collectives (waiting for the slowest rank included);
+                           // of a started sum (start_sum), the time in its start, tests and wait
 };
 
 class Distributed {
@@ -108,6 +114,21 @@ class Distributed {
   void allreduce_sum(std::span<float> data);
   // The sum over all ranks of one value, in rank order.
   double allreduce_sum(double value);
+
+  // The same sum as allreduce_sum(data), not waited for: it progresses while
+  // test_sum or wait_sum is called (the overlap of the gradient exchange with
+  // the backward pass, Options::dist_overlap). `data` (at most kBucketFloats
+  // floats) must stay alive and untouched until wait_sum returns; every rank
+  // starts its sums in the same order. Returns the sum's ticket. Deterministic:
+  // the ranks' data are gathered, and added in rank order by wait_sum.
+  int64_t start_sum(std::span<float> data);
+  // Lets every started sum progress (MPI_Test); true when `ticket`'s is complete.
+  // Throws DistributedError when a sum was started more than dist_timeout ago.
+  bool test_sum(int64_t ticket);
+  // Waits for `ticket`'s sum (bounded by dist_timeout from its start); data then
+  // holds the sum. A ticket is waited for once; when no sum is left pending,
+  // tickets start again from 0.
+  void wait_sum(int64_t ticket);
   // Every rank gets root's data (the same length on every rank).
   void broadcast(std::span<float> data, int root = 0);
   // The same for raw bytes (an NCCL unique id, runtime/nccl.h).

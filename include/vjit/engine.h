@@ -78,6 +78,10 @@ struct EngineStats {
   // batches, vertices and tasks above) and the vertices the callbacks added.
   int64_t growth_rounds = 0;
   int64_t grown_vertices = 0;
+  // Data-parallel training (vjit/distributed.h): the buckets of dense
+  // gradients summed over the ranks, and those whose sum started during the
+  // backward pass (VJIT_DIST_OVERLAP).
+  int64_t dist_buckets = 0, dist_buckets_overlapped = 0;
 };
 
 // What building the engine's plans cost and made.

@@ -83,6 +83,10 @@
 // |                  |             | the dense gradients with NCCL between the   |              |
 // |                  |             | GPUs (when built with NCCL); off: through   |              |
 // |                  |             | host memory over MPI, as on the CPU         |              |
+// | VJIT_DIST_OVERLAP | dist_overlap | bool: data-parallel training on the CPU   | off          |
+// |                  |             | starts each dense gradient bucket's sum     |              |
+// |                  |             | during the backward pass, once the bucket's |              |
+// |                  |             | gradients are final (jit/gradient_exchange.h)|             |
 // | VJIT_PROFILE     | profile     | bool: time every pipeline stage and kernel  | off          |
 // |                  |             | (at Engine destruction, a summary table on  |              |
 // |                  |             | stderr: phases, tasks against the lower     |              |
@@ -151,6 +155,7 @@ struct Options {
   std::string cache_dir;            // VJIT_CACHE_DIR
   int dist_timeout = 300;           // VJIT_DIST_TIMEOUT, seconds (vjit::Distributed collectives)
   bool dist_nccl = true;            // VJIT_DIST_NCCL (GPU gradients summed by NCCL; jit/gradient_exchange.h)
+  bool dist_overlap = false;        // VJIT_DIST_OVERLAP (gradient sums overlapped with the backward pass)
   bool profile = false;             // VJIT_PROFILE
   bool perf_map = false;            // VJIT_PERF_MAP
   std::string trace_path;           // VJIT_TRACE (flag --trace); empty: no trace
