@@ -6,7 +6,9 @@
 // in collectives (mean over ranks; it includes waiting for the slowest rank),
 // the compute part (the rest), and the bytes each rank contributes per step:
 // dense gradients and the embedding rows it touched (sparse); and the time of
-// the dense exchange alone (all ranks entering it together).
+// the dense exchange alone (all ranks entering it together); whether the
+// exchange overlapped the backward (VJIT_DIST_OVERLAP), the dense buckets per
+// step and how many of them started during the backward.
 #include <chrono>
 #include <cstdio>
 #include <string>

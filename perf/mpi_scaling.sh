@@ -5,6 +5,8 @@
 # oversubscribed (two per core): that line measures contention, not scaling.
 # Prints one JSON line per process count (samples/s, seconds per step, the part
 # in collectives, bytes per step) and writes them to perf/results/mpi_scaling.jsonl.
+# The environment passes through: VJIT_DIST_OVERLAP=on measures the exchange
+# overlapped with the backward pass, VJIT_DETERMINISTIC=off MPI_Allreduce.
 #   perf/mpi_scaling.sh [build-dir] [steps] [hidden]
 set -euo pipefail
 cd "$(dirname "$0")/.."
