@@ -232,7 +232,9 @@ class Interpreter {
         if (!options_.training) return out;
         T keep_scale = T(1) / (T(1) - T(n.rate));
         for (size_t i = 0; i < numel; ++i)
-          out[i] = dropout_keeps(options_.seed, s, v, n.dropout_key, int64_t(i), n.rate) ? out[i] * keep_scale : T(0);
+          out[i] = dropout_keeps(options_.seed, batch_.first_sample + s, v, n.dropout_key, int64_t(i), n.rate)
+                       ? out[i] * keep_scale
+                       : T(0);
         return out;
       }
       case Op::Add:

@@ -419,6 +419,7 @@ GraphBatch Distributed::shard(const GraphBatch& global) const {
   GraphBatch mine;
   const size_t begin = rank * count / ranks, end = (rank + 1) * count / ranks;
   mine.samples.assign(global.samples.begin() + int64_t(begin), global.samples.begin() + int64_t(end));
+  mine.first_sample = global.first_sample + int(begin);
   return mine;
 }
 

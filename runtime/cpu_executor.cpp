@@ -1070,11 +1070,12 @@ void CpuExecutor::dropout(const Rows& rows, const Node& node, const View& x, con
   const scheduler::FlatBatch& graph = *batch_.graph;
   const int64_t width = node.shape.numel();
   const float keep_scale = options_.training ? float(1.0 / (1.0 - node.rate)) : 1.0f;
+  const int first_sample = graph.batch().first_sample;  // masks follow the global sample index
   for (int64_t r = 0; r < rows.count; ++r) {
     scheduler::VertexRef ref = graph.ref(rows.vertices[r]);
     for (int64_t i = 0; i < width; ++i) {
-      bool keep =
-          !options_.training || ir::dropout_keeps(options_.seed, ref.sample, ref.vertex, node.dropout_key, i, node.rate);
+      bool keep = !options_.training || ir::dropout_keeps(options_.seed, first_sample + ref.sample, ref.vertex,
+                                                          node.dropout_key, i, node.rate);
       out.data[r * out.ld + i] = keep ? x.data[r * x.ld + i] * keep_scale : 0.0f;
     }
   }

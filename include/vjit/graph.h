@@ -31,6 +31,12 @@ struct Sample {
 
 struct GraphBatch {
   std::vector<Sample> samples;
+  // The index of samples[0] in the global batch this one was cut from
+  // (Distributed::shard sets it; 0 for a whole batch). Dropout masks are drawn
+  // per (global sample index, vertex, op, element), so each rank's shard draws
+  // the masks the whole batch would: data-parallel training with dropout equals
+  // one process training on the global batch.
+  int first_sample = 0;
 
   int64_t num_vertices() const {
     int64_t n = 0;

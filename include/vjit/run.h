@@ -12,7 +12,7 @@ namespace vjit {
 struct RunOptions {
   bool training = true;   // dropout active
   bool backward = true;   // compute parameter gradients
-  uint64_t seed = 0;      // dropout masks are a function of (seed, sample, vertex, op, element)
+  uint64_t seed = 0;      // dropout masks are a function of (seed, GraphBatch::first_sample + sample, vertex, op, element)
 };
 
 // The values a batch pushed, in one flat buffer: at(s, v, k) is the k-th value
