@@ -44,6 +44,20 @@ void train_a_little(Engine& engine, const models::Bundle& bundle) {
   }
 }
 
+// A growth callback that adds labelled decoder steps, fed the arg-max, until
+// sample s has 2 + s % spread of them: samples grow to different lengths, and
+// the losses of grown vertices reach the objective and the gradients.
+GrowthCallback labelled_steps(int decoder, int spread) {
+  return [decoder, spread](GrowthStep& step) {
+    std::span<const float> logits = step.push(0);
+    const int next = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    int steps = 0;
+    for (const Vertex& v : step.sample().vertices) steps += v.type == decoder;
+    if (steps < 2 + step.sample_index() % spread)
+      step.add_vertex(decoder, {step.vertex()}, next, (next + 3) % models::kSeq2seqVocab);
+  };
+}
+
 void expect_same_graph(const Sample& got, const Sample& want, const std::string& what) {
   ASSERT_EQ(got.vertices.size(), want.vertices.size()) << what;
   for (size_t v = 0; v < want.vertices.size(); ++v) {
@@ -90,16 +104,8 @@ TEST(Growth, GradientsOfAGrownGraphEqualTheReferenceOnTheFinalGraph) {
   const Program& program = *bundle.program;
   const int decoder = program.type_index("decoder");
   Engine engine(program, Options::defaults());
-  // Grows 2 to 5 labelled steps per sample, chosen from the logits, so the
-  // losses of grown vertices reach the gradients.
-  engine.set_growth(decoder, [&](GrowthStep& step) {
-    std::span<const float> logits = step.push(0);
-    const int next = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    int steps = 0;
-    for (const Vertex& v : step.sample().vertices) steps += v.type == decoder;
-    if (steps < 2 + step.sample_index() % 4)
-      step.add_vertex(decoder, {step.vertex()}, next, (next + 3) % models::kSeq2seqVocab);
-  });
+  // 2 to 5 labelled steps per sample.
+  engine.set_growth(decoder, labelled_steps(decoder, 4));
   GraphBatch batch = prompts(bundle, 0, 8);
   for (Sample& s : batch.samples) s.vertices.back().label = 2;  // the first step has a loss too
   RunOptions run;
@@ -133,14 +139,7 @@ TEST(Growth, InferenceEvaluatesEachVertexOnceAndEqualsTheGrownGraphRunAtOnce) {
   Engine engine(program, Options::defaults());
   train_a_little(engine, bundle);
   // Labelled steps, so that the objective sums losses from every round.
-  engine.set_growth(decoder, [&](GrowthStep& step) {
-    std::span<const float> logits = step.push(0);
-    const int next = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    int steps = 0;
-    for (const Vertex& v : step.sample().vertices) steps += v.type == decoder;
-    if (steps < 2 + step.sample_index() % 5)
-      step.add_vertex(decoder, {step.vertex()}, next, (next + 3) % models::kSeq2seqVocab);
-  });
+  engine.set_growth(decoder, labelled_steps(decoder, 5));
   GraphBatch batch = prompts(bundle, 0, 10);
   for (Sample& s : batch.samples) s.vertices.back().label = 2;
   engine.reset_stats();
