@@ -1070,7 +1070,7 @@ void CpuExecutor::dropout(const Rows& rows, const Node& node, const View& x, con
   const scheduler::FlatBatch& graph = *batch_.graph;
   const int64_t width = node.shape.numel();
   const float keep_scale = options_.training ? float(1.0 / (1.0 - node.rate)) : 1.0f;
-  const int first_sample = graph.batch().first_sample;  // masks follow the global sample index
+  const int first_sample = graph.first_sample();  // masks follow the global sample index
   for (int64_t r = 0; r < rows.count; ++r) {
     scheduler::VertexRef ref = graph.ref(rows.vertices[r]);
     for (int64_t i = 0; i < width; ++i) {

@@ -869,7 +869,7 @@ void CudaExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, co
     ints_.resize(size_t(2 * rows.count));
     for (int64_t r = 0; r < rows.count; ++r) {
       scheduler::VertexRef ref = graph.ref(rows.vertices[r]);
-      ints_[size_t(2 * r)] = graph.batch().first_sample + ref.sample;  // masks follow the global sample index
+      ints_[size_t(2 * r)] = graph.first_sample() + ref.sample;  // masks follow the global sample index
       ints_[size_t(2 * r + 1)] = ref.vertex;
     }
     const float scale = options_.training ? float(1.0 / (1.0 - node.rate)) : 1.0f;

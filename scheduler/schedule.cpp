@@ -70,6 +70,7 @@ void FlatBatch::assign(const GraphBatch& batch, int num_types, bool with_heights
   VJIT_USER_CHECK(batch.first_sample >= 0 && int64_t(batch.first_sample) + int64_t(batch.samples.size()) < int64_t(1) << 31,
                   "GraphBatch::first_sample is " << batch.first_sample << " for " << batch.samples.size()
                                                  << " samples; it must be >= 0 and index every sample below 2^31");
+  first_sample_ = batch.first_sample;
   const int64_t total = batch.num_vertices();
   VJIT_USER_CHECK(total < int64_t(1) << 31, "batch has " << total << " vertices; at most 2^31-1 are supported");
 

@@ -107,7 +107,11 @@ class FlatBatch {
   // buffers: once they have grown to the largest batch seen, no allocation.
   void assign(const GraphBatch& batch, int num_types, bool with_heights = false);
 
+  // The batch itself: only while it is alive (backward() may run after the
+  // caller destroyed it; what backward needs is copied, like first_sample).
   const GraphBatch& batch() const { return *batch_; }
+  // GraphBatch::first_sample, copied: dropout masks of backward() need it.
+  int first_sample() const { return first_sample_; }
   int num_samples() const { return int(sample_offset_.size()) - 1; }
   // The id of vertex 0 of sample s; sample_offset(num_samples()) = num_vertices().
   int sample_offset(int s) const { return sample_offset_[s]; }
@@ -140,6 +144,7 @@ class FlatBatch {
 
  private:
   const GraphBatch* batch_ = nullptr;
+  int first_sample_ = 0;
   int num_types_ = 0;
   bool children_first_ = true;
   std::vector<int> sample_offset_;
