@@ -171,10 +171,20 @@ GraphBatch decode_prompts(const Program& program, const GraphBatch& teacher_forc
   return prompts;
 }
 
+// The options of an engine that runs outside the timed steps (the reference
+// check, pre-training, the lower-bound pass): no VJIT_PROFILE report and no
+// VJIT_TRACE file, which the engine writes when destroyed, so that the only
+// report and trace are those of the timed steps.
+Options without_reports(Options options) {
+  options.profile = false;
+  options.trace_path.clear();
+  return options;
+}
+
 // --mode decode: trains the model with teacher forcing first, so that the
 // decoded lengths follow the targets' rather than all running to the limit.
 void pretrain_seq2seq(const BenchArgs& args, models::Bundle& bundle, const Options& options) {
-  Engine engine(*bundle.program, options);
+  Engine engine(*bundle.program, without_reports(options));
   Adam adam(0.01f);
   std::vector<std::vector<int>> batches = batches_of(int(bundle.train.size()), 64, args.pretrain_steps);
   for (const std::vector<int>& indices : batches) engine.train_step(models::make_batch(bundle.train, indices), adam);
@@ -215,13 +225,14 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
                 engine.options().device};
   if (first_run) measure_peak_half(args, options);
   if (decode) return timing;  // the lower bound of a graph that grows is not defined up front
-  // The ED-Batch lower bound of the same batches, outside the timed loop.
-  engine.reset_stats();
-  engine.track_lower_bound(true);
+  // The ED-Batch lower bound of the same batches, outside the timed loop, in
+  // an engine of its own (see without_reports).
+  Engine bound(*bundle.program, without_reports(options));
+  bound.track_lower_bound(true);
   RunOptions no_gradients;
   no_gradients.backward = false;
-  for (const GraphBatch& batch : timed) engine.forward(batch, no_gradients);
-  timing.stats.lower_bound = engine.stats().lower_bound;
+  for (const GraphBatch& batch : timed) bound.forward(batch, no_gradients);
+  timing.stats.lower_bound = bound.stats().lower_bound;
   return timing;
 }
 
@@ -296,7 +307,7 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
 json bench_one(const BenchArgs& args, const Options& options) {
   models::Bundle bundle = models::make_model(args.model, args.config);
   if (args.check) {
-    Engine engine(*bundle.program, options);
+    Engine engine(*bundle.program, without_reports(options));
     std::vector<int> first = batches_of(int(bundle.train.size()), std::min(args.batch, 8), 1)[0];
     check_against_reference(engine, *bundle.program, models::make_batch(bundle.train, first));
   }
