@@ -339,6 +339,9 @@ struct Engine::Impl {
     KeptValueProgram& kept = kept_value_program();
     kept_values.resize(grown.samples.size());
     for (std::vector<KeptVertex>& values : kept_values) values.clear();
+    kept_scatters.clear();
+    kept_pushes.clear();
+    kept_push_values.clear();
     double objective = 0;
     while (!growing.empty()) {
       ++stats.growth_rounds;
@@ -384,7 +387,9 @@ struct Engine::Impl {
         stand_in.type = kept.stand_in[size_t(sample.vertices[size_t(old)].type)];
         stand_in.children.clear();
         stand_in.token = stand_in.label = -1;
-        stand_in.features = kept_values[s][size_t(old)].scatter;
+        const KeptRange scatter = kept_values[s][size_t(old)].scatter;
+        stand_in.features.assign(kept_scatters.begin() + scatter.begin,
+                                 kept_scatters.begin() + scatter.begin + scatter.size);
       }
       const int shift = stand_ins - evaluated;
       push_shift[i] = shift;
@@ -420,17 +425,21 @@ struct Engine::Impl {
         KeptVertex& values = kept_values[s][size_t(v)];
         const int type = sample.vertices[size_t(v)].type;
         const int in_round = v + push_shift[i];
+        values.scatter.begin = int64_t(kept_scatters.size());
         if (signatures[size_t(type)].scatters) {
           const int row = layout.vertex_row[size_t(graph.id({int(i), in_round}))];
           std::span<const float> scattered = kept.executor->scattered_row(type, row);
-          values.scatter.assign(scattered.begin(), scattered.end());
+          kept_scatters.insert(kept_scatters.end(), scattered.begin(), scattered.end());
         } else {
-          values.scatter.assign(1, 0.0f);  // the vec(1) stand-in's row
+          kept_scatters.push_back(0.0f);  // the vec(1) stand-in's row
         }
-        values.pushes.resize(size_t(round_result.pushes.count(int(i), in_round)));
-        for (size_t k = 0; k < values.pushes.size(); ++k) {
-          std::span<const float> pushed = round_result.pushes.at(int(i), in_round, int(k));
-          values.pushes[k].assign(pushed.begin(), pushed.end());
+        values.scatter.size = int64_t(kept_scatters.size()) - values.scatter.begin;
+        values.first_push = int(kept_pushes.size());
+        values.num_pushes = round_result.pushes.count(int(i), in_round);
+        for (int k = 0; k < values.num_pushes; ++k) {
+          std::span<const float> pushed = round_result.pushes.at(int(i), in_round, k);
+          kept_pushes.push_back({int64_t(kept_push_values.size()), int64_t(pushed.size())});
+          kept_push_values.insert(kept_push_values.end(), pushed.begin(), pushed.end());
         }
       }
     }
@@ -441,20 +450,21 @@ struct Engine::Impl {
     result.objective = objective;
     PushedValues<float>& pushes = result.pushes;
     pushes.reset(int(grown.samples.size()), [&](int s) { return int(grown.samples[size_t(s)].vertices.size()); });
-    std::vector<int64_t> widths;
     for (const std::vector<KeptVertex>& sample : kept_values)
       for (const KeptVertex& vertex : sample) {
-        widths.clear();
-        for (const std::vector<float>& pushed : vertex.pushes) widths.push_back(int64_t(pushed.size()));
-        pushes.add_vertex(widths);
+        kept_widths.clear();
+        for (int k = 0; k < vertex.num_pushes; ++k) kept_widths.push_back(kept_pushes[size_t(vertex.first_push + k)].size);
+        pushes.add_vertex(kept_widths);
       }
     pushes.allocate();
     int flat = 0;
     for (const std::vector<KeptVertex>& sample : kept_values)
       for (const KeptVertex& vertex : sample) {
-        for (size_t k = 0; k < vertex.pushes.size(); ++k)
-          std::copy(vertex.pushes[k].begin(), vertex.pushes[k].end(),
-                    pushes.data() + pushes.value_offset(flat, int(k)));
+        for (int k = 0; k < vertex.num_pushes; ++k) {
+          const KeptRange pushed = kept_pushes[size_t(vertex.first_push + k)];
+          std::copy_n(kept_push_values.begin() + pushed.begin, pushed.size,
+                      pushes.data() + pushes.value_offset(flat, k));
+        }
         ++flat;
       }
   }
@@ -708,13 +718,22 @@ struct Engine::Impl {
   std::vector<int> ran;        // their indices (~index: a sample with a name of its own)
   std::vector<Sample*> round_samples;  // the samples a round's callbacks grow
   bool has_grown = false;
-  // Inference growth keeps values across rounds (grow_keeping_values).
+  // Inference growth keeps values across rounds (grow_keeping_values), in
+  // flat arenas that keep their capacity from batch to batch: no allocation
+  // per vertex. A vertex's values are ranges of them.
+  struct KeptRange {
+    int64_t begin = 0, size = 0;
+  };
   struct KeptVertex {
-    std::vector<float> scatter;             // what it scattered (one 0 for a type that does not)
-    std::vector<std::vector<float>> pushes;  // what it pushed
+    KeptRange scatter;  // in kept_scatters: what it scattered (one 0 for a type that does not)
+    int first_push = 0, num_pushes = 0;  // in kept_pushes
   };
   std::unique_ptr<KeptValueProgram> kept_program;  // built by the first such round
   std::vector<std::vector<KeptVertex>> kept_values;  // per sample of the caller's batch, per evaluated vertex
+  std::vector<float> kept_scatters;    // every kept vertex's scatter
+  std::vector<KeptRange> kept_pushes;  // every kept push: its values in kept_push_values
+  std::vector<float> kept_push_values;
+  std::vector<int64_t> kept_widths;    // scratch of assemble_kept_result
   Evaluation<float> round_result;
   std::vector<int> push_shift;   // per sample of a round: where its new vertices moved (build_kept_round)
   std::vector<int> stand_in_of;  // scratch of build_kept_round
