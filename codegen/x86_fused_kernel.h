@@ -8,7 +8,7 @@
 // Neg, Relu, Step, Scale, AddScalar, Sqrt, Add, Sub, Mul and Div are IEEE
 // operations with the same rounding (no FMA contraction), so they agree bit for
 // bit given equal operands; Exp, Log, Tanh and Sigmoid use codegen/x86_vmath.h
-// (<= 2 ulp from the correctly rounded result) instead of the std:: functions.
+// (<= 3 ulp from the correctly rounded result) instead of the std:: functions.
 // Masked tails never touch memory past the last element of a row.
 //
 // Precondition: output rows overlap neither input rows nor each other (the

@@ -36,7 +36,7 @@ FnNeeds fn_needs(UnaryFn fn) {
   switch (fn) {
     case UnaryFn::Exp: return {2, 0};
     case UnaryFn::Log: return {5, 1};
-    case UnaryFn::Tanh: return {4, 1};
+    case UnaryFn::Tanh: return {4, 0};
     case UnaryFn::Sigmoid: return {3, 1};
   }
   return {0, 0};
@@ -203,9 +203,7 @@ void VMathEmitter::emit(UnaryFn fn, const Vmm& x) {
 //     their second operand when either is NaN, and x is the second). Past 89
 //     exp overflows to +inf, below -104 it underflows to 0, so the clamp
 //     changes no result but keeps n small enough for the reduction and scaling.
-//   - r = x - n*Ln2Hi is exact (FMA, and x and n*Ln2Hi agree in their top
-//     bits); subtracting n*Ln2Lo supplies the rest of ln 2. |r| <= ln2/2.
-//   - exp(r) = 1 + r + c2 r^2 + ... + c6 r^6 (minimax, relative error 2.6e-9).
+//   - exp_reduce, exp_series: exp(r) = 1 + r + r^2 v (below).
 //   - 2^n: vscalefps on Avx512 (exact, rounds once into the denormal range,
 //     gives +inf on overflow). On Avx2, 2^n is built in the exponent field as
 //     2^n1 * 2^n2 with n1 = n >> 1, n2 = n - n1, so both factors are normal
@@ -218,24 +216,38 @@ void VMathEmitter::exp_core(const Vmm& x, const Vmm& t0, const Vmm& t1) {
   load(t0, VMathConst::ExpMinArg);
   g.vmaxps(x, t0, x);
 
-  g.vmulps(t0, x, table_entry(VMathConst::Log2e));
-  round_nearest(t0, t0);                                    // n
-  g.vfnmadd231ps(x, t0, table_entry(VMathConst::Ln2Hi));  // x - n*Ln2Hi
-  g.vfnmadd231ps(x, t0, table_entry(VMathConst::Ln2Lo));  // r
-
-  load(t1, VMathConst::ExpC6);  // Horner: t1 = t1*r + c
-  g.vfmadd213ps(t1, x, table_entry(VMathConst::ExpC5));
-  g.vfmadd213ps(t1, x, table_entry(VMathConst::ExpC4));
-  g.vfmadd213ps(t1, x, table_entry(VMathConst::ExpC3));
-  g.vfmadd213ps(t1, x, table_entry(VMathConst::ExpC2));
+  exp_reduce(x, t0);
+  exp_series(t1, x);
   g.vfmadd213ps(t1, x, table_entry(VMathConst::One));
-  g.vfmadd213ps(t1, x, table_entry(VMathConst::One));  // exp(r)
+  g.vfmadd213ps(t1, x, table_entry(VMathConst::One));  // exp(r) = 1 + r (1 + r v)
 
   if (isa_ == Isa::Avx512) {
     g.vscalefps(x, t1, t0);  // exp(r) * 2^n
   } else {
     scale_by_pow2_avx2(x, t1, t0);
   }
+}
+
+// n = round(x * log2(e)) into `n`; x becomes r = x - n*Ln2Hi - n*Ln2Lo.
+// x - n*Ln2Hi is exact (FMA, and x and n*Ln2Hi agree in their top bits);
+// subtracting n*Ln2Lo supplies the rest of ln 2. |r| <= ln2/2.
+void VMathEmitter::exp_reduce(const Vmm& x, const Vmm& n) {
+  auto& g = gen_;
+  g.vmulps(n, x, table_entry(VMathConst::Log2e));
+  round_nearest(n, n);
+  g.vfnmadd231ps(x, n, table_entry(VMathConst::Ln2Hi));  // x - n*Ln2Hi
+  g.vfnmadd231ps(x, n, table_entry(VMathConst::Ln2Lo));  // r
+}
+
+// v = c2 + c3 r + ... + c6 r^4, the minimax exp(r) = 1 + r + r^2 v on
+// |r| <= ln2/2 (relative error 2.6e-9), by Horner; r is left as it is.
+void VMathEmitter::exp_series(const Vmm& v, const Vmm& r) {
+  auto& g = gen_;
+  load(v, VMathConst::ExpC6);  // v = v*r + c
+  g.vfmadd213ps(v, r, table_entry(VMathConst::ExpC5));
+  g.vfmadd213ps(v, r, table_entry(VMathConst::ExpC4));
+  g.vfmadd213ps(v, r, table_entry(VMathConst::ExpC3));
+  g.vfmadd213ps(v, r, table_entry(VMathConst::ExpC2));
 }
 
 // x = p * 2^n for n (a float holding an integer in [-150, 128]); clobbers p, n.
@@ -328,44 +340,70 @@ void VMathEmitter::emit_log(const Vmm& x) {
   blend(x, m0, t0);
 }
 
-// tanh(x) = sign(x) tanh(a), a = |x|. For a < 0.625, tanh(a) = a + a^3 P(a^2)
-// (odd minimax polynomial, accurate down to 0); above, 1 - 2 / (exp(2a) + 1),
-// which saturates to 1 when exp overflows. Both are computed and blended, then
-// x's sign bit is OR-ed in (so tanh(-0) = -0). NaN takes the exp branch, where
-// it propagates.
-// Registers: t0 = a, then the exp branch, then the blend; t1 = the polynomial
-// branch; t2 = a^2, then exp scratch and constants; t3 = exp scratch;
-// m0 = a < 0.625.
+// tanh(x) = sign(x) tanh(a), a = min(|x|, 9.5) (tanh rounds to 1 above
+// 9.011). With y = 2a reduced as in exp, y = n ln 2 + r, s = 2^n and
+// q = expm1(r) = r + r (r v) (exp_series; the last FMA adds the exact r, so q
+// is rounded once):
+//   exp(y) - 1 = s q + (s - 1),   exp(y) + 1 = s q + (s + 1),
+//   tanh(a) = (exp(y) - 1) / (exp(y) + 1),
+// each side one FMA over exact terms (s - 1 and s + 1 are exact: n <= 28, and
+// n > 24 only where the result rounds to 1). Near 0 (n = 0) this is q / (q + 2)
+// with q accurate to the last bits, so there is no cancellation and tiny and
+// denormal a come out as a; nothing overflows. NaN propagates through the
+// clamp (vminps returns its second operand, a) into q. x's sign bit is OR-ed
+// in at the end, so tanh(-0) = -0.
+// Registers: t0 = a, then y and r, then the denominator; t1 = n, then s;
+// t2 = v, then q; t3 = the numerator.
 void VMathEmitter::emit_tanh(const Vmm& x) {
   check_operands(UnaryFn::Tanh, x);
   auto& g = gen_;
   const int n = fn_needs(UnaryFn::Tanh).values;
   const Vmm t0 = scratch(0, n), t1 = scratch(1, n), t2 = scratch(2, n), t3 = scratch(3, n);
-  const Mask m0 = mask(0);
 
-  g.vandps(t0, x, table_entry(VMathConst::AbsMask));  // a
-  compare(m0, t0, VMathConst::TanhSmall, kCmpLtOq);
+  g.vandps(t0, x, table_entry(VMathConst::AbsMask));
+  load(t1, VMathConst::TanhMaxArg);
+  g.vminps(t0, t1, t0);  // a
+  g.vaddps(t0, t0, t0);  // y = 2a
+  exp_reduce(t0, t1);
+  exp_series(t2, t0);
+  g.vmulps(t2, t2, t0);
+  g.vfmadd213ps(t2, t0, t0);  // q = expm1(r)
 
-  g.vmulps(t2, t0, t0);  // a^2
-  load(t1, VMathConst::TanhC11);
-  g.vfmadd213ps(t1, t2, table_entry(VMathConst::TanhC9));
-  g.vfmadd213ps(t1, t2, table_entry(VMathConst::TanhC7));
-  g.vfmadd213ps(t1, t2, table_entry(VMathConst::TanhC5));
-  g.vfmadd213ps(t1, t2, table_entry(VMathConst::TanhC3));
-  g.vmulps(t1, t1, t2);       // a^2 P(a^2)
-  g.vfmadd213ps(t1, t0, t0);  // a + a^3 P(a^2)
+  g.vcvtps2dq(t1, t1);  // s = 2^n, n in [0, 28]
+  g.vpaddd(t1, t1, table_entry(VMathConst::ExpBias));
+  g.vpslld(t1, t1, 23);
+  g.vsubps(t3, t1, table_entry(VMathConst::One));
+  g.vaddps(t0, t1, table_entry(VMathConst::One));
+  g.vfmadd231ps(t3, t1, t2);  // exp(y) - 1
+  g.vfmadd231ps(t0, t1, t2);  // exp(y) + 1
+  g.vdivps(t0, t3, t0);       // tanh(a)
 
-  g.vaddps(t0, t0, t0);  // 2a
-  exp_core(t0, t2, t3);
-  g.vaddps(t0, t0, table_entry(VMathConst::One));
-  load(t2, VMathConst::Two);
-  g.vdivps(t0, t2, t0);  // 2 / (exp(2a) + 1)
-  load(t2, VMathConst::One);
-  g.vsubps(t0, t2, t0);  // tanh(a)
-
-  select(t0, m0, t1, t0);
   g.vandps(x, x, table_entry(VMathConst::SignMask));
   g.vorps(x, x, t0);
+}
+
+// exp(x) for x <= 0 or NaN (sigmoid's -|x|), shorter than exp_core: no upper
+// clamp, and on Avx2 2^n in one step as 2^(n + 64) * 2^-64: for n in
+// [-150, 0] the first factor is a normal float, the product exp(r) 2^(n + 64)
+// is exact and multiplying by 2^-64 rounds once, into the denormal range too.
+// Registers: x = argument and result; t0 = n; t1 = polynomial.
+void VMathEmitter::exp_nonpositive(const Vmm& x, const Vmm& t0, const Vmm& t1) {
+  auto& g = gen_;
+  load(t0, VMathConst::ExpMinArg);
+  g.vmaxps(x, t0, x);  // NaN passes: vmaxps returns its second operand
+  exp_reduce(x, t0);
+  exp_series(t1, x);
+  g.vfmadd213ps(t1, x, table_entry(VMathConst::One));
+  g.vfmadd213ps(t1, x, table_entry(VMathConst::One));  // exp(r)
+  if (isa_ == Isa::Avx512) {
+    g.vscalefps(x, t1, t0);
+    return;
+  }
+  g.vcvtps2dq(t0, t0);
+  g.vpaddd(t0, t0, table_entry(VMathConst::ExpBiasPlus64));
+  g.vpslld(t0, t0, 23);  // 2^(n + 64)
+  g.vmulps(t1, t1, t0);
+  g.vmulps(x, t1, table_entry(VMathConst::TwoM64));
 }
 
 // sigmoid(x) = 1 / (1 + z) for x >= 0 and z / (1 + z) for x < 0, z = exp(-|x|)
@@ -380,7 +418,7 @@ void VMathEmitter::emit_sigmoid(const Vmm& x) {
   const Mask m0 = mask(0);
 
   g.vorps(t0, x, table_entry(VMathConst::SignMask));  // -|x|
-  exp_core(t0, t1, t2);                                // z
+  exp_nonpositive(t0, t1, t2);                         // z
   g.vaddps(t1, t0, table_entry(VMathConst::One));
   compare(m0, x, VMathConst::Zero, kCmpLtOq);
   load(t2, VMathConst::One);
