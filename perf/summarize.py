@@ -32,14 +32,25 @@ if roofline:
     targets = {("tree_lstm", 256, "train"): 0.70, ("tree_lstm", 256, "infer"): 0.70, ("tree_lstm", 512, "train"): 0.80,
                ("tree_lstm", 512, "infer"): 0.80, ("var_lstm", 256, "train"): 0.65, ("tree_gru", 256, "train"): 0.65,
                ("lattice_lstm", 256, "train"): 0.55, ("mv_rnn", 64, "train"): 0.45}
-    print("| model | data | mode | hidden | batch | samples/s | useful GFLOP/s | GEMM peak GFLOP/s (same process) | roofline ratio | target |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    # One row per configuration: the medians of its rounds (run_benchmarks.sh
+    # ROOFLINE_ROUNDS), and the lowest and highest ratio when there are several.
+    configs = {}
     for d in roofline:
         data = "built-in" if d["data"] == "built-in" else pathlib.Path(d["data"]).parent.name
-        target = targets.get((d["model"], d["hidden"], d["mode"]))
-        verdict = "-" if target is None else f"{target:.2f} ({'met' if d['roofline_ratio'] >= target else 'not met'})"
-        print(f"| {d['model']} | {data} | {d['mode']} | {d['hidden']} | {d['batch']} | {d['samples_per_s']:.0f} | "
-              f"{d['useful_gflops_per_s']:.1f} | {d['peak_gflops_per_s']:.0f} | {d['roofline_ratio']:.3f} | {verdict} |")
+        configs.setdefault((d["model"], data, d["mode"], d["hidden"], d["batch"]), []).append(d)
+    print("| model | data | mode | hidden | batch | runs | samples/s | useful GFLOP/s | GEMM peak GFLOP/s (same process) | "
+          "roofline ratio (median; lowest–highest) | target |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (model, data, mode, hidden, batch), runs in configs.items():
+        def median(key):
+            return statistics.median(r[key] for r in runs)
+        ratios = [r["roofline_ratio"] for r in runs]
+        spread = f"; {min(ratios):.3f}–{max(ratios):.3f}" if len(runs) > 1 else ""
+        target = targets.get((model, hidden, mode))
+        verdict = "-" if target is None else f"{target:.2f} ({'met' if median('roofline_ratio') >= target else 'not met'})"
+        print(f"| {model} | {data} | {mode} | {hidden} | {batch} | {len(runs)} | {median('samples_per_s'):.0f} | "
+              f"{median('useful_gflops_per_s'):.1f} | {median('peak_gflops_per_s'):.0f} | "
+              f"{median('roofline_ratio'):.3f}{spread} | {verdict} |")
     print()
 
 levers = lines("levers.jsonl")
