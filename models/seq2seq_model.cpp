@@ -119,9 +119,10 @@ std::vector<int> seq2seq_output(const Program& program, const Sample& decoded) {
 }
 
 std::vector<int> seq2seq_target(const Program& program, const Sample& teacher_forced) {
+  const int decoder = program.type_index("decoder");
   std::vector<int> target;
   for (const Vertex& v : teacher_forced.vertices)
-    if (v.type == program.type_index("decoder") && v.label != kSeq2seqEnd) target.push_back(v.label);
+    if (v.type == decoder && v.label != kSeq2seqEnd) target.push_back(v.label);
   return target;
 }
 
