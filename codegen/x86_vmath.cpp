@@ -217,9 +217,7 @@ void VMathEmitter::exp_core(const Vmm& x, const Vmm& t0, const Vmm& t1) {
   g.vmaxps(x, t0, x);
 
   exp_reduce(x, t0);
-  exp_series(t1, x);
-  g.vfmadd213ps(t1, x, table_entry(VMathConst::One));
-  g.vfmadd213ps(t1, x, table_entry(VMathConst::One));  // exp(r) = 1 + r (1 + r v)
+  exp_of_reduced(t1, x);
 
   if (isa_ == Isa::Avx512) {
     g.vscalefps(x, t1, t0);  // exp(r) * 2^n
@@ -248,6 +246,13 @@ void VMathEmitter::exp_series(const Vmm& v, const Vmm& r) {
   g.vfmadd213ps(v, r, table_entry(VMathConst::ExpC4));
   g.vfmadd213ps(v, r, table_entry(VMathConst::ExpC3));
   g.vfmadd213ps(v, r, table_entry(VMathConst::ExpC2));
+}
+
+// p = exp(r) = 1 + r (1 + r v) for a reduced r (exp_reduce); r is left as it is.
+void VMathEmitter::exp_of_reduced(const Vmm& p, const Vmm& r) {
+  exp_series(p, r);
+  gen_.vfmadd213ps(p, r, table_entry(VMathConst::One));
+  gen_.vfmadd213ps(p, r, table_entry(VMathConst::One));
 }
 
 // x = p * 2^n for n (a float holding an integer in [-150, 128]); clobbers p, n.
@@ -392,9 +397,7 @@ void VMathEmitter::exp_nonpositive(const Vmm& x, const Vmm& t0, const Vmm& t1) {
   load(t0, VMathConst::ExpMinArg);
   g.vmaxps(x, t0, x);  // NaN passes: vmaxps returns its second operand
   exp_reduce(x, t0);
-  exp_series(t1, x);
-  g.vfmadd213ps(t1, x, table_entry(VMathConst::One));
-  g.vfmadd213ps(t1, x, table_entry(VMathConst::One));  // exp(r)
+  exp_of_reduced(t1, x);
   if (isa_ == Isa::Avx512) {
     g.vscalefps(x, t1, t0);
     return;

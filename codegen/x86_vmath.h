@@ -155,6 +155,7 @@ class VMathEmitter {
   void exp_core(const Vmm& x, const Vmm& t0, const Vmm& t1);
   void exp_reduce(const Vmm& x, const Vmm& n);
   void exp_series(const Vmm& v, const Vmm& r);
+  void exp_of_reduced(const Vmm& p, const Vmm& r);
   void exp_nonpositive(const Vmm& x, const Vmm& t0, const Vmm& t1);
   void scale_by_pow2_avx2(const Vmm& x, const Vmm& p, const Vmm& n);
 
