@@ -450,11 +450,12 @@ struct Engine::Impl {
     result.objective = objective;
     PushedValues<float>& pushes = result.pushes;
     pushes.reset(int(grown.samples.size()), [&](int s) { return int(grown.samples[size_t(s)].vertices.size()); });
+    std::vector<int64_t> widths;
     for (const std::vector<KeptVertex>& sample : kept_values)
       for (const KeptVertex& vertex : sample) {
-        kept_widths.clear();
-        for (int k = 0; k < vertex.num_pushes; ++k) kept_widths.push_back(kept_pushes[size_t(vertex.first_push + k)].size);
-        pushes.add_vertex(kept_widths);
+        widths.clear();
+        for (int k = 0; k < vertex.num_pushes; ++k) widths.push_back(kept_pushes[size_t(vertex.first_push + k)].size);
+        pushes.add_vertex(widths);
       }
     pushes.allocate();
     int flat = 0;
@@ -733,7 +734,6 @@ struct Engine::Impl {
   std::vector<float> kept_scatters;    // every kept vertex's scatter
   std::vector<KeptRange> kept_pushes;  // every kept push: its values in kept_push_values
   std::vector<float> kept_push_values;
-  std::vector<int64_t> kept_widths;    // scratch of assemble_kept_result
   Evaluation<float> round_result;
   std::vector<int> push_shift;   // per sample of a round: where its new vertices moved (build_kept_round)
   std::vector<int> stand_in_of;  // scratch of build_kept_round
