@@ -255,16 +255,21 @@ void VMathEmitter::exp_of_reduced(const Vmm& p, const Vmm& r) {
   gen_.vfmadd213ps(p, r, table_entry(VMathConst::One));
 }
 
+// dst = the float 2^(k + bias - 127) for the integer lanes k, built in the
+// exponent field; valid while k + bias is in [1, 254] (a normal float).
+void VMathEmitter::pow2_of_int(const Vmm& dst, const Vmm& k, VMathConst bias) {
+  gen_.vpaddd(dst, k, table_entry(bias));
+  gen_.vpslld(dst, dst, 23);
+}
+
 // x = p * 2^n for n (a float holding an integer in [-150, 128]); clobbers p, n.
 void VMathEmitter::scale_by_pow2_avx2(const Vmm& x, const Vmm& p, const Vmm& n) {
   auto& g = gen_;
   g.vcvtps2dq(n, n);
   g.vpsrad(x, n, 1);  // n1 = floor(n / 2)
   g.vpsubd(n, n, x);  // n2 = n - n1
-  g.vpaddd(x, x, table_entry(VMathConst::ExpBias));
-  g.vpslld(x, x, 23);  // 2^n1
-  g.vpaddd(n, n, table_entry(VMathConst::ExpBias));
-  g.vpslld(n, n, 23);  // 2^n2
+  pow2_of_int(x, x, VMathConst::ExpBias);  // 2^n1
+  pow2_of_int(n, n, VMathConst::ExpBias);  // 2^n2
   g.vmulps(p, p, x);   // exact: the product stays normal
   g.vmulps(x, p, n);   // the one rounding (into denormals, or to +inf)
 }
@@ -374,9 +379,8 @@ void VMathEmitter::emit_tanh(const Vmm& x) {
   g.vmulps(t2, t2, t0);
   g.vfmadd213ps(t2, t0, t0);  // q = expm1(r)
 
-  g.vcvtps2dq(t1, t1);  // s = 2^n, n in [0, 28]
-  g.vpaddd(t1, t1, table_entry(VMathConst::ExpBias));
-  g.vpslld(t1, t1, 23);
+  g.vcvtps2dq(t1, t1);
+  pow2_of_int(t1, t1, VMathConst::ExpBias);  // s = 2^n, n in [0, 28]
   g.vsubps(t3, t1, table_entry(VMathConst::One));
   g.vaddps(t0, t1, table_entry(VMathConst::One));
   g.vfmadd231ps(t3, t1, t2);  // exp(y) - 1
@@ -403,8 +407,7 @@ void VMathEmitter::exp_nonpositive(const Vmm& x, const Vmm& t0, const Vmm& t1) {
     return;
   }
   g.vcvtps2dq(t0, t0);
-  g.vpaddd(t0, t0, table_entry(VMathConst::ExpBiasPlus64));
-  g.vpslld(t0, t0, 23);  // 2^(n + 64)
+  pow2_of_int(t0, t0, VMathConst::ExpBiasPlus64);  // 2^(n + 64)
   g.vmulps(t1, t1, t0);
   g.vmulps(x, t1, table_entry(VMathConst::TwoM64));
 }

@@ -158,6 +158,7 @@ class VMathEmitter {
   void exp_of_reduced(const Vmm& p, const Vmm& r);
   void exp_nonpositive(const Vmm& x, const Vmm& t0, const Vmm& t1);
   void scale_by_pow2_avx2(const Vmm& x, const Vmm& p, const Vmm& n);
+  void pow2_of_int(const Vmm& dst, const Vmm& k, VMathConst bias);
 
   Xbyak::CodeGenerator& gen_;
   Isa isa_;
