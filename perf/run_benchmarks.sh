@@ -38,7 +38,7 @@ if wants models; then
   fi
 fi
 # The roofline targets of the CPU-speed issue, each on its real data, the
-# configurations taking turns ROOFLINE_ROUNDS times (~3 min a round).
+# configurations taking turns ROOFLINE_ROUNDS times (~1.6 min a round).
 if wants roofline; then
   : > "$out/roofline.jsonl"
   for round in $(seq "${ROOFLINE_ROUNDS:-3}"); do
