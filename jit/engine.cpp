@@ -44,6 +44,10 @@ struct Engine::Impl {
     VJIT_USER_CHECK(options.memplan != "pqtree" || options.device == "cpu",
                     "VJIT_MEMPLAN=pqtree runs on the CPU executor only (VJIT_DEVICE=cpu); the CUDA executor "
                     "follows the copy and padded layouts");
+    VJIT_USER_CHECK(options.memplan != "auto" || options.device != "cpu" || !options.deterministic,
+                    "VJIT_MEMPLAN=auto chooses between copy and pqtree by timing them, and the two sum weight "
+                    "gradients in different orders, so results could change in the last bits from one run to the "
+                    "next: it needs VJIT_DETERMINISTIC=0 (or choose VJIT_MEMPLAN=copy or pqtree)");
     VJIT_USER_CHECK(!options.check_finite || options.device == "cpu",
                     "VJIT_CHECK_FINITE=1 runs on the CPU executor only (VJIT_DEVICE=cpu): the CUDA executor does "
                     "not check forward values; run the batch with VJIT_DEVICE=cpu to find the first non-finite one");
@@ -52,7 +56,7 @@ struct Engine::Impl {
       backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
     }
     if (!options.trace_path.empty()) trace = make_trace_recorder(program, options.trace_path);
-    planner = runtime::make_planner(options.memplan, plan, signatures, {options.inplace_concat, options.pad_wide_rows});
+    planner = runtime::make_planner(planner_name(), plan, signatures, {options.inplace_concat, options.pad_wide_rows});
     if (options.device == "cuda")
       executor = std::make_unique<runtime::CudaExecutor>(
           program, plan,
@@ -65,6 +69,11 @@ struct Engine::Impl {
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;
     growth.callbacks.resize(size_t(program.num_types()));
+  }
+
+  // VJIT_MEMPLAN, with auto meaning copy on the GPU (pqtree is CPU only).
+  std::string planner_name() const {
+    return options.memplan == "auto" && options.device != "cpu" ? "copy" : options.memplan;
   }
 
   // VJIT_TRACE: the recorder writes an empty trace at `path` now, so a path
@@ -317,7 +326,7 @@ struct Engine::Impl {
     }
     kept->signatures = kept->program.signatures();
     kept->plan = jit::lower_program(kept->program, options);
-    kept->planner = runtime::make_planner(options.memplan, kept->plan, kept->signatures,
+    kept->planner = runtime::make_planner(planner_name(), kept->plan, kept->signatures,
                                           {options.inplace_concat, options.pad_wide_rows});
     // Not streaming: the scattered rows are read back after the forward.
     kept->executor = std::make_unique<runtime::CpuExecutor>(
@@ -499,7 +508,8 @@ struct Engine::Impl {
       runtime::TraceScope plan_event(trace.get(), "plan", runtime::TraceCategory::Engine);
       runner.planner.plan({&graph, &schedule}, layout);
     }
-    stats.plan_s += seconds_since(start);
+    const double plan_s = seconds_since(start);
+    stats.plan_s += plan_s;
     check_memory_bound(batch, run);
     stats.aligned_batches += layout.aligned_batches;
     stats.aligned_satisfied += layout.aligned_satisfied;
@@ -516,7 +526,12 @@ struct Engine::Impl {
       runtime::TraceScope forward_event(trace.get(), "forward pass", runtime::TraceCategory::Engine, args);
       runner.executor.forward({&graph, &schedule, &layout}, run, runner.result);
     }
-    stats.forward_s += seconds_since(start);
+    const double forward_s = seconds_since(start);
+    stats.forward_s += forward_s;
+    // The layout's cost, for VJIT_MEMPLAN=auto: planning and the forward, and
+    // the backward when one follows (backward() reports it then).
+    laid_out_batch_s = plan_s + forward_s;
+    if (!run.backward) runner.planner.batch_done(laid_out_batch_s, graph.num_vertices());
     has_result = true;
     has_forward = run.backward;
     collect(runner.executor);
@@ -558,7 +573,9 @@ struct Engine::Impl {
       runtime::TraceScope backward_event(trace.get(), "backward pass", runtime::TraceCategory::Engine, args);
       executor->backward();
     }
-    stats.backward_s += seconds_since(start);
+    const double backward_s = seconds_since(start);
+    stats.backward_s += backward_s;
+    planner->batch_done(laid_out_batch_s + backward_s, graph.num_vertices());
     stats.useful_flops += schedule_flops(backward_flops);
     has_gradients = true;
     collect(*executor);
@@ -708,6 +725,7 @@ struct Engine::Impl {
   scheduler::Scheduler scheduler;
   scheduler::FlatSchedule schedule;
   runtime::BatchLayout layout;
+  double laid_out_batch_s = 0;  // the last batch's planning and forward, for the planner (batch_done)
   Evaluation<float> result;
 
   // Growing types, and the batch the last forward grew (when it did).
@@ -865,6 +883,11 @@ void Engine::track_lower_bound(bool on) {
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
   return impl_->stats;
+}
+
+std::string Engine::memory_planner() const {
+  std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  return impl_->planner->in_use();
 }
 
 void Engine::reset_stats() {

@@ -4,8 +4,9 @@
 Per configuration (model, mode, batch, hidden): copy against pqtree, each the
 median over its runs: copy calls, bytes copied (all, and those the layout
 decides: gathers, their gradients, Concat copies), kernels, latency per step
-and the planner's time per batch; the ratios copy/pqtree. Then the planner's
-time against the batch size.
+and the planner's time per batch; the ratios copy/pqtree; which planner
+VJIT_MEMPLAN=auto kept and its time. Then the planner's time against the batch
+size.
 """
 import json
 import statistics
@@ -30,13 +31,22 @@ def plan_ms(rows):
     return statistics.median(r["time_s"]["plan"] for r in rows) * 1e3
 
 
+def auto_kept(rows):
+    """VJIT_MEMPLAN=auto: the planner it kept after its trials, and its step time."""
+    if not rows:
+        return "-"
+    kept = sorted({r.get("memory_planner", "?") for r in rows})
+    return f"{'/'.join(kept)} ({total_ms(rows):.2f})"
+
+
 def layout_table(rows):
     groups = defaultdict(lambda: defaultdict(list))
     for r in rows:
         groups[(r["model"], r["mode"], r["batch"], r["hidden"])][r["memplan"]].append(r)
     print("| model | mode | batch | hidden | copy calls copy/pq | layout KB copy/pq (ratio) | all KB copy/pq "
-          "| kernels copy/pq | views pq | aligned pq | ms copy/pq (speedup) | planner ms pq (% of step) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| kernels copy/pq | views pq | aligned pq | ms copy/pq (speedup) | planner ms pq (% of step) "
+          "| auto keeps (ms) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(groups, key=lambda k: (k[0], k[1] != "train", k[2], k[3])):
         c, p = groups[key]["copy"], groups[key]["pqtree"]
         if not c or not p:
@@ -52,7 +62,7 @@ def layout_table(rows):
               f"| {median(c, 'kernels'):.0f} / {median(p, 'kernels'):.0f} "
               f"| {median(p, 'gather_views'):.0f} | {aligned} "
               f"| {tc:.2f} / {tp:.2f} ({tc / tp:.2f}x) "
-              f"| {plan_ms(p):.3f} ({100 * plan_ms(p) / tp:.1f}%) |")
+              f"| {plan_ms(p):.3f} ({100 * plan_ms(p) / tp:.1f}%) | {auto_kept(groups[key]['auto'])} |")
 
 
 def scaling_table(rows):

@@ -2,12 +2,13 @@
 # The memory-layout table of the PQ-tree issue (ED-Batch's Table 2 analogue):
 # VJIT_MEMPLAN=copy against pqtree on Tree-LSTM, Tree-GRU, Fixed-LSTM, Var-LSTM
 # and Lattice-LSTM, batch 8 and 64, hidden 64 and 256, training steps and
-# inference batches, on the real data where it exists; then the planner's time
+# inference batches, on the real data where it exists, with what
+# VJIT_MEMPLAN=auto keeps after timing both and its time; then the planner's time
 # at batch 16, 64, 256 and 1024 (Tree-LSTM, SST, hidden 256, training). The two
 # planners run back to back per configuration. Results are not re-checked here
 # (--no-check): tests/test_engine.cpp checks pqtree against the reference.
 # Writes perf/results/memplan.jsonl and memplan_scaling.jsonl, then prints the
-# tables (perf/memplan_table.py). Build first: scripts/build.sh Release. ~10 min.
+# tables (perf/memplan_table.py). Build first: scripts/build.sh Release. ~15 min.
 #   perf/memplan_table.sh [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,12 @@ for model in tree_lstm tree_gru fixed_lstm var_lstm lattice_lstm; do
           VJIT_MEMPLAN=$memplan "$bench" --model "$model" --mode "$mode" --hidden "$hidden" --batch "$batch" \
             --steps "$steps" --peak-seconds 0.1 --no-check $(data_of "$model") >> "$out/memplan.jsonl"
         done
+        # auto: its 8 trial batches are the warm-up, so the timed steps run
+        # the planner it kept (it needs determinism off).
+        # shellcheck disable=SC2046
+        VJIT_MEMPLAN=auto VJIT_DETERMINISTIC=0 "$bench" --model "$model" --mode "$mode" --hidden "$hidden" \
+          --batch "$batch" --steps "$steps" --warmup 8 --peak-seconds 0.1 --no-check $(data_of "$model") \
+          >> "$out/memplan.jsonl"
       done
     done
   done

@@ -161,7 +161,8 @@ struct Timing {
   int exact_matches = 0;  // --mode decode: decoded outputs equal to their target
   EngineStats stats;
   CompileInfo compile;
-  std::string device;  // where the engine ran: cpu or cuda
+  std::string device;          // where the engine ran: cpu or cuda
+  std::string memory_planner;  // the planner laying batches out at the end (VJIT_MEMPLAN=auto: its choice)
 };
 
 // --mode decode: the batch's encoder prompts (vjit/models.h, seq2seq_prompt).
@@ -227,8 +228,9 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
     const size_t sample = size_t(batches[size_t(args.warmup) + i / size_t(batch_size)][i % size_t(batch_size)]);
     exact_matches += outputs[i] == models::seq2seq_target(*bundle.program, bundle.train[sample]);
   }
-  Timing timing{seconds, steps * batch_size, exact_matches, engine.stats(), engine.compile_info(),
-                engine.options().device};
+  Timing timing{seconds,        steps * batch_size,   exact_matches,
+                engine.stats(),  engine.compile_info(), engine.options().device,
+                engine.memory_planner()};
   if (first_run) measure_peak_half(args, options);
   if (decode) return timing;  // the lower bound of a graph that grows is not defined up front
   // The ED-Batch lower bound of the same batches, outside the timed loop, in
@@ -270,6 +272,7 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"mode", args.mode},
               {"policy", options.policy},
               {"memplan", options.memplan},
+              {"memory_planner", t.memory_planner},
               {"batch", args.batch},
               {"hidden", args.config.hidden},
               {"samples_per_s", double(t.samples) / t.seconds},

@@ -1,6 +1,7 @@
 #include "runtime/memplan.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "layout/aligned_order.h"
 #include "vjit/error.h"
@@ -392,7 +393,41 @@ std::unique_ptr<Planner> make_planner(const std::string& name, const ExecPlan& p
     return std::make_unique<RowPlanner>("padded", plan, signatures, 3, false, RowOrder::Schedule, options);
   if (name == "pqtree")
     return std::make_unique<RowPlanner>("pqtree", plan, signatures, 0, true, RowOrder::PQTree, options);
-  throw UserError("VJIT_MEMPLAN=" + name + " is not available (valid here: copy, padded, pqtree)");
+  if (name == "auto")
+    return std::make_unique<MeasuredPlanner>(make_planner("copy", plan, signatures, options),
+                                             make_planner("pqtree", plan, signatures, options));
+  throw UserError("VJIT_MEMPLAN=" + name + " is not available (valid here: copy, padded, pqtree, auto)");
+}
+
+// --- auto: copy and pqtree measured on the engine's own batches ---
+
+MeasuredPlanner::MeasuredPlanner(std::unique_ptr<Planner> copy, std::unique_ptr<Planner> pqtree)
+    : candidates_{std::move(copy), std::move(pqtree)} {}
+
+const char* MeasuredPlanner::in_use() const { return chosen_ < 0 ? name() : candidates_[chosen_]->name(); }
+
+// While trying: the candidate with fewer timed batches, copy on a tie, so the
+// two alternate.
+int MeasuredPlanner::next_candidate() const {
+  if (chosen_ >= 0) return chosen_;
+  return tries_[1] < tries_[0] ? 1 : 0;
+}
+
+void MeasuredPlanner::plan(const PlanInput& input, BatchLayout& out) {
+  last_ = next_candidate();
+  candidates_[last_]->plan(input, out);
+}
+
+void MeasuredPlanner::batch_done(double seconds, int64_t vertices) {
+  if (chosen_ >= 0 || last_ < 0 || vertices <= 0) return;
+  const int candidate = std::exchange(last_, -1);
+  if (++tries_[candidate] > 1) seconds_per_vertex_[candidate].push_back(seconds / double(vertices));
+  if (tries_[0] < kTrialsEach || tries_[1] < kTrialsEach) return;
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  chosen_ = median(seconds_per_vertex_[1]) < median(seconds_per_vertex_[0]) ? 1 : 0;
 }
 
 }  // namespace vjit::runtime

@@ -41,6 +41,8 @@
 //            may be views too: the executor runs the steps that read them task
 //            by task (BatchLayout::view_slots). A gather_sum whose rows each
 //            have one variadic child is a view as well. CPU executor only.
+//   auto     copy and pqtree measured on the engine's first batches, then the
+//            faster one (MeasuredPlanner, below)
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -165,10 +167,43 @@ class Planner {
   virtual const char* name() const = 0;
   // Lays the batch out into `out`, reusing its buffers' capacity.
   virtual void plan(const PlanInput& input, BatchLayout& out) = 0;
+  // The planner that lays batches out now: name(), except for auto (the one
+  // it chose, or "auto" while its candidates still take turns).
+  virtual const char* in_use() const { return name(); }
+  // How long the batch laid out by the last plan() took — planning, the
+  // forward and, when it trains, the backward — and its vertices. Only auto
+  // learns from it.
+  virtual void batch_done(double /*seconds*/, int64_t /*vertices*/) {}
 };
 
-// The planner named by VJIT_MEMPLAN ("copy", "padded", "pqtree"); throws UserError naming
-// the valid ones otherwise. `plan` and `signatures` must outlive it.
+// VJIT_MEMPLAN=auto: the pqtree layout is used only where it pays, and that is
+// measured on the engine's own batches, not assumed. copy and pqtree take
+// turns on the first 2·kTrialsEach batches (copy first); the first batch of
+// each only warms up (the arenas grow, pages are touched) and is not counted;
+// then the one with the lower median time per vertex (batches differ in size)
+// lays out every later batch; a tie keeps copy.
+class MeasuredPlanner final : public Planner {
+ public:
+  static constexpr int kTrialsEach = 4;
+  MeasuredPlanner(std::unique_ptr<Planner> copy, std::unique_ptr<Planner> pqtree);
+  const char* name() const override { return "auto"; }
+  const char* in_use() const override;
+  void plan(const PlanInput& input, BatchLayout& out) override;
+  void batch_done(double seconds, int64_t vertices) override;
+
+ private:
+  int next_candidate() const;
+
+  std::unique_ptr<Planner> candidates_[2];
+  std::vector<double> seconds_per_vertex_[2];
+  int tries_[2] = {0, 0};
+  int last_ = -1;    // the candidate that laid out the batch not yet timed
+  int chosen_ = -1;  // after the trials: 0 copy, 1 pqtree
+};
+
+// The planner named by VJIT_MEMPLAN ("copy", "padded", "pqtree", "auto");
+// throws UserError naming the valid ones otherwise. `plan` and `signatures`
+// must outlive it.
 struct PlannerOptions {
   bool inplace_concat = true;  // lay Concat arguments out in place (above)
   bool pad_wide_rows = true;   // rows of a multiple of 256 floats get 16 more (above)

@@ -351,6 +351,57 @@ TEST(MemoryPlan, PQTreeReadsChainsInPlaceInBothPasses) {
   }
 }
 
+// VJIT_MEMPLAN=auto: copy and pqtree take turns on the first batches (every
+// one equal to the reference, whichever lays it out), then one of the two is
+// kept; training and inference batches both count.
+TEST(MemoryPlan, AutoTriesBothLayoutsThenKeepsOneAndStaysExact) {
+  for (const std::string model : {"tree_lstm", "var_lstm", "lattice_lstm"}) {
+    models::Bundle bundle = models::make_model(model, small_config());
+    Options options = Options::defaults();
+    options.memplan = "auto";
+    options.deterministic = false;
+    Engine engine(*bundle.program, options);
+    constexpr int kTrials = 8;  // Engine::memory_planner: auto's first 8 timed batches
+    for (int step = 0; step < kTrials + 2; ++step) {
+      if (step < kTrials) {
+        EXPECT_EQ(engine.memory_planner(), "auto") << model << " batch " << step;
+      }
+      GraphBatch batch = models::make_batch(bundle.train, first_indices(4 + step));
+      if (step % 2 == 0) {
+        testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance,
+                                          model + " auto, batch " + std::to_string(step));
+      } else {
+        RunOptions inference;
+        inference.training = false;
+        inference.backward = false;
+        Evaluation<double> ref = reference_evaluate(*bundle.program, parameter_values<double>(bundle.program->model()),
+                                                    batch, inference);
+        EXPECT_NEAR(engine.infer(batch).objective, ref.objective, kTolerance * std::max(1.0, std::abs(ref.objective)))
+            << model << " auto, inference batch " << step;
+      }
+    }
+    const std::string kept = engine.memory_planner();
+    EXPECT_TRUE(kept == "copy" || kept == "pqtree") << model << ": " << kept;
+    // Both layouts ran: pqtree poses alignment constraints, copy does not.
+    EXPECT_GT(engine.stats().aligned_batches, 0) << model;
+  }
+}
+
+// Timing decides auto's layout, and the two layouts sum weight gradients in
+// different orders: with bitwise determinism asked for, it is refused, saying
+// what to do. On the GPU (pqtree is CPU only) auto is copy.
+TEST(MemoryPlan, AutoNeedsDeterminismOff) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  Options options = Options::defaults();
+  options.memplan = "auto";
+  options.deterministic = true;
+  const std::string message = test_util::user_error_of([&] { Engine engine(*bundle.program, options); });
+  EXPECT_NE(message.find("VJIT_DETERMINISTIC=0"), std::string::npos) << message;
+  options.memplan = "pqtree";
+  Engine pqtree(*bundle.program, options);
+  EXPECT_EQ(pqtree.memory_planner(), "pqtree");
+}
+
 // The optimizer state (Adam's moments and t) lives in each engine's parameter
 // store: one Adam driving two engines steps each exactly as its own Adam would,
 // and reset() makes the engines' states start over.

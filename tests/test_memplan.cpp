@@ -230,6 +230,83 @@ TEST(Planners, ConcatInPlaceOffGivesEveryValueItsOwnBuffer) {
   }
 }
 
+// A stand-in candidate for auto: it writes its name into the layout and
+// counts the batches it laid out.
+class NamedPlanner final : public runtime::Planner {
+ public:
+  NamedPlanner(const char* name, int& batches) : name_(name), batches_(batches) {}
+  const char* name() const override { return name_; }
+  void plan(const runtime::PlanInput&, BatchLayout& out) override {
+    out.planner = name_;
+    ++batches_;
+  }
+
+ private:
+  const char* name_;
+  int& batches_;
+};
+
+// auto's trials: the candidates alternate, copy first; each one's first batch
+// only warms up; the lower median time per vertex wins (a tie keeps copy);
+// batches of different sizes compare per vertex; a batch never reported, or
+// of no vertices, is not counted.
+struct AutoTrial {
+  int copy_batches = 0, pqtree_batches = 0;
+  runtime::MeasuredPlanner planner{std::make_unique<NamedPlanner>("copy", copy_batches),
+                                   std::make_unique<NamedPlanner>("pqtree", pqtree_batches)};
+  BatchLayout layout;
+
+  std::string next(double seconds, int64_t vertices) {
+    planner.plan({}, layout);
+    planner.batch_done(seconds, vertices);
+    return layout.planner;
+  }
+};
+
+TEST(Planners, AutoAlternatesThenKeepsTheFasterPerVertex) {
+  constexpr int kEach = runtime::MeasuredPlanner::kTrialsEach;
+  AutoTrial trial;
+  EXPECT_STREQ(trial.planner.name(), "auto");
+  for (int i = 0; i < kEach; ++i) {
+    EXPECT_STREQ(trial.planner.in_use(), "auto");
+    // copy's warm-up batch is slow (it must not count); afterwards copy takes
+    // 2 µs per vertex, pqtree 1 µs on batches twice the size.
+    EXPECT_EQ(trial.next(i == 0 ? 1.0 : 200e-6, 100), "copy");
+    EXPECT_EQ(trial.next(i == 0 ? 1.0 : 200e-6, 200), "pqtree");
+  }
+  EXPECT_STREQ(trial.planner.in_use(), "pqtree");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(trial.next(1.0, 100), "pqtree");  // decided: no more timing
+  EXPECT_EQ(trial.copy_batches, kEach);
+  EXPECT_EQ(trial.pqtree_batches, kEach + 3);
+}
+
+TEST(Planners, AutoKeepsCopyUnlessPQTreeIsFaster) {
+  AutoTrial tie;
+  for (int i = 0; i < 2 * runtime::MeasuredPlanner::kTrialsEach; ++i) tie.next(1e-3, 10);
+  EXPECT_STREQ(tie.planner.in_use(), "copy");
+
+  // Median, not mean: one slow copy batch among fast ones does not decide.
+  AutoTrial outlier;
+  for (int i = 0; i < runtime::MeasuredPlanner::kTrialsEach; ++i) {
+    outlier.next(i == 1 ? 1.0 : 1e-3, 10);  // copy: one batch 1000x slower
+    outlier.next(2e-3, 10);                 // pqtree: twice copy's usual time
+  }
+  EXPECT_STREQ(outlier.planner.in_use(), "copy");
+}
+
+TEST(Planners, AutoCountsOnlyBatchesReportedWithVertices) {
+  AutoTrial trial;
+  trial.planner.batch_done(1e-3, 10);  // no plan() before it: ignored
+  BatchLayout layout;
+  trial.planner.plan({}, layout);      // laid out, never reported (a forward
+  trial.planner.plan({}, layout);      // whose backward never came): not counted
+  trial.planner.batch_done(1e-3, 0);   // an empty batch: not counted
+  for (int i = 0; i < 2 * runtime::MeasuredPlanner::kTrialsEach - 1; ++i) trial.next(1e-3, 10);
+  EXPECT_STREQ(trial.planner.in_use(), "auto");  // one timed batch short
+  trial.next(1e-3, 10);
+  EXPECT_STRNE(trial.planner.in_use(), "auto");
+}
+
 TEST(Planners, AnUnknownPlannerIsRefusedWithTheValidOnes) {
   runtime::ExecPlan plan;
   std::vector<TypeSignature> signatures;

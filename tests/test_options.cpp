@@ -190,7 +190,7 @@ TEST_F(OptionsEnv, UnknownEnumValueListsValidOnes) {
 
 TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"VJIT_MEMPLAN", "copy, padded, pqtree"},
+      {"VJIT_MEMPLAN", "copy, padded, pqtree, auto"},
       {"VJIT_DEVICE", "cpu, cuda"},
       {"VJIT_ISA", "auto, avx512, avx2, scalar"},
       {"VJIT_GEMM", "auto, onednn, openblas, blis, libxsmm, onednn_bf16, reference"},

@@ -167,6 +167,10 @@ class Engine {
   void upload_parameters();
 
   EngineStats stats() const;  // a copy, taken under the engine's lock
+  // The memory planner that lays batches out (VJIT_MEMPLAN): options().memplan,
+  // except auto's choice once made ("copy" or "pqtree"; "auto" while the two
+  // still take turns, its first 8 timed batches), and "copy" for auto on the GPU.
+  std::string memory_planner() const;
   // Computes each batch's ED-Batch lower bound into stats().lower_bound (a
   // diagnostic that costs a pass over the batch; off by default).
   void track_lower_bound(bool on);

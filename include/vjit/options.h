@@ -33,11 +33,14 @@
 // |                  |             | the bias, beta = 1), not by another pass    |              |
 // | VJIT_POLICY      | policy      | depth | agenda | frontier | ratio | fsm     | agenda       |
 // |                  |             | (batching policy of the scheduler)          |              |
-// | VJIT_MEMPLAN     | memplan     | copy | padded | pqtree (the memory      | copy         |
-// |                  |             | planner, runtime/memplan.h: copy gathers    |              |
-// |                  |             | unless the rows lie in place; padded is a   |              |
-// |                  |             | test layout; pqtree orders rows by a PQ-tree |              |
-// |                  |             | so gathers are read in place, CPU only)     |              |
+// | VJIT_MEMPLAN     | memplan     | copy | padded | pqtree | auto (the    | copy         |
+// |                  |             | memory planner, runtime/memplan.h: copy     |              |
+// |                  |             | gathers unless the rows lie in place;       |              |
+// |                  |             | padded is a test layout; pqtree orders rows |              |
+// |                  |             | by a PQ-tree so gathers are read in place,  |              |
+// |                  |             | CPU only; auto times copy and pqtree on the |              |
+// |                  |             | first 8 batches and keeps the faster, needs |              |
+// |                  |             | VJIT_DETERMINISTIC=0; copy on the GPU)      |              |
 // | VJIT_DEVICE      | device      | cpu | cuda | auto (cuda: fail unless a   | cpu          |
 // |                  |             | CUDA device runs the plan, naming what is   |              |
 // |                  |             | missing; auto: the GPU when one runs it,    |              |
@@ -126,7 +129,7 @@ namespace vjit {
 // The valid values of each enumerated option, in the order error messages list them.
 namespace option_values {
 inline constexpr std::array<std::string_view, 5> policy{"depth", "agenda", "frontier", "ratio", "fsm"};
-inline constexpr std::array<std::string_view, 3> memplan{"copy", "padded", "pqtree"};
+inline constexpr std::array<std::string_view, 4> memplan{"copy", "padded", "pqtree", "auto"};
 inline constexpr std::array<std::string_view, 3> device{"cpu", "cuda", "auto"};
 inline constexpr std::array<std::string_view, 4> isa{"auto", "avx512", "avx2", "scalar"};
 inline constexpr std::array<std::string_view, 7> gemm{"auto",    "onednn",      "openblas", "blis",
