@@ -34,17 +34,17 @@ for model in tree_lstm tree_gru fixed_lstm var_lstm lattice_lstm; do
       for mode in train infer; do
         steps=6
         [ "$batch" = 8 ] && steps=20
-        for memplan in copy pqtree; do
+        # 8 warm-up batches for all three, so that they time the same batches
+        # and auto's 8 trial batches are its warm-up: its timed steps run the
+        # planner it kept (auto needs determinism off).
+        for memplan in copy pqtree auto; do
+          deterministic=1
+          [ "$memplan" = auto ] && deterministic=0
           # shellcheck disable=SC2046
-          VJIT_MEMPLAN=$memplan "$bench" --model "$model" --mode "$mode" --hidden "$hidden" --batch "$batch" \
-            --steps "$steps" --peak-seconds 0.1 --no-check $(data_of "$model") >> "$out/memplan.jsonl"
+          VJIT_MEMPLAN=$memplan VJIT_DETERMINISTIC=$deterministic "$bench" --model "$model" --mode "$mode" \
+            --hidden "$hidden" --batch "$batch" --steps "$steps" --warmup 8 --peak-seconds 0.1 --no-check \
+            $(data_of "$model") >> "$out/memplan.jsonl"
         done
-        # auto: its 8 trial batches are the warm-up, so the timed steps run
-        # the planner it kept (it needs determinism off).
-        # shellcheck disable=SC2046
-        VJIT_MEMPLAN=auto VJIT_DETERMINISTIC=0 "$bench" --model "$model" --mode "$mode" --hidden "$hidden" \
-          --batch "$batch" --steps "$steps" --warmup 8 --peak-seconds 0.1 --no-check $(data_of "$model") \
-          >> "$out/memplan.jsonl"
       done
     done
   done
