@@ -618,14 +618,42 @@ void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type, Frame& fr
   }
 }
 
+// A chain's tasks read their children as views that continue one another
+// (task t's children are the rows task t-1 wrote, in order), so the weight
+// gradients of a whole run of them are one GEMM over all its rows instead of
+// one small GEMM per task. Phase steps read gathered values only through
+// bind(); the gathers themselves run in the tasks.
 void CpuExecutor::run_steps_per_task(Pass pass, int type, std::span<const Step> steps, Frame& frame) {
   const scheduler::FlatSchedule& schedule = *batch_.schedule;
-  for (int t = 0; t < schedule.num_tasks(); ++t) {
-    if (schedule.task_type[size_t(t)] != type) continue;
+  auto next_of_type = [&](int t) {
+    while (++t < schedule.num_tasks() && schedule.task_type[size_t(t)] != type) {
+    }
+    return t;
+  };
+  for (int t = next_of_type(-1); t < schedule.num_tasks();) {
     Rows rows = task_rows(t);
+    for (t = next_of_type(t); t < schedule.num_tasks() && views_continue(rows, t); t = next_of_type(t))
+      rows.count += int64_t(schedule.task(t).size());
     bind(pass, rows, frame);
     run_steps(pass, rows, steps, frame);
   }
+}
+
+bool CpuExecutor::views_continue(const Rows& rows, int next) const {
+  const BatchLayout& layout = *batch_.layout;
+  // The pqtree order may place a type's tasks in another order than the schedule's.
+  if (layout.task_first_row[size_t(next)] != rows.begin + rows.count) return false;
+  const uint64_t views = layout.view_slots[size_t(rows.type)];
+  const int slots = program_.signature(rows.type).fixed_arity + 1;  // the fixed slots and the variadic sum
+  for (int slot = 0; slot < slots; ++slot) {
+    if ((views >> slot & 1) == 0) continue;  // a copy in every task: the type's own buffer, row after row
+    const GatherLayout& a = layout.gather(rows.task, slot);
+    const GatherLayout& b = layout.gather(next, slot);
+    if (!a.is_view() || !b.is_view() || a.source_type != b.source_type || a.row_step != b.row_step ||
+        a.exclusive != b.exclusive || b.first_row != a.first_row + int(rows.count) * a.row_step)
+      return false;
+  }
+  return true;
 }
 
 // Streaming (Cavs §3.4): a second thread runs the eager steps type by type, in

@@ -167,8 +167,14 @@ class CpuExecutor final : public Executor {
   void run_task(Pass pass, int task, Frame& frame);
   Rows task_rows(int task) const;
   // Runs phase steps once per task of the type (the gathers they
-  // read are views in some task, so not one buffer: BatchLayout::view_slots).
+  // read are views in some task, so not one buffer: BatchLayout::view_slots),
+  // or once per run of consecutive tasks whose views continue each other.
   void run_steps_per_task(Pass pass, int type, std::span<const Step> steps, Frame& frame);
+  // Whether the rows of `next` (the type's task after `rows`) can join them:
+  // its rows follow them in the type's buffers, and each gather slot that is a
+  // view somewhere reads, in both, the same buffer at the same stride, `next`'s
+  // children right after those of `rows`.
+  bool views_continue(const Rows& rows, int next) const;
   void run_forward_streaming();
   void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Frame& frame);
   void run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame);

@@ -348,6 +348,12 @@ TEST(MemoryPlan, PQTreeReadsChainsInPlaceInBothPasses) {
       EXPECT_EQ(pqtree.stats().aligned_satisfied, pqtree.stats().aligned_batches) << model;
       EXPECT_GT(pqtree.stats().gather_views, pqtree.stats().tasks) << model;  // forward and backward
     }
+    // Sentences of one length: each step's children are the rows the step
+    // before wrote, so the views continue one another and a weight gradient
+    // is a few GEMMs over every step's rows, not one per step.
+    if (model == "fixed_lstm") {
+      EXPECT_LE(pqtree.stats().param_grad_gemms, 2 * copy.stats().param_grad_gemms) << model;
+    }
   }
 }
 
