@@ -8,7 +8,7 @@
 # planners run back to back per configuration. Results are not re-checked here
 # (--no-check): tests/test_engine.cpp checks pqtree against the reference.
 # Writes perf/results/memplan.jsonl and memplan_scaling.jsonl, then prints the
-# tables (perf/memplan_table.py). Build first: scripts/build.sh Release. ~15 min.
+# tables (perf/memplan_table.py). Build first: scripts/build.sh Release. 2.5 min on a quiet 2-core Zen 3.
 #   perf/memplan_table.sh [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."

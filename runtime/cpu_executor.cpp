@@ -626,8 +626,8 @@ void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type, Frame& fr
 void CpuExecutor::run_steps_per_task(Pass pass, int type, std::span<const Step> steps, Frame& frame) {
   const scheduler::FlatSchedule& schedule = *batch_.schedule;
   auto next_of_type = [&](int t) {
-    while (++t < schedule.num_tasks() && schedule.task_type[size_t(t)] != type) {
-    }
+    do ++t;
+    while (t < schedule.num_tasks() && schedule.task_type[size_t(t)] != type);
     return t;
   };
   for (int t = next_of_type(-1); t < schedule.num_tasks();) {
