@@ -18,6 +18,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/memplan.h"
+#include "runtime/thread_pool.h"
 #include "runtime/trace.h"
 #include "scheduler/fsm.h"
 #include "scheduler/schedule.h"
@@ -479,6 +480,144 @@ struct Engine::Impl {
       }
   }
 
+  // --- VJIT_INFER_SHARDS: infer() on groups of samples at once ---
+  //
+  // A batch of at least two samples is split into groups of consecutive
+  // samples; each group is inferred by an engine of its own (one thread, the
+  // same Program and Model, the same options otherwise) on a thread of a
+  // pool, and the groups' results are put back together in sample order. What
+  // this buys: every serial part of a call (scheduling, planning, small
+  // kernels and copies, growth bookkeeping) runs on every core at once, where
+  // one engine splits only its larger kernels over its threads. Each group's
+  // result is that of its samples inferred alone as one batch.
+  struct InferShards {
+    std::vector<std::unique_ptr<Engine>> engines;  // per group
+    std::unique_ptr<runtime::ThreadPool> pool;
+    std::vector<GraphBatch> batches;               // per group, reused
+    std::vector<bool> unnamed;                     // per sample of the caller's batch
+  };
+
+  int infer_groups(const GraphBatch& batch) const {
+    if (options.device != "cpu") return 1;  // the GPU executor runs one stream
+    return int(std::min<size_t>(size_t(options.infer_shards), batch.samples.size()));
+  }
+
+  InferShards& infer_shards_for(int groups) {
+    if (!shards) shards = std::make_unique<InferShards>();
+    InferShards& s = *shards;
+    Options group_options = options;
+    group_options.threads = 1;
+    group_options.infer_shards = 1;
+    group_options.profile = false;  // the groups' counters are added to this engine's
+    group_options.trace_path.clear();
+    while (int(s.engines.size()) < groups) s.engines.push_back(std::make_unique<Engine>(program, group_options));
+    const int threads = std::min(groups, options.threads);
+    if (!s.pool || s.pool->size() != threads) s.pool = std::make_unique<runtime::ThreadPool>(threads);
+    s.batches.resize(size_t(groups));
+    return s;
+  }
+
+  // Group g holds samples [n·g/G, n·(g+1)/G) of the caller's batch; an
+  // unnamed one is named by its index there, so that errors name it as the
+  // caller knows it (the names are taken off again in grown_batch()).
+  void split_into_groups(const GraphBatch& batch, InferShards& s) {
+    const size_t n = batch.samples.size(), groups = s.batches.size();
+    s.unnamed.assign(n, false);
+    for (size_t g = 0; g < groups; ++g) {
+      const size_t first = n * g / groups, end = n * (g + 1) / groups;
+      GraphBatch& group = s.batches[g];
+      group.first_sample = batch.first_sample + int(first);
+      group.samples.assign(batch.samples.begin() + ptrdiff_t(first), batch.samples.begin() + ptrdiff_t(end));
+      for (size_t i = first; i < end; ++i) {
+        Sample& sample = group.samples[i - first];
+        if (!sample.name.empty()) continue;
+        sample.name = std::to_string(i);
+        s.unnamed[i] = true;
+      }
+    }
+  }
+
+  // The group engine's growth: this engine's callbacks, called through (not
+  // copied, so that a callback's own state is shared), with the sample
+  // indices of the caller's batch.
+  jit::GrowthRules group_growth(int first_sample) const {
+    jit::GrowthRules rules;
+    rules.max_vertices = growth.max_vertices;
+    rules.first_sample_index = first_sample;
+    for (const GrowthCallback& callback : growth.callbacks)
+      rules.callbacks.push_back(callback ? GrowthCallback([&callback](GrowthStep& step) { callback(step); })
+                                         : GrowthCallback());
+    return rules;
+  }
+
+  void infer_in_groups(const GraphBatch& batch, int groups) {
+    check_program_unchanged();
+    has_forward = has_result = has_grown = false;
+    if (policy == scheduler::Policy::Fsm && !fsm) learn(batch);  // one policy for every group
+    InferShards& s = infer_shards_for(groups);
+    split_into_groups(batch, s);
+    RunOptions run;
+    run.training = false;
+    run.backward = false;
+    s.pool->parallel_for(groups, [&](int64_t g) {
+      Impl& group = *s.engines[size_t(g)]->impl_;
+      group.growth = group_growth(s.batches[size_t(g)].first_sample - batch.first_sample);
+      if (policy == scheduler::Policy::Fsm) group.fsm = fsm;
+      group.forward(s.batches[size_t(g)], run);
+    });
+    result.objective = 0;
+    result.pushes.reset(0, [](int) { return 0; });
+    result.param_grads.clear();
+    grown.samples.clear();
+    for (int g = 0; g < groups; ++g) {
+      Impl& group = *s.engines[size_t(g)]->impl_;
+      result.objective += group.result.objective;
+      result.pushes.append(group.result.pushes);
+      add_counts(stats, group.stats);
+      group.stats = EngineStats{};
+      if (group.has_grown)
+        for (Sample& sample : group.grown.samples) grown.samples.push_back(std::move(sample));
+    }
+    if (growth.any()) {
+      grown.first_sample = batch.first_sample;
+      for (size_t i = 0; i < grown.samples.size(); ++i)
+        if (s.unnamed[i]) grown.samples[i].name.clear();
+      has_grown = true;
+    }
+    has_result = true;
+  }
+
+  // A group's counters added to this engine's (their times are thread-
+  // seconds: groups run at once).
+  static void add_counts(EngineStats& into, const EngineStats& from) {
+    into.batches += from.batches;
+    into.vertices += from.vertices;
+    into.tasks += from.tasks;
+    into.lower_bound += from.lower_bound;
+    into.fsm_fallbacks += from.fsm_fallbacks;
+    into.kernels += from.kernels;
+    into.gemm_calls += from.gemm_calls;
+    into.gemm_flops += from.gemm_flops;
+    into.useful_flops += from.useful_flops;
+    into.param_grad_gemms += from.param_grad_gemms;
+    into.copy_calls += from.copy_calls;
+    into.copy_bytes += from.copy_bytes;
+    into.layout_copy_bytes += from.layout_copy_bytes;
+    into.gather_views += from.gather_views;
+    into.aligned_batches += from.aligned_batches;
+    into.aligned_satisfied += from.aligned_satisfied;
+    into.schedule_s += from.schedule_s;
+    into.plan_s += from.plan_s;
+    into.copy_s += from.copy_s;
+    into.gemm_s += from.gemm_s;
+    into.elementwise_s += from.elementwise_s;
+    into.optimizer_s += from.optimizer_s;
+    into.forward_s += from.forward_s;
+    into.backward_s += from.backward_s;
+    into.growth_rounds += from.growth_rounds;
+    into.grown_vertices += from.grown_vertices;
+  }
+
   // What runs a round: the program's own plans, or those of the program that
   // keeps values (KeptValueProgram), with the evaluation it writes.
   struct Runner {
@@ -756,6 +895,8 @@ struct Engine::Impl {
   std::vector<int> push_shift;   // per sample of a round: where its new vertices moved (build_kept_round)
   std::vector<int> stand_in_of;  // scratch of build_kept_round
 
+  std::unique_ptr<InferShards> shards;  // VJIT_INFER_SHARDS: made by the first infer() in groups
+
   bool has_forward = false, has_result = false, has_gradients = false;
   bool lower_bound_tracked = options.profile;  // VJIT_PROFILE reports tasks against the bound
   int64_t policy_cache_hits = 0, policies_learned = 0;  // FSM policies loaded from VJIT_CACHE_DIR, learned
@@ -828,6 +969,10 @@ std::shared_ptr<Distributed> Engine::distributed() const {
 Evaluation<float> Engine::infer(const GraphBatch& batch) {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
   Impl::CallScope call(*impl_, "Engine::infer");
+  if (const int groups = impl_->infer_groups(batch); groups > 1) {
+    impl_->infer_in_groups(batch, groups);
+    return impl_->result;
+  }
   RunOptions run;
   run.training = false;
   run.backward = false;

@@ -53,7 +53,8 @@ void grow_round(const Program& program, const GrowthRules& rules, const PushedVa
       const GrowthCallback& callback = rules.callbacks[size_t(type)];
       if (!callback) continue;
       const int pushed_vertex = push_shift.empty() ? v : v + push_shift[i];
-      GrowthStep step(sample, index, int(i), v, pushed_vertex, pushes, program.num_types(), rules.max_vertices);
+      GrowthStep step(sample, rules.first_sample_index + index, int(i), v, pushed_vertex, pushes, program.num_types(),
+                      rules.max_vertices);
       try {
         callback(step);
       } catch (const std::exception& e) {

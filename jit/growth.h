@@ -13,6 +13,10 @@ namespace vjit::jit {
 struct GrowthRules {
   std::vector<GrowthCallback> callbacks;  // per vertex type; empty: the type does not grow
   int max_vertices = 4096;                // per sample, the vertices growth may bring it to
+  // Added to the sample index a callback sees (GrowthStep::sample_index): a
+  // group's first sample in the caller's batch when infer() runs the batch in
+  // groups (VJIT_INFER_SHARDS), else 0.
+  int first_sample_index = 0;
 
   bool any() const;
 };

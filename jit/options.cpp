@@ -37,8 +37,8 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 26>& specs() {
-  static const std::array<Spec, 26> table{
+const std::array<Spec, 27>& specs() {
+  static const std::array<Spec, 27> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
       bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
@@ -52,6 +52,7 @@ const std::array<Spec, 26>& specs() {
       choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device),
       bool_spec("tf32", "VJIT_TF32", &Options::tf32),
       Spec{"threads", "VJIT_THREADS", Kind::Int, {}, nullptr, &Options::threads, nullptr, nullptr},
+      Spec{"infer_shards", "VJIT_INFER_SHARDS", Kind::Int, {}, nullptr, &Options::infer_shards, nullptr, nullptr},
       Spec{"max_memory", "VJIT_MAX_MEMORY", Kind::Bytes, {}, nullptr, nullptr, nullptr, &Options::max_memory},
       bool_spec("deterministic", "VJIT_DETERMINISTIC", &Options::deterministic),
       choice_spec("isa", "VJIT_ISA", option_values::isa, &Options::isa),
@@ -197,6 +198,8 @@ void Options::validate() const {
   }
   VJIT_USER_CHECK(threads >= 1, "Options::threads=" << threads
                                                     << " is not a valid value; valid values: a positive integer");
+  VJIT_USER_CHECK(infer_shards >= 1, "Options::infer_shards=" << infer_shards
+                                                              << " is not a valid value; valid values: a positive integer");
   VJIT_USER_CHECK(dist_timeout >= 1, "Options::dist_timeout=" << dist_timeout
                                        << " is not a valid value; valid values: a positive integer (seconds)");
   VJIT_USER_CHECK(max_memory >= 0, "Options::max_memory=" << max_memory
@@ -218,6 +221,7 @@ std::string Options::describe() const {
   out += " device=" + device;
   out += " tf32=" + std::string(on_off(tf32));
   out += " threads=" + std::to_string(threads);
+  out += " infer_shards=" + std::to_string(infer_shards);
   out += " max_memory=" + (max_memory == 0 ? std::string("unbounded") : std::to_string(max_memory));
   out += " deterministic=" + std::string(on_off(deterministic));
   out += " isa=" + isa;

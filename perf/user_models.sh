@@ -7,7 +7,9 @@
 #   - rntn against tree_rnn (hidden 25, the paper's size, and 64; train and
 #     infer; target: at least 40% of the plain RNN's samples/s);
 #   - seq2seq greedy decoding at batch 64 against batch 1 in the same process
-#     (--compare-unbatched; hidden 64, 256 and 512; target: at least 5x).
+#     (--compare-unbatched; hidden 64, 256 and 512; target: at least 5x), with
+#     one engine (VJIT_INFER_SHARDS=1) and with the batch inferred in 2 groups
+#     of samples at once (VJIT_INFER_SHARDS=2; batch 1 is one group either way).
 # Writes perf/results/user_models.jsonl (one line per run, with "round") and
 # prints a markdown table.
 #   perf/user_models.sh [build-dir] [rounds]
@@ -42,8 +44,10 @@ for round in $(seq 1 "$rounds"); do
   for hidden in 64 256 512; do
     steps=8
     [ "$hidden" -ge 512 ] && steps=4
-    run "$round" "decode_$hidden" --model seq2seq --mode decode --hidden "$hidden" --batch 64 --steps "$steps" \
-      --pretrain-steps 100 --compare-unbatched
+    for shards in 1 2; do
+      VJIT_INFER_SHARDS=$shards run "$round" "decode_${hidden}_s$shards" --model seq2seq --mode decode \
+        --hidden "$hidden" --batch 64 --steps "$steps" --pretrain-steps 100 --compare-unbatched
+    done
   done
 done
 
@@ -63,21 +67,22 @@ for mode in ("train", "infer"):
         pair = f"rntn_{mode}_{hidden}"
         base, new = median(pair, "tree_rnn"), median(pair, "rntn")
         print(f"| rntn / tree_rnn | {mode} | {hidden} | {base:.0f} | {new:.0f} | {new / base:.3f} | >= 0.40 |")
-for hidden in (64, 256, 512):
-    pair = f"decode_{hidden}"
-    one = median(pair, "seq2seq", "unbatched_samples_per_s")
-    many = median(pair, "seq2seq")
-    speedups = sorted(r["run"]["batching_speedup"] for r in runs if r["pair"] == pair)
-    spread = ", ".join(f"{s:.1f}" for s in speedups)
-    print(f"| seq2seq decode, batch 64 / batch 1 | decode | {hidden} | {one:.0f} | {many:.0f} | "
-          f"{statistics.median(speedups):.2f} (runs: {spread}) | >= 5 |")
+for shards in (1, 2):
+    for hidden in (64, 256, 512):
+        pair = f"decode_{hidden}_s{shards}"
+        one = median(pair, "seq2seq", "unbatched_samples_per_s")
+        many = median(pair, "seq2seq")
+        speedups = sorted(r["run"]["batching_speedup"] for r in runs if r["pair"] == pair)
+        spread = ", ".join(f"{s:.1f}" for s in speedups)
+        print(f"| seq2seq decode, batch 64 / batch 1, VJIT_INFER_SHARDS={shards} | decode | {hidden} | {one:.0f} | "
+              f"{many:.0f} | {statistics.median(speedups):.2f} (runs: {spread}) | >= 5 |")
 # How far decoding could go: batch 64's roofline ratio, and the speedup it
 # would reach with its GEMMs at the peak and batch 1 as measured (speedup /
 # ratio; batch 1's cost stays, so this bounds what batch 64 can gain).
 print("\n| decode hidden | batch 64 roofline ratio (median) | speedup at the GEMM peak (median of speedup / ratio) |")
 print("|---|---|---|")
 for hidden in (64, 256, 512):
-    decoded = [r["run"] for r in runs if r["pair"] == f"decode_{hidden}"]
+    decoded = [r["run"] for r in runs if r["pair"] == f"decode_{hidden}_s1"]
     if decoded:
         ratio = statistics.median(r["roofline_ratio"] for r in decoded)
         bound = statistics.median(r["batching_speedup"] / r["roofline_ratio"] for r in decoded)

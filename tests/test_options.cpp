@@ -16,7 +16,7 @@ const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM",
     "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
-    "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC", "VJIT_TRACE",
+    "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC", "VJIT_TRACE", "VJIT_INFER_SHARDS",
 };
 
 // Clears every VJIT_* variable for the test and restores them afterwards.
@@ -70,6 +70,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(o.device, "cpu");
   EXPECT_EQ(o.threads, vjit::Options::default_threads());
   EXPECT_GE(o.threads, 1);
+  EXPECT_EQ(o.infer_shards, 1);
   EXPECT_EQ(o.max_memory, 0);
   EXPECT_TRUE(o.deterministic);
   EXPECT_EQ(o.isa, "auto");
@@ -99,6 +100,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_MEMPLAN", "pqtree");
   set("VJIT_DEVICE", "cuda");
   set("VJIT_THREADS", "7");
+  set("VJIT_INFER_SHARDS", "3");
   set("VJIT_MAX_MEMORY", "3G");
   set("VJIT_DETERMINISTIC", "off");
   set("VJIT_ISA", "avx2");
@@ -125,6 +127,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_EQ(o.memplan, "pqtree");
   EXPECT_EQ(o.device, "cuda");
   EXPECT_EQ(o.threads, 7);
+  EXPECT_EQ(o.infer_shards, 3);
   EXPECT_EQ(o.max_memory, int64_t(3) << 30);
   EXPECT_FALSE(o.deterministic);
   EXPECT_EQ(o.isa, "avx2");
@@ -323,6 +326,9 @@ TEST(Options, ValidateCatchesValuesSetByCode) {
   }
   o = vjit::Options{};
   o.threads = 0;
+  EXPECT_THROW(o.validate(), vjit::UserError);
+  o = vjit::Options{};
+  o.infer_shards = 0;
   EXPECT_THROW(o.validate(), vjit::UserError);
 }
 

@@ -51,6 +51,13 @@
 // |                  |             | the example models to about 1e-2)           |              |
 // | VJIT_THREADS     | threads     | positive integer (CPU worker threads)       | hardware     |
 // |                  |             |                                             | concurrency  |
+// | VJIT_INFER_SHARDS | infer_shards | positive integer: Engine::infer on the | 1            |
+// |                  |             | CPU splits a batch into this many groups of |              |
+// |                  |             | consecutive samples (at most one per        |              |
+// |                  |             | sample), run at once, each by an engine of  |              |
+// |                  |             | its own on one of min(groups, threads)      |              |
+// |                  |             | threads; growth callbacks then run on       |              |
+// |                  |             | several threads at once (README)            |              |
 // | VJIT_MAX_MEMORY  | max_memory  | bytes, with an optional K, M or G suffix   | 0 (no bound) |
 // |                  |             | (powers of 1024): bounds the buffers of a   |              |
 // |                  |             | batch (vertex values and their gradients); |              |
@@ -151,6 +158,7 @@ struct Options {
   std::string device = "cpu";       // VJIT_DEVICE
   bool tf32 = false;                // VJIT_TF32
   int threads = default_threads();  // VJIT_THREADS
+  int infer_shards = 1;             // VJIT_INFER_SHARDS (infer() on groups of samples at once, one thread each)
   int64_t max_memory = 0;           // VJIT_MAX_MEMORY, bytes (0: no bound)
   bool deterministic = true;        // VJIT_DETERMINISTIC (results independent of `threads`)
   std::string isa = "auto";         // VJIT_ISA

@@ -58,6 +58,16 @@ class PushedValues {
   void allocate() { values_.assign(size_t(value_begin_.back()), T(0)); }
   int64_t value_offset(int flat_vertex, int k) const { return value_begin_[size_t(vertex_begin_[size_t(flat_vertex)] + k)]; }
   T* data() { return values_.data(); }
+  // Puts `other`'s samples after this one's (the groups of a sharded infer).
+  void append(const PushedValues& other) {
+    const int vertices = sample_begin_.back();
+    const int pushes = vertex_begin_.back();
+    const int64_t values = value_begin_.back();
+    for (size_t s = 1; s < other.sample_begin_.size(); ++s) sample_begin_.push_back(vertices + other.sample_begin_[s]);
+    for (size_t v = 1; v < other.vertex_begin_.size(); ++v) vertex_begin_.push_back(pushes + other.vertex_begin_[v]);
+    for (size_t p = 1; p < other.value_begin_.size(); ++p) value_begin_.push_back(values + other.value_begin_[p]);
+    values_.insert(values_.end(), other.values_.begin(), other.values_.end());
+  }
 
  private:
   int vertex_id(int s, int v) const { return sample_begin_[size_t(s)] + v; }
