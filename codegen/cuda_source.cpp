@@ -232,6 +232,31 @@ std::string cuda_runtime_kernels_source() {
       << "    out[r * ld + i] = a[r * lda + i / n] * b[r * ldb + i % n];\n  }\n}\n"
       << host_entry("vjit_outer", {"long long", "long long", "long long", "const float*", "long long", "const float*",
                                    "long long", "float*", "long long"});
+  // SymOuter per row: out = x_a x_b for a ≤ b, row by row (n(n+1)/2 values);
+  // element i finds its (a, b) by walking the rows of the triangle.
+  out << "extern \"C\" __global__ void vjit_sym_outer(long long rows, long long n, const float* x, long long xld, "
+         "float* out, long long ld) {\n"
+         "  const long long width = n * (n + 1) / 2;\n"
+      << kLoopBegin
+      << "    long long a = 0, rest = i;\n"
+         "    while (rest >= n - a) { rest -= n - a; ++a; }\n"
+         "    out[r * ld + i] = x[r * xld + a] * x[r * xld + a + rest];\n  }\n}\n"
+      << host_entry("vjit_sym_outer", {"long long", "long long", "const float*", "long long", "float*", "long long"});
+  // Its gradient per row: out_c = Σ_{b ≥ c} g(c,b) x_b + Σ_{a ≤ c} g(a,c) x_a,
+  // g(a,b) at a·n − a(a−1)/2 + b − a.
+  out << "extern \"C\" __global__ void vjit_sym_outer_grad(long long rows, long long n, const float* x, "
+         "long long xld, const float* g, long long gld, float* out, long long ld) {\n"
+         "  const long long width = n;\n"
+      << kLoopBegin
+      << "    const float* xr = x + r * xld;\n"
+         "    const float* gr = g + r * gld;\n"
+         "    const long long row_c = i * n - i * (i - 1) / 2;\n"
+         "    float total = 0.0f;\n"
+         "    for (long long b = i; b < n; ++b) total += gr[row_c + b - i] * xr[b];\n"
+         "    for (long long a = 0; a <= i; ++a) total += gr[a * n - a * (a - 1) / 2 + i - a] * xr[a];\n"
+         "    out[r * ld + i] = total;\n  }\n}\n"
+      << host_entry("vjit_sym_outer_grad", {"long long", "long long", "const float*", "long long", "const float*",
+                                            "long long", "float*", "long long"});
   // Per-vertex products (MV-RNN): out_r = op(A_r) op(B_r), A_r an a_rows×a_cols
   // row-major matrix at a + r·lda, B_r b_rows×b_cols at b + r·ldb, out_r m×n.
   out << "extern \"C\" __global__ void vjit_batched_matmul(long long rows, long long m, long long n, long long k,\n"

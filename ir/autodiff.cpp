@@ -224,6 +224,7 @@ class Differentiator {
         accumulate(arg(0), emit(Op::SliceCols, arg_shape(0), {g}, [&](Node& s) { s.start = n.start; }));
         break;
       case Op::Transpose: accumulate(arg(0), emit(Op::Transpose, arg_shape(0), {g})); break;
+      case Op::SymOuter: accumulate(arg(0), emit(Op::SymOuterGrad, arg_shape(0), {fwd(arg(0)), g})); break;
       case Op::MaxChildren: accumulate(arg(0), emit(Op::MaxChildrenGrad, arg_shape(0), {fwd(arg(0)), g})); break;
       case Op::SoftmaxCE: accumulate(arg(0), emit(Op::SoftmaxCEGrad, arg_shape(0), {fwd(arg(0)), g})); break;
       default: VJIT_INTERNAL_CHECK(false, "no gradient rule for " << to_string(f_, id));

@@ -342,6 +342,14 @@ Value Builder::outer(Value a, Value b) {
   return emit(n);
 }
 
+Value Builder::sym_outer(Value x) {
+  check_value(x, "sym_outer");
+  if (function_[x.id].uniform) fail("sym_outer", "operand is a parameter; vjit computes per-vertex values only");
+  if (x.shape.rank != 1) fail("sym_outer", "needs a vector, got " + x.shape.str());
+  const int n = x.shape.dims[0];
+  return emit(Node::make(Op::SymOuter, Shape::vec(n * (n + 1) / 2), {x.id}));
+}
+
 Value Builder::bilinear(Value x, Param V) {
   check_value(x, "bilinear");
   if (V.id < 0 || V.id >= model_.size()) fail("bilinear", "unknown parameter id " + std::to_string(V.id));

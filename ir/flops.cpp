@@ -13,7 +13,9 @@ int64_t flops_of_node(const Function& function, ValueId id) {
       int64_t k = a.rank == 2 ? (n.trans_a ? a.dims[0] : a.dims[1]) : a.numel();
       return 2 * n.shape.numel() * k;
     }
-    case Op::Outer: return n.shape.numel();
+    case Op::Outer:
+    case Op::SymOuter: return n.shape.numel();
+    case Op::SymOuterGrad: return 4 * operand(1).numel();  // two multiply-adds per product x_a x_b
     case Op::ParamGrad: return operand(0).numel();
     case Op::Sum:
     case Op::SumRows:

@@ -127,9 +127,11 @@ int expected_arity(Op op) {
     case Op::EmbeddingGrad:
     case Op::SliceCols:
     case Op::PadCols:
-    case Op::Transpose: return 1;
+    case Op::Transpose:
+    case Op::SymOuter: return 1;
     case Op::SoftmaxCEGrad:
-    case Op::MaxChildrenGrad: return 2;
+    case Op::MaxChildrenGrad:
+    case Op::SymOuterGrad: return 2;
     default: return -1;
   }
 }

@@ -375,8 +375,12 @@ Bundle recursive_tensor_network(const Config& config, bool tensor) {
   const int H = config.hidden;
   Param embedding = m.add("embedding", mat(data.vocab.size(), H), Init::Uniform, 0.1f);
   Param w = m.add("W", mat(H, 2 * H)), b_w = m.add("b", vec(H), Init::Zeros);
+  // The tensor term xᵀ V_i x depends only on V_i + V_iᵀ: stored packed, one row
+  // per output of the upper triangle's n(n+1)/2 weights (Builder::sym_outer),
+  // it costs half the multiply-adds of bilinear(x, V) over a full V.
+  const int n = 2 * H;
   Param v;
-  if (tensor) v = m.add("V", mat(H * 2 * H, 2 * H), Init::Uniform, 1.0f / float(4 * H));
+  if (tensor) v = m.add("V_sym", mat(H, n * (n + 1) / 2), Init::Uniform, 1.0f / float(4 * H));
   Param w_out = m.add("W_out", mat(kSentimentClasses, H));
   TreeTypes types;
   types.leaf = bundle.program->add_type("leaf", [&](Builder& b) {
@@ -387,7 +391,7 @@ Bundle recursive_tensor_network(const Config& config, bool tensor) {
   types.internal = bundle.program->add_type("internal", [&](Builder& b) {
     Value x = b.concat({b.gather(0, vec(H)), b.gather(1, vec(H))});
     Value pre = b.add(b.matmul(w, x), b_w);
-    if (tensor) pre = b.add(pre, b.bilinear(x, v));
+    if (tensor) pre = b.add(pre, b.matmul(v, b.sym_outer(x)));
     Value h = b.tanh(pre);
     classify(b, w_out, h, kSentimentClasses);
     b.scatter(h);

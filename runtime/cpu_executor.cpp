@@ -78,6 +78,40 @@ float row_sum(const float* x, int64_t n) {
   return total;
 }
 
+// Σ a_i b_i in kLanes independent partial sums, so that it vectorises.
+float dot(const float* a, const float* b, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += a[i + j] * b[i + j];
+  float total = 0.0f;
+  for (; i < n; ++i) total += a[i] * b[i];
+  for (int64_t j = 0; j < kLanes; ++j) total += lanes[j];
+  return total;
+}
+
+// SymOuter of one row: x_a x_b for a ≤ b, row by row of the triangle.
+void sym_outer_row(const float* __restrict x, int64_t n, float* __restrict out) {
+  for (int64_t a = 0; a < n; ++a) {
+    const float xa = x[a];
+    for (int64_t b = a; b < n; ++b) out[b - a] = xa * x[b];
+    out += n - a;
+  }
+}
+
+// Its gradient: out_c = Σ_{b ≥ c} g(c,b) x_b + Σ_{a ≤ c} g(a,c) x_a, row a of
+// the triangle giving the first sum's dot product for c = a and its share of
+// the second for every c ≥ a.
+void sym_outer_grad_row(const float* __restrict x, const float* __restrict g, int64_t n, float* __restrict out) {
+  std::fill_n(out, size_t(n), 0.0f);
+  for (int64_t a = 0; a < n; ++a) {
+    const float xa = x[a];
+    for (int64_t b = a; b < n; ++b) out[b] += g[b - a] * xa;
+    out[a] += dot(g, x + a, n - a);
+    g += n - a;
+  }
+}
+
 void add_row(const float* src, float* dst, int64_t width) {
   for (int64_t i = 0; i < width; ++i) dst[i] += src[i];
 }
@@ -196,18 +230,7 @@ void matrix_vector(bool trans, int64_t m, int64_t k, const float* a, int64_t lda
     }
     return;
   }
-  constexpr int64_t kLanes = 8;  // independent partial sums, so the dot products vectorise
-  for (int64_t i = 0; i < m; ++i) {
-    const float* row = a + i * lda;
-    float partial[kLanes] = {};
-    int64_t j = 0;
-    for (; j + kLanes <= k; j += kLanes)
-      for (int64_t l = 0; l < kLanes; ++l) partial[l] += row[j + l] * x[j + l];
-    for (; j < k; ++j) partial[0] += row[j] * x[j];
-    float sum = 0.0f;
-    for (float p : partial) sum += p;
-    y[i] = sum;
-  }
+  for (int64_t i = 0; i < m; ++i) y[i] = dot(a + i * lda, x, k);
 }
 
 }  // namespace
@@ -991,6 +1014,8 @@ void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame
   switch (n.op) {
     case Op::Constant: fill_rows(rows.count, n.shape.numel(), float(n.value), out.data, out.ld); return;
     case Op::Outer: outer(pass, rows, n, out, frame); return;
+    case Op::SymOuter:
+    case Op::SymOuterGrad: sym_outer(pass, rows, n, out, frame); return;
     case Op::SoftmaxCE:
     case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out, frame); return;
     case Op::Loss: sink(pass, rows, n, frame); return;
@@ -1393,6 +1418,21 @@ void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const Vie
       float* dst = out.data + r * out.ld;
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) dst[i * n + j] = pa[i] * pb[j];
+    }
+  });
+}
+
+// SymOuter and SymOuterGrad, row by row (sym_outer_row, sym_outer_grad_row).
+void CpuExecutor::sym_outer(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const View& x = frame.views[int(pass)][size_t(node.args[0])];
+  const int64_t n = f[node.args[0]].shape.numel();
+  const bool gradient = node.op == Op::SymOuterGrad;
+  const View* g = gradient ? &frame.views[int(pass)][size_t(node.args[1])] : nullptr;
+  for_row_blocks(frame, rows.count, n * (n + 1) / 2, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      if (gradient) sym_outer_grad_row(x.data + r * x.ld, g->data + r * g->ld, n, out.data + r * out.ld);
+      else sym_outer_row(x.data + r * x.ld, n, out.data + r * out.ld);
     }
   });
 }

@@ -228,6 +228,7 @@ class CpuExecutor final : public Executor {
               const float* bias = nullptr);
   bool bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  void sym_outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);  // and its gradient
   void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void sink(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
   void param_grad(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);

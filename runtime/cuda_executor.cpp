@@ -154,6 +154,8 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
   sum_columns_fn_ = fn("vjit_sum_columns_into");
   loss_sum_fn_ = fn("vjit_loss_sum");
   outer_fn_ = fn("vjit_outer");
+  sym_outer_fn_ = fn("vjit_sym_outer");
+  sym_outer_grad_fn_ = fn("vjit_sym_outer_grad");
   batched_matmul_fn_ = fn("vjit_batched_matmul");
   softmax_fn_ = fn("vjit_softmax_ce");
   gather_sum_fn_ = fn("vjit_gather_sum");
@@ -777,6 +779,20 @@ void CudaExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {
       const View& b = views_[int(pass)][size_t(n.args[1])];
       int64_t m = f[n.args[0]].shape.numel(), k = f[n.args[1]].shape.numel();
       launch(outer_fn_, rows.count * m * k, int64_t(rows.count), m, k, a.data, a.ld, b.data, b.ld, out.data, out.ld);
+      return;
+    }
+    case Op::SymOuter: {
+      const View& x = views_[int(pass)][size_t(n.args[0])];
+      const int64_t width = f[n.args[0]].shape.numel();
+      launch(sym_outer_fn_, rows.count * n.shape.numel(), int64_t(rows.count), width, x.data, x.ld, out.data, out.ld);
+      return;
+    }
+    case Op::SymOuterGrad: {
+      const View& x = views_[int(pass)][size_t(n.args[0])];
+      const View& g = views_[int(pass)][size_t(n.args[1])];
+      const int64_t width = f[n.args[0]].shape.numel();
+      launch(sym_outer_grad_fn_, rows.count * width, int64_t(rows.count), width, x.data, x.ld, g.data, g.ld, out.data,
+             out.ld);
       return;
     }
     case Op::SoftmaxCE:

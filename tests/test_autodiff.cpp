@@ -118,6 +118,7 @@ std::vector<OpCase> op_cases() {
          Value one = b.bilinear(x, p.matrix);            // [1]: k = 1
          return b.mul(b.concat({two, one, b.neg(one)}), y);
        }},
+      {"sym_outer", [](Builder& b, Value x, Value y, Params) { return b.sym_outer(b.mul(b.tanh(x), y)); }},
       {"softmax_cross_entropy", [](Builder& b, Value x, Value, Params) {
          Value loss = b.softmax_cross_entropy(x, b.label(n));
          return b.mul(x, loss);

@@ -180,6 +180,40 @@ TEST(CudaHostShim, RuntimeKernelsMatchTheCpuSemantics) {
   }
 }
 
+// SymOuter and its gradient, built for the host, against the reference
+// interpreter's loops (rows with a leading dimension past their width).
+TEST(CudaHostShim, SymOuterKernelsMatchTheReferenceLoops) {
+  HostModule& module = HostModule::get();
+  ASSERT_TRUE(module.error.empty()) << module.error;
+  long long rows = 3, n = 7, packed = n * (n + 1) / 2, xld = 9, gld = 31, ld = 30;
+  std::vector<float> x(size_t(rows * xld)), g(size_t(rows * gld)), out(size_t(rows * ld), -7.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 13) - 6) * 0.25f;
+  for (size_t i = 0; i < g.size(); ++i) g[i] = float(int(i % 11) - 5) * 0.5f;
+  const float *xp = x.data(), *gp = g.data();
+  float* op = out.data();
+  std::vector<void*> forward{&rows, &n, &xp, &xld, &op, &ld};
+  module.entry("vjit_sym_outer")(forward.data(), 2, 8);
+  for (long long r = 0; r < rows; ++r) {
+    long long at = 0;
+    for (long long a = 0; a < n; ++a)
+      for (long long b = a; b < n; ++b, ++at)
+        EXPECT_EQ(out[size_t(r * ld + at)], x[size_t(r * xld + a)] * x[size_t(r * xld + b)]) << r << ": " << a << "," << b;
+    EXPECT_EQ(at, packed);
+  }
+  std::vector<void*> gradient{&rows, &n, &xp, &xld, &gp, &gld, &op, &ld};
+  module.entry("vjit_sym_outer_grad")(gradient.data(), 2, 4);
+  for (long long r = 0; r < rows; ++r) {
+    std::vector<double> want(size_t(n), 0.0);
+    long long at = 0;
+    for (long long a = 0; a < n; ++a)
+      for (long long b = a; b < n; ++b, ++at) {
+        want[size_t(a)] += double(g[size_t(r * gld + at)]) * x[size_t(r * xld + b)];
+        want[size_t(b)] += double(g[size_t(r * gld + at)]) * x[size_t(r * xld + a)];
+      }
+    for (long long c = 0; c < n; ++c) EXPECT_NEAR(out[size_t(r * ld + c)], want[size_t(c)], 1e-5) << r << ", " << c;
+  }
+}
+
 // The device optimizer, built for the host, leaves the same weights bit for bit
 // as Optimizer::step on the CPU: Adam, and SGD with momentum and clipping.
 TEST(CudaHostShim, OptimizerKernelEqualsTheCpuStep) {

@@ -54,6 +54,9 @@ namespace vjit::ir {
 //   MatMul         op(a) · op(b), op = transpose when trans_a/trans_b; a vector on the right is a
 //                  column, on the left a row; the result drops the vector dimension
 //   Outer          a [m], b [n] → [m, n] = a bᵀ
+//   SymOuter       x [n] → [n(n+1)/2]: x_a x_b for a ≤ b, row by row (the upper triangle of x xᵀ);
+//                  matmul(P, sym_outer(x)) is the bilinear form xᵀ V x for P packed from V + Vᵀ
+//   SymOuterGrad   (x [n], g [n(n+1)/2]) → [n]: the gradient of SymOuter, Σ_b g(c,b) x_b + Σ_a g(a,c) x_a
 //   SoftmaxCE      −log softmax(logits)[label] → scalar; 0 when the vertex has no label
 //   SoftmaxCEGrad  (softmax(logits) − onehot(label)) · g, with g the scalar upstream gradient
 //   Scatter        sink: the vertex's output read by its parents' gather
@@ -108,6 +111,8 @@ namespace vjit::ir {
   X(BroadcastRows, Shape,    Compute, false)                          \
   X(MatMul,        Contract, Compute, false,  TransA, TransB)         \
   X(Outer,         Contract, Compute, false)                          \
+  X(SymOuter,      Shape,    Compute, false)                          \
+  X(SymOuterGrad,  Shape,    Compute, false)                          \
   X(SoftmaxCE,     Loss,     Compute, false)                          \
   X(SoftmaxCEGrad, Loss,     Compute, false)                          \
   X(Scatter,       Sink,     Compute, false)                          \

@@ -60,10 +60,12 @@
 //   trees (built-in: the synthetic treebank), 5 classes at every node. Each node
 //   scatters h [H]; x = [h1; h2] (n = 2H) at internal nodes.
 //     embedding [V, H] U ±0.1 | W [H, 2H] | b [H] zeros | W_out [5, H]
-//     V [H·2H, 2H] U ±1/(4H): slice k, rows [k·2H, (k+1)·2H), is the k-th
-//       [2H, 2H] matrix of the tensor (Builder::bilinear)
+//     V_sym [H, n(n+1)/2] U ±1/(4H): row k is the k-th [n, n] matrix V_k of
+//       the tensor, stored as its symmetric part packed (the upper triangle of
+//       V_k + V_kᵀ, V_k's diagonal): xᵀ V_k x depends on nothing else
 //     leaf:     h = embedding[word]
-//     internal: h_k = tanh(xᵀ V_k x + (W x)_k + b_k)
+//     internal: h_k = tanh(xᵀ V_k x + (W x)_k + b_k), the tensor term as
+//               V_sym · sym_outer(x) (Builder::sym_outer: one GEMM per task)
 //   (Config::embed is ignored: the word vectors are H wide.)
 // tree_rnn: the plain recursive network of the same size, rntn without V:
 //   h = tanh(W [h1; h2] + b) (its baseline in the README).

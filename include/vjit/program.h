@@ -106,6 +106,12 @@ class Builder {
   // ops: t = V x, one GEMM over the task's vertices (X [N, n] · Vᵀ → [N, k·n]),
   // then per vertex reshape(t, [k, n]) · x, a matrix-vector product per row.
   Value bilinear(Value x, Param V);
+  // x [n] → [n(n+1)/2]: the products x_a x_b for a ≤ b, row by row (the upper
+  // triangle of x xᵀ). xᵀ V x depends only on the symmetric part of V, so
+  // matmul(P, sym_outer(x)) with P [k, n(n+1)/2] is the bilinear form of
+  // bilinear(x, V) at half its multiply-adds: P_i(a,b) = V_i[a,b] + V_i[b,a]
+  // for a < b, V_i[a,a] on the diagonal (the RNTN model stores P).
+  Value sym_outer(Value x);
 
   // --- losses (each returns the per-vertex loss; add_loss puts it in the objective) ---
   Value softmax_cross_entropy(Value logits, Label label);
