@@ -120,6 +120,10 @@ class Engine {
   void set_distributed(std::shared_ptr<Distributed> comm);
   std::shared_ptr<Distributed> distributed() const;
   // Forward without dropout or gradients; returns objective and pushed values.
+  // With Options::infer_shards > 1 (VJIT_INFER_SHARDS) on the CPU, the batch is
+  // inferred in that many groups of consecutive samples at once, each by an
+  // engine of its own on one thread; the results come back in sample order,
+  // and growth callbacks of different groups run concurrently.
   Evaluation<float> infer(const GraphBatch& batch);
 
   // Graphs that grow during execution (vjit/growth.h): after each round of a
