@@ -562,6 +562,7 @@ struct Engine::Impl {
     s.pool->parallel_for(groups, [&](int64_t g) {
       Impl& group = *s.engines[size_t(g)]->impl_;
       group.growth = group_growth(s.batches[size_t(g)].first_sample - batch.first_sample);
+      group.lower_bound_tracked = lower_bound_tracked;
       if (policy == scheduler::Policy::Fsm) group.fsm = fsm;
       group.forward(s.batches[size_t(g)], run);
     });

@@ -55,10 +55,12 @@ TEST(InferShards, GroupsEqualOneEngineAndTheReference) {
       // (as many as there are samples); 3 groups run one after another.
       for (auto [groups, threads] : {std::pair{3, 2}, std::pair{9, 2}, std::pair{3, 1}}) {
         Engine engine(*bundle.program, grouped(groups, threads, policy));
+        engine.track_lower_bound(true);
         const Evaluation<float> got = engine.infer(batch);
         expect_same_pushes(got, want, what + " groups " + std::to_string(groups));
         EXPECT_EQ(engine.stats().batches, std::min<int64_t>(groups, 7)) << what;
         EXPECT_EQ(engine.stats().vertices, batch.num_vertices()) << what;
+        EXPECT_GT(engine.stats().lower_bound, 0) << what << ": the groups' bounds";
         expect_same_pushes(engine.last_result(), want, what + " last_result");
         // A forward that trains is not split: it still matches the reference.
         testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance, what + " forward");
