@@ -494,7 +494,6 @@ struct Engine::Impl {
     std::vector<std::unique_ptr<Engine>> engines;  // per group
     std::unique_ptr<runtime::ThreadPool> pool;
     std::vector<GraphBatch> batches;               // per group, reused
-    std::vector<bool> unnamed;                     // per sample of the caller's batch
   };
 
   int infer_groups(const GraphBatch& batch) const {
@@ -522,18 +521,13 @@ struct Engine::Impl {
   // caller knows it (the names are taken off again in grown_batch()).
   void split_into_groups(const GraphBatch& batch, InferShards& s) {
     const size_t n = batch.samples.size(), groups = s.batches.size();
-    s.unnamed.assign(n, false);
     for (size_t g = 0; g < groups; ++g) {
       const size_t first = n * g / groups, end = n * (g + 1) / groups;
       GraphBatch& group = s.batches[g];
       group.first_sample = batch.first_sample + int(first);
       group.samples.assign(batch.samples.begin() + ptrdiff_t(first), batch.samples.begin() + ptrdiff_t(end));
-      for (size_t i = first; i < end; ++i) {
-        Sample& sample = group.samples[i - first];
-        if (!sample.name.empty()) continue;
-        sample.name = std::to_string(i);
-        s.unnamed[i] = true;
-      }
+      for (size_t i = first; i < end; ++i)
+        if (Sample& sample = group.samples[i - first]; sample.name.empty()) sample.name = std::to_string(i);
     }
   }
 
@@ -582,7 +576,7 @@ struct Engine::Impl {
     if (growth.any()) {
       grown.first_sample = batch.first_sample;
       for (size_t i = 0; i < grown.samples.size(); ++i)
-        if (s.unnamed[i]) grown.samples[i].name.clear();
+        if (batch.samples[i].name.empty()) grown.samples[i].name.clear();
       has_grown = true;
     }
     has_result = true;

@@ -198,8 +198,8 @@ void Options::validate() const {
   }
   VJIT_USER_CHECK(threads >= 1, "Options::threads=" << threads
                                                     << " is not a valid value; valid values: a positive integer");
-  VJIT_USER_CHECK(infer_shards >= 1, "Options::infer_shards=" << infer_shards
-                                                              << " is not a valid value; valid values: a positive integer");
+  VJIT_USER_CHECK(infer_shards >= 1,
+                  "Options::infer_shards=" << infer_shards << " is not a valid value; valid values: a positive integer");
   VJIT_USER_CHECK(dist_timeout >= 1, "Options::dist_timeout=" << dist_timeout
                                        << " is not a valid value; valid values: a positive integer (seconds)");
   VJIT_USER_CHECK(max_memory >= 0, "Options::max_memory=" << max_memory

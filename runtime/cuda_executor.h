@@ -193,8 +193,9 @@ class CudaExecutor final : public Executor {
   std::vector<size_t> fused_begin_[2];
   void *move_rows_fn_ = nullptr, *copy_rows_fn_ = nullptr, *elementwise_fn_ = nullptr, *dropout_fn_ = nullptr,
        *broadcast_fn_ = nullptr, *sum_mod_fn_ = nullptr, *sum_columns_fn_ = nullptr, *loss_sum_fn_ = nullptr,
-       *outer_fn_ = nullptr, *sym_outer_fn_ = nullptr, *sym_outer_grad_fn_ = nullptr, *batched_matmul_fn_ = nullptr, *softmax_fn_ = nullptr, *gather_sum_fn_ = nullptr,
-       *fill_rows_fn_ = nullptr, *sum_squares_fn_ = nullptr, *optimizer_fn_ = nullptr;
+       *outer_fn_ = nullptr, *sym_outer_fn_ = nullptr, *sym_outer_grad_fn_ = nullptr, *batched_matmul_fn_ = nullptr,
+       *softmax_fn_ = nullptr, *gather_sum_fn_ = nullptr, *fill_rows_fn_ = nullptr, *sum_squares_fn_ = nullptr,
+       *optimizer_fn_ = nullptr;
   // The optimizer's state slots on the device (two per parameter), live when
   // slots_on_device_; otherwise the host's OptimizerState holds them.
   DeviceBuffer slots_block_;

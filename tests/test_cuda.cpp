@@ -197,7 +197,8 @@ TEST(CudaHostShim, SymOuterKernelsMatchTheReferenceLoops) {
     long long at = 0;
     for (long long a = 0; a < n; ++a)
       for (long long b = a; b < n; ++b, ++at)
-        EXPECT_EQ(out[size_t(r * ld + at)], x[size_t(r * xld + a)] * x[size_t(r * xld + b)]) << r << ": " << a << "," << b;
+        EXPECT_EQ(out[size_t(r * ld + at)], x[size_t(r * xld + a)] * x[size_t(r * xld + b)])
+            << r << ": " << a << "," << b;
     EXPECT_EQ(at, packed);
   }
   std::vector<void*> gradient{&rows, &n, &xp, &xld, &gp, &gld, &op, &ld};
