@@ -56,7 +56,10 @@ std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_
 // add no pass over memory. Values in `keep` (read by ∂F) are never folded.
 // With `block_products` (the CPU executor), also a per-vertex matrix [m, k]
 // (a children block) times a uniform weight, whose every output row takes the
-// bias [n]. Returns one flag per node: the products folded into their add.
+// bias [n]. Also with `block_products`: a per-vertex outer product u·vᵀ added
+// to a per-vertex matrix x of its shape (MV-RNN's matrix gradients), which
+// the add then computes as x + u·vᵀ in one pass, the outer product never
+// written. Returns one flag per node: the products folded into their add.
 std::vector<bool> fold_bias_adds(const Function& function, const std::vector<Phase>& phases,
                                  const std::vector<int>& group_of, const std::vector<bool>& keep,
                                  bool block_products = false);

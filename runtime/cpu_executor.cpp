@@ -1282,11 +1282,40 @@ bool CpuExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const 
   const FunctionPlan& fp = function_plan(pass, rows.type);
   const int side = fp.folded[size_t(node.args[0])] ? 0 : fp.folded[size_t(node.args[1])] ? 1 : -1;
   if (side < 0) return false;
-  ScopedTimer timer(frame.stats->gemm_s);
   const ir::Function& f = *fp.function;
   const Node& product = f[node.args[size_t(side)]];
-  matmul(pass, rows, product, out, frame, frame.views[int(pass)][size_t(node.args[size_t(1 - side)])].data);
+  const View& addend = frame.views[int(pass)][size_t(node.args[size_t(1 - side)])];
+  if (product.op == Op::Outer) {
+    ScopedTimer timer(frame.stats->elementwise_s);
+    rank_one_add(pass, rows, product, addend, out, frame);
+    return true;
+  }
+  ScopedTimer timer(frame.stats->gemm_s);
+  matmul(pass, rows, product, out, frame, addend.data);
   return true;
+}
+
+// out = x + u·vᵀ per row (ir::fold_bias_adds): the outer product is never
+// written, and the add reads x once — MV-RNN's matrix gradients, where a
+// children-matrix gradient adds the outer product of a matrix-vector product's.
+void CpuExecutor::rank_one_add(Pass pass, const Rows& rows, const Node& outer, const View& x, const View& out,
+                               Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const View& u = frame.views[int(pass)][size_t(outer.args[0])];
+  const View& v = frame.views[int(pass)][size_t(outer.args[1])];
+  const int64_t m = f[outer.args[0]].shape.numel(), n = f[outer.args[1]].shape.numel();
+  for_row_blocks(frame, rows.count, m * n, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      const float* pu = u.data + r * u.ld;
+      const float* pv = v.data + r * v.ld;
+      const float* src = x.data + r * x.ld;
+      float* dst = out.data + r * out.ld;
+      for (int64_t i = 0; i < m; ++i) {
+        const float ui = pu[i];
+        for (int64_t j = 0; j < n; ++j) dst[i * n + j] = src[i * n + j] + ui * pv[j];
+      }
+    }
+  });
 }
 
 void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame,

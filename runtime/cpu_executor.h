@@ -227,6 +227,7 @@ class CpuExecutor final : public Executor {
   void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame,
               const float* bias = nullptr);
   bool bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  void rank_one_add(Pass pass, const Rows& rows, const ir::Node& outer, const View& x, const View& out, Frame& frame);
   void outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void sym_outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);  // and its gradient
   void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
