@@ -90,6 +90,35 @@ for hidden in (64, 256, 512):
         ratio = statistics.median(r["roofline_ratio"] for r in decoded)
         bound = statistics.median(r["batching_speedup"] / r["roofline_ratio"] for r in decoded)
         print(f"| {hidden} | {ratio:.3f} | {bound:.1f} |")
+# How far the RNTN could go: its work beyond the plain RNN's (the tensor
+# products, forward and backward) at the GEMM peak of the same run, on top of
+# the plain RNN's measured step; ceiling = t_rnn / (t_rnn + extra / peak). The
+# RNTN cannot reach a higher ratio without doing less arithmetic than it needs.
+def step(run):  # seconds and useful GFLOP per step
+    t = run["time_s"]["total"]
+    return t, run["useful_gflops_per_s"] * t
+print("\n| RNTN mode | hidden | plain RNN ms/step | RNTN extra GFLOP/step | extra at the peak, ms | "
+      "ceiling ratio at the peak (median) | measured ratio (median) |")
+print("|---|---|---|---|---|---|---|")
+for mode in ("train", "infer"):
+    for hidden in (25, 64):
+        pair = f"rntn_{mode}_{hidden}"
+        ceilings, measured, rnn_ms, extra_gflop, extra_ms = [], [], [], [], []
+        for rnd in sorted({r["round"] for r in runs if r["pair"] == pair}):
+            both = {r["run"]["model"]: r["run"] for r in runs if r["pair"] == pair and r["round"] == rnd}
+            if "tree_rnn" not in both or "rntn" not in both:
+                continue
+            (t_rnn, f_rnn), (t_rntn, f_rntn) = step(both["tree_rnn"]), step(both["rntn"])
+            at_peak = (f_rntn - f_rnn) / both["rntn"]["peak_gflops_per_s"]
+            ceilings.append(t_rnn / (t_rnn + at_peak))
+            measured.append(t_rnn / t_rntn)
+            rnn_ms.append(t_rnn * 1e3)
+            extra_gflop.append(f_rntn - f_rnn)
+            extra_ms.append(at_peak * 1e3)
+        if ceilings:
+            med = statistics.median
+            print(f"| {mode} | {hidden} | {med(rnn_ms):.3f} | {med(extra_gflop):.4f} | {med(extra_ms):.3f} | "
+                  f"{med(ceilings):.3f} | {med(measured):.3f} |")
 peaks = [r["run"]["peak_gflops_per_s"] for r in runs if "peak_gflops_per_s" in r["run"]]
 if peaks:
     print(f"\nGEMM peak measured by the runs: {min(peaks):.0f} to {max(peaks):.0f} GFLOP/s (median {statistics.median(peaks):.0f}).")

@@ -30,7 +30,8 @@
 // |                  |             | set conflicts in GEMMs; runtime/memplan.h)  |              |
 // | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
 // |                  |             | is done by the GEMM (output rows start as   |              |
-// |                  |             | the bias, beta = 1), not by another pass    |              |
+// |                  |             | the bias, beta = 1), not by another pass;   |              |
+// |                  |             | CPU: x + outer(u, v) in one pass too        |              |
 // | VJIT_POLICY      | policy      | depth | agenda | frontier | ratio | fsm     | agenda       |
 // |                  |             | (batching policy of the scheduler)          |              |
 // | VJIT_MEMPLAN     | memplan     | copy | padded | pqtree | auto (the    | copy         |
