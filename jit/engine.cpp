@@ -31,6 +31,15 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
+// An unnamed sample that runs in a batch other than the caller's (a growth
+// round, a group) is named by its index in the caller's batch, so that errors
+// name it as the caller knows it. False when it has a name of its own.
+bool name_by_index(Sample& sample, size_t index_in_caller_batch) {
+  if (!sample.name.empty()) return false;
+  sample.name = std::to_string(index_in_caller_batch);
+  return true;
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -245,14 +254,13 @@ struct Engine::Impl {
       jit::grow_round(program, growth, result.pushes, sample_pointers(grown, growing, false), growing, first_new);
       return;
     }
-    // An unnamed sample is named by its index in the caller's batch while it
-    // runs in the smaller one, so that errors still name it.
+    // Unnamed samples are named while they run in the smaller batch
+    // (name_by_index); ran[i] < 0 marks one that keeps a name of its own.
     ran = growing;  // grow_round rewrites `growing`
     round_batch.samples.resize(ran.size());
     for (size_t i = 0; i < ran.size(); ++i) {
       Sample& sample = grown.samples[size_t(ran[i])];
-      if (sample.name.empty()) sample.name = std::to_string(ran[i]);
-      else ran[i] = ~ran[i];  // keeps its name
+      if (!name_by_index(sample, size_t(ran[i]))) ran[i] = ~ran[i];
       round_batch.samples[i] = std::move(sample);
     }
     auto move_back = [&] {
@@ -373,8 +381,7 @@ struct Engine::Impl {
 
   // round_batch: for each sample in `growing`, a stand-in for each vertex of
   // an earlier round that a new vertex reads, then the new vertices (vertex v
-  // at v + push_shift[i]). An unnamed sample is named by its index in the
-  // caller's batch, so that errors still name it.
+  // at v + push_shift[i]). Unnamed samples are named (name_by_index).
   void build_kept_round(const KeptValueProgram& kept) {
     round_batch.samples.resize(growing.size());
     push_shift.resize(growing.size());
@@ -382,7 +389,8 @@ struct Engine::Impl {
       const size_t s = size_t(growing[i]);
       const Sample& sample = grown.samples[s];
       Sample& out = round_batch.samples[i];
-      out.name = sample.name.empty() ? std::to_string(s) : sample.name;
+      out.name = sample.name;
+      name_by_index(out, s);
       const int evaluated = first_new[s];
       // The stand-ins, in the order the new vertices first read them.
       stand_in_of.assign(size_t(evaluated), -1);
@@ -420,7 +428,7 @@ struct Engine::Impl {
     GraphBatch samples;
     for (int s : growing) {
       samples.samples.push_back(grown.samples[size_t(s)]);
-      if (samples.samples.back().name.empty()) samples.samples.back().name = std::to_string(s);
+      name_by_index(samples.samples.back(), size_t(s));
     }
     validate_and_order(signatures, samples);
   }
@@ -516,9 +524,9 @@ struct Engine::Impl {
     return s;
   }
 
-  // Group g holds samples [n·g/G, n·(g+1)/G) of the caller's batch; an
-  // unnamed one is named by its index there, so that errors name it as the
-  // caller knows it (the names are taken off again in grown_batch()).
+  // Group g holds samples [n·g/G, n·(g+1)/G) of the caller's batch; unnamed
+  // ones are named (name_by_index; the names are taken off again when the
+  // grown samples come back).
   void split_into_groups(const GraphBatch& batch, InferShards& s) {
     const size_t n = batch.samples.size(), groups = s.batches.size();
     for (size_t g = 0; g < groups; ++g) {
@@ -526,8 +534,7 @@ struct Engine::Impl {
       GraphBatch& group = s.batches[g];
       group.first_sample = batch.first_sample + int(first);
       group.samples.assign(batch.samples.begin() + ptrdiff_t(first), batch.samples.begin() + ptrdiff_t(end));
-      for (size_t i = first; i < end; ++i)
-        if (Sample& sample = group.samples[i - first]; sample.name.empty()) sample.name = std::to_string(i);
+      for (size_t i = first; i < end; ++i) name_by_index(group.samples[i - first], i);
     }
   }
 
@@ -583,8 +590,11 @@ struct Engine::Impl {
   }
 
   // A group's counters added to this engine's (their times are thread-
-  // seconds: groups run at once).
+  // seconds: groups run at once). Not call_s (this engine times its own
+  // call) nor the dist_* counters (no group trains).
   static void add_counts(EngineStats& into, const EngineStats& from) {
+    static_assert(sizeof(EngineStats) == 29 * sizeof(int64_t),
+                  "EngineStats changed: sum the new field here (or say above why not), then update the count");
     into.batches += from.batches;
     into.vertices += from.vertices;
     into.tasks += from.tasks;
