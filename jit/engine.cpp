@@ -75,7 +75,7 @@ struct Engine::Impl {
       executor = std::make_unique<runtime::CpuExecutor>(
           program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile,
                                                        options.max_memory, options.check_finite, options.deterministic,
-                                                       trace.get()});
+                                                       trace.get(), options.pretranspose});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;
     growth.callbacks.resize(size_t(program.num_types()));
@@ -341,7 +341,7 @@ struct Engine::Impl {
     kept->executor = std::make_unique<runtime::CpuExecutor>(
         kept->program, kept->plan,
         runtime::CpuExecutor::Config{options.threads, gemm, false, options.profile, options.max_memory,
-                                     options.check_finite, options.deterministic, nullptr});
+                                     options.check_finite, options.deterministic, nullptr, options.pretranspose});
     for (int t = 0; t < kept->program.num_types(); ++t)
       kept->forward_flops.push_back(t < program.num_types() ? forward_flops[size_t(t)] : 0.0);
     kept_program = std::move(kept);
@@ -593,7 +593,7 @@ struct Engine::Impl {
   // seconds: groups run at once). Not call_s (this engine times its own
   // call) nor the dist_* counters (no group trains).
   static void add_counts(EngineStats& into, const EngineStats& from) {
-    static_assert(sizeof(EngineStats) == 29 * sizeof(int64_t),
+    static_assert(sizeof(EngineStats) == 30 * sizeof(int64_t),
                   "EngineStats changed: sum the new field here (or say above why not), then update the count");
     into.batches += from.batches;
     into.vertices += from.vertices;
@@ -609,6 +609,7 @@ struct Engine::Impl {
     into.copy_bytes += from.copy_bytes;
     into.layout_copy_bytes += from.layout_copy_bytes;
     into.gather_views += from.gather_views;
+    into.pretransposed_weights += from.pretransposed_weights;
     into.aligned_batches += from.aligned_batches;
     into.aligned_satisfied += from.aligned_satisfied;
     into.schedule_s += from.schedule_s;
@@ -768,6 +769,7 @@ struct Engine::Impl {
     stats.copy_bytes += e.copy_bytes;
     stats.layout_copy_bytes += e.layout_copy_bytes;
     stats.gather_views += e.gather_views;
+    stats.pretransposed_weights += e.pretransposed_weights;
     stats.copy_s += e.copy_s;
     stats.gemm_s += e.gemm_s;
     stats.elementwise_s += e.elementwise_s;

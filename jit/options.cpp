@@ -37,8 +37,8 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 27>& specs() {
-  static const std::array<Spec, 27> table{
+const std::array<Spec, 28>& specs() {
+  static const std::array<Spec, 28> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
       bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
@@ -47,6 +47,7 @@ const std::array<Spec, 27>& specs() {
       bool_spec("inplace_concat", "VJIT_INPLACE_CONCAT", &Options::inplace_concat),
       bool_spec("epilogue", "VJIT_EPILOGUE", &Options::epilogue),
       bool_spec("pad_wide_rows", "VJIT_PAD_WIDE_ROWS", &Options::pad_wide_rows),
+      bool_spec("pretranspose", "VJIT_PRETRANSPOSE", &Options::pretranspose),
       choice_spec("policy", "VJIT_POLICY", option_values::policy, &Options::policy),
       choice_spec("memplan", "VJIT_MEMPLAN", option_values::memplan, &Options::memplan),
       choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device),
@@ -216,6 +217,7 @@ std::string Options::describe() const {
   out += " inplace_concat=" + std::string(on_off(inplace_concat));
   out += " epilogue=" + std::string(on_off(epilogue));
   out += " pad_wide_rows=" + std::string(on_off(pad_wide_rows));
+  out += " pretranspose=" + std::string(on_off(pretranspose));
   out += " policy=" + policy;
   out += " memplan=" + memplan;
   out += " device=" + device;

@@ -404,6 +404,7 @@ void run_levers(BenchArgs args, const Options& base) {
       {"inplace_concat", [](Options& o) { o.inplace_concat = false; }},
       {"epilogue", [](Options& o) { o.epilogue = false; }},
       {"pad_wide_rows", [](Options& o) { o.pad_wide_rows = false; }},
+      {"pretranspose", [](Options& o) { o.pretranspose = false; }},
       {"threads", [](Options& o) { o.threads = 1; }},
       // Off is the faster thread-count-dependent GEMM split: a speedup below 1
       // is what bitwise determinism across thread counts costs.

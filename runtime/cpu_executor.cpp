@@ -123,6 +123,29 @@ void add_row(const float* src, float* dst, int64_t width) {
 // one thread; 1024 was no better.
 constexpr int64_t kParallelElements = 4096;
 
+// VJIT_PRETRANSPOSE: a weight is read from a transposed copy by products of
+// at most kPretransposeMaxRows rows (a task's; sgemm packs a large product's
+// weight well either way: a Tree-LSTM's 1272 leaf rows ran no faster, and a
+// language model's output layer over every word would pay its 10 MB copy for
+// nothing), with at least kPretransposeMinOutputs columns (a 5-class
+// classifier's Wᵀ is a 5-float-wide operand), when the vertex type multiplies
+// at least kPretransposeMinRows rows by it in the batch, so that the copy (one
+// read and one write of W) is small against the products. Decoding rounds of
+// a few dozen rows stay below that.
+constexpr int64_t kPretransposeMinRows = 128;
+constexpr int64_t kPretransposeMaxRows = 512;
+constexpr int64_t kPretransposeMinOutputs = 16;
+
+// Rows [begin, end) of t = wᵀ (w [n, k], leading dimension ldw; t [k, n]), in
+// square tiles so that both the reads and the writes stay within a few lines.
+void transpose_rows(const float* w, int64_t ldw, int64_t n, float* t, int64_t begin, int64_t end) {
+  constexpr int64_t kTile = 32;
+  for (int64_t i0 = 0; i0 < n; i0 += kTile)
+    for (int64_t j0 = begin; j0 < end; j0 += kTile)
+      for (int64_t i = i0; i < std::min(i0 + kTile, n); ++i)
+        for (int64_t j = j0; j < std::min(j0 + kTile, end); ++j) t[j * n + i] = w[i * ldw + j];
+}
+
 // Row blocks of a sum over rows whose result must not depend on the thread
 // count (VJIT_DETERMINISTIC): a function of the rows and their work alone. One
 // block where a second thread does not pay, else 2, 4 or 8 as the work grows
@@ -317,6 +340,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       parallel_(pool_),
       gemm_backend_(config.gemm),
       gemm_split_(config.deterministic ? GemmSplit::Fixed : GemmSplit::Auto),
+      pretranspose_(config.pretranspose),
       deterministic_(config.deterministic),
       streaming_(config.streaming),
       profile_(config.profile),
@@ -550,6 +574,7 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   reserve_forward_arena(batch.layout->arena_floats[int(Pass::Forward)],
                         options.backward ? batch.layout->arena_floats[int(Pass::Backward)] : 0);
   stats_.tasks += batch.schedule->num_tasks();
+  ++transposes_.pass;  // the weights' transposed copies are made again
   fill_uniform_values(Pass::Forward);
   if (streaming_) {
     run_forward_streaming();
@@ -1329,13 +1354,11 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   const int64_t R = rows.count;
   // Every vertex times one parameter matrix: a single GEMM over the rows.
   if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x
-    const RowGemm g = row_gemm(node, sa, true);
-    gemm(frame, false, g.trans_w, R, g.n, g.k, b.data, b.ld, a.data, g.ldw, bias, out.data, out.ld);
+    weight_gemm(pass, rows, node.args[0], row_gemm(node, sa, true), b, a.data, bias, out, frame);
     return;
   }
   if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)
-    const RowGemm g = row_gemm(node, sb, false);
-    gemm(frame, false, g.trans_w, R, g.n, g.k, a.data, a.ld, b.data, g.ldw, bias, out.data, out.ld);
+    weight_gemm(pass, rows, node.args[1], row_gemm(node, sb, false), a, b.data, bias, out, frame);
     return;
   }
   if (matrix_times_weight(rows, node, sa, sb, a, b, out, frame, bias)) return;
@@ -1361,6 +1384,39 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
       sgemm(gemm_backend_, node.trans_a, node.trans_b, p.m, p.n, p.k, 1.0f, a.data + r * a.ld, p.lda,
             b.data + r * b.ld, p.ldb, 0.0f, out.data + r * out.ld, p.n);
   });
+}
+
+void CpuExecutor::weight_gemm(Pass pass, const Rows& rows, ir::ValueId weight, const RowGemm& g, const View& x,
+                              const float* w, const float* bias, const View& out, Frame& frame) {
+  const bool pays = g.n >= kPretransposeMinOutputs && rows.count <= kPretransposeMaxRows &&
+                    batch_.layout->type_rows[size_t(rows.type)] >= kPretransposeMinRows;
+  if (g.trans_w && pretranspose_ && pays) {
+    const Node& node = function(pass, rows.type)[weight];
+    const int64_t key = node.op == Op::Param ? int64_t(node.param)
+                                             : (int64_t(1) << 62) | (int64_t(pass) << 56) |
+                                                   (int64_t(rows.type) << 28) | int64_t(weight);
+    gemm(frame, false, false, rows.count, g.n, g.k, x.data, x.ld, transposed_weight(key, w, g.n, g.k, g.ldw, frame),
+         g.n, bias, out.data, out.ld);
+    return;
+  }
+  gemm(frame, false, g.trans_w, rows.count, g.n, g.k, x.data, x.ld, w, g.ldw, bias, out.data, out.ld);
+}
+
+// Wᵀ [k, n] of the weight w [n, k] (leading dimension ldw) as of this forward
+// pass, made at its first use in the pass (WeightTransposes).
+const float* CpuExecutor::transposed_weight(int64_t key, const float* w, int64_t n, int64_t k, int64_t ldw,
+                                            Frame& frame) {
+  std::lock_guard<std::mutex> lock(transposes_.mutex);
+  WeightTransposes::Copy& copy = transposes_.copies[key];
+  if (copy.pass != transposes_.pass) {
+    copy.values.resize(size_t(n * k));
+    float* t = copy.values.data();
+    for_row_blocks(frame, k, n,
+                   [&](int64_t begin, int64_t count, int) { transpose_rows(w, ldw, n, t, begin, begin + count); });
+    copy.pass = transposes_.pass;
+    ++frame.stats->pretransposed_weights;
+  }
+  return copy.values.data();
 }
 
 // Σ_rows A_r·B_r into the gradient, the per-vertex products never stored:

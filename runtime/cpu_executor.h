@@ -87,6 +87,8 @@ class CpuExecutor final : public Executor {
     // VJIT_TRACE: an event per task, GEMM, fused kernel, copy, kernel and
     // optimizer step goes to this recorder (null: tracing off). Not owned.
     TraceRecorder* trace = nullptr;
+    // VJIT_PRETRANSPOSE: see WeightTransposes.
+    bool pretranspose = true;
   };
   CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config);
 
@@ -226,6 +228,11 @@ class CpuExecutor final : public Executor {
   // (one GEMM) takes one.
   void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame,
               const float* bias = nullptr);
+  // Y = X·op(W) over the rows (one GEMM): op(W) = Wᵀ read from the pass's
+  // transposed copy of W where VJIT_PRETRANSPOSE finds it pays.
+  void weight_gemm(Pass pass, const Rows& rows, ir::ValueId weight, const RowGemm& g, const View& x, const float* w,
+                   const float* bias, const View& out, Frame& frame);
+  const float* transposed_weight(int64_t key, const float* w, int64_t n, int64_t k, int64_t ldw, Frame& frame);
   bool bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void rank_one_add(Pass pass, const Rows& rows, const ir::Node& outer, const View& x, const View& out, Frame& frame);
   void outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
@@ -248,6 +255,30 @@ class CpuExecutor final : public Executor {
   PoolParallelFor parallel_;  // the pool, lent to the optimizer
   GemmBackend gemm_backend_;
   GemmSplit gemm_split_;  // Fixed when deterministic, else Auto
+  // VJIT_PRETRANSPOSE. dnnl_sgemm multiplies rows by a transposed weight (Y =
+  // X·Wᵀ, every forward product of a weight W [n, k]) markedly slower than by
+  // an untransposed one on AVX-512 CPUs (Zen 4, one thread, [58, 512] by a
+  // [384, 512] W: 85 against 112 GFLOP/s, cold caches too). So a weight that
+  // multiplies at least kPretransposeMinRows rows of a vertex type in a pass is
+  // copied transposed at its first use in the forward pass, and its GEMMs
+  // read Wᵀ [k, n]. The copies are made again every forward pass (the backward
+  // of a step reads the same values): the Model's values may change between
+  // calls — the optimizer, load_parameters, the user's own code — as with the
+  // stacked weights of merged products, which are also filled every pass.
+  struct WeightTransposes {
+    struct Copy {
+      int64_t pass = -1;
+      std::vector<float> values;
+    };
+    int64_t pass = 0;  // forward passes begun
+    std::mutex mutex;  // the streaming thread's eager steps may ask at the same time
+    // By parameter, or by (pass, type, value) for a uniform value that is not
+    // one (stacked weights, which move with the arena): the same keys every
+    // batch, so that a steady state allocates nothing.
+    std::unordered_map<int64_t, Copy> copies;
+  };
+  bool pretranspose_;
+  WeightTransposes transposes_;
   bool deterministic_;
   bool streaming_;
   bool profile_;

@@ -30,6 +30,7 @@ struct ExecStats {
   int64_t copy_bytes = 0;
   int64_t layout_copy_bytes = 0;  // of those a layout decides: gathers, their gradients, Concat copies
   int64_t gather_views = 0;      // (task, slot) gathers read in place, without a copy
+  int64_t pretransposed_weights = 0;  // weights copied transposed for the GEMMs (VJIT_PRETRANSPOSE)
   double copy_s = 0, gemm_s = 0, elementwise_s = 0;
 
   ExecStats& operator+=(const ExecStats& o) {
@@ -42,6 +43,7 @@ struct ExecStats {
     copy_bytes += o.copy_bytes;
     layout_copy_bytes += o.layout_copy_bytes;
     gather_views += o.gather_views;
+    pretransposed_weights += o.pretransposed_weights;
     copy_s += o.copy_s;
     gemm_s += o.gemm_s;
     elementwise_s += o.elementwise_s;

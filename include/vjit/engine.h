@@ -62,6 +62,10 @@ struct EngineStats {
   // out in place. A subset of copy_bytes, except the Concat copies.
   int64_t layout_copy_bytes = 0;
   int64_t gather_views = 0;
+  // VJIT_PRETRANSPOSE: weights the CPU executor copied transposed, once per
+  // forward pass each, so that the GEMMs that multiply many rows by them read
+  // an untransposed operand.
+  int64_t pretransposed_weights = 0;
   // VJIT_MEMPLAN=pqtree: the alignment constraints it posed (a task's children
   // in one gather slot, consecutive and in the task's order) and how many hold.
   int64_t aligned_batches = 0, aligned_satisfied = 0;      // (task, slot) gathers read in place instead of copied

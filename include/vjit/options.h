@@ -28,6 +28,10 @@
 // | VJIT_PAD_WIDE_ROWS | pad_wide_rows | bool: rows of a multiple of 256  | on           |
 // |                  |             | floats get 16 floats of padding (no cache-  |              |
 // |                  |             | set conflicts in GEMMs; runtime/memplan.h)  |              |
+// | VJIT_PRETRANSPOSE | pretranspose | bool: CPU: a weight that multiplies   | on           |
+// |                  |             | many rows transposed (X·Wᵀ) is copied       |              |
+// |                  |             | transposed once per forward pass, and the   |              |
+// |                  |             | GEMMs read the copy (runtime/cpu_executor.h)|              |
 // | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
 // |                  |             | is done by the GEMM (output rows start as   |              |
 // |                  |             | the bias, beta = 1), not by another pass;   |              |
@@ -154,6 +158,7 @@ struct Options {
   bool inplace_concat = true;       // VJIT_INPLACE_CONCAT
   bool epilogue = true;             // VJIT_EPILOGUE
   bool pad_wide_rows = true;        // VJIT_PAD_WIDE_ROWS
+  bool pretranspose = true;         // VJIT_PRETRANSPOSE
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
