@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "codegen/x86_isa.h"
@@ -134,6 +135,17 @@ TEST(MergeMatmuls, ForwardGemmsPerTaskDrop) {
   EXPECT_LT(merged_train.gemm_calls, separate_train.gemm_calls);
 }
 
+// An engine with the GEMM epilogue on or off, and the pass log
+// (VJIT_LOG=passes) its lowering printed.
+std::pair<std::string, std::unique_ptr<Engine>> engine_with_pass_log(const Program& program, bool epilogue) {
+  Options options = Options::defaults();
+  options.epilogue = epilogue;
+  options.log = "passes";
+  ::testing::internal::CaptureStderr();
+  auto engine = std::make_unique<Engine>(program, options);
+  return {::testing::internal::GetCapturedStderr(), std::move(engine)};
+}
+
 // The Tree-LSTM's gate product W·[h_l; h_r] + b: the GEMM adds the bias
 // itself (its rows start as b), one kernel less per task, same results (the
 // engine tests check every model both ways against the reference).
@@ -141,14 +153,9 @@ TEST(GemmEpilogue, TheBiasAddFollowingAProductIsDoneByTheGemm) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
   GraphBatch batch = first_samples(bundle, 16);
   auto run = [&](bool epilogue) {
-    Options options = Options::defaults();
-    options.epilogue = epilogue;
-    options.log = "passes";
-    ::testing::internal::CaptureStderr();
-    Engine engine(*bundle.program, options);
-    const std::string log = ::testing::internal::GetCapturedStderr();
-    engine.infer(batch);
-    return std::pair{log, engine.stats()};
+    auto [log, engine] = engine_with_pass_log(*bundle.program, epilogue);
+    engine->infer(batch);
+    return std::pair{log, engine->stats()};
   };
   auto [on_log, on] = run(true);
   auto [off_log, off] = run(false);
@@ -184,15 +191,10 @@ TEST(GemmEpilogue, AnOuterProductAddedToAMatrixIsTakenByTheAdd) {
   models::Bundle bundle = models::make_model("mv_rnn", small_config());
   GraphBatch batch = first_samples(bundle, 8);
   auto run = [&](bool epilogue) {
-    Options options = Options::defaults();
-    options.epilogue = epilogue;
-    options.log = "passes";
-    ::testing::internal::CaptureStderr();
-    Engine engine(*bundle.program, options);
-    const std::string log = ::testing::internal::GetCapturedStderr();
+    auto [log, engine] = engine_with_pass_log(*bundle.program, epilogue);
     SGD sgd(0.5f);
-    engine.train_step(batch, sgd);
-    return std::tuple{log, engine.stats(), bundle.program->model()};
+    engine->train_step(batch, sgd);
+    return std::tuple{log, engine->stats(), bundle.program->model()};
   };
   Model start = bundle.program->model();
   auto [on_log, on, on_model] = run(true);
