@@ -58,8 +58,10 @@ case "$mode" in
     status=$?
     cat "$work/mpi.txt"
     [[ $status -eq 0 ]] || { echo "FAIL: mpirun -np $np tree_lstm exited with $status"; exit 1; }
-    if [[ "$(grep -c '^epoch 1:' "$work/mpi.txt")" -ne 1 ]]; then
-      echo "FAIL: expected exactly one 'epoch 1:' line (rank 0 prints, the others are silent)"
+    # Counted anywhere in a line: mpirun forwards a rank's stdout and stderr
+    # separately, so the summary can land in the middle of a progress line.
+    if [[ "$(grep -o 'epoch 1: loss' "$work/mpi.txt" | wc -l)" -ne 1 ]]; then
+      echo "FAIL: expected exactly one 'epoch 1: loss' summary (rank 0 prints, the others are silent)"
       exit 1
     fi
     "$compare" compare "$work/mpi.safetensors" "$work/alone.safetensors"
