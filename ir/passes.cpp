@@ -204,6 +204,17 @@ bool is_block_gemm(const Function& f, const Node& n) {
   return b.uniform && !a.uniform && a.shape.rank == 2 && b.shape.rank == 2;
 }
 
+// A GEMM whose every output row the uniform row `bias` is added to: a
+// product of a weight and per-vertex vectors, or with `block_products` of a
+// children block and a weight.
+bool is_biased_gemm(const Function& f, ValueId product, ValueId bias, bool block_products) {
+  if (!f[bias].uniform) return false;
+  const bool block = block_products && is_block_gemm(f, f[product]);
+  if (!is_row_gemm(f, f[product]) && !block) return false;
+  const int64_t bias_width = block ? f[product].shape.dims[1] : f[product].shape.numel();
+  return f[bias].shape.rank == 1 && f[bias].shape.numel() == bias_width;
+}
+
 // A per-vertex outer product u·vᵀ that an add to a per-vertex matrix of its
 // shape can take in the same pass (the CPU executor's rank-one update).
 bool is_rank_one_term(const Function& f, const Node& add, ValueId outer, ValueId addend) {
@@ -226,15 +237,9 @@ std::vector<bool> fold_bias_adds(const Function& f, const std::vector<Phase>& ph
     for (int side = 0; side < 2; ++side) {
       ValueId product = add.args[size_t(side)], bias = add.args[size_t(1 - side)];
       if (product == bias) continue;
-      if (block_products && is_rank_one_term(f, add, product, bias)) {
-        // x + u·vᵀ: no buffer for the outer product, one pass instead of two
-      } else {
-        if (!f[bias].uniform) continue;
-        const bool block = block_products && is_block_gemm(f, f[product]);
-        if (!is_row_gemm(f, f[product]) && !block) continue;
-        const int64_t bias_width = block ? f[product].shape.dims[1] : f[product].shape.numel();
-        if (f[bias].shape.rank != 1 || f[bias].shape.numel() != bias_width) continue;
-      }
+      const bool takes = is_biased_gemm(f, product, bias, block_products) ||
+                         (block_products && is_rank_one_term(f, add, product, bias));
+      if (!takes) continue;
       if (readers[size_t(product)] != 1 || keep[size_t(product)] || group_of[size_t(product)] >= 0) continue;
       if (phases[size_t(product)] != phases[size_t(id)]) continue;
       folded[size_t(product)] = true;

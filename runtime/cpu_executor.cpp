@@ -1038,7 +1038,7 @@ void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame
   }
   switch (n.op) {
     case Op::Constant: fill_rows(rows.count, n.shape.numel(), float(n.value), out.data, out.ld); return;
-    case Op::Outer: outer(pass, rows, n, out, frame); return;
+    case Op::Outer: outer(pass, rows, n, nullptr, out, frame); return;
     case Op::SymOuter:
     case Op::SymOuterGrad: sym_outer(pass, rows, n, out, frame); return;
     case Op::SoftmaxCE:
@@ -1312,35 +1312,12 @@ bool CpuExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const 
   const View& addend = frame.views[int(pass)][size_t(node.args[size_t(1 - side)])];
   if (product.op == Op::Outer) {
     ScopedTimer timer(frame.stats->elementwise_s);
-    rank_one_add(pass, rows, product, addend, out, frame);
+    outer(pass, rows, product, &addend, out, frame);
     return true;
   }
   ScopedTimer timer(frame.stats->gemm_s);
   matmul(pass, rows, product, out, frame, addend.data);
   return true;
-}
-
-// out = x + u·vᵀ per row (ir::fold_bias_adds): the outer product is never
-// written, and the add reads x once — MV-RNN's matrix gradients, where a
-// children-matrix gradient adds the outer product of a matrix-vector product's.
-void CpuExecutor::rank_one_add(Pass pass, const Rows& rows, const Node& outer, const View& x, const View& out,
-                               Frame& frame) {
-  const ir::Function& f = function(pass, rows.type);
-  const View& u = frame.views[int(pass)][size_t(outer.args[0])];
-  const View& v = frame.views[int(pass)][size_t(outer.args[1])];
-  const int64_t m = f[outer.args[0]].shape.numel(), n = f[outer.args[1]].shape.numel();
-  for_row_blocks(frame, rows.count, m * n, [&](int64_t begin, int64_t count, int) {
-    for (int64_t r = begin; r < begin + count; ++r) {
-      const float* pu = u.data + r * u.ld;
-      const float* pv = v.data + r * v.ld;
-      const float* src = x.data + r * x.ld;
-      float* dst = out.data + r * out.ld;
-      for (int64_t i = 0; i < m; ++i) {
-        const float ui = pu[i];
-        for (int64_t j = 0; j < n; ++j) dst[i * n + j] = src[i * n + j] + ui * pv[j];
-      }
-    }
-  });
 }
 
 void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame,
@@ -1388,9 +1365,8 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
 
 void CpuExecutor::weight_gemm(Pass pass, const Rows& rows, ir::ValueId weight, const RowGemm& g, const View& x,
                               const float* w, const float* bias, const View& out, Frame& frame) {
-  const bool pays = g.n >= kPretransposeMinOutputs && rows.count <= kPretransposeMaxRows &&
-                    batch_.layout->type_rows[size_t(rows.type)] >= kPretransposeMinRows;
-  if (g.trans_w && pretranspose_ && pays) {
+  if (g.trans_w && pretranspose_ && g.n >= kPretransposeMinOutputs && rows.count <= kPretransposeMaxRows &&
+      batch_.layout->type_rows[size_t(rows.type)] >= kPretransposeMinRows) {
     const Node& node = function(pass, rows.type)[weight];
     const int64_t key = node.op == Op::Param ? int64_t(node.param)
                                              : (int64_t(1) << 62) | (int64_t(pass) << 56) |
@@ -1491,18 +1467,28 @@ bool CpuExecutor::accumulate_stacked_products(const Rows& rows, const Node& prod
   return true;
 }
 
-void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+// out = u·vᵀ per row, or with `addend` x + u·vᵀ: the rank-one update an add
+// takes in its epilogue (ir::fold_bias_adds; MV-RNN's matrix gradients), the
+// outer product never written and x read once.
+void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const View* addend, const View& out,
+                        Frame& frame) {
   const ir::Function& f = function(pass, rows.type);
   const View& a = frame.views[int(pass)][size_t(node.args[0])];
   const View& b = frame.views[int(pass)][size_t(node.args[1])];
-  int64_t m = f[node.args[0]].shape.numel(), n = f[node.args[1]].shape.numel();
+  const int64_t m = f[node.args[0]].shape.numel(), n = f[node.args[1]].shape.numel();
   for_row_blocks(frame, rows.count, m * n, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r) {
       const float* pa = a.data + r * a.ld;
       const float* pb = b.data + r * b.ld;
       float* dst = out.data + r * out.ld;
+      if (addend == nullptr) {
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) dst[i * n + j] = pa[i] * pb[j];
+        continue;
+      }
+      const float* x = addend->data + r * addend->ld;
       for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) dst[i * n + j] = pa[i] * pb[j];
+        for (int64_t j = 0; j < n; ++j) dst[i * n + j] = x[i * n + j] + pa[i] * pb[j];
     }
   });
 }

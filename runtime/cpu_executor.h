@@ -234,8 +234,8 @@ class CpuExecutor final : public Executor {
                    const float* bias, const View& out, Frame& frame);
   const float* transposed_weight(int64_t key, const float* w, int64_t n, int64_t k, int64_t ldw, Frame& frame);
   bool bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  void rank_one_add(Pass pass, const Rows& rows, const ir::Node& outer, const View& x, const View& out, Frame& frame);
-  void outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  // u·vᵀ, or x + u·vᵀ with an addend x (the epilogue's rank-one update).
+  void outer(Pass pass, const Rows& rows, const ir::Node& node, const View* addend, const View& out, Frame& frame);
   void sym_outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);  // and its gradient
   void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void sink(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
