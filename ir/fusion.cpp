@@ -156,6 +156,30 @@ std::vector<FusionGroup> find_fusion_groups(const Function& function, const std:
   return fused;
 }
 
+FusionGroup forward_only_part(const Function& function, const FusionGroup& group) {
+  std::vector<char> member(function.nodes.size(), 0), read_outside(function.nodes.size(), 0);
+  for (ValueId id : group.nodes) member[size_t(id)] = 1;
+  for (ValueId id = 0; id < function.size(); ++id)
+    if (!member[size_t(id)])
+      for (ValueId arg : function[id].args) read_outside[size_t(arg)] = 1;
+  FusionGroup part;
+  std::vector<char> needed(function.nodes.size(), 0);
+  for (ValueId out : group.outputs)
+    if (read_outside[size_t(out)]) {
+      part.outputs.push_back(out);
+      needed[size_t(out)] = 1;
+    }
+  // Group nodes come in function order, so readers come after what they read.
+  for (auto it = group.nodes.rbegin(); it != group.nodes.rend(); ++it)
+    if (needed[size_t(*it)])
+      for (ValueId arg : function[*it].args) needed[size_t(arg)] = 1;
+  for (ValueId id : group.nodes)
+    if (needed[size_t(id)]) part.nodes.push_back(id);
+  for (ValueId in : group.inputs)
+    if (needed[size_t(in)]) part.inputs.push_back(in);
+  return part;
+}
+
 std::string to_string(const Function& function, const std::vector<FusionGroup>& groups) {
   std::ostringstream out;
   for (size_t i = 0; i < groups.size(); ++i) {

@@ -34,6 +34,12 @@ int sink_elementwise_into_core(const Function& function, std::vector<Phase>& pha
 std::vector<FusionGroup> find_fusion_groups(const Function& function, const std::vector<Phase>& phases,
                                             const std::vector<bool>& keep);
 
+// The part of `group` a forward pass that no backward follows needs: its
+// outputs that a node of `function` outside the group reads (not those kept
+// for ∂F alone), the group's nodes they depend on and the inputs those read,
+// each in the group's order. No outputs when nothing outside reads the group.
+FusionGroup forward_only_part(const Function& function, const FusionGroup& group);
+
 // The groups in the IR text form: `group 0 (core): %4 %5 %7 <- %2 %3 -> %7`.
 std::string to_string(const Function& function, const std::vector<FusionGroup>& groups);
 

@@ -844,7 +844,11 @@ struct Engine::Impl {
                           nvrtc_after.disk_hits - nvrtc_before.disk_hits;
     info.jit_compile_s = after.compile_seconds - before.compile_seconds + nvrtc_after.compile_seconds -
                          nvrtc_before.compile_seconds;
-    for (const runtime::TypePlan& t : plan.types) info.fused_groups += int(t.forward.fused.size() + t.backward.fused.size());
+    for (const runtime::TypePlan& t : plan.types) {
+      info.fused_groups += int(t.forward.fused.size() + t.backward.fused.size());
+      for (size_t g = 0; g < t.forward.fused.size(); ++g)
+        if (t.forward.inference_fused[g].outputs.size() < t.forward.fused[g].outputs.size()) ++info.inference_kernels;
+    }
     info.lower_s = seconds_since(start);
     return plan;
   }

@@ -214,6 +214,41 @@ std::shared_ptr<const CompiledKernel> compile_kernel(const codegen::KernelSpec& 
   return found.kernel;
 }
 
+// The step that runs a group's kernel (the JIT's for `isa`, else the reference kernel).
+runtime::FusedStep fused_step(const ir::Function& function, const ir::FusionGroup& group, codegen::Isa isa,
+                              const Options& options) {
+  std::shared_ptr<const CompiledKernel> kernel = compile_kernel(kernel_spec(function, group), isa, options);
+  runtime::Kernel code{kernel->name, kernel_target(kernel->isa), kernel->entry, kernel->context, kernel};
+  return {std::move(code), group.inputs, group.outputs, function[group.nodes[0]].shape.numel()};
+}
+
+// What a forward pass that no backward follows runs for the group
+// (FunctionPlan::inference_fused): with VJIT_INFER_KERNELS, a kernel that
+// leaves out the outputs only ∂F reads, and the work only they need; `full`
+// where nothing can be left out.
+runtime::FusedStep inference_step(const ir::Function& function, const ir::FusionGroup& group,
+                                  const runtime::FusedStep& full, codegen::Isa isa, const Options& options) {
+  if (!options.infer_kernels) return full;
+  const ir::FusionGroup part = ir::forward_only_part(function, group);
+  if (part.outputs.size() == group.outputs.size()) return full;
+  if (part.outputs.empty()) return {{}, {}, {}, full.width};  // nothing to run
+  return fused_step(function, part, isa, options);
+}
+
+// "<kernel> (<isa>)", and the inference kernel where it differs; one line.
+std::string describe_kernels(const runtime::FusedStep& full, const runtime::FusedStep& inference) {
+  auto describe = [](const runtime::FusedStep& step) {
+    const auto& kernel = *static_cast<const CompiledKernel*>(step.kernel.owner.get());
+    return kernel.name + " (" + codegen::isa_name(kernel.isa) + ")";
+  };
+  std::string line = describe(full);
+  if (inference.outputs.empty()) line += "; inference: skipped";
+  else if (inference.kernel.entry != full.kernel.entry)
+    line += "; inference: " + describe(inference) + ", " + std::to_string(inference.outputs.size()) + " of " +
+            std::to_string(full.outputs.size()) + " outputs";
+  return line + "\n";
+}
+
 // The passes from fold_outer_products on, for F or ∂F (see the list above).
 // `keep` marks values written to memory even inside a fused group. With
 // `cuda`, each group's kernel is CUDA source, added there (compiled later).
@@ -255,6 +290,7 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
       int index = int(plan.fused.size());
       plan.fused.push_back({{source.name, runtime::KernelTarget::Cuda, nullptr, nullptr, nullptr},
                             group.inputs, group.outputs, function[group.nodes[0]].shape.numel()});
+      plan.inference_fused.push_back(plan.fused.back());  // the CUDA executor runs the full kernel
       for (ValueId id : group.nodes) {
         group_of[size_t(id)] = index;
         plan.folded[size_t(id)] = std::find(group.outputs.begin(), group.outputs.end(), id) == group.outputs.end();
@@ -267,15 +303,14 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   } else if (!groups.empty()) {
     codegen::Isa isa = isa_of(options);
     for (const ir::FusionGroup& group : groups) {
-      std::shared_ptr<const CompiledKernel> kernel = compile_kernel(kernel_spec(function, group), isa, options);
       int index = int(plan.fused.size());
-      runtime::Kernel code{kernel->name, kernel_target(kernel->isa), kernel->entry, kernel->context, kernel};
-      plan.fused.push_back({std::move(code), group.inputs, group.outputs, function[group.nodes[0]].shape.numel()});
+      plan.fused.push_back(fused_step(function, group, isa, options));
+      plan.inference_fused.push_back(inference_step(function, group, plan.fused.back(), isa, options));
       for (ValueId id : group.nodes) {
         group_of[size_t(id)] = index;
         plan.folded[size_t(id)] = std::find(group.outputs.begin(), group.outputs.end(), id) == group.outputs.end();
       }
-      compiled += "  group " + std::to_string(index) + ": " + kernel->name + " (" + codegen::isa_name(kernel->isa) + ")\n";
+      compiled += "  group " + std::to_string(index) + ": " + describe_kernels(plan.fused.back(), plan.inference_fused.back());
     }
   }
   log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);

@@ -299,6 +299,7 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"device", t.device},
               {"engine_start_s", t.compile.lower_s},
               {"fused_groups", t.compile.fused_groups},
+              {"inference_kernels", t.compile.inference_kernels},
               {"jit_compiles", t.compile.jit_compiles},
               {"jit_cache_hits", t.compile.jit_cache_hits},
               {"jit_compile_s", t.compile.jit_compile_s},
@@ -405,6 +406,7 @@ void run_levers(BenchArgs args, const Options& base) {
       {"epilogue", [](Options& o) { o.epilogue = false; }},
       {"pad_wide_rows", [](Options& o) { o.pad_wide_rows = false; }},
       {"pretranspose", [](Options& o) { o.pretranspose = false; }},
+      {"infer_kernels", [](Options& o) { o.infer_kernels = false; }},
       {"threads", [](Options& o) { o.threads = 1; }},
       // Off is the faster thread-count-dependent GEMM split: a speedup below 1
       // is what bitwise determinism across thread counts costs.

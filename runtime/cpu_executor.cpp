@@ -448,6 +448,14 @@ const FunctionPlan& CpuExecutor::function_plan(Pass pass, int type) const {
   return pass == Pass::Forward ? t.forward : t.backward;
 }
 
+// A forward pass that no backward follows runs the inference kernel
+// (FunctionPlan::inference_fused: only what the forward reads is written).
+const FusedStep& CpuExecutor::fused_step(Pass pass, int type, int index) const {
+  const FunctionPlan& fp = function_plan(pass, type);
+  const bool inference = pass == Pass::Forward && !options_.backward;
+  return (inference ? fp.inference_fused : fp.fused)[size_t(index)];
+}
+
 CpuExecutor::View CpuExecutor::buffer_view(Pass pass, int type, ValueId id, int64_t begin) {
   const ValueLayout& v = batch_.layout->value(pass, type, id);
   return {arena(pass) + v.offset + begin * v.ld, v.ld};
@@ -805,8 +813,9 @@ void CpuExecutor::check_finite(const Rows& rows, const Step& step, const Frame& 
   const FunctionPlan& fp = function_plan(Pass::Forward, rows.type);
   const ir::Function& f = *fp.function;
   const std::vector<View>& views = frame.views[int(Pass::Forward)];
-  const std::span<const ValueId> written =
-      step.fused >= 0 ? std::span<const ValueId>(fp.fused[size_t(step.fused)].outputs) : std::span(&step.node, 1);
+  const std::span<const ValueId> written = step.fused >= 0
+                                              ? std::span<const ValueId>(fused_step(Pass::Forward, rows.type, step.fused).outputs)
+                                              : std::span(&step.node, 1);
   // Values with rows of their own: not views, sinks, parameters or stacked parameters.
   auto has_rows = [&](ValueId id) {
     const Node& n = f[id];
@@ -845,7 +854,7 @@ void CpuExecutor::throw_non_finite(const Rows& rows, int64_t row, const Step& st
     << " of shape " << f[value].shape.str() << " is " << found << " at element " << element;
   if (step.fused >= 0) {
     // The group's ops: what the kernel computes from its inputs up to its outputs.
-    const FusedStep& group = fp.fused[size_t(step.fused)];
+    const FusedStep& group = fused_step(Pass::Forward, rows.type, step.fused);
     std::vector<char> member(size_t(f.size()), 0);
     std::vector<ValueId> pending(group.outputs.begin(), group.outputs.end());
     while (!pending.empty()) {
@@ -866,8 +875,12 @@ void CpuExecutor::throw_non_finite(const Rows& rows, int64_t row, const Step& st
 }
 
 void CpuExecutor::run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame) {
-  if (step.fused >= 0) run_fused(pass, rows, function_plan(pass, rows.type).fused[size_t(step.fused)], frame);
-  else run_node(pass, rows, step.node, frame);
+  if (step.fused >= 0) {
+    const FusedStep& fused = fused_step(pass, rows.type, step.fused);
+    if (!fused.outputs.empty()) run_fused(pass, rows, fused, frame);
+  } else {
+    run_node(pass, rows, step.node, frame);
+  }
 }
 
 void CpuExecutor::run_step_observed(Pass pass, const Rows& rows, const Step& step, Frame& frame) {
@@ -900,7 +913,8 @@ void CpuExecutor::trace_step(Pass pass, const Rows& rows, const Step& step, cons
   args.task = rows.task;
   args.rows = rows.count;
   if (step.fused >= 0) {
-    const FusedStep& fused = fp.fused[size_t(step.fused)];
+    const FusedStep& fused = fused_step(pass, rows.type, step.fused);
+    if (fused.outputs.empty()) return;  // skipped: an inference pass needs none of its outputs
     args.cols = fused.width;
     args.bytes = rows.count * fused.width * int64_t(sizeof(float)) * int64_t(fused.inputs.size() + fused.outputs.size());
     trace_->record(fused.kernel.name, TraceCategory::Fused, start, args);

@@ -137,6 +137,7 @@ class CpuExecutor final : public Executor {
   };
 
   const FunctionPlan& function_plan(Pass pass, int type) const;
+  const FusedStep& fused_step(Pass pass, int type, int index) const;
   const ir::Function& function(Pass pass, int type) const { return *function_plan(pass, type).function; }
   float* arena(Pass pass) { return arena_[int(pass)].data(); }
   // The buffers of one pass: uninitialised floats, grown geometrically.

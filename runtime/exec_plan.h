@@ -62,6 +62,12 @@ struct FunctionPlan {
   // nothing outside their group reads.
   std::vector<bool> folded;
   std::vector<FusedStep> fused;
+  // Per fused step, what a forward pass that no backward follows runs instead
+  // (VJIT_INFER_KERNELS, forward plans): a kernel that writes only the outputs
+  // a forward step reads (outputs kept for the backward alone are left out)
+  // and computes only what those need; no outputs: the step is skipped. Equal
+  // to `fused` where nothing can be left out, and in backward plans.
+  std::vector<FusedStep> inference_fused;
   std::vector<Step> eager, core, lazy;
   ir::ValueId scatter_value = -1;  // the value F scatters (forward plans)
 };

@@ -37,15 +37,9 @@ double tensor_error(const A& a, const B& b) {
   return diff / scale;
 }
 
-// Objective, every pushed value and every parameter gradient of one batched
-// training step equal the reference within `tolerance` (relative).
-inline void expect_matches_reference(Engine& engine, const Program& program, const GraphBatch& batch,
-                                     double tolerance, const std::string& what) {
-  RunOptions run;
-  run.seed = 5;
-  double objective = engine.forward(batch, run);
-  engine.backward();
-  Evaluation<double> ref = reference_evaluate(program, parameter_values<double>(program.model()), batch, run);
+// The engine's last objective and pushed values equal the reference's.
+inline void expect_outputs_match(Engine& engine, double objective, const Evaluation<double>& ref, double tolerance,
+                                 const std::string& what) {
   EXPECT_LE(std::abs(objective - ref.objective), tolerance * std::max(1.0, std::abs(ref.objective))) << what;
   const Evaluation<float>& out = engine.last_result();
   ASSERT_EQ(out.pushes.num_samples(), ref.pushes.num_samples()) << what;
@@ -57,10 +51,34 @@ inline void expect_matches_reference(Engine& engine, const Program& program, con
         worst_push = std::max(worst_push, tensor_error(out.pushes.at(s, v, k), ref.pushes.at(s, v, k)));
     }
   EXPECT_LE(worst_push, tolerance) << what << ": pushed values";
+}
+
+// Objective, every pushed value and every parameter gradient of one batched
+// training step equal the reference within `tolerance` (relative).
+inline void expect_matches_reference(Engine& engine, const Program& program, const GraphBatch& batch,
+                                     double tolerance, const std::string& what) {
+  RunOptions run;
+  run.seed = 5;
+  double objective = engine.forward(batch, run);
+  engine.backward();
+  Evaluation<double> ref = reference_evaluate(program, parameter_values<double>(program.model()), batch, run);
+  expect_outputs_match(engine, objective, ref, tolerance, what);
   ASSERT_EQ(engine.gradients().size(), ref.param_grads.size()) << what;
   for (size_t p = 0; p < ref.param_grads.size(); ++p)
     EXPECT_LE(tensor_error(engine.gradients()[p], ref.param_grads[p]), tolerance)
         << what << ": gradient of " << program.model().param(int(p)).name;
+}
+
+// The same for a forward pass that no backward follows (RunOptions::backward
+// off): objective and pushed values.
+inline void expect_forward_only_matches_reference(Engine& engine, const Program& program, const GraphBatch& batch,
+                                                  double tolerance, const std::string& what) {
+  RunOptions run;
+  run.seed = 5;
+  run.backward = false;
+  double objective = engine.forward(batch, run);
+  Evaluation<double> ref = reference_evaluate(program, parameter_values<double>(program.model()), batch, run);
+  expect_outputs_match(engine, objective, ref, tolerance, what);
 }
 
 }  // namespace vjit::testing

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <numeric>
 #include <span>
 
 #include "codegen/x86_isa.h"
@@ -205,6 +206,41 @@ TEST(PretransposedWeights, MatchTheReferenceAndFollowEveryUpdate) {
         const float on = trained[0].param(p).value[i], off = trained[1].param(p).value[i];
         ASSERT_NEAR(on, off, 1e-5 * (1 + std::abs(off))) << model << " parameter " << p;
       }
+  }
+}
+
+// VJIT_INFER_KERNELS: a forward pass that no backward follows runs fused
+// kernels that write only what the forward reads. For every example model,
+// with the option on and off: such a pass equals the reference, and so does a
+// training step on another, larger batch right after it (its forward must
+// write the values the backward reads, which the pass before left unwritten).
+// With the option on the Tree-LSTM has such kernels (the counter); off, none;
+// the forward-only objective is the same, bit for bit.
+TEST(InferenceKernels, ForwardOnlyPassesAndTheTrainingStepsAfterThemMatchTheReference) {
+  for (const std::string& model : models::model_names()) {
+    models::Bundle bundle = models::make_model(model, small_config());
+    const GraphBatch first = models::make_batch(bundle.train, first_indices(7));
+    std::vector<int> later(20);
+    std::iota(later.begin(), later.end(), 7);
+    const GraphBatch second = models::make_batch(bundle.train, later);
+    double objective[2] = {0, 0};  // of the forward-only pass, on and off
+    for (bool on : {true, false}) {
+      Options options = Options::defaults();
+      options.infer_kernels = on;
+      Engine engine(*bundle.program, options);
+      const std::string what = model + (on ? " on" : " off");
+      testing::expect_forward_only_matches_reference(engine, *bundle.program, first, kTolerance, what + ", forward only");
+      objective[on] = engine.last_result().objective;
+      testing::expect_matches_reference(engine, *bundle.program, second, kTolerance, what + ", training after it");
+      const int made = engine.compile_info().inference_kernels;
+      if (!on) {
+        EXPECT_EQ(made, 0) << what;
+      } else if (model == "tree_lstm") {
+        EXPECT_GT(made, 0) << what << ": no inference kernel";
+      }
+    }
+    // The same operations in the same order: the same bits.
+    EXPECT_EQ(objective[1], objective[0]) << model;
   }
 }
 

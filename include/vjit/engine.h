@@ -91,6 +91,9 @@ struct EngineStats {
 // What building the engine's plans cost and made.
 struct CompileInfo {
   int fused_groups = 0;      // fused elementwise kernels in the plans (F and ∂F)
+  // Fused groups of F whose inference kernel (VJIT_INFER_KERNELS) writes fewer
+  // outputs than the training kernel, or is skipped: an infer() runs those.
+  int inference_kernels = 0;
   int64_t jit_compiles = 0;  // kernels compiled for this engine, a CUDA plan's module counting one (the rest were cache hits)
   int64_t jit_cache_hits = 0;
   double jit_compile_s = 0;

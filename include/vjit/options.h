@@ -32,6 +32,10 @@
 // |                  |             | many rows transposed (X·Wᵀ) is copied       |              |
 // |                  |             | transposed once per forward pass, and the   |              |
 // |                  |             | GEMMs read the copy (runtime/cpu_executor.h)|              |
+// | VJIT_INFER_KERNELS | infer_kernels | bool: CPU: a forward pass that no | on         |
+// |                  |             | backward follows runs fused kernels that    |              |
+// |                  |             | write only what the forward reads (not the  |              |
+// |                  |             | values kept for the backward; jit/pipeline) |              |
 // | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
 // |                  |             | is done by the GEMM (output rows start as   |              |
 // |                  |             | the bias, beta = 1), not by another pass;   |              |
@@ -159,6 +163,7 @@ struct Options {
   bool epilogue = true;             // VJIT_EPILOGUE
   bool pad_wide_rows = true;        // VJIT_PAD_WIDE_ROWS
   bool pretranspose = true;         // VJIT_PRETRANSPOSE
+  bool infer_kernels = true;        // VJIT_INFER_KERNELS
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
