@@ -310,7 +310,8 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
         group_of[size_t(id)] = index;
         plan.folded[size_t(id)] = std::find(group.outputs.begin(), group.outputs.end(), id) == group.outputs.end();
       }
-      compiled += "  group " + std::to_string(index) + ": " + describe_kernels(plan.fused.back(), plan.inference_fused.back());
+      compiled += "  group " + std::to_string(index) + ": " +
+                  describe_kernels(plan.fused.back(), plan.inference_fused.back());
     }
   }
   log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);

@@ -813,9 +813,9 @@ void CpuExecutor::check_finite(const Rows& rows, const Step& step, const Frame& 
   const FunctionPlan& fp = function_plan(Pass::Forward, rows.type);
   const ir::Function& f = *fp.function;
   const std::vector<View>& views = frame.views[int(Pass::Forward)];
-  const std::span<const ValueId> written = step.fused >= 0
-                                              ? std::span<const ValueId>(fused_step(Pass::Forward, rows.type, step.fused).outputs)
-                                              : std::span(&step.node, 1);
+  const std::span<const ValueId> written =
+      step.fused >= 0 ? std::span<const ValueId>(fused_step(Pass::Forward, rows.type, step.fused).outputs)
+                      : std::span(&step.node, 1);
   // Values with rows of their own: not views, sinks, parameters or stacked parameters.
   auto has_rows = [&](ValueId id) {
     const Node& n = f[id];

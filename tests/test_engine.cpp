@@ -229,7 +229,8 @@ TEST(InferenceKernels, ForwardOnlyPassesAndTheTrainingStepsAfterThemMatchTheRefe
       options.infer_kernels = on;
       Engine engine(*bundle.program, options);
       const std::string what = model + (on ? " on" : " off");
-      testing::expect_forward_only_matches_reference(engine, *bundle.program, first, kTolerance, what + ", forward only");
+      testing::expect_forward_only_matches_reference(engine, *bundle.program, first, kTolerance,
+                                                     what + ", forward only");
       objective[on] = engine.last_result().objective;
       testing::expect_matches_reference(engine, *bundle.program, second, kTolerance, what + ", training after it");
       const int made = engine.compile_info().inference_kernels;
