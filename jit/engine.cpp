@@ -846,8 +846,7 @@ struct Engine::Impl {
                          nvrtc_before.compile_seconds;
     for (const runtime::TypePlan& t : plan.types) {
       info.fused_groups += int(t.forward.fused.size() + t.backward.fused.size());
-      for (size_t g = 0; g < t.forward.fused.size(); ++g)
-        if (t.forward.inference_fused[g].outputs.size() < t.forward.fused[g].outputs.size()) ++info.inference_kernels;
+      for (size_t g = 0; g < t.forward.fused.size(); ++g) info.inference_kernels += t.forward.inference_differs(g);
     }
     info.lower_s = seconds_since(start);
     return plan;

@@ -235,15 +235,16 @@ runtime::FusedStep inference_step(const ir::Function& function, const ir::Fusion
   return fused_step(function, part, isa, options);
 }
 
-// "<kernel> (<isa>)", and the inference kernel where it differs; one line.
-std::string describe_kernels(const runtime::FusedStep& full, const runtime::FusedStep& inference) {
+// "<kernel> (<isa>)" of fused step g, and its inference kernel where it differs; one line.
+std::string describe_kernels(const runtime::FunctionPlan& plan, size_t g) {
   auto describe = [](const runtime::FusedStep& step) {
-    const auto& kernel = *static_cast<const CompiledKernel*>(step.kernel.owner.get());
+    const auto& kernel = *static_cast<const CompiledKernel*>(step.kernel.owner.get());  // set by fused_step
     return kernel.name + " (" + codegen::isa_name(kernel.isa) + ")";
   };
+  const runtime::FusedStep &full = plan.fused[g], &inference = plan.inference_fused[g];
   std::string line = describe(full);
   if (inference.outputs.empty()) line += "; inference: skipped";
-  else if (inference.kernel.entry != full.kernel.entry)
+  else if (plan.inference_differs(g))
     line += "; inference: " + describe(inference) + ", " + std::to_string(inference.outputs.size()) + " of " +
             std::to_string(full.outputs.size()) + " outputs";
   return line + "\n";
@@ -310,8 +311,7 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
         group_of[size_t(id)] = index;
         plan.folded[size_t(id)] = std::find(group.outputs.begin(), group.outputs.end(), id) == group.outputs.end();
       }
-      compiled += "  group " + std::to_string(index) + ": " +
-                  describe_kernels(plan.fused.back(), plan.inference_fused.back());
+      compiled += "  group " + std::to_string(index) + ": " + describe_kernels(plan, size_t(index));
     }
   }
   log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);

@@ -951,7 +951,13 @@ std::vector<StepTime> CpuExecutor::step_profile() const {
     std::string label = std::string(account.pass == Pass::Forward ? "forward " : "backward ") +
                         program_.type_name(account.type) + " " + phase + " ";
     if (step->fused >= 0) {
-      label += fp.fused[size_t(step->fused)].kernel.name;
+      // One account for both kernels where inference runs a smaller one.
+      const size_t g = size_t(step->fused);
+      label += fp.fused[g].kernel.name;
+      if (fp.inference_differs(g)) {
+        const FusedStep& inference = fp.inference_fused[g];
+        label += " (inference: " + (inference.outputs.empty() ? "skipped" : inference.kernel.name) + ")";
+      }
     } else {
       const Node& n = (*fp.function)[step->node];
       label += "%" + std::to_string(step->node) + " " + ir::op_name(n.op) + " " + n.shape.str();

@@ -68,6 +68,8 @@ struct FunctionPlan {
   // and computes only what those need; no outputs: the step is skipped. Equal
   // to `fused` where nothing can be left out, and in backward plans.
   std::vector<FusedStep> inference_fused;
+  // Whether inference runs less than fused step `g` (a smaller kernel, or none).
+  bool inference_differs(size_t g) const { return inference_fused[g].outputs.size() < fused[g].outputs.size(); }
   std::vector<Step> eager, core, lazy;
   ir::ValueId scatter_value = -1;  // the value F scatters (forward plans)
 };
