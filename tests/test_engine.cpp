@@ -246,26 +246,32 @@ TEST(InferenceKernels, ForwardOnlyPassesAndTheTrainingStepsAfterThemMatchTheRefe
 }
 
 // bf16 products (VJIT_GEMM=onednn_bf16, AVX-512 BF16 or AMX): every matrix
-// product on operands rounded to bfloat16. The stated accuracy: the Tree-LSTM's
-// objective and every gradient within 5e-2 (relative to the largest entry) of
-// the double reference at hidden 64. Where the CPU lacks bf16 the engine
-// refuses the option with the reason, and the test says so.
-TEST(Bf16Products, TreeLstmStaysWithinTheStatedToleranceOfTheReference) {
-  models::Config config = small_config(8);
-  config.hidden = 64;
-  config.embed = 64;
-  models::Bundle bundle = models::make_model("tree_lstm", config);
-  Options options = Options::defaults();
-  options.gemm = "onednn_bf16";
-  std::unique_ptr<Engine> engine;
-  try {
-    engine = std::make_unique<Engine>(*bundle.program, options);
-  } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("AVX-512 BF16 or AMX"), std::string::npos) << e.what();
-    GTEST_SKIP() << "skipped: " << e.what();
+// product on operands rounded to bfloat16. The stated accuracy: every example
+// model's objective, outputs and gradients within 5e-2 (relative to the
+// largest entry) of the double reference at hidden 64, except Tree-FC's: its
+// complete 256-leaf trees chain eight levels of products each way, and its
+// gradients come within 0.21 (0.25 here), as they did before the bf16 back end
+// was made faster. Where the CPU lacks bf16 the engine refuses the option with
+// the reason, and the test says so.
+TEST(Bf16Products, EveryExampleModelStaysWithinTheStatedToleranceOfTheReference) {
+  for (const std::string& model : models::model_names()) {
+    models::Config config = small_config(8);
+    config.hidden = 64;
+    config.embed = 64;
+    models::Bundle bundle = models::make_model(model, config);
+    Options options = Options::defaults();
+    options.gemm = "onednn_bf16";
+    std::unique_ptr<Engine> engine;
+    try {
+      engine = std::make_unique<Engine>(*bundle.program, options);
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("AVX-512 BF16 or AMX"), std::string::npos) << e.what();
+      GTEST_SKIP() << "skipped: " << e.what();
+    }
+    GraphBatch batch = models::make_batch(bundle.train, first_indices(8));
+    const double tolerance = model == "tree_fc" ? 0.25 : 5e-2;
+    testing::expect_matches_reference(*engine, *bundle.program, batch, tolerance, model + " bf16");
   }
-  GraphBatch batch = models::make_batch(bundle.train, first_indices(8));
-  testing::expect_matches_reference(*engine, *bundle.program, batch, 5e-2, "tree_lstm bf16");
 }
 
 // Lazy batching: each weight gradient is one GEMM per vertex type that uses it,

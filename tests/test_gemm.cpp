@@ -162,9 +162,19 @@ TEST(Bf16Gemm, MatchesTheReferenceWithinBf16Rounding) {
   EXPECT_TRUE(gemm_backend_rounds_operands(GemmBackend::OneDnnBf16));
   EXPECT_NE(default_gemm_backend(), GemmBackend::OneDnnBf16) << "auto never picks a rounding back end";
   double worst_seen = 0;
-  for (const Shape& s : std::vector<Shape>{{1, 1, 1}, {7, 13, 5}, {37, 200, 65}, {64, 768, 512}}) {
+  // The back end makes one primitive per (transposes, n, k, alpha, beta) and
+  // leaves m and the leading dimensions to each call: the second and third
+  // [·, 200, 65] products reuse the first one's primitive with other row
+  // counts and padding.
+  struct Case {
+    Shape s;
+    int64_t pad;
+  };
+  for (const Case& c : std::vector<Case>{{{1, 1, 1}, 3}, {{7, 13, 5}, 3}, {{37, 200, 65}, 3}, {{90, 200, 65}, 11},
+                                         {{5, 200, 65}, 0}, {{64, 768, 512}, 3}}) {
+    const Shape& s = c.s;
     for (int t = 0; t < 4; ++t) {
-      const Problem p(t & 1, t & 2, s);
+      const Problem p(t & 1, t & 2, s, c.pad);
       for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, std::pair{0.5f, 1.0f}}) {
         const std::vector<float> want = run(GemmBackend::Reference, p, alpha, beta);
         const std::vector<float> got = run(GemmBackend::OneDnnBf16, p, alpha, beta);

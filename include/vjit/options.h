@@ -32,6 +32,7 @@
 // |                  |             | many rows transposed (X·Wᵀ) is copied       |              |
 // |                  |             | transposed once per forward pass, and the   |              |
 // |                  |             | GEMMs read the copy (runtime/cpu_executor.h)|              |
+// |                  |             | not with gemm = onednn_bf16                 |              |
 // | VJIT_INFER_KERNELS | infer_kernels | bool: CPU: a forward pass that no | on         |
 // |                  |             | backward follows runs fused kernels that    |              |
 // |                  |             | write only what the forward reads (not the  |              |
