@@ -55,9 +55,12 @@ if roofline:
 
 levers = lines("levers.jsonl")
 if levers:
-    print("| mode | configuration | samples/s (median of rounds) | roofline ratio (median) | lever speedup (all on / this) |")
+    print("| mode | configuration | samples/s (median of rounds) | roofline ratio (median; against the GEMM peak the process measured with the first configuration, fp32) | lever speedup (all on / this; this / all on for a lever turned on) |")
     print("|---|---|---|---|---|")
     for d in levers:
+        if "skipped" in d:
+            print(f"| {d['mode']} | {d['config']} | skipped: {d['skipped']} | - | - |")
+            continue
         print(f"| {d['mode']} | {d['config']} | {d['samples_per_s']:.0f} | {d['roofline_ratio']:.3f} | {d['lever_speedup']:.3f} |")
     print()
 
