@@ -124,16 +124,19 @@ void add_row(const float* src, float* dst, int64_t width) {
 constexpr int64_t kParallelElements = 4096;
 
 // VJIT_PRETRANSPOSE: a weight is read from a transposed copy by products of
-// at most kPretransposeMaxRows rows (a task's; sgemm packs a large product's
-// weight well either way: a Tree-LSTM's 1272 leaf rows ran no faster, and a
-// language model's output layer over every word would pay its 10 MB copy for
-// nothing), with at least kPretransposeMinOutputs columns (a 5-class
+// at most kPretransposeMaxRows rows (a task's; from about 2048 rows sgemm
+// packs a large product's weight as fast either way, and a language model's
+// output layer over every word would pay its 10 MB copy for nothing. Below
+// that, x·Wᵀ ran at 72–95 GFLOP/s on one Zen 4 core where x·(Wᵀ copy) ran at
+// 107–113, worst where x's rows are padded (pad_wide_rows: 1040 floats for a
+// 1024-wide concat): a Tree-LSTM's 512–1242-row tasks at hidden 512 ran at
+// 80), with at least kPretransposeMinOutputs columns (a 5-class
 // classifier's Wᵀ is a 5-float-wide operand), when the vertex type multiplies
 // at least kPretransposeMinRows rows by it in the batch, so that the copy (one
 // read and one write of W) is small against the products. Decoding rounds of
 // a few dozen rows stay below that.
 constexpr int64_t kPretransposeMinRows = 128;
-constexpr int64_t kPretransposeMaxRows = 512;
+constexpr int64_t kPretransposeMaxRows = 2048;
 constexpr int64_t kPretransposeMinOutputs = 16;
 
 // Rows [begin, end) of t = wᵀ (w [n, k], leading dimension ldw; t [k, n]), in
