@@ -343,10 +343,10 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       parallel_(pool_),
       gemm_backend_(config.gemm),
       gemm_split_(config.deterministic ? GemmSplit::Fixed : GemmSplit::Auto),
-      // The bf16 matmul reads Wᵀ through its strides as fast as W: the
-      // copies only cost (SST Tree-LSTM inference, hidden 256, Zen 4: 0.38
-      // against 0.49 of the bf16 peak with them).
-      pretranspose_(config.pretranspose && config.gemm != GemmBackend::OneDnnBf16),
+      // A back end that copies its operands itself reads Wᵀ as fast as W: the
+      // transposed copies only cost there (bf16, SST Tree-LSTM inference,
+      // hidden 256, Zen 4: 0.38 against 0.49 of the bf16 peak with them).
+      pretranspose_(config.pretranspose && !gemm_backend_copies_operands(config.gemm)),
       deterministic_(config.deterministic),
       streaming_(config.streaming),
       profile_(config.profile),
