@@ -1030,6 +1030,17 @@ void CpuExecutor::run_row_blocks(const Frame& frame, int64_t rows, int64_t block
   }
 }
 
+template <typename Fn>
+void CpuExecutor::for_column_blocks(const Frame& frame, int64_t rows, int64_t width, Fn&& fn) {
+  constexpr int64_t kLine = 16;  // floats per cache line: no two blocks write one line of an aligned row
+  const int64_t lines = (width + kLine - 1) / kLine;
+  const int64_t blocks = std::min(parallel_row_blocks(frame, rows, width), lines);
+  run_row_blocks(frame, lines, blocks, [&](int64_t begin, int64_t count, int) {
+    const int64_t first = begin * kLine;
+    fn(first, std::min(width, (begin + count) * kLine) - first);
+  });
+}
+
 void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame) {
   const Node& n = function(pass, rows.type)[id];
   if (is_view(n.op) || n.op == Op::Scatter || n.uniform) return;  // uniform: fill_uniform_values
@@ -1586,11 +1597,12 @@ void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node, Frame& fra
     case Op::EmbeddingGrad: {
       ++stats.copy_calls;
       float* grad = store_.gradient(node.param);
-      for (int64_t r = 0; r < rows.count; ++r) {
-        int token = graph.token(rows.vertices[r]);
-        store_.touch(node.param, token);
-        add_row(x.data + r * x.ld, grad + int64_t(token) * width, width);
-      }
+      for (int64_t r = 0; r < rows.count; ++r) store_.touch(node.param, graph.token(rows.vertices[r]));
+      // Rows of one token add into one gradient row: blocks of columns in parallel, never blocks of rows.
+      for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
+        for (int64_t r = 0; r < rows.count; ++r)
+          add_row(x.data + r * x.ld + first, grad + int64_t(graph.token(rows.vertices[r])) * width + first, count);
+      });
       stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
       return;
     }
@@ -1643,41 +1655,61 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
     const ValueLayout& s = layout.scatter_grad[size_t(type)];
     return arena(Pass::Backward) + s.offset + row * s.ld;
   };
+  // Row r's columns [first, first + count) of `src` into `dst`, as far as the
+  // destination's width reaches.
+  auto add_columns = [](const float* src, float* dst, int64_t width, int64_t first, int64_t count) {
+    if (first < width) add_row(src + first, dst + first, std::min(count, width - first));
+  };
+  // A child's row is as wide as the gradient's row (Slot, EveryVariadic) or
+  // as one row of its [K, d] block (VariadicRows).
+  const Shape& shape = function(Pass::Backward, rows.type)[node.args[0]].shape;
+  const int64_t width_bound = node.target == ir::GatherGradTarget::VariadicRows ? shape.dims[1] : shape.numel();
+  int64_t bytes = 0;
   if (node.target == ir::GatherGradTarget::Slot) {
-    for (int64_t r = 0; r < rows.count; ++r) {
-      RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-      int64_t width = scatter_width_[size_t(dst.type)];
-      add_row(g.data + r * g.ld, grad_row(dst.type, dst.row), width);
-      stats.copy_bytes += width * int64_t(sizeof(float));
-      stats.layout_copy_bytes += width * int64_t(sizeof(float));
-    }
-    return;
-  }
-  // Every variadic child, or row k to variadic child k.
-  const size_t first = size_t(program_.signature(rows.type).fixed_arity);
-  if (node.target == ir::GatherGradTarget::EveryVariadic && rows.task >= 0 &&
-      layout.gather(rows.task, int(first)).is_view()) {
-    const GatherLayout& view = layout.gather(rows.task, int(first));  // one variadic child per row
-    const int64_t width = scatter_width_[size_t(view.source_type)];
+    for_column_blocks(frame, rows.count, width_bound, [&](int64_t first, int64_t count) {
+      for (int64_t r = 0; r < rows.count; ++r) {
+        RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
+        add_columns(g.data + r * g.ld, grad_row(dst.type, dst.row), scatter_width_[size_t(dst.type)], first, count);
+      }
+    });
     for (int64_t r = 0; r < rows.count; ++r)
-      add_row(g.data + r * g.ld, grad_row(view.source_type, view.first_row + r * view.row_step), width);
-    stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
-    stats.layout_copy_bytes += rows.count * width * int64_t(sizeof(float));
-    return;
-  }
-  for (int64_t r = 0; r < rows.count; ++r) {
-    std::span<const int> children = graph.children(rows.vertices[r]);
-    const float* src = g.data + r * g.ld;
-    for (size_t k = first; k < children.size(); ++k) {
-      int child = children[k];
-      int type = graph.type(child);
-      int64_t width = scatter_width_[size_t(type)];
-      const float* part = node.target == ir::GatherGradTarget::VariadicRows ? src + int64_t(k - first) * width : src;
-      add_row(part, grad_row(type, layout.vertex_row[size_t(child)]), width);
-      stats.copy_bytes += width * int64_t(sizeof(float));
-      stats.layout_copy_bytes += width * int64_t(sizeof(float));
+      bytes += scatter_width_[size_t(gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r).type)];
+  } else {
+    // Every variadic child, or row k to variadic child k.
+    const size_t first_child = size_t(program_.signature(rows.type).fixed_arity);
+    if (node.target == ir::GatherGradTarget::EveryVariadic && rows.task >= 0 &&
+        layout.gather(rows.task, int(first_child)).is_view()) {
+      const GatherLayout& view = layout.gather(rows.task, int(first_child));  // one variadic child per row
+      const int64_t width = scatter_width_[size_t(view.source_type)];
+      for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
+        for (int64_t r = 0; r < rows.count; ++r)
+          add_columns(g.data + r * g.ld, grad_row(view.source_type, view.first_row + r * view.row_step), width,
+                      first, count);
+      });
+      bytes = rows.count * width;
+    } else {
+      for_column_blocks(frame, rows.count, width_bound, [&](int64_t first, int64_t count) {
+        for (int64_t r = 0; r < rows.count; ++r) {
+          std::span<const int> children = graph.children(rows.vertices[r]);
+          const float* src = g.data + r * g.ld;
+          for (size_t k = first_child; k < children.size(); ++k) {
+            const int child = children[k];
+            const int type = graph.type(child);
+            const int64_t width = scatter_width_[size_t(type)];
+            const float* part =
+                node.target == ir::GatherGradTarget::VariadicRows ? src + int64_t(k - first_child) * width : src;
+            add_columns(part, grad_row(type, layout.vertex_row[size_t(child)]), width, first, count);
+          }
+        }
+      });
+      for (int64_t r = 0; r < rows.count; ++r) {
+        std::span<const int> children = graph.children(rows.vertices[r]);
+        for (size_t k = first_child; k < children.size(); ++k) bytes += scatter_width_[size_t(graph.type(children[k]))];
+      }
     }
   }
+  stats.copy_bytes += bytes * int64_t(sizeof(float));
+  stats.layout_copy_bytes += bytes * int64_t(sizeof(float));
 }
 
 }  // namespace vjit::runtime

@@ -203,6 +203,13 @@ class CpuExecutor final : public Executor {
   // pool's threads when the frame may use them, else one after the other.
   template <typename Fn>
   void run_row_blocks(const Frame& frame, int64_t rows, int64_t blocks, Fn&& fn);
+  // Calls fn(first_column, columns) over blocks of the columns [0, width), on
+  // the pool's threads when rows × width is large enough: for adds of rows into
+  // rows that several of them may share (scatter and embedding gradients).
+  // Each block adds its columns of every row in row order, so no two threads
+  // write one float and each float is summed in the same order as on one thread.
+  template <typename Fn>
+  void for_column_blocks(const Frame& frame, int64_t rows, int64_t width, Fn&& fn);
 
   // Node kinds.
   void gather(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
