@@ -13,6 +13,7 @@
 
 #include "ir/dropout.h"
 #include "runtime/kernels.h"
+#include "runtime/vector_clones.h"
 #include "vjit/error.h"
 
 namespace vjit::runtime {
@@ -55,7 +56,7 @@ bool can_launch(KernelTarget target) {
 // softmax over a 6021-word vocabulary).
 constexpr int64_t kLanes = 8;
 
-float row_max(const float* x, int64_t n) {
+VJIT_VECTOR_CLONES float row_max(const float* x, int64_t n) {
   float lanes[kLanes];
   for (int64_t j = 0; j < kLanes; ++j) lanes[j] = -std::numeric_limits<float>::infinity();
   int64_t i = 0;
@@ -67,7 +68,7 @@ float row_max(const float* x, int64_t n) {
   return max;
 }
 
-float row_sum(const float* x, int64_t n) {
+VJIT_VECTOR_CLONES float row_sum(const float* x, int64_t n) {
   float lanes[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -79,7 +80,7 @@ float row_sum(const float* x, int64_t n) {
 }
 
 // Σ a_i b_i in kLanes independent partial sums, so that it vectorises.
-float dot(const float* a, const float* b, int64_t n) {
+VJIT_VECTOR_CLONES float dot(const float* a, const float* b, int64_t n) {
   float lanes[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -91,7 +92,7 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 // SymOuter of one row: x_a x_b for a ≤ b, row by row of the triangle.
-void sym_outer_row(const float* __restrict x, int64_t n, float* __restrict out) {
+VJIT_VECTOR_CLONES void sym_outer_row(const float* __restrict x, int64_t n, float* __restrict out) {
   for (int64_t a = 0; a < n; ++a) {
     const float xa = x[a];
     for (int64_t b = a; b < n; ++b) out[b - a] = xa * x[b];
@@ -102,7 +103,7 @@ void sym_outer_row(const float* __restrict x, int64_t n, float* __restrict out) 
 // Its gradient: out_c = Σ_{b ≥ c} g(c,b) x_b + Σ_{a ≤ c} g(a,c) x_a, row a of
 // the triangle giving the first sum's dot product for c = a and its share of
 // the second for every c ≥ a.
-void sym_outer_grad_row(const float* __restrict x, const float* __restrict g, int64_t n, float* __restrict out) {
+VJIT_VECTOR_CLONES void sym_outer_grad_row(const float* __restrict x, const float* __restrict g, int64_t n, float* __restrict out) {
   std::fill_n(out, size_t(n), 0.0f);
   for (int64_t a = 0; a < n; ++a) {
     const float xa = x[a];
@@ -112,8 +113,22 @@ void sym_outer_grad_row(const float* __restrict x, const float* __restrict g, in
   }
 }
 
-void add_row(const float* src, float* dst, int64_t width) {
+VJIT_VECTOR_CLONES void add_row(const float* src, float* dst, int64_t width) {
   for (int64_t i = 0; i < width; ++i) dst[i] += src[i];
+}
+
+// One row of Outer: dst = a·bᵀ ([m, n]), plus the addend x when there is one.
+VJIT_VECTOR_CLONES void outer_row(const float* a, int64_t m, const float* b, int64_t n, const float* x, float* dst) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float ai = a[i];
+    float* out = dst + i * n;
+    if (x == nullptr) {
+      for (int64_t j = 0; j < n; ++j) out[j] = ai * b[j];
+    } else {
+      const float* xi = x + i * n;
+      for (int64_t j = 0; j < n; ++j) out[j] = xi[j] + ai * b[j];
+    }
+  }
 }
 
 // Below this much work (rows × work per row: elements, or multiply-adds)
@@ -246,7 +261,7 @@ uint64_t step_reads(const FunctionPlan& fp, const std::vector<uint64_t>& alias, 
 // transpose when `trans`: A stored [k, m]). A per-vertex matrix-vector product
 // (MV-RNN's A b, the bilinear form's contraction) is too small for a library
 // GEMM call to pay: these loops over the task's rows replace one sgemm per row.
-void matrix_vector(bool trans, int64_t m, int64_t k, const float* a, int64_t lda, const float* x, float* y) {
+VJIT_VECTOR_CLONES void matrix_vector(bool trans, int64_t m, int64_t k, const float* a, int64_t lda, const float* x, float* y) {
   if (trans) {  // y = Σ_j x[j] · row j of A
     std::fill_n(y, m, 0.0f);
     for (int64_t j = 0; j < k; ++j) {
@@ -1514,19 +1529,9 @@ void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const Vie
   const View& b = frame.views[int(pass)][size_t(node.args[1])];
   const int64_t m = f[node.args[0]].shape.numel(), n = f[node.args[1]].shape.numel();
   for_row_blocks(frame, rows.count, m * n, [&](int64_t begin, int64_t count, int) {
-    for (int64_t r = begin; r < begin + count; ++r) {
-      const float* pa = a.data + r * a.ld;
-      const float* pb = b.data + r * b.ld;
-      float* dst = out.data + r * out.ld;
-      if (addend == nullptr) {
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < n; ++j) dst[i * n + j] = pa[i] * pb[j];
-        continue;
-      }
-      const float* x = addend->data + r * addend->ld;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) dst[i * n + j] = x[i * n + j] + pa[i] * pb[j];
-    }
+    for (int64_t r = begin; r < begin + count; ++r)
+      outer_row(a.data + r * a.ld, m, b.data + r * b.ld, n, addend ? addend->data + r * addend->ld : nullptr,
+                out.data + r * out.ld);
   });
 }
 

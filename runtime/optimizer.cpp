@@ -7,24 +7,12 @@
 #include <cstring>
 
 #include "runtime/kernels.h"
+#include "runtime/vector_clones.h"
 #include "vjit/error.h"
 
-// The loops below are compiled for several ISAs and the best one for the CPU is
-// picked when the library is loaded (GCC function multi-versioning); the build
-// has no -march flag, so a plain loop alone would only get SSE2. This file is
-// compiled with -fno-math-errno (CMakeLists.txt) so that sqrt vectorises, and
-// with -ffp-contract=off so that no clone fuses a multiply and an add: every
-// clone computes the same float operations and gives the same results.
-// Not under ThreadSanitizer: the clones' resolver runs while the dynamic loader
-// relocates the program, before the TSan runtime is set up, and its
-// instrumentation crashes there (scripts/build.sh Thread).
-#if defined(__SANITIZE_THREAD__)
-#define VJIT_VECTOR_CLONES
-#elif defined(__x86_64__) && defined(__GNUC__) && __has_attribute(target_clones)
-#define VJIT_VECTOR_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
-#else
-#define VJIT_VECTOR_CLONES
-#endif
+// The loops below carry VJIT_VECTOR_CLONES (runtime/vector_clones.h); this
+// file is also compiled with -fno-math-errno (CMakeLists.txt) so that sqrt
+// vectorises.
 
 namespace vjit {
 
