@@ -117,6 +117,16 @@ VJIT_VECTOR_CLONES void add_row(const float* src, float* dst, int64_t width) {
   for (int64_t i = 0; i < width; ++i) dst[i] += src[i];
 }
 
+// out = x − shift, over n floats.
+VJIT_VECTOR_CLONES void shifted_row(const float* x, float shift, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] - shift;
+}
+
+// out = x · factor, over n floats.
+VJIT_VECTOR_CLONES void scaled_row(const float* x, float factor, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * factor;
+}
+
 // One row of Outer: dst = a·bᵀ ([m, n]), plus the addend x when there is one.
 VJIT_VECTOR_CLONES void outer_row(const float* a, int64_t m, const float* b, int64_t n, const float* x, float* dst) {
   for (int64_t i = 0; i < m; ++i) {
@@ -1564,7 +1574,7 @@ void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, cons
       const float* x = logits.data + r * logits.ld;
       float* dst = out.data + r * out.ld;
       float max = row_max(x, classes);
-      for (int64_t i = 0; i < classes; ++i) p[size_t(i)] = x[i] - max;
+      shifted_row(x, max, p.data(), classes);
       if (plan_.exp.entry) plan_.exp.entry(p.data(), p.data(), classes);
       else for (float& v : p) v = std::exp(v);
       float total = row_sum(p.data(), classes);
@@ -1574,7 +1584,7 @@ void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, cons
       }
       float g = label < 0 ? 0.0f : upstream->data[r * upstream->ld];
       const float scale = g / total;
-      for (int64_t i = 0; i < classes; ++i) dst[i] = p[size_t(i)] * scale;
+      scaled_row(p.data(), scale, dst, classes);
       if (label >= 0) dst[label] -= g;
     }
   });
@@ -1590,9 +1600,12 @@ void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node, Frame& fra
       ++stats.copy_calls;
       PushedValues<float>& pushes = result_->pushes;
       int k = push_index_[size_t(rows.type)][size_t(&node - function(pass, rows.type).nodes.data())];
-      for (int64_t r = 0; r < rows.count; ++r)
-        std::memcpy(pushes.data() + pushes.value_offset(rows.vertices[r], k), x.data + r * x.ld,
-                    size_t(width) * sizeof(float));
+      // Every vertex has its own place among the pushes: blocks of rows on the pool's threads.
+      for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
+        for (int64_t r = begin; r < begin + count; ++r)
+          std::memcpy(pushes.data() + pushes.value_offset(rows.vertices[r], k), x.data + r * x.ld,
+                      size_t(width) * sizeof(float));
+      });
       stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
       return;
     }
