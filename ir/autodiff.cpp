@@ -138,6 +138,7 @@ class Differentiator {
         emit_sink(Op::GatherGrad, g, [&](Node& s) {
           s.target = GatherGradTarget::Slot;
           s.child_slot = n.child_slot;
+          s.start = n.start;
         });
         break;
       case Op::GatherSum:

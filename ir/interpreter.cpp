@@ -182,7 +182,7 @@ class Interpreter {
   void add_gather_grad(int s, int v, const Node& n, const Tensor<T>& g) {
     const std::vector<int>& children = vertex(s, v).children;
     if (n.target == GatherGradTarget::Slot) {
-      add_into(scatter_grad(s, children[size_t(n.child_slot)]), 0, g);
+      add_into(scatter_grad(s, children[size_t(n.child_slot)]), n.start, g);
       return;
     }
     size_t first = size_t(program_.signature(vertex(s, v).type).fixed_arity);
@@ -203,7 +203,11 @@ class Interpreter {
     const Vertex& vx = vertex(s, v);
     size_t numel = size_t(n.shape.numel());
     switch (n.op) {
-      case Op::Gather: return scattered(s, vx.children[size_t(n.child_slot)]);
+      case Op::Gather: {
+        const Tensor<T>& whole = scattered(s, vx.children[size_t(n.child_slot)]);
+        if (n.start == 0 && whole.size() == numel) return whole;
+        return Tensor<T>(whole.begin() + n.start, whole.begin() + n.start + int64_t(numel));
+      }
       case Op::GatherSum:
       case Op::GatherAll: {
         Tensor<T> out(numel, T(0));

@@ -184,6 +184,8 @@ void verify(const Function& function) {
                               n.start + narrow.dims[1] <= wide.dims[1],
                           "verify " << function.name << ": column slice out of range " << to_string(function, id));
     }
+    if (n.op == Op::Gather || n.op == Op::GatherGrad)
+      VJIT_INTERNAL_CHECK(n.start >= 0, "verify " << function.name << ": negative start in " << to_string(function, id));
     if (n.op == Op::Slice) {
       const Shape& s = function[n.args[0]].shape;
       VJIT_INTERNAL_CHECK(n.start >= 0 && n.start + n.shape.numel() <= s.numel(),

@@ -166,6 +166,66 @@ class SliceSimplifier {
 
 Function simplify_slices(const Function& function) { return SliceSimplifier(function).run(); }
 
+Function gather_slices(const Function& function) {
+  Function out = function;
+  std::vector<bool> sliced_only(function.nodes.size(), true);
+  for (const Node& n : function.nodes)
+    for (ValueId arg : n.args)
+      if (n.op != Op::Slice) sliced_only[size_t(arg)] = false;
+  for (ValueId id = 0; id < function.size(); ++id) {
+    const Node& slice = function[id];
+    if (slice.op != Op::Slice) continue;
+    const Node& whole = function[slice.args[0]];
+    if (whole.op != Op::Gather || !sliced_only[size_t(slice.args[0])]) continue;
+    Node part = Node::make(Op::Gather, slice.shape);
+    part.child_slot = whole.child_slot;
+    part.start = whole.start + slice.start;
+    out.nodes[size_t(id)] = std::move(part);  // no operands: the order stays valid
+  }
+  return simplify(out);
+}
+
+Function join_gather_grads(const Function& function) {
+  // Per slot, its Slot GatherGrads by start.
+  std::vector<std::vector<std::pair<int, ValueId>>> by_slot;
+  for (ValueId id = 0; id < function.size(); ++id) {
+    const Node& n = function[id];
+    if (n.op != Op::GatherGrad || n.target != GatherGradTarget::Slot) continue;
+    if (by_slot.size() <= size_t(n.child_slot)) by_slot.resize(size_t(n.child_slot) + 1);
+    by_slot[size_t(n.child_slot)].emplace_back(n.start, id);
+  }
+  Function out = function;
+  std::vector<bool> keep(function.nodes.size(), true);
+  auto width = [&](ValueId grad) { return int(function[function[grad].args[0]].shape.numel()); };
+  for (size_t slot = 0; slot < by_slot.size(); ++slot) {
+    std::vector<std::pair<int, ValueId>>& grads = by_slot[slot];
+    std::sort(grads.begin(), grads.end());
+    for (size_t first = 0; first < grads.size();) {
+      size_t end = first + 1;
+      int next = grads[first].first + width(grads[first].second);
+      while (end < grads.size() && grads[end].first == next) next += width(grads[end++].second);
+      if (end - first > 1) {
+        std::vector<ValueId> parts;
+        for (size_t i = first; i < end; ++i) {
+          ValueId part = function[grads[i].second].args[0];
+          if (function[part].shape.rank != 1)
+            part = out.add(Node::make(Op::Reshape, Shape::vec(width(grads[i].second)), {part}));
+          parts.push_back(part);
+          keep[size_t(grads[i].second)] = false;
+        }
+        const ValueId concat = out.add(Node::make(Op::Concat, Shape::vec(next - grads[first].first), parts));
+        Node joined = Node::make(Op::GatherGrad, Shape::scalar(), {concat});
+        joined.child_slot = int(slot);
+        joined.start = grads[first].first;
+        out.add(std::move(joined));
+      }
+      first = end;
+    }
+  }
+  keep.resize(out.nodes.size(), true);
+  return compact(out, keep, identity_map(out));
+}
+
 std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_matmuls) {
   std::vector<int> readers(backward.nodes.size(), 0);
   for (const Node& node : backward.nodes)

@@ -35,6 +35,22 @@ Function simplify(const Function& function);
 // Precondition: the function verifies.
 Function simplify_slices(const Function& function);
 
+// A gather whose every reader is a Slice becomes one Gather per slice, of the
+// slice's elements from the child's scattered value (Gather's `start`): the
+// slices are then the gathers. A Concat of such slices (a Tree-LSTM's
+// [h_l; h_r], MV-RNN's [A; B]) can then be gathered straight into its buffer
+// (in-place concat, runtime/memplan.cpp) instead of gathered and copied again.
+// Precondition: the function verifies.
+Function gather_slices(const Function& function);
+
+// The inverse for the gradients, after differentiation: GatherGrads (target
+// Slot) of one slot whose ranges follow one another become one GatherGrad, from
+// the first one's start, of the concatenation of their operands (each
+// reshaped to a vector). One add per row into the children's scatter
+// gradients, as for a whole gather, which a layout may also compute in place.
+// Precondition: the function verifies.
+Function join_gather_grads(const Function& function);
+
 // --- analyses ---
 
 // The products a ParamGrad computes itself, so that they need no buffer of

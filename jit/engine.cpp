@@ -66,7 +66,9 @@ struct Engine::Impl {
       backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
     }
     if (!options.trace_path.empty()) trace = make_trace_recorder(program, options.trace_path);
-    planner = runtime::make_planner(planner_name(), plan, signatures, {options.inplace_concat, options.pad_wide_rows});
+    planner = runtime::make_planner(planner_name(), plan, signatures,
+                                    {options.inplace_concat, options.pad_wide_rows,
+                                     options.gather_slices && options.device != "cuda"});
     if (options.device == "cuda")
       executor = std::make_unique<runtime::CudaExecutor>(
           program, plan,
@@ -336,7 +338,7 @@ struct Engine::Impl {
     kept->signatures = kept->program.signatures();
     kept->plan = jit::lower_program(kept->program, options);
     kept->planner = runtime::make_planner(planner_name(), kept->plan, kept->signatures,
-                                          {options.inplace_concat, options.pad_wide_rows});
+                                          {options.inplace_concat, options.pad_wide_rows, options.gather_slices});
     // Not streaming: the scattered rows are read back after the forward.
     kept->executor = std::make_unique<runtime::CpuExecutor>(
         kept->program, kept->plan,

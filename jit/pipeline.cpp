@@ -8,7 +8,12 @@
 //                                  become one GEMM (Options::merge_matmuls)
 //   simplify             F → F     CSE, DCE; F's value ids are final after it
 //                                  (∂F's Fwd nodes name them)
+//   gather_slices        F → F     slices of a gather become gathers of their own,
+//                                  so a concat of them is gathered in place
+//                                  (Options::gather_slices; not for VJIT_DEVICE=cuda)
 //   differentiate        F → ∂F
+//   join_gather_grads    ∂F → ∂F   with gather_slices: the slices' gradients of one
+//                                  slot back to one add per row
 //   simplify_slices      ∂F → ∂F   a stacked product's gradient back to per-part terms
 //   simplify             ∂F → ∂F   CSE, DCE
 // then for F and for ∂F:
@@ -370,10 +375,26 @@ LoweredFunctions lower_functions(const ir::Function& program_forward, const Opti
   }
   ir::Function simplified = ir::simplify(forward);
   log.function("simplify", "forward", simplified, &forward);
+  // The CUDA executor reads whole gathers only.
+  const bool gather_slices = options.gather_slices && options.device != "cuda";
+  if (gather_slices) {
+    ir::Function sliced_gathers = ir::gather_slices(simplified);
+    ir::verify(sliced_gathers);
+    log.function("gather_slices", "forward", sliced_gathers, &simplified);
+    simplified = std::move(sliced_gathers);
+  } else {
+    log.print("gather_slices", "forward", "(off: gather_slices=off, or device=cuda)\n");
+  }
 
   ir::Function backward = ir::differentiate(simplified);
   ir::verify(backward);
   log.function("differentiate", "backward", backward);
+  if (gather_slices) {
+    ir::Function joined = ir::join_gather_grads(backward);
+    ir::verify(joined);
+    log.function("join_gather_grads", "backward", joined, &backward);
+    backward = std::move(joined);
+  }
   ir::Function sliced = ir::simplify_slices(backward);
   ir::verify(sliced);
   log.function("simplify_slices", "backward", sliced, &backward);

@@ -223,8 +223,9 @@ bool within_tasks(const FunctionPlan& fp, ValueId id) {
 // The GatherGrad nodes of a backward whose gradient value (and each value a
 // Concat of it may hold in place) lives within the tasks: read by nothing but
 // the GatherGrad (and the Concat), so it may be placed in the children's
-// scatter-gradient rows.
-std::vector<ValueId> gather_grads_placeable_in_place(const FunctionPlan& fp) {
+// scatter-gradient rows. Only a gradient of all of a slot's row: where it
+// covers part of it (ir::gather_slices), the rest of the row is the others'.
+std::vector<ValueId> gather_grads_placeable_in_place(const FunctionPlan& fp, const TypeSignature& signature) {
   const ir::Function& f = *fp.function;
   std::vector<int> readers(size_t(f.size()), 0);
   for (ValueId id = 0; id < f.size(); ++id)
@@ -234,6 +235,9 @@ std::vector<ValueId> gather_grads_placeable_in_place(const FunctionPlan& fp) {
     const Node& n = f[id];
     if (n.op != Op::GatherGrad || n.target == ir::GatherGradTarget::VariadicRows) continue;
     const ValueId g = n.args[0];
+    if (n.target == ir::GatherGradTarget::Slot &&
+        (n.start != 0 || f[g].shape.numel() != signature.slot_shapes[size_t(n.child_slot)].numel()))
+      continue;
     bool ok = readers[size_t(g)] == 1 && within_tasks(fp, g);
     if (ok && f[g].op == Op::Concat)
       for (ValueId part : f[g].args) {
@@ -405,7 +409,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     const int fixed = program.signature(int(t)).fixed_arity;
     std::vector<uint64_t> forward_alias = gather_alias_masks(f, fixed, nullptr);
     std::vector<uint64_t> backward_alias = gather_alias_masks(*plan.types[t].backward.function, fixed, &forward_alias);
-    in_place_gather_grads_.push_back(gather_grads_placeable_in_place(plan.types[t].backward));
+    in_place_gather_grads_.push_back(gather_grads_placeable_in_place(plan.types[t].backward, program.signature(int(t))));
     for (Pass pass : {Pass::Forward, Pass::Backward}) {
       const FunctionPlan& fp = pass == Pass::Forward ? plan.types[t].forward : plan.types[t].backward;
       const std::vector<uint64_t>& alias = pass == Pass::Forward ? forward_alias : backward_alias;
@@ -547,6 +551,7 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
             const GatherLayout& g = layout.gather(rows.task, slot);
             if (g.is_view()) {
               view = scattered_rows(g.source_type, g.first_row);
+              view.data += n.start;  // 0 but for a Gather of part of the row (ir::gather_slices)
               view.ld *= g.row_step;
             }
           }
@@ -1132,7 +1137,8 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Fr
   for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r) {
       RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-      std::memcpy(out.data + r * out.ld, scattered_rows(src.type, src.row).data, size_t(width) * sizeof(float));
+      std::memcpy(out.data + r * out.ld, scattered_rows(src.type, src.row).data + node.start,
+                  size_t(width) * sizeof(float));
     }
   });
   stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
@@ -1683,15 +1689,14 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
   const Shape& shape = function(Pass::Backward, rows.type)[node.args[0]].shape;
   const int64_t width_bound = node.target == ir::GatherGradTarget::VariadicRows ? shape.dims[1] : shape.numel();
   int64_t bytes = 0;
-  if (node.target == ir::GatherGradTarget::Slot) {
+  if (node.target == ir::GatherGradTarget::Slot) {  // columns [start, start + width_bound) of the child's row
     for_column_blocks(frame, rows.count, width_bound, [&](int64_t first, int64_t count) {
       for (int64_t r = 0; r < rows.count; ++r) {
         RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-        add_columns(g.data + r * g.ld, grad_row(dst.type, dst.row), scatter_width_[size_t(dst.type)], first, count);
+        add_columns(g.data + r * g.ld, grad_row(dst.type, dst.row) + node.start, width_bound, first, count);
       }
     });
-    for (int64_t r = 0; r < rows.count; ++r)
-      bytes += scatter_width_[size_t(gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r).type)];
+    bytes = rows.count * width_bound;
   } else {
     // Every variadic child, or row k to variadic child k.
     const size_t first_child = size_t(program_.signature(rows.type).fixed_arity);

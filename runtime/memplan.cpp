@@ -60,11 +60,14 @@ bool backward_reads_only_in_tasks(const FunctionPlan& forward, const FunctionPla
 }
 
 // Whether value `id` may be written into a Concat's buffer instead of its own:
-// it has a buffer whose place nothing else decides (not a gather, which may
-// become a view; not stacked weights) and is not itself a Concat.
-bool may_live_in_concat(const FunctionPlan& fp, ValueId id) {
+// it has a buffer whose place nothing else decides (not stacked weights) and
+// is not itself a Concat. A gather there is copied straight into the concat;
+// in a task where the layout makes it a view of the children's rows, the view
+// replaces that place (CpuExecutor::bind) and the Concat copies it as any
+// other operand that is not in place.
+bool may_live_in_concat(const FunctionPlan& fp, ValueId id, bool gathers) {
   const Node& n = (*fp.function)[id];
-  return has_buffer(fp, id) && !n.uniform && n.op != Op::Gather && n.op != Op::Concat;
+  return has_buffer(fp, id) && !n.uniform && n.op != Op::Concat && (gathers || n.op != Op::Gather);
 }
 
 // Per value of the function: the Concat it is laid out in (-1: none) and its
@@ -74,7 +77,7 @@ struct ConcatPlacement {
   std::vector<int64_t> column;
 };
 
-ConcatPlacement place_in_concats(const FunctionPlan& fp) {
+ConcatPlacement place_in_concats(const FunctionPlan& fp, bool gathers) {
   const ir::Function& f = *fp.function;
   ConcatPlacement out{std::vector<ValueId>(size_t(f.size()), -1), std::vector<int64_t>(size_t(f.size()), 0)};
   for (ValueId id = 0; id < f.size(); ++id) {
@@ -87,7 +90,7 @@ ConcatPlacement place_in_concats(const FunctionPlan& fp) {
       ValueId root = arg;
       while (f[root].op == Op::Reshape) root = f[root].args[0];
       bool repeated = std::count(n.args.begin(), n.args.end(), arg) > 1;
-      if (may_live_in_concat(fp, root) && !repeated && out.concat[size_t(root)] < 0) {
+      if (may_live_in_concat(fp, root, gathers) && !repeated && out.concat[size_t(root)] < 0) {
         out.concat[size_t(root)] = id;
         out.column[size_t(root)] = column;
       }
@@ -117,7 +120,7 @@ class RowPlanner : public Planner {
     for (size_t t = 0; t < plan.types.size(); ++t) {
       for (Pass pass : {Pass::Forward, Pass::Backward}) {
         const FunctionPlan& fp = function_plan(pass, t);
-        placements_[int(pass)].push_back(inplace_concat ? place_in_concats(fp)
+        placements_[int(pass)].push_back(inplace_concat ? place_in_concats(fp, options.gathers_in_concat)
                                                         : ConcatPlacement{std::vector<ValueId>(fp.function->nodes.size(), -1),
                                                                           std::vector<int64_t>(fp.function->nodes.size(), 0)});
       }

@@ -205,8 +205,9 @@ class MeasuredPlanner final : public Planner {
 // throws UserError naming the valid ones otherwise. `plan` and `signatures`
 // must outlive it.
 struct PlannerOptions {
-  bool inplace_concat = true;  // lay Concat arguments out in place (above)
-  bool pad_wide_rows = true;   // rows of a multiple of 256 floats get 16 more (above)
+  bool inplace_concat = true;     // lay Concat arguments out in place (above)
+  bool pad_wide_rows = true;      // rows of a multiple of 256 floats get 16 more (above)
+  bool gathers_in_concat = true;  // with inplace_concat, gathers too (VJIT_GATHER_SLICES, CPU executor only)
 };
 
 std::unique_ptr<Planner> make_planner(const std::string& name, const ExecPlan& plan,

@@ -297,6 +297,81 @@ TEST(SimplifySlices, AdjacentPadsBecomeAConcatSlicesOfConcatsAndOuters) {
   EXPECT_EQ(pushed[3]->op, ir::Op::Slice);
 }
 
+// --- gathers of slices ---
+
+TEST(GatherSlices, SlicesOfAGatherBecomeGathersAndTheirGradientsJoinAgain) {
+  ir::Function f;
+  f.name = "f";
+  ir::Node whole = ir::Node::make(ir::Op::Gather, Shape::vec(6));
+  whole.child_slot = 1;
+  ir::ValueId state = f.add(whole);
+  ir::Node h = ir::Node::make(ir::Op::Slice, Shape::vec(2), {state});
+  ir::Node c = ir::Node::make(ir::Op::Slice, Shape::mat(2, 2), {state});
+  c.start = 2;
+  ir::ValueId hv = f.add(h), cv = f.add(c);
+  // Slot 0 is read whole as well as sliced: it stays one gather.
+  ir::ValueId other = f.add(ir::Node::make(ir::Op::Gather, Shape::vec(4)));
+  ir::ValueId other_part = f.add(ir::Node::make(ir::Op::Slice, Shape::vec(2), {other}));
+  ir::ValueId sum = f.add(ir::Node::make(ir::Op::Add, Shape::vec(2), {hv, other_part}));
+  ir::ValueId flat_c = f.add(ir::Node::make(ir::Op::Reshape, Shape::vec(4), {cv}));
+  ir::ValueId both = f.add(ir::Node::make(ir::Op::Concat, Shape::vec(6), {sum, flat_c}));
+  auto add_loss = [&](ir::ValueId x) {
+    f.add(ir::Node::make(ir::Op::Loss, Shape::scalar(), {f.add(ir::Node::make(ir::Op::Sum, Shape::scalar(), {x}))}));
+  };
+  add_loss(both);
+  add_loss(other);
+  ir::verify(f);
+
+  ir::Function g = ir::gather_slices(f);
+  ir::verify(g);
+  std::vector<std::pair<int, int>> gathers;  // (slot, start) of each gather
+  for (const ir::Node& n : g.nodes)
+    if (n.op == ir::Op::Gather) gathers.emplace_back(n.child_slot, n.start);
+  std::sort(gathers.begin(), gathers.end());
+  EXPECT_EQ(gathers, (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {1, 2}})) << ir::to_string(g);
+  EXPECT_EQ(count_ops(g, ir::Op::Slice), 1) << "the slice of the gather read whole stays\n" << ir::to_string(g);
+  for (const ir::Node& n : g.nodes)
+    if (n.op == ir::Op::Gather && n.child_slot == 1) {
+      EXPECT_EQ(n.shape, n.start == 0 ? Shape::vec(2) : Shape::mat(2, 2)) << ir::to_string(g);
+    }
+
+  // The gradients of slot 1's two gathers follow one another: one GatherGrad
+  // of their concatenation, as for the whole gather; slot 0's stays alone.
+  ir::Function d = ir::join_gather_grads(ir::differentiate(g));
+  ir::verify(d);
+  std::vector<const ir::Node*> grads;
+  for (const ir::Node& n : d.nodes)
+    if (n.op == ir::Op::GatherGrad) grads.push_back(&n);
+  ASSERT_EQ(grads.size(), 2u) << ir::to_string(d);
+  for (const ir::Node* n : grads) {
+    EXPECT_EQ(n->start, 0);
+    EXPECT_EQ(d[n->args[0]].shape.numel(), n->child_slot == 1 ? 6 : 4) << ir::to_string(d);
+    if (n->child_slot == 1) {
+      EXPECT_EQ(d[n->args[0]].op, ir::Op::Concat) << ir::to_string(d);
+    }
+  }
+}
+
+TEST(GatherSlices, GradientsThatLeaveAGapStayApart) {
+  ir::Function f;
+  f.name = "f";
+  ir::ValueId state = f.add(ir::Node::make(ir::Op::Gather, Shape::vec(6)));
+  ir::Node first = ir::Node::make(ir::Op::Slice, Shape::vec(2), {state});
+  ir::Node last = ir::Node::make(ir::Op::Slice, Shape::vec(2), {state});
+  last.start = 4;
+  ir::ValueId a = f.add(first), b = f.add(last);
+  ir::ValueId product = f.add(ir::Node::make(ir::Op::Mul, Shape::vec(2), {a, b}));
+  f.add(ir::Node::make(ir::Op::Loss, Shape::scalar(), {f.add(ir::Node::make(ir::Op::Sum, Shape::scalar(), {product}))}));
+  ir::verify(f);
+  ir::Function d = ir::join_gather_grads(ir::differentiate(ir::gather_slices(f)));
+  ir::verify(d);
+  std::vector<int> starts;
+  for (const ir::Node& n : d.nodes)
+    if (n.op == ir::Op::GatherGrad) starts.push_back(n.start);
+  std::sort(starts.begin(), starts.end());
+  EXPECT_EQ(starts, (std::vector<int>{0, 4})) << ir::to_string(d);
+}
+
 TEST(Classify, InputProjectionIsEagerRecurrenceIsCoreGradientsAreLazy) {
   Model model;
   Param w = model.add("W", Shape::mat(2, 3));
@@ -430,7 +505,7 @@ TEST(OpTable, AttributesOfEachOp) {
   using ir::Attr;
   using ir::AttrSet;
   using ir::Op;
-  EXPECT_EQ(ir::op_info(Op::Gather).attributes, AttrSet{Attr::ChildSlot});
+  EXPECT_EQ(ir::op_info(Op::Gather).attributes, (AttrSet{Attr::ChildSlot, Attr::Start}));
   EXPECT_EQ(ir::op_info(Op::GatherAll).attributes, AttrSet{Attr::MaxChildren});
   EXPECT_EQ(ir::op_info(Op::Dropout).attributes, (AttrSet{Attr::DropoutKey, Attr::Rate}));
   EXPECT_EQ(ir::op_info(Op::MatMul).attributes, (AttrSet{Attr::TransA, Attr::TransB}));
@@ -438,8 +513,10 @@ TEST(OpTable, AttributesOfEachOp) {
   // A GatherGrad reads child_slot only when its target is one slot.
   ir::Node g = ir::Node::make(Op::GatherGrad, Shape::scalar(), {0});
   EXPECT_TRUE(ir::used_attributes(g).has(Attr::ChildSlot));
+  EXPECT_TRUE(ir::used_attributes(g).has(Attr::Start));
   g.target = ir::GatherGradTarget::VariadicRows;
   EXPECT_FALSE(ir::used_attributes(g).has(Attr::ChildSlot));
+  EXPECT_FALSE(ir::used_attributes(g).has(Attr::Start));
   EXPECT_TRUE(ir::used_attributes(g).has(Attr::Target));
 }
 
@@ -535,7 +612,7 @@ TEST(Verifier, GatherGradReadsItsSlotOnlyWhenItsTargetIsOneSlot) {
   EXPECT_CONTAINS(internal_error_of(f), "GatherGrad does not use attribute slot but it is 1");
   f.nodes[1].target = ir::GatherGradTarget::Slot;
   EXPECT_NO_THROW(ir::verify(f));
-  EXPECT_CONTAINS(ir::to_string(f), "gathergrad(%0) target=slot slot=1\n");
+  EXPECT_CONTAINS(ir::to_string(f), "gathergrad(%0) target=slot slot=1 start=0\n");
 }
 
 // Two nodes of one op (on one operand when unary), both used; how many of them

@@ -62,7 +62,8 @@ TEST(PassList, LogsTheIrAfterEachPassInOrder) {
   const std::string log = ::testing::internal::GetCapturedStderr();
   const std::vector<std::string> expected = {
       "merge_matmuls: cell (forward)",      "simplify: cell (forward)",
-      "differentiate: cell (backward)",     "simplify_slices: cell (backward)",
+      "gather_slices: cell (forward)",      "differentiate: cell (backward)",
+      "join_gather_grads: cell (backward)", "simplify_slices: cell (backward)",
       "simplify: cell (backward)",          "fold_outer_products: cell (forward)",
       "classify_phases: cell (forward)",    "sink_elementwise_into_core: cell (forward)",
       "find_fusion_groups: cell (forward)",

@@ -25,7 +25,9 @@ namespace vjit::ir {
 //   attributes  the Node fields it reads (Attr); every other attribute stays at its
 //               default, which verify() checks and CSE relies on
 // Each op's semantics and gradient, one line each:
-//   Gather         src   value = what child `child_slot` scattered       grad: GatherGrad(Slot, child_slot)
+//   Gather         src   value = what child `child_slot` scattered       grad: GatherGrad(Slot, child_slot, start)
+//                  from flat element `start` on, as many as the shape holds (0 and all of it as
+//                  built; ir::gather_slices makes the others from slices of a gather)
 //   GatherSum      src   Σ of what the variadic children scattered       grad: GatherGrad(EveryVariadic)
 //                        (the children after the gather(k) slots; zeros when there are none)
 //   GatherAll      src   [K, d]: row k = variadic child k's scatter,     grad: GatherGrad(VariadicRows)
@@ -65,7 +67,7 @@ namespace vjit::ir {
 //   Fwd            src (∂F only): forward value `forward_value` of the same vertex
 //   ScatterGrad    src (∂F only): the gradient accumulated into this vertex's scatter by its parents
 //   GatherGrad     sink (∂F only): adds the operand into the scatter gradient of the children
-//                  `target` names (GatherGradTarget)
+//                  `target` names (GatherGradTarget); with target Slot, from flat element `start` on
 //   ParamGrad      sink (∂F only): adds the operand into the gradient of parameter `param`
 //   EmbeddingGrad  sink (∂F only): adds the operand into row `token` of table `param`'s gradient
 // Ops over a vertex's [K, d] children block (gather_all) and other matrices:
@@ -79,7 +81,7 @@ namespace vjit::ir {
 //                  first), over the actual children as MaxChildren; zeros elsewhere
 #define VJIT_IR_OPS(X)                                                \
   /* name          kind      exec     fusable attributes */          \
-  X(Gather,        Source,   Copy,    false,  ChildSlot)              \
+  X(Gather,        Source,   Copy,    false,  ChildSlot, Start)       \
   X(GatherSum,     Source,   Copy,    false)                          \
   X(GatherAll,     Source,   Copy,    false,  MaxChildren)            \
   X(Pull,          Source,   Copy,    false)                          \
@@ -120,7 +122,7 @@ namespace vjit::ir {
   X(Loss,          Sink,     Compute, false)                          \
   X(Fwd,           Source,   View,    false,  ForwardValue)           \
   X(ScatterGrad,   Source,   View,    false)                          \
-  X(GatherGrad,    Sink,     Copy,    false,  Target, ChildSlot)      \
+  X(GatherGrad,    Sink,     Copy,    false,  Target, ChildSlot, Start) \
   X(ParamGrad,     Sink,     Compute, false,  Param)                  \
   X(EmbeddingGrad, Sink,     Copy,    false,  Param)                  \
   X(SliceCols,     Shape,    Compute, false,  Start)                  \
@@ -251,7 +253,8 @@ struct Node {
   ValueId forward_value = -1;                        // Fwd: the id of the forward value read
   int dropout_key = 0;                               // Dropout: the mask's key
   int param = -1;                                    // Param, PullEmbedding, ParamGrad, EmbeddingGrad
-  int start = 0;                                     // Slice, Pad: the flat offset; SliceCols, PadCols: the column
+  int start = 0;                                     // Slice, Pad, Gather, GatherGrad (Slot): the flat offset;
+                                                     // SliceCols, PadCols: the column
   double value = 0.0;                                // Constant
   double factor = 1.0;                               // Scale
   double addend = 0.0;                               // AddScalar
@@ -272,7 +275,8 @@ struct Node {
 // whose target is not one slot.
 inline AttrSet used_attributes(const Node& n) {
   AttrSet used = op_info(n.op).attributes;
-  if (n.op == Op::GatherGrad && n.target != GatherGradTarget::Slot) used = used.without(Attr::ChildSlot);
+  if (n.op == Op::GatherGrad && n.target != GatherGradTarget::Slot)
+    used = used.without(Attr::ChildSlot).without(Attr::Start);
   return used;
 }
 

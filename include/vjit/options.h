@@ -37,6 +37,10 @@
 // |                  |             | backward follows runs fused kernels that    |              |
 // |                  |             | write only what the forward reads (not the  |              |
 // |                  |             | values kept for the backward; jit/pipeline) |              |
+// | VJIT_GATHER_SLICES | gather_slices | bool: CPU: slices of a gathered  | on           |
+// |                  |             | child state are gathered on their own, so   |              |
+// |                  |             | a concat of them is gathered in place       |              |
+// |                  |             | (ir/passes.h gather_slices)                 |              |
 // | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
 // |                  |             | is done by the GEMM (output rows start as   |              |
 // |                  |             | the bias, beta = 1), not by another pass;   |              |
@@ -165,6 +169,7 @@ struct Options {
   bool pad_wide_rows = true;        // VJIT_PAD_WIDE_ROWS
   bool pretranspose = true;         // VJIT_PRETRANSPOSE
   bool infer_kernels = true;        // VJIT_INFER_KERNELS
+  bool gather_slices = true;        // VJIT_GATHER_SLICES
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
