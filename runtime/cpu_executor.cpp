@@ -1679,58 +1679,44 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
     const ValueLayout& s = layout.scatter_grad[size_t(type)];
     return arena(Pass::Backward) + s.offset + row * s.ld;
   };
-  // Row r's columns [first, first + count) of `src` into `dst`, as far as the
-  // destination's width reaches.
-  auto add_columns = [](const float* src, float* dst, int64_t width, int64_t first, int64_t count) {
-    if (first < width) add_row(src + first, dst + first, std::min(count, width - first));
-  };
-  // A child's row is as wide as the gradient's row (Slot, EveryVariadic) or
-  // as one row of its [K, d] block (VariadicRows).
+  // Every child row is as wide as the gradient's row (Slot: from `start`;
+  // EveryVariadic) or as one row of its [K, d] block (VariadicRows): the
+  // graph's validation made every child scatter the shape its parent gathers.
   const Shape& shape = function(Pass::Backward, rows.type)[node.args[0]].shape;
-  const int64_t width_bound = node.target == ir::GatherGradTarget::VariadicRows ? shape.dims[1] : shape.numel();
-  int64_t bytes = 0;
-  if (node.target == ir::GatherGradTarget::Slot) {  // columns [start, start + width_bound) of the child's row
-    for_column_blocks(frame, rows.count, width_bound, [&](int64_t first, int64_t count) {
+  const int64_t width = node.target == ir::GatherGradTarget::VariadicRows ? shape.dims[1] : shape.numel();
+  const size_t first_child = size_t(program_.signature(rows.type).fixed_arity);
+  int64_t child_rows = rows.count;  // rows added into
+  if (node.target == ir::GatherGradTarget::Slot) {
+    for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
       for (int64_t r = 0; r < rows.count; ++r) {
         RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-        add_columns(g.data + r * g.ld, grad_row(dst.type, dst.row) + node.start, width_bound, first, count);
+        add_row(g.data + r * g.ld + first, grad_row(dst.type, dst.row) + node.start + first, count);
       }
     });
-    bytes = rows.count * width_bound;
-  } else {
-    // Every variadic child, or row k to variadic child k.
-    const size_t first_child = size_t(program_.signature(rows.type).fixed_arity);
-    if (node.target == ir::GatherGradTarget::EveryVariadic && rows.task >= 0 &&
-        layout.gather(rows.task, int(first_child)).is_view()) {
-      const GatherLayout& view = layout.gather(rows.task, int(first_child));  // one variadic child per row
-      const int64_t width = scatter_width_[size_t(view.source_type)];
-      for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
-        for (int64_t r = 0; r < rows.count; ++r)
-          add_columns(g.data + r * g.ld, grad_row(view.source_type, view.first_row + r * view.row_step), width,
-                      first, count);
-      });
-      bytes = rows.count * width;
-    } else {
-      for_column_blocks(frame, rows.count, width_bound, [&](int64_t first, int64_t count) {
-        for (int64_t r = 0; r < rows.count; ++r) {
-          std::span<const int> children = graph.children(rows.vertices[r]);
-          const float* src = g.data + r * g.ld;
-          for (size_t k = first_child; k < children.size(); ++k) {
-            const int child = children[k];
-            const int type = graph.type(child);
-            const int64_t width = scatter_width_[size_t(type)];
-            const float* part =
-                node.target == ir::GatherGradTarget::VariadicRows ? src + int64_t(k - first_child) * width : src;
-            add_columns(part, grad_row(type, layout.vertex_row[size_t(child)]), width, first, count);
-          }
-        }
-      });
+  } else if (node.target == ir::GatherGradTarget::EveryVariadic && rows.task >= 0 &&
+             layout.gather(rows.task, int(first_child)).is_view()) {
+    const GatherLayout& view = layout.gather(rows.task, int(first_child));  // one variadic child per row
+    for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
+      for (int64_t r = 0; r < rows.count; ++r)
+        add_row(g.data + r * g.ld + first, grad_row(view.source_type, view.first_row + r * view.row_step) + first,
+                count);
+    });
+  } else {  // every variadic child, or row k to variadic child k
+    const bool by_rows = node.target == ir::GatherGradTarget::VariadicRows;
+    for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
       for (int64_t r = 0; r < rows.count; ++r) {
         std::span<const int> children = graph.children(rows.vertices[r]);
-        for (size_t k = first_child; k < children.size(); ++k) bytes += scatter_width_[size_t(graph.type(children[k]))];
+        for (size_t k = first_child; k < children.size(); ++k) {
+          const float* part = g.data + r * g.ld + (by_rows ? int64_t(k - first_child) * width : 0);
+          add_row(part + first, grad_row(graph.type(children[k]), layout.vertex_row[size_t(children[k])]) + first,
+                  count);
+        }
       }
-    }
+    });
+    child_rows = 0;
+    for (int64_t r = 0; r < rows.count; ++r) child_rows += int64_t(graph.children(rows.vertices[r]).size() - first_child);
   }
+  const int64_t bytes = child_rows * width;
   stats.copy_bytes += bytes * int64_t(sizeof(float));
   stats.layout_copy_bytes += bytes * int64_t(sizeof(float));
 }
