@@ -1463,6 +1463,50 @@ const float* CpuExecutor::transposed_weight(int64_t key, const float* w, int64_t
   return copy.values.data();
 }
 
+// Σ_r A_r·B_rᵀ (A_r [m, k], B_r [n, k]: the gradient of a weight that
+// multiplied per-vertex matrices from the left, MV-RNN's Σ_r dP_r·X_rᵀ) a
+// group of G vertices per GEMM: Σ_g A_g·B_gᵀ = A'·B'ᵀ with row i of A' the
+// group's rows i joined end to end ([m, G·k]), and B' likewise. As a loop of
+// small products (k = 64) each call spends most of its time reading and
+// writing the accumulator: on a Zen 4 core, 65 GFLOP/s for 64×128×64 products
+// one by one, 77 in groups of 6, copies included. The depth G·k is fixed, so
+// the sum's order depends on the rows alone.
+namespace {
+
+constexpr int64_t kJoinedReductionDepth = 384;
+thread_local std::vector<float> t_joined_a, t_joined_b;
+
+// Rows [0, rows) of `group` per-vertex operands (`rows` × `k`, row stride
+// `ld`, one vertex every `vertex_ld` floats), row i of each joined end to end
+// into row i of `out` ([rows, group·k]).
+void join_rows(const float* first, int64_t vertex_ld, int64_t rows, int64_t k, int64_t ld, int64_t group,
+               std::vector<float>& out) {
+  if (out.size() < size_t(group * rows * k)) out.resize(size_t(group * rows * k));
+  for (int64_t g = 0; g < group; ++g)
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(first + g * vertex_ld + i * ld, k, out.data() + (i * group + g) * k);
+}
+
+// C += Σ op(A_r)·op(B_r) over `rows` vertices from `a` and `b` (one vertex
+// every `a_ld` and `b_ld` floats), `group` vertices per GEMM (join_rows; a
+// group of more than one only for A·Bᵀ).
+void accumulate_product_rows(GemmBackend backend, const Node& product, const PerVertexProduct& p, const float* a,
+                             int64_t a_ld, const float* b, int64_t b_ld, int64_t rows, int64_t group, float* c) {
+  for (int64_t r = 0; r < rows; r += group) {
+    const float *pa = a + r * a_ld, *pb = b + r * b_ld;
+    const int64_t g = std::min(group, rows - r);
+    if (g == 1) {
+      sgemm(backend, product.trans_a, product.trans_b, p.m, p.n, p.k, 1.0f, pa, p.lda, pb, p.ldb, 1.0f, c, p.n);
+      continue;
+    }
+    join_rows(pa, a_ld, p.m, p.k, p.lda, g, t_joined_a);
+    join_rows(pb, b_ld, p.n, p.k, p.ldb, g, t_joined_b);
+    sgemm(backend, false, true, p.m, p.n, g * p.k, 1.0f, t_joined_a.data(), g * p.k, t_joined_b.data(), g * p.k,
+          1.0f, c, p.n);
+  }
+}
+
+}  // namespace
+
 // Σ_rows A_r·B_r into the gradient, the per-vertex products never stored:
 // blocks of rows on the pool's threads, block 0 into the gradient itself and
 // the others into their own zeroed scratch, added in block order at the end.
@@ -1484,15 +1528,17 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
   if (frame.scratch.size() < size_t(blocks)) frame.scratch.resize(size_t(blocks));
   for (int64_t block = 1; block < blocks; ++block)
     if (int64_t(frame.scratch[size_t(block)].size()) < size) frame.scratch[size_t(block)].resize(size_t(size));
+  const bool joined = !product.trans_a && product.trans_b && f[product.args[0]].shape.rank == 2 &&
+                      f[product.args[1]].shape.rank == 2;
+  const int64_t group = joined ? std::max<int64_t>(1, kJoinedReductionDepth / p.k) : 1;
   run_row_blocks(frame, rows.count, blocks, [&](int64_t begin, int64_t count, int block) {
     float* c = grad;
     if (block > 0) {
       c = frame.scratch[size_t(block)].data();
       std::fill_n(c, size_t(size), 0.0f);
     }
-    for (int64_t r = begin; r < begin + count; ++r)
-      sgemm(gemm_backend_, product.trans_a, product.trans_b, p.m, p.n, p.k, 1.0f, a.data + r * a.ld, p.lda,
-            b.data + r * b.ld, p.ldb, 1.0f, c, p.n);
+    accumulate_product_rows(gemm_backend_, product, p, a.data + begin * a.ld, a.ld, b.data + begin * b.ld, b.ld,
+                            count, group, c);
   });
   for (int64_t block = 1; block < blocks; ++block) add_row(frame.scratch[size_t(block)].data(), grad, size);
 }

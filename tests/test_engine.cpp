@@ -311,6 +311,40 @@ TEST(GatherSlices, AGatherOfTheSecondHalfOfAStateAndItsGradientMatchTheReference
   }
 }
 
+// A weight times a per-vertex matrix, W·M and W·Mᵀ: the weight's gradient is
+// a sum of one small product per vertex (Σ dY·Mᵀ, Σ dY·M), which the executor
+// sums a group of vertices per GEMM, their operands laid side by side. 310
+// vertices: several whole groups and a partial one on each thread, each product
+// form, and one thread against two.
+TEST(PerVertexProducts, WeightGradientsSummedInGroupsMatchTheReference) {
+  Model model;
+  Param w = model.add("w", Shape::mat(5, 4));
+  Param u = model.add("u", Shape::mat(5, 3));
+  Program program(model);
+  program.add_type("matrix", [&](Builder& b) {
+    Value m = b.tanh(b.reshape(b.pull(12), Shape::mat(4, 3)));
+    Value y = b.tanh(b.matmul(w, m));
+    Value z = b.tanh(b.matmul(u, b.transpose(m)));
+    b.add_loss(b.add(b.sum(b.mul(y, y)), b.sum(b.mul(z, z))));
+  });
+  GraphBatch batch;
+  for (int i = 0; i < 31; ++i) {
+    Sample sample;
+    sample.name = "matrices " + std::to_string(i);
+    for (int j = 0; j < 10; ++j) {
+      int v = sample.add_vertex(0);
+      for (int e = 0; e < 12; ++e) sample.vertices[size_t(v)].features.push_back(0.1f * float((i * 7 + j * 3 + e) % 17) - 0.8f);
+    }
+    batch.samples.push_back(sample);
+  }
+  for (int threads : {1, 2}) {
+    Options options = Options::defaults();
+    options.threads = threads;
+    Engine engine(program, options);
+    testing::expect_matches_reference(engine, program, batch, kTolerance, std::to_string(threads) + " threads");
+  }
+}
+
 // bf16 products (VJIT_GEMM=onednn_bf16, AVX-512 BF16 or AMX): every matrix
 // product on operands rounded to bfloat16. The stated accuracy: every example
 // model's objective, outputs and gradients within 5e-2 (relative to the
