@@ -637,9 +637,15 @@ void CpuExecutor::backward() {
   store_.zero_gradients();
   const BatchLayout& layout = *batch_.layout;
   float* arena = reserve_backward_arena(layout.arena_floats[int(Pass::Backward)]);
+  // The scatter gradients are sums over their parents' gathers, so they start
+  // at zero: tens of megabytes a step for MV-RNN's 4160-float rows, on every thread.
   for (size_t t = 0; t < layout.scatter_grad.size(); ++t) {
     const ValueLayout& g = layout.scatter_grad[t];
-    if (g.offset >= 0) std::fill_n(arena + g.offset, size_t(layout.type_rows[t] * g.ld), 0.0f);
+    if (g.offset < 0) continue;
+    float* rows = arena + g.offset;
+    for_row_blocks(frame_, layout.type_rows[t], g.ld, [&](int64_t begin, int64_t count, int) {
+      std::fill_n(rows + begin * g.ld, size_t(count * g.ld), 0.0f);
+    });
   }
   fill_uniform_values(Pass::Backward);
   run_phase(Pass::Backward, ir::Phase::Eager, frame_);
