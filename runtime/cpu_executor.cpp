@@ -249,6 +249,24 @@ std::vector<ValueId> gather_grads_placeable_in_place(const FunctionPlan& fp, con
   return out;
 }
 
+// Bit k for each slot k whose gradient one GatherGrad of the backward sends
+// to the child's whole scatter row (none other of slot k, start 0, the
+// slot's full width).
+uint64_t whole_slot_gather_grads(const ir::Function& f, const TypeSignature& signature) {
+  std::vector<int> per_slot(size_t(signature.fixed_arity), 0);
+  uint64_t whole = 0;
+  for (ValueId id = 0; id < f.size(); ++id) {
+    const Node& n = f[id];
+    if (n.op != Op::GatherGrad || n.target != ir::GatherGradTarget::Slot) continue;
+    ++per_slot[size_t(n.child_slot)];
+    if (n.start == 0 && f[n.args[0]].shape.numel() == signature.slot_shapes[size_t(n.child_slot)].numel())
+      whole |= uint64_t(1) << n.child_slot;
+  }
+  for (size_t k = 0; k < per_slot.size(); ++k)
+    if (per_slot[k] != 1) whole &= ~(uint64_t(1) << k);
+  return whole;
+}
+
 // The gather slots a step reads in place: its inputs' masks, looking through
 // nodes folded into it (a weight gradient's outer product, a biased product).
 uint64_t step_reads(const FunctionPlan& fp, const std::vector<uint64_t>& alias, const Step& step) {
@@ -410,6 +428,8 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     std::vector<uint64_t> forward_alias = gather_alias_masks(f, fixed, nullptr);
     std::vector<uint64_t> backward_alias = gather_alias_masks(*plan.types[t].backward.function, fixed, &forward_alias);
     in_place_gather_grads_.push_back(gather_grads_placeable_in_place(plan.types[t].backward, program.signature(int(t))));
+    whole_slot_gather_grads_.push_back(
+        whole_slot_gather_grads(*plan.types[t].backward.function, program.signature(int(t))));
     for (Pass pass : {Pass::Forward, Pass::Backward}) {
       const FunctionPlan& fp = pass == Pass::Forward ? plan.types[t].forward : plan.types[t].backward;
       const std::vector<uint64_t>& alias = pass == Pass::Forward ? forward_alias : backward_alias;
@@ -636,17 +656,9 @@ void CpuExecutor::backward() {
   has_batch_ = false;
   store_.zero_gradients();
   const BatchLayout& layout = *batch_.layout;
-  float* arena = reserve_backward_arena(layout.arena_floats[int(Pass::Backward)]);
-  // The scatter gradients are sums over their parents' gathers, so they start
-  // at zero: tens of megabytes a step for MV-RNN's 4160-float rows, on every thread.
-  for (size_t t = 0; t < layout.scatter_grad.size(); ++t) {
-    const ValueLayout& g = layout.scatter_grad[t];
-    if (g.offset < 0) continue;
-    float* rows = arena + g.offset;
-    for_row_blocks(frame_, layout.type_rows[t], g.ld, [&](int64_t begin, int64_t count, int) {
-      std::fill_n(rows + begin * g.ld, size_t(count * g.ld), 0.0f);
-    });
-  }
+  reserve_backward_arena(layout.arena_floats[int(Pass::Backward)]);
+  find_rows_assigned_once();
+  zero_scatter_gradients();
   fill_uniform_values(Pass::Backward);
   run_phase(Pass::Backward, ir::Phase::Eager, frame_);
   for (int t = batch_.schedule->num_tasks(); t-- > 0;) run_task(Pass::Backward, t, frame_);
@@ -655,6 +667,59 @@ void CpuExecutor::backward() {
   run_phase(Pass::Backward, ir::Phase::Lazy, frame_);
   if (observer_) tell_gradients_final(int(final_at_point_.size()) - 1);
   store_.finish_touched();
+}
+
+// Counts each vertex's contributions to its scatter gradient: one per parent
+// slot whose whole-slot GatherGrad writes it outside an in-place gather, two
+// (never assigned) for any other (a variadic child, a partial or in-place
+// gradient).
+void CpuExecutor::find_rows_assigned_once() {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const scheduler::FlatSchedule& schedule = *batch_.schedule;
+  const BatchLayout& layout = *batch_.layout;
+  contributions_.assign(size_t(graph.num_vertices()), 0);
+  for (int t = 0; t < schedule.num_tasks(); ++t) {
+    const int type = schedule.task_type[size_t(t)];
+    const int fixed = program_.signature(type).fixed_arity;
+    uint64_t assigning = whole_slot_gather_grads_[size_t(type)];
+    for (int k = 0; k < fixed; ++k) {
+      const GatherLayout& g = layout.gather(t, k);
+      if (g.is_view() && g.exclusive) assigning &= ~(uint64_t(1) << k);  // maybe computed in place
+    }
+    for (int v : schedule.task(t)) {
+      std::span<const int> children = graph.children(v);
+      for (size_t k = 0; k < children.size(); ++k) {
+        const bool assigns = int(k) < fixed && (assigning >> k & 1);
+        uint8_t& count = contributions_[size_t(children[k])];
+        count = uint8_t(std::min(2, count + (assigns ? 1 : 2)));
+      }
+    }
+  }
+  assigned_once_.resize(size_t(program_.num_types()));
+  for (int t = 0; t < program_.num_types(); ++t) assigned_once_[size_t(t)].assign(size_t(layout.type_rows[size_t(t)]), 0);
+  for (int v = 0; v < graph.num_vertices(); ++v)
+    if (contributions_[size_t(v)] == 1) assigned_once_[size_t(graph.type(v))][size_t(layout.vertex_row[size_t(v)])] = 1;
+}
+
+// The scatter gradients are sums over the parents' gathers, so they start at
+// zero, on the pool's threads (tens of megabytes a step for MV-RNN's
+// 4160-float rows), except where the one contribution is assigned: there only
+// the padding after the row's width.
+void CpuExecutor::zero_scatter_gradients() {
+  const BatchLayout& layout = *batch_.layout;
+  for (size_t t = 0; t < layout.scatter_grad.size(); ++t) {
+    const ValueLayout& g = layout.scatter_grad[t];
+    if (g.offset < 0) continue;
+    float* rows = arena(Pass::Backward) + g.offset;
+    const std::vector<uint8_t>& assigned = assigned_once_[t];
+    const int64_t width = scatter_width_[t];
+    for_row_blocks(frame_, layout.type_rows[t], g.ld, [&](int64_t begin, int64_t count, int) {
+      for (int64_t r = begin; r < begin + count; ++r) {
+        const int64_t from = assigned[size_t(r)] ? width : 0;
+        std::fill(rows + r * g.ld + from, rows + (r + 1) * g.ld, 0.0f);
+      }
+    });
+  }
 }
 
 // Only the rows of the embedding tables the batch looked up, on the pool's
@@ -1739,10 +1804,14 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
   const size_t first_child = size_t(program_.signature(rows.type).fixed_arity);
   int64_t child_rows = rows.count;  // rows added into
   if (node.target == ir::GatherGradTarget::Slot) {
+    const bool whole_slot = whole_slot_gather_grads_[size_t(rows.type)] >> node.child_slot & 1;
     for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
       for (int64_t r = 0; r < rows.count; ++r) {
         RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-        add_row(g.data + r * g.ld + first, grad_row(dst.type, dst.row) + node.start + first, count);
+        const float* part = g.data + r * g.ld + first;
+        float* into = grad_row(dst.type, dst.row) + node.start + first;
+        if (whole_slot && assigned_once_[size_t(dst.type)][size_t(dst.row)]) std::copy_n(part, count, into);
+        else add_row(part, into, count);
       }
     });
   } else if (node.target == ir::GatherGradTarget::EveryVariadic && rows.task >= 0 &&

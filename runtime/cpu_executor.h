@@ -314,6 +314,17 @@ class CpuExecutor final : public Executor {
   // gradient value (-1: none); bind()'s scratch.
   std::vector<ir::ValueId> in_place_target_;
   const GatherLayout* in_place_gather(const Rows& rows, const ir::Node& gather_grad) const;
+  // Per type: bit k when the backward has one GatherGrad of slot k and it
+  // covers the child's whole row (whole_slot_gather_grads).
+  std::vector<uint64_t> whole_slot_gather_grads_;
+  // Per type, per scatter-gradient row of this batch: 1 when the row's one
+  // contribution is a parent's whole-slot GatherGrad that is not computed in
+  // place. backward() leaves such rows unzeroed and that GatherGrad copies
+  // into them instead of adding: the first write is the sum.
+  std::vector<std::vector<uint8_t>> assigned_once_;
+  std::vector<uint8_t> contributions_;  // per vertex; find_rows_assigned_once()'s scratch
+  void find_rows_assigned_once();
+  void zero_scatter_gradients();
 
   // Which parameters' gradients each point of the backward makes final (a
   // BackwardObserver hears of them): point 0 is the end of the tasks, point
