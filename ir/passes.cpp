@@ -283,6 +283,53 @@ bool is_rank_one_term(const Function& f, const Node& add, ValueId outer, ValueId
   return !f[n.args[0]].uniform && !f[n.args[1]].uniform && f[addend].shape == add.shape;
 }
 
+// A product whose rows a slice `slice` takes whole: rows [start / n, …) of
+// an [m, n] product with n columns.
+bool takes_whole_rows(const Node& slice, const Node& product) {
+  const int64_t n = product.shape.dims[1];
+  return slice.op == Op::Slice && slice.start % n == 0 && slice.shape.numel() % n == 0 &&
+         slice.shape.rank == 2 && slice.shape.dims[1] == n;
+}
+
+// A product of two per-vertex [m, k]·[k, n] matrices, or of a uniform matrix
+// and a per-vertex one (MV-RNN's W_Mᵀ·dP): one small GEMM per vertex, whose
+// rows the CPU executor can compute in any number of parts.
+bool is_per_vertex_matrix_product(const Function& f, const Node& n) {
+  if (n.op != Op::MatMul || n.uniform || n.shape.rank != 2) return false;
+  const Node& a = f[n.args[0]];
+  const Node& b = f[n.args[1]];
+  return !b.uniform && a.shape.rank == 2 && b.shape.rank == 2;
+}
+
+// Marks the per-vertex matrix products read only through whole-row slices,
+// each the addend of an add that takes a rank-one term (folded in `folded`):
+// each add computes its rows of the product straight into its output and
+// then adds the term, so the product is never written whole.
+void fold_products_into_rank_one_adds(const Function& f, const std::vector<Phase>& phases,
+                                      const std::vector<int>& group_of, const std::vector<bool>& keep,
+                                      std::vector<bool>& folded) {
+  std::vector<std::vector<ValueId>> users(f.nodes.size());
+  for (ValueId id = 0; id < f.size(); ++id)
+    for (ValueId arg : f[id].args) users[size_t(arg)].push_back(id);
+  auto adds_rank_one_term = [&](ValueId slice, ValueId add) {
+    const Node& n = f[add];
+    if (n.op != Op::Add || group_of[size_t(add)] >= 0 || phases[size_t(add)] != phases[size_t(slice)]) return false;
+    const ValueId other = n.args[0] == slice ? n.args[1] : n.args[0];
+    return other != slice && folded[size_t(other)] && f[other].op == Op::Outer;
+  };
+  for (ValueId id = 0; id < f.size(); ++id) {
+    const Node& product = f[id];
+    if (!is_per_vertex_matrix_product(f, product) || keep[size_t(id)] || group_of[size_t(id)] >= 0 ||
+        folded[size_t(id)] || users[size_t(id)].empty())
+      continue;
+    bool all = true;
+    for (ValueId slice : users[size_t(id)])
+      all = all && takes_whole_rows(f[slice], product) && users[size_t(slice)].size() == 1 &&
+            phases[size_t(slice)] == phases[size_t(id)] && adds_rank_one_term(slice, users[size_t(slice)][0]);
+    if (all) folded[size_t(id)] = true;
+  }
+}
+
 }  // namespace
 
 std::vector<bool> fold_bias_adds(const Function& f, const std::vector<Phase>& phases, const std::vector<int>& group_of,
@@ -306,6 +353,7 @@ std::vector<bool> fold_bias_adds(const Function& f, const std::vector<Phase>& ph
       break;
     }
   }
+  if (block_products) fold_products_into_rank_one_adds(f, phases, group_of, keep, folded);
   return folded;
 }
 

@@ -75,7 +75,11 @@ std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_
 // bias [n]. Also with `block_products`: a per-vertex outer product u·vᵀ added
 // to a per-vertex matrix x of its shape (MV-RNN's matrix gradients), which
 // the add then computes as x + u·vᵀ in one pass, the outer product never
-// written. Returns one flag per node: the products folded into their add.
+// written; and then a per-vertex matrix product read only through whole-row
+// slices, each the other term of such an add (MV-RNN's input gradient
+// W_Mᵀ·dP, split into the gradients of A and B): each add computes its rows
+// of the product into its output and adds u·vᵀ there, the product never
+// written whole. Returns one flag per node: the products folded into their add.
 std::vector<bool> fold_bias_adds(const Function& function, const std::vector<Phase>& phases,
                                  const std::vector<int>& group_of, const std::vector<bool>& keep,
                                  bool block_products = false);

@@ -268,7 +268,8 @@ uint64_t whole_slot_gather_grads(const ir::Function& f, const TypeSignature& sig
 }
 
 // The gather slots a step reads in place: its inputs' masks, looking through
-// nodes folded into it (a weight gradient's outer product, a biased product).
+// nodes folded into it (a weight gradient's outer product, a biased product,
+// the rows of a product an add computes).
 uint64_t step_reads(const FunctionPlan& fp, const std::vector<uint64_t>& alias, const Step& step) {
   if (step.fused >= 0) {
     uint64_t mask = 0;
@@ -282,7 +283,9 @@ uint64_t step_reads(const FunctionPlan& fp, const std::vector<uint64_t>& alias, 
     pending.pop_back();
     for (ValueId arg : (*fp.function)[id].args) {
       mask |= alias[size_t(arg)];
-      if (fp.folded[size_t(arg)]) pending.push_back(arg);
+      const Node& n = (*fp.function)[arg];
+      const bool slice_of_folded = n.op == Op::Slice && fp.folded[size_t(n.args[0])];  // product_rows_plus_outer
+      if (fp.folded[size_t(arg)] || slice_of_folded) pending.push_back(arg);
     }
   }
   return mask;
@@ -556,7 +559,11 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
       }
       switch (n.op) {
         case Op::Param: view = {store_.value(n.param), 0}; break;
-        case Op::Slice: view = {views[size_t(n.args[0])].data + n.start, views[size_t(n.args[0])].ld}; break;
+        case Op::Slice: {  // of a product folded into its readers (no data): none either
+          const View& whole = views[size_t(n.args[0])];
+          view = whole.data ? View{whole.data + n.start, whole.ld} : View{};
+          break;
+        }
         case Op::Reshape: view = views[size_t(n.args[0])]; break;
         case Op::Fwd: view = frame.views[int(Pass::Forward)][size_t(n.forward_value)]; break;
         case Op::ScatterGrad: {
@@ -1450,6 +1457,12 @@ bool CpuExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const 
   const Node& product = f[node.args[size_t(side)]];
   const View& addend = frame.views[int(pass)][size_t(node.args[size_t(1 - side)])];
   if (product.op == Op::Outer) {
+    const Node& other = f[node.args[size_t(1 - side)]];
+    if (other.op == Op::Slice && fp.folded[size_t(other.args[0])]) {
+      ScopedTimer timer(frame.stats->gemm_s);
+      product_rows_plus_outer(pass, rows, other, product, out, frame);
+      return true;
+    }
     ScopedTimer timer(frame.stats->elementwise_s);
     outer(pass, rows, product, &addend, out, frame);
     return true;
@@ -1650,6 +1663,36 @@ bool CpuExecutor::accumulate_stacked_products(const Rows& rows, const Node& prod
   for (int64_t i = 0; i < m; ++i)
     gemm(frame, true, false, k, n, rows.count, a.data + i * k, a.ld, b.data + i * n, b.ld, 1.0f, grad, n);
   return true;
+}
+
+// out = rows [first, first + m) of a per-vertex product the plan folded into
+// this add (`slice` takes them) + u·vᵀ, vertex by vertex: the GEMM writes the
+// rows, and the rank-one update follows while they are in cache
+// (ir::fold_bias_adds; MV-RNN's gradients of A and B from W_Mᵀ·dP).
+void CpuExecutor::product_rows_plus_outer(Pass pass, const Rows& rows, const Node& slice, const Node& outer,
+                                          const View& out, Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
+  const Node& product = f[slice.args[0]];
+  const PerVertexProduct p = per_vertex_product(product, f[product.args[0]].shape, f[product.args[1]].shape);
+  const int64_t first = slice.start / p.n, m = slice.shape.numel() / p.n;
+  const int64_t a_offset = product.trans_a ? first : first * p.lda;  // row `first` of op(A)
+  const View& a = views[size_t(product.args[0])];
+  const View& b = views[size_t(product.args[1])];
+  const View& u = views[size_t(outer.args[0])];
+  const View& v = views[size_t(outer.args[1])];
+  const int64_t u_size = f[outer.args[0]].shape.numel(), v_size = f[outer.args[1]].shape.numel();
+  frame.stats->gemm_calls += rows.count;
+  frame.stats->gemm_flops += 2.0 * double(m * p.n * p.k) * double(rows.count);
+  frame.last_gemm = {m, p.n, p.k};
+  for_row_blocks(frame, rows.count, m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      float* y = out.data + r * out.ld;
+      sgemm(gemm_backend_, product.trans_a, product.trans_b, m, p.n, p.k, 1.0f, a.data + r * a.ld + a_offset, p.lda,
+            b.data + r * b.ld, p.ldb, 0.0f, y, p.n);
+      outer_row(u.data + r * u.ld, u_size, v.data + r * v.ld, v_size, y, y);
+    }
+  });
 }
 
 // out = u·vᵀ per row, or with `addend` x + u·vᵀ: the rank-one update an add

@@ -244,6 +244,8 @@ class CpuExecutor final : public Executor {
   bool bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   // u·vᵀ, or x + u·vᵀ with an addend x (the epilogue's rank-one update).
   void outer(Pass pass, const Rows& rows, const ir::Node& node, const View* addend, const View& out, Frame& frame);
+  void product_rows_plus_outer(Pass pass, const Rows& rows, const ir::Node& slice, const ir::Node& outer,
+                               const View& out, Frame& frame);
   void sym_outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);  // and its gradient
   void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void sink(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);

@@ -372,6 +372,59 @@ TEST(GatherSlices, GradientsThatLeaveAGapStayApart) {
   EXPECT_EQ(starts, (std::vector<int>{0, 4})) << ir::to_string(d);
 }
 
+// --- a product whose rows the adds after it compute ---
+
+// P = Wᵀ·B (uniform W, per-vertex B) read only as two blocks of whole rows,
+// each plus an outer product: the adds take the outer products and compute
+// their rows of P themselves (P folded). A third reader of P's rows, or a
+// slice that cuts a row, leaves P a product of its own.
+TEST(FoldBiasAdds, AProductReadAsWholeRowsByRankOneAddsIsFoldedIntoThem) {
+  auto build = [](int second_start, bool third_reader) {
+    ir::Function f;
+    f.name = "f";
+    ir::Node w = ir::Node::make(ir::Op::Param, Shape::mat(2, 4));
+    w.uniform = true;
+    ir::ValueId wv = f.add(w);
+    ir::ValueId flat = f.add(ir::Node::make(ir::Op::Gather, Shape::vec(6)));
+    ir::ValueId b = f.add(ir::Node::make(ir::Op::Reshape, Shape::mat(2, 3), {flat}));
+    ir::Node product = ir::Node::make(ir::Op::MatMul, Shape::mat(4, 3), {wv, b});
+    product.trans_a = true;
+    ir::ValueId pv = f.add(product);
+    ir::Node u = ir::Node::make(ir::Op::Gather, Shape::vec(2));
+    u.child_slot = 1;
+    ir::ValueId uv = f.add(u);
+    ir::ValueId vv = f.add(ir::Node::make(ir::Op::Slice, Shape::vec(3), {flat}));
+    for (int start : {0, second_start}) {
+      ir::Node rows = ir::Node::make(ir::Op::Slice, Shape::mat(2, 3), {pv});
+      rows.start = start;
+      ir::ValueId rv = f.add(rows);
+      ir::ValueId outer = f.add(ir::Node::make(ir::Op::Outer, Shape::mat(2, 3), {uv, vv}));
+      ir::ValueId sum = f.add(ir::Node::make(ir::Op::Add, Shape::mat(2, 3), {rv, outer}));
+      f.add(ir::Node::make(ir::Op::Loss, Shape::scalar(), {f.add(ir::Node::make(ir::Op::Sum, Shape::scalar(), {sum}))}));
+      if (third_reader && start != 0)
+        f.add(ir::Node::make(ir::Op::Loss, Shape::scalar(), {f.add(ir::Node::make(ir::Op::Sum, Shape::scalar(), {rv}))}));
+    }
+    ir::verify(f);
+    return f;
+  };
+  auto product_folded = [](const ir::Function& f, bool block_products) {
+    const size_t n = f.nodes.size();
+    std::vector<bool> folded = ir::fold_bias_adds(f, std::vector<ir::Phase>(n, ir::Phase::Core),
+                                                  std::vector<int>(n, -1), std::vector<bool>(n, false), block_products);
+    int outers = 0;
+    bool product = false;
+    for (ir::ValueId id = 0; id < f.size(); ++id) {
+      outers += folded[size_t(id)] && f[id].op == ir::Op::Outer;
+      product = product || (folded[size_t(id)] && f[id].op == ir::Op::MatMul);
+    }
+    return std::pair{outers, product};
+  };
+  EXPECT_EQ(product_folded(build(6, false), true), std::pair(2, true));
+  EXPECT_EQ(product_folded(build(6, false), false), std::pair(0, false)) << "only the CPU executor's adds";
+  EXPECT_EQ(product_folded(build(6, true), true), std::pair(2, false)) << "a second reader of the rows";
+  EXPECT_EQ(product_folded(build(5, false), true), std::pair(2, false)) << "a slice that cuts a row";
+}
+
 TEST(Classify, InputProjectionIsEagerRecurrenceIsCoreGradientsAreLazy) {
   Model model;
   Param w = model.add("W", Shape::mat(2, 3));
