@@ -220,6 +220,13 @@ bool within_tasks(const FunctionPlan& fp, ValueId id) {
   return true;
 }
 
+// Whether a GatherGrad of target Slot sends the gradient of the child's whole
+// scatter row, not of part of it (ir::gather_slices).
+bool covers_whole_slot(const ir::Function& f, const Node& gather_grad, const TypeSignature& signature) {
+  return gather_grad.start == 0 &&
+         f[gather_grad.args[0]].shape.numel() == signature.slot_shapes[size_t(gather_grad.child_slot)].numel();
+}
+
 // The GatherGrad nodes of a backward whose gradient value (and each value a
 // Concat of it may hold in place) lives within the tasks: read by nothing but
 // the GatherGrad (and the Concat), so it may be placed in the children's
@@ -235,9 +242,7 @@ std::vector<ValueId> gather_grads_placeable_in_place(const FunctionPlan& fp, con
     const Node& n = f[id];
     if (n.op != Op::GatherGrad || n.target == ir::GatherGradTarget::VariadicRows) continue;
     const ValueId g = n.args[0];
-    if (n.target == ir::GatherGradTarget::Slot &&
-        (n.start != 0 || f[g].shape.numel() != signature.slot_shapes[size_t(n.child_slot)].numel()))
-      continue;
+    if (n.target == ir::GatherGradTarget::Slot && !covers_whole_slot(f, n, signature)) continue;
     bool ok = readers[size_t(g)] == 1 && within_tasks(fp, g);
     if (ok && f[g].op == Op::Concat)
       for (ValueId part : f[g].args) {
@@ -259,8 +264,7 @@ uint64_t whole_slot_gather_grads(const ir::Function& f, const TypeSignature& sig
     const Node& n = f[id];
     if (n.op != Op::GatherGrad || n.target != ir::GatherGradTarget::Slot) continue;
     ++per_slot[size_t(n.child_slot)];
-    if (n.start == 0 && f[n.args[0]].shape.numel() == signature.slot_shapes[size_t(n.child_slot)].numel())
-      whole |= uint64_t(1) << n.child_slot;
+    if (covers_whole_slot(f, n, signature)) whole |= uint64_t(1) << n.child_slot;
   }
   for (size_t k = 0; k < per_slot.size(); ++k)
     if (per_slot[k] != 1) whole &= ~(uint64_t(1) << k);
@@ -597,7 +601,11 @@ const GatherLayout* CpuExecutor::in_place_gather(const Rows& rows, const Node& g
   if (rows.task < 0) return nullptr;
   const int slot = gather_grad.target == ir::GatherGradTarget::Slot ? gather_grad.child_slot
                                                                     : program_.signature(rows.type).fixed_arity;
-  const GatherLayout& g = batch_.layout->gather(rows.task, slot);
+  return exclusive_view(rows.task, slot);
+}
+
+const GatherLayout* CpuExecutor::exclusive_view(int task, int slot) const {
+  const GatherLayout& g = batch_.layout->gather(task, slot);
   return g.is_view() && g.exclusive ? &g : nullptr;
 }
 
@@ -689,10 +697,8 @@ void CpuExecutor::find_rows_assigned_once() {
     const int type = schedule.task_type[size_t(t)];
     const int fixed = program_.signature(type).fixed_arity;
     uint64_t assigning = whole_slot_gather_grads_[size_t(type)];
-    for (int k = 0; k < fixed; ++k) {
-      const GatherLayout& g = layout.gather(t, k);
-      if (g.is_view() && g.exclusive) assigning &= ~(uint64_t(1) << k);  // maybe computed in place
-    }
+    for (int k = 0; k < fixed; ++k)
+      if (exclusive_view(t, k)) assigning &= ~(uint64_t(1) << k);  // maybe computed in place
     for (int v : schedule.task(t)) {
       std::span<const int> children = graph.children(v);
       for (size_t k = 0; k < children.size(); ++k) {
@@ -1426,9 +1432,7 @@ void CpuExecutor::children_block_op(Pass pass, const Rows& rows, const Node& nod
 
 void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
                        int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  ++frame.stats->gemm_calls;
-  frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k);
-  frame.last_gemm = {m, n, k};
+  frame.count_gemms(1, m, n, k);
   if (!frame.use_pool) serial_sgemm(gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
   else parallel_sgemm(pool_, gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
 }
@@ -1439,9 +1443,7 @@ void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int
     gemm(frame, ta, tb, m, n, k, a, lda, b, ldb, 0.0f, c, ldc);
     return;
   }
-  ++frame.stats->gemm_calls;
-  frame.stats->gemm_flops += 2.0 * double(m) * double(n) * double(k);
-  frame.last_gemm = {m, n, k};
+  frame.count_gemms(1, m, n, k);
   if (frame.use_pool) parallel_sgemm_bias(pool_, gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
   else serial_sgemm_bias(gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
 }
@@ -1493,9 +1495,7 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   if (matrix_times_weight(rows, node, sa, sb, a, b, out, frame, bias)) return;
   VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
   const PerVertexProduct p = per_vertex_product(node, sa, sb);
-  frame.stats->gemm_calls += R;
-  frame.stats->gemm_flops += p.flops() * double(R);
-  frame.last_gemm = {p.m, p.n, p.k};
+  frame.count_gemms(R, p.m, p.n, p.k);
   // The rows' products are independent: blocks of rows run on the pool's threads.
   if (sb.rank == 1 || sa.rank == 1) {  // matrix times vector, or vector times matrix
     for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
@@ -1603,9 +1603,7 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
   const View& b = views[size_t(product.args[1])];
   const PerVertexProduct p = per_vertex_product(product, f[product.args[0]].shape, f[product.args[1]].shape);
   const int64_t size = p.m * p.n;
-  frame.stats->gemm_calls += rows.count;
-  frame.stats->gemm_flops += p.flops() * double(rows.count);
-  frame.last_gemm = {p.m, p.n, p.k};
+  frame.count_gemms(rows.count, p.m, p.n, p.k);
   const int64_t work_per_row = p.m * p.n * p.k;
   const int64_t blocks = deterministic_ ? fixed_row_blocks(rows.count, work_per_row)
                                         : parallel_row_blocks(frame, rows.count, work_per_row);
@@ -1682,9 +1680,7 @@ void CpuExecutor::product_rows_plus_outer(Pass pass, const Rows& rows, const Nod
   const View& u = views[size_t(outer.args[0])];
   const View& v = views[size_t(outer.args[1])];
   const int64_t u_size = f[outer.args[0]].shape.numel(), v_size = f[outer.args[1]].shape.numel();
-  frame.stats->gemm_calls += rows.count;
-  frame.stats->gemm_flops += 2.0 * double(m * p.n * p.k) * double(rows.count);
-  frame.last_gemm = {m, p.n, p.k};
+  frame.count_gemms(rows.count, m, p.n, p.k);
   for_row_blocks(frame, rows.count, m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r) {
       float* y = out.data + r * out.ld;

@@ -134,6 +134,12 @@ class CpuExecutor final : public Executor {
     // The shape of the last product a GEMM step ran (per-vertex products: each
     // one's), for the trace; set whether or not it is on (three stores).
     struct { int64_t m = 0, n = 0, k = 0; } last_gemm;
+    // Counts `calls` products of m×n, inner k, in the stats and the trace.
+    void count_gemms(int64_t calls, int64_t m, int64_t n, int64_t k) {
+      stats->gemm_calls += calls;
+      stats->gemm_flops += 2.0 * double(m) * double(n) * double(k) * double(calls);
+      last_gemm = {m, n, k};
+    }
   };
 
   const FunctionPlan& function_plan(Pass pass, int type) const;
@@ -316,6 +322,8 @@ class CpuExecutor final : public Executor {
   // gradient value (-1: none); bind()'s scratch.
   std::vector<ir::ValueId> in_place_target_;
   const GatherLayout* in_place_gather(const Rows& rows, const ir::Node& gather_grad) const;
+  // The gather of (task, slot) when the layout made it a view no other gather shares; else nullptr.
+  const GatherLayout* exclusive_view(int task, int slot) const;
   // Per type: bit k when the backward has one GatherGrad of slot k and it
   // covers the child's whole row (whole_slot_gather_grads).
   std::vector<uint64_t> whole_slot_gather_grads_;
