@@ -77,7 +77,7 @@ struct Engine::Impl {
       executor = std::make_unique<runtime::CpuExecutor>(
           program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile,
                                                        options.max_memory, options.check_finite, options.deterministic,
-                                                       trace.get(), options.pretranspose});
+                                                       trace.get(), options.pretranspose, options.gather_pointers});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;
     growth.callbacks.resize(size_t(program.num_types()));
@@ -343,7 +343,8 @@ struct Engine::Impl {
     kept->executor = std::make_unique<runtime::CpuExecutor>(
         kept->program, kept->plan,
         runtime::CpuExecutor::Config{options.threads, gemm, false, options.profile, options.max_memory,
-                                     options.check_finite, options.deterministic, nullptr, options.pretranspose});
+                                     options.check_finite, options.deterministic, nullptr, options.pretranspose,
+                                     options.gather_pointers});
     for (int t = 0; t < kept->program.num_types(); ++t)
       kept->forward_flops.push_back(t < program.num_types() ? forward_flops[size_t(t)] : 0.0);
     kept_program = std::move(kept);

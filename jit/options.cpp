@@ -37,8 +37,8 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 30>& specs() {
-  static const std::array<Spec, 30> table{
+const std::array<Spec, 31>& specs() {
+  static const std::array<Spec, 31> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
       bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
@@ -50,6 +50,7 @@ const std::array<Spec, 30>& specs() {
       bool_spec("pretranspose", "VJIT_PRETRANSPOSE", &Options::pretranspose),
       bool_spec("infer_kernels", "VJIT_INFER_KERNELS", &Options::infer_kernels),
       bool_spec("gather_slices", "VJIT_GATHER_SLICES", &Options::gather_slices),
+      bool_spec("gather_pointers", "VJIT_GATHER_POINTERS", &Options::gather_pointers),
       choice_spec("policy", "VJIT_POLICY", option_values::policy, &Options::policy),
       choice_spec("memplan", "VJIT_MEMPLAN", option_values::memplan, &Options::memplan),
       choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device),
@@ -222,6 +223,7 @@ std::string Options::describe() const {
   out += " pretranspose=" + std::string(on_off(pretranspose));
   out += " infer_kernels=" + std::string(on_off(infer_kernels));
   out += " gather_slices=" + std::string(on_off(gather_slices));
+  out += " gather_pointers=" + std::string(on_off(gather_pointers));
   out += " policy=" + policy;
   out += " memplan=" + memplan;
   out += " device=" + device;

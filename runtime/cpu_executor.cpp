@@ -271,6 +271,122 @@ uint64_t whole_slot_gather_grads(const ir::Function& f, const TypeSignature& sig
   return whole;
 }
 
+// VJIT_GATHER_POINTERS: which gathers are read through a pointer per row
+// instead of being copied. A gather qualifies when every reader of its value
+// (through reshapes, and the backward's Fwd of it) is a per-vertex product
+// the executor runs vertex by vertex from row pointers, or one Concat whose
+// parts all qualify and whose readers are such products. Such a Concat
+// ([A; B], MV-RNN's children's matrices) is read as its parts: a product
+// W·[A; B] splits its inner dimension, W[:, :k]·A + W[:, k:]·B, and the weight
+// gradient Σ dP·[A; B]ᵀ joins the rows where they lie (accumulate_products).
+class RowPointerReaders {
+ public:
+  RowPointerReaders(const FunctionPlan& forward, const FunctionPlan& backward)
+      : forward_(forward), backward_(backward), readers_(size_t(forward.function->size())),
+        backward_readers_(size_t(backward.function->size())), fwd_of_(size_t(forward.function->size())) {
+    for (ValueId id = 0; id < forward.function->size(); ++id)
+      for (ValueId arg : (*forward.function)[id].args) readers_[size_t(arg)].push_back(id);
+    const ir::Function& b = *backward.function;
+    for (ValueId id = 0; id < b.size(); ++id) {
+      for (ValueId arg : b[id].args) backward_readers_[size_t(arg)].push_back(id);
+      if (b[id].op == Op::Fwd) fwd_of_[size_t(b[id].forward_value)].push_back(id);
+    }
+  }
+
+  // Per forward value: how many parts each row's value is read in through
+  // row pointers (1: a gather or a reshape of one; P: a Concat of P such
+  // gathers), 0 for a value with a buffer.
+  std::vector<int> parts() const {
+    const ir::Function& f = *forward_.function;
+    std::vector<int> parts(size_t(f.size()), 0);
+    for (ValueId id = 0; id < f.size(); ++id) {
+      const Node& n = f[id];
+      if (n.op == Op::Concat && !n.uniform && n.args.size() > 1 && concat_qualifies(id)) {
+        parts[size_t(id)] = int(n.args.size());
+        for (ValueId arg : n.args) mark_chain(arg, parts);
+      } else if (n.op == Op::Gather && !parts[size_t(id)] && reads_qualify(id, 1, -1)) {
+        mark_chain(id, parts);
+      }
+    }
+    return parts;
+  }
+
+ private:
+  // Marks a gather, or a reshape of one, and what it reshapes, as one part.
+  static void mark_chain(ValueId id, std::vector<int>& parts, const ir::Function& f) {
+    for (;; id = f[id].args[0]) {
+      parts[size_t(id)] = 1;
+      if (f[id].op != Op::Reshape) return;
+    }
+  }
+  void mark_chain(ValueId id, std::vector<int>& parts) const { mark_chain(id, parts, *forward_.function); }
+
+  // The gather a part of a Concat is (through reshapes), or -1.
+  ValueId gather_under(ValueId id) const {
+    const ir::Function& f = *forward_.function;
+    while (f[id].op == Op::Reshape) id = f[id].args[0];
+    return f[id].op == Op::Gather ? id : -1;
+  }
+
+  bool concat_qualifies(ValueId concat) const {
+    const ir::Function& f = *forward_.function;
+    const Node& c = f[concat];
+    for (ValueId arg : c.args) {
+      if (f[arg].shape.numel() != f[c.args[0]].shape.numel() || gather_under(arg) < 0) return false;
+      for (ValueId id = arg;; id = f[id].args[0]) {  // the part and every reshape down to its gather
+        if (!reads_qualify(id, 1, concat)) return false;
+        if (f[id].op != Op::Reshape) break;
+      }
+    }
+    return reads_qualify(concat, int(c.args.size()), -1);
+  }
+
+  // Whether every reader of forward value `id` (`parts` parts) reads it
+  // through row pointers; `concat` is a Concat reader that may (or -1).
+  // A reshape's readers are checked where it is marked (its own chain).
+  bool reads_qualify(ValueId id, int parts, ValueId concat) const {
+    const ir::Function& f = *forward_.function;
+    for (ValueId reader : readers_[size_t(id)]) {
+      const Node& r = f[reader];
+      const bool ok = reader == concat || (r.op == Op::Reshape && parts == 1 && reads_qualify(reader, 1, concat)) ||
+                      product_qualifies(forward_, reader, id, parts);
+      if (!ok) return false;
+    }
+    for (ValueId fwd : fwd_of_[size_t(id)])
+      for (ValueId reader : backward_readers_[size_t(fwd)])
+        if (!product_qualifies(backward_, reader, fwd, parts)) return false;
+    return true;
+  }
+
+  // Whether `product` runs from row pointers for its operand `operand`: a
+  // per-vertex product of matrices (never the GEMM over rows of a weight),
+  // run vertex by vertex, or folded into a weight gradient that joins rows
+  // (A·Bᵀ); an operand in parts only as the untransposed right operand (the
+  // inner dimension splits) or in that weight gradient.
+  static bool product_qualifies(const FunctionPlan& fp, ValueId product, ValueId operand, int parts) {
+    const ir::Function& f = *fp.function;
+    const Node& p = f[product];
+    if (p.op != Op::MatMul || p.args[0] == p.args[1] || f[operand].shape.rank != 2) return false;
+    const bool left = p.args[0] == operand;
+    const Node& other = f[p.args[left ? 1 : 0]];
+    if (left && other.uniform) return false;  // matrix_times_weight reads rows at a stride
+    if (fp.folded[size_t(product)]) {
+      int readers = 0;
+      bool param_grad = false;
+      for (ValueId id = product + 1; id < f.size(); ++id)
+        for (ValueId arg : f[id].args)
+          if (arg == product) ++readers, param_grad = f[id].op == Op::ParamGrad;
+      return readers == 1 && param_grad && !p.trans_a && p.trans_b && other.shape.rank == 2;
+    }
+    return parts == 1 || (!left && !p.trans_b && other.shape.rank == 2);
+  }
+
+  const FunctionPlan& forward_;
+  const FunctionPlan& backward_;
+  std::vector<std::vector<ValueId>> readers_, backward_readers_;  // per value of F, of ∂F
+  std::vector<std::vector<ValueId>> fwd_of_;                      // per value of F: the Fwd nodes of ∂F reading it
+};
+
 // The gather slots a step reads in place: its inputs' masks, looking through
 // nodes folded into it (a weight gradient's outer product, a biased product,
 // the rows of a product an add computes).
@@ -434,6 +550,9 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     const int fixed = program.signature(int(t)).fixed_arity;
     std::vector<uint64_t> forward_alias = gather_alias_masks(f, fixed, nullptr);
     std::vector<uint64_t> backward_alias = gather_alias_masks(*plan.types[t].backward.function, fixed, &forward_alias);
+    row_pointer_parts_.push_back(config.gather_pointers
+                                     ? RowPointerReaders(plan.types[t].forward, plan.types[t].backward).parts()
+                                     : std::vector<int>(f.nodes.size(), 0));
     in_place_gather_grads_.push_back(gather_grads_placeable_in_place(plan.types[t].backward, program.signature(int(t))));
     whole_slot_gather_grads_.push_back(
         whole_slot_gather_grads(*plan.types[t].backward.function, program.signature(int(t))));
@@ -589,6 +708,10 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
           break;
         default: break;
       }
+      if (p == Pass::Forward && row_pointer_parts_[size_t(rows.type)][size_t(id)] > 0 && n.op != Op::Reshape) {
+        const int64_t parts = row_pointer_parts_[size_t(rows.type)][size_t(id)];
+        view = {nullptr, 0, row_pointers_[size_t(rows.type)][size_t(id)].data() + rows.begin * parts, parts};
+      }
     }
     if (in_place_grads)
       for (ValueId gg : in_place_gather_grads_[size_t(rows.type)]) in_place_target_[size_t(f[gg].args[0])] = -1;
@@ -653,6 +776,7 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   reserve_forward_arena(batch.layout->arena_floats[int(Pass::Forward)],
                         options.backward ? batch.layout->arena_floats[int(Pass::Backward)] : 0);
   stats_.tasks += batch.schedule->num_tasks();
+  size_row_pointers();
   ++transposes_.pass;  // the weights' transposed copies are made again
   fill_uniform_values(Pass::Forward);
   if (streaming_) {
@@ -664,6 +788,18 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   run_phase(Pass::Forward, ir::Phase::Lazy, frame_);
   result_ = nullptr;
   has_batch_ = options.backward;
+}
+
+void CpuExecutor::size_row_pointers() {
+  row_pointers_.resize(row_pointer_parts_.size());
+  for (size_t t = 0; t < row_pointer_parts_.size(); ++t) {
+    const std::vector<int>& parts = row_pointer_parts_[t];
+    row_pointers_[t].resize(parts.size());
+    const ir::Function& f = function(Pass::Forward, int(t));
+    for (size_t id = 0; id < parts.size(); ++id)
+      if (parts[id] > 0 && f[ValueId(id)].op != Op::Reshape)
+        row_pointers_[t][id].resize(size_t(batch_.layout->type_rows[t] * parts[id]));
+  }
 }
 
 void CpuExecutor::backward() {
@@ -1211,6 +1347,14 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Fr
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *frame.stats;
+  if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: where each child's row lies
+    ++stats.gather_views;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
+      out.pointers[r] = scattered_rows(src.type, src.row).data + node.start;
+    }
+    return;
+  }
   if (rows.task >= 0 && layout.gather(rows.task, node.child_slot).is_view()) {
     ++stats.gather_views;  // bind() pointed the value at the children's rows
     return;
@@ -1316,6 +1460,11 @@ void CpuExecutor::dropout(const Rows& rows, const Node& node, const View& x, con
 void CpuExecutor::concat(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
   const ir::Function& f = function(pass, rows.type);
   const std::vector<View>& views = frame.views[int(pass)];
+  if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: read as its parts, each where it lies
+    for (int64_t r = 0; r < rows.count; ++r)
+      for (size_t q = 0; q < node.args.size(); ++q) out.pointers[r * out.parts + int64_t(q)] = views[size_t(node.args[q])].pointers[r];
+    return;
+  }
   int64_t column = 0;
   for (ValueId arg : node.args) {
     const View& src = views[size_t(arg)];
@@ -1483,24 +1632,27 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   const View& a = views[size_t(node.args[0])];
   const View& b = views[size_t(node.args[1])];
   const int64_t R = rows.count;
+  const bool row_pointers = a.pointers != nullptr || b.pointers != nullptr;  // never a weight's GEMM over rows
   // Every vertex times one parameter matrix: a single GEMM over the rows.
-  if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x
+  if (!row_pointers && a.ld == 0 && sb.rank == 1) {  // y = op(W) x
     weight_gemm(pass, rows, node.args[0], row_gemm(node, sa, true), b, a.data, bias, out, frame);
     return;
   }
-  if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)
+  if (!row_pointers && b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)
     weight_gemm(pass, rows, node.args[1], row_gemm(node, sb, false), a, b.data, bias, out, frame);
     return;
   }
-  if (matrix_times_weight(rows, node, sa, sb, a, b, out, frame, bias)) return;
+  if (!row_pointers && matrix_times_weight(rows, node, sa, sb, a, b, out, frame, bias)) return;
   VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
   const PerVertexProduct p = per_vertex_product(node, sa, sb);
   frame.count_gemms(R, p.m, p.n, p.k);
+  const int64_t a_rows = node.trans_a ? p.k : p.m;  // as stored
   // The rows' products are independent: blocks of rows run on the pool's threads.
   if (sb.rank == 1 || sa.rank == 1) {  // matrix times vector, or vector times matrix
     for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
       for (int64_t r = begin; r < begin + count; ++r) {
-        const float *pa = a.data + r * a.ld, *pb = b.data + r * b.ld;
+        const float* pa = stored_row(a, r, 0, sa.rank == 2 ? a_rows : 1, p.lda);
+        const float* pb = stored_row(b, r, 0, sb.rank == 2 ? sb.dims[0] : 1, p.ldb);
         float* y = out.data + r * out.ld;
         if (sb.rank == 1) matrix_vector(node.trans_a, p.m, p.k, pa, p.lda, pb, y);
         else matrix_vector(!node.trans_b, p.n, p.k, pb, p.ldb, pa, y);  // yᵀ = op(B)ᵀ a
@@ -1508,10 +1660,16 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
     });
     return;
   }
+  // B read in parts (a Concat read through row pointers, untransposed): the
+  // inner dimension splits, Σ_q op(A)[:, k_q]·B_q, each part where it lies.
+  const int64_t parts = std::max<int64_t>(1, b.parts), k_part = p.k / parts;
   for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r)
-      sgemm(gemm_backend_, node.trans_a, node.trans_b, p.m, p.n, p.k, 1.0f, a.data + r * a.ld, p.lda,
-            b.data + r * b.ld, p.ldb, 0.0f, out.data + r * out.ld, p.n);
+      for (int64_t q = 0; q < parts; ++q)
+        sgemm(gemm_backend_, node.trans_a, node.trans_b, p.m, p.n, k_part, 1.0f,
+              stored_row(a, r, 0, a_rows, p.lda) + (node.trans_a ? q * k_part * p.lda : q * k_part), p.lda,
+              stored_row(b, r, q * k_part, sb.dims[0], p.ldb), p.ldb, q == 0 ? 0.0f : 1.0f, out.data + r * out.ld,
+              p.n);
   });
 }
 
@@ -1560,30 +1718,33 @@ namespace {
 constexpr int64_t kJoinedReductionDepth = 384;
 thread_local std::vector<float> t_joined_a, t_joined_b;
 
-// Rows [0, rows) of `group` per-vertex operands (`rows` × `k`, row stride
-// `ld`, one vertex every `vertex_ld` floats), row i of each joined end to end
-// into row i of `out` ([rows, group·k]).
-void join_rows(const float* first, int64_t vertex_ld, int64_t rows, int64_t k, int64_t ld, int64_t group,
-               std::vector<float>& out) {
+// Rows [0, rows) of `group` per-vertex operands (`k` floats each; row i of
+// vertex g at row_of(g, i)), row i of each joined end to end into row i of
+// `out` ([rows, group·k]).
+template <typename RowOf>
+void join_rows(RowOf row_of, int64_t rows, int64_t k, int64_t group, std::vector<float>& out) {
   if (out.size() < size_t(group * rows * k)) out.resize(size_t(group * rows * k));
   for (int64_t g = 0; g < group; ++g)
-    for (int64_t i = 0; i < rows; ++i) std::copy_n(first + g * vertex_ld + i * ld, k, out.data() + (i * group + g) * k);
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(row_of(g, i), k, out.data() + (i * group + g) * k);
 }
 
-// C += Σ op(A_r)·op(B_r) over `rows` vertices from `a` and `b` (one vertex
-// every `a_ld` and `b_ld` floats), `group` vertices per GEMM (join_rows; a
-// group of more than one only for A·Bᵀ).
-void accumulate_product_rows(GemmBackend backend, const Node& product, const PerVertexProduct& p, const float* a,
-                             int64_t a_ld, const float* b, int64_t b_ld, int64_t rows, int64_t group, float* c) {
+// C += Σ op(A_r)·op(B_r) over `rows` vertices (row i of vertex r's operands,
+// as stored, at a_row(r, i) and b_row(r, i)), `group` vertices per GEMM
+// (join_rows; a group of more than one only for A·Bᵀ). `contiguous`: each
+// vertex's operands are whole matrices (their rows lda and ldb apart), so a
+// group of one multiplies them where they lie; else its rows are joined too.
+template <typename RowA, typename RowB>
+void accumulate_product_rows(GemmBackend backend, const Node& product, const PerVertexProduct& p, RowA a_row,
+                             RowB b_row, int64_t rows, int64_t group, bool contiguous, float* c) {
   for (int64_t r = 0; r < rows; r += group) {
-    const float *pa = a + r * a_ld, *pb = b + r * b_ld;
     const int64_t g = std::min(group, rows - r);
-    if (g == 1) {
-      sgemm(backend, product.trans_a, product.trans_b, p.m, p.n, p.k, 1.0f, pa, p.lda, pb, p.ldb, 1.0f, c, p.n);
+    if (g == 1 && contiguous) {
+      sgemm(backend, product.trans_a, product.trans_b, p.m, p.n, p.k, 1.0f, a_row(r, 0), p.lda, b_row(r, 0), p.ldb,
+            1.0f, c, p.n);
       continue;
     }
-    join_rows(pa, a_ld, p.m, p.k, p.lda, g, t_joined_a);
-    join_rows(pb, b_ld, p.n, p.k, p.ldb, g, t_joined_b);
+    join_rows([&](int64_t v, int64_t i) { return a_row(r + v, i); }, p.m, p.k, g, t_joined_a);
+    join_rows([&](int64_t v, int64_t i) { return b_row(r + v, i); }, p.n, p.k, g, t_joined_b);
     sgemm(backend, false, true, p.m, p.n, g * p.k, 1.0f, t_joined_a.data(), g * p.k, t_joined_b.data(), g * p.k,
           1.0f, c, p.n);
   }
@@ -1613,14 +1774,18 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
   const bool joined = !product.trans_a && product.trans_b && f[product.args[0]].shape.rank == 2 &&
                       f[product.args[1]].shape.rank == 2;
   const int64_t group = joined ? std::max<int64_t>(1, kJoinedReductionDepth / p.k) : 1;
+  const int64_t a_rows = product.trans_a ? p.k : p.m, b_rows = product.trans_b ? p.n : p.k;  // as stored
+  VJIT_INTERNAL_CHECK(joined || (a.parts <= 1 && b.parts <= 1), "a weight gradient reads an operand in parts");
   run_row_blocks(frame, rows.count, blocks, [&](int64_t begin, int64_t count, int block) {
     float* c = grad;
     if (block > 0) {
       c = frame.scratch[size_t(block)].data();
       std::fill_n(c, size_t(size), 0.0f);
     }
-    accumulate_product_rows(gemm_backend_, product, p, a.data + begin * a.ld, a.ld, b.data + begin * b.ld, b.ld,
-                            count, group, c);
+    accumulate_product_rows(
+        gemm_backend_, product, p, [&](int64_t r, int64_t i) { return stored_row(a, begin + r, i, a_rows, p.lda); },
+        [&](int64_t r, int64_t i) { return stored_row(b, begin + r, i, b_rows, p.ldb); }, count, group,
+        a.parts <= 1 && b.parts <= 1, c);
   });
   for (int64_t block = 1; block < blocks; ++block) add_row(frame.scratch[size_t(block)].data(), grad, size);
 }
@@ -1651,7 +1816,9 @@ bool CpuExecutor::matrix_times_weight(const Rows& rows, const Node& node, const 
 // that multiplied every row of a children block.
 bool CpuExecutor::accumulate_stacked_products(const Rows& rows, const Node& product, const Shape& sa, const Shape& sb,
                                               const View& a, const View& b, float* grad, Frame& frame) {
-  if (!product.trans_a || product.trans_b || sa.rank != 2 || sb.rank != 2 || sa.dims[0] != sb.dims[0]) return false;
+  if (!product.trans_a || product.trans_b || sa.rank != 2 || sb.rank != 2 || sa.dims[0] != sb.dims[0] ||
+      a.pointers != nullptr || b.pointers != nullptr)
+    return false;
   const int64_t m = sa.dims[0], k = sa.dims[1], n = sb.dims[1];
   ++frame.stats->param_grad_gemms;
   if (a.ld == m * k && b.ld == m * n) {

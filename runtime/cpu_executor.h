@@ -89,6 +89,8 @@ class CpuExecutor final : public Executor {
     TraceRecorder* trace = nullptr;
     // VJIT_PRETRANSPOSE: see WeightTransposes.
     bool pretranspose = true;
+    // VJIT_GATHER_POINTERS: see RowPointerReaders (cpu_executor.cpp).
+    bool gather_pointers = true;
   };
   CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config);
 
@@ -114,7 +116,20 @@ class CpuExecutor final : public Executor {
   struct View {
     float* data = nullptr;
     int64_t ld = 0;
+    // A value read through a pointer per row (row_pointer_parts): row r's
+    // value is `parts` equal parts, part q at pointers[r·parts + q], where
+    // it lies (a child's scatter row); data is null then.
+    const float** pointers = nullptr;
+    int64_t parts = 0;
   };
+  // Row i of row r's value, stored as `stored_rows` rows of `row_ld` floats
+  // (a per-vertex matrix operand as its product reads it), whether the view
+  // is a buffer (ld 0: uniform) or row pointers.
+  static const float* stored_row(const View& v, int64_t r, int64_t i, int64_t stored_rows, int64_t row_ld) {
+    if (v.pointers == nullptr) return v.data + r * v.ld + i * row_ld;
+    const int64_t per_part = stored_rows / v.parts;
+    return v.pointers[r * v.parts + i / per_part] + (i % per_part) * row_ld;
+  }
   // A range of rows of one type: a task, or every vertex of the type (task -1).
   struct Rows {
     int type = 0;
@@ -332,6 +347,13 @@ class CpuExecutor final : public Executor {
   // place. backward() leaves such rows unzeroed and that GatherGrad copies
   // into them instead of adding: the first write is the sum.
   std::vector<std::vector<uint8_t>> assigned_once_;
+  // VJIT_GATHER_POINTERS (RowPointerReaders): per type, per forward value,
+  // the parts each row is read in through row pointers (0: a buffer); and per
+  // type, per such Gather or Concat, this batch's pointers (the type's rows ×
+  // parts), filled by its step in place of a copy.
+  std::vector<std::vector<int>> row_pointer_parts_;
+  std::vector<std::vector<std::vector<const float*>>> row_pointers_;
+  void size_row_pointers();
   std::vector<uint8_t> contributions_;  // per vertex; find_rows_assigned_once()'s scratch
   void find_rows_assigned_once();
   void zero_scatter_gradients();

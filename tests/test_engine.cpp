@@ -261,6 +261,7 @@ TEST(GatherSlices, EveryModelMatchesTheReferenceOnAndOffUnderEachPlanner) {
       for (bool on : {true, false}) {
         Options options = Options::defaults();
         options.gather_slices = on;
+        options.gather_pointers = false;  // it splits MV-RNN's W_M·[A; B] in two sums: other rounding
         options.memplan = memplan;
         Engine engine(*bundle.program, options);
         const std::string what = model + " " + memplan + (on ? " on" : " off");
@@ -342,6 +343,101 @@ TEST(PerVertexProducts, WeightGradientsSummedInGroupsMatchTheReference) {
     options.threads = threads;
     Engine engine(program, options);
     testing::expect_matches_reference(engine, program, batch, kTolerance, std::to_string(threads) + " threads");
+  }
+}
+
+// VJIT_GATHER_POINTERS: children's matrices that only per-vertex products
+// read are read where they lie. The "node" type multiplies each child's
+// [4, 3] matrix by the other child's vector, one by the other (read as
+// [3, 4]), and both, stacked, by a weight, W·[A; B], whose gradient
+// Σ dP·[A; B]ᵀ joins their rows; the backward reads them transposed: nothing
+// of them is copied. The "mixed" type also reads one matrix elementwise and
+// multiplies the other by a weight on the right (a GEMM over rows at a
+// stride): both are copied. Random binary trees of both types over leaves;
+// each planner, one and two threads, off and on: the reference's objective
+// and gradients, and on, fewer bytes copied by the layout where "node"
+// vertices exist, the same where there are none.
+namespace {
+
+struct PointerProgram {
+  Model model;
+  Param w = model.add("w", Shape::mat(4, 8));
+  Param u = model.add("u", Shape::mat(3, 8));
+  Param v = model.add("v", Shape::mat(3, 3));
+  Program program{model};
+  int leaf = -1, node = -1, mixed = -1;
+
+  PointerProgram() {
+    leaf = program.add_type("leaf", [&](Builder& b) { b.scatter(b.tanh(b.pull(15))); });
+    node = program.add_type("node", [&](Builder& b) { cell(b, false); });
+    mixed = program.add_type("mixed", [&](Builder& b) { cell(b, true); });
+  }
+
+  void cell(Builder& b, bool mixed_reads) {
+    Value left = b.gather(0, Shape::vec(15)), right = b.gather(1, Shape::vec(15));
+    Value ha = b.slice(left, 0, 3), hb = b.slice(right, 0, 3);
+    Value A = b.reshape(b.slice(left, 3, 12), Shape::mat(4, 3)), B = b.reshape(b.slice(right, 3, 12), Shape::mat(4, 3));
+    Value h = b.tanh(b.matmul(u, b.concat({b.matmul(A, hb), b.matmul(B, ha)})));
+    Value P = b.tanh(b.matmul(w, b.concat({A, B})));
+    Value C = b.matmul(A, b.reshape(B, Shape::mat(3, 4)));
+    Value loss = b.add(b.sum(b.mul(h, h)), b.scale(b.sum(b.mul(C, C)), 0.1));
+    if (mixed_reads) loss = b.add(loss, b.add(b.sum(b.tanh(B)), b.sum(b.matmul(A, v))));
+    b.add_loss(loss);
+    b.scatter(b.concat({h, b.reshape(P, Shape::vec(12))}));
+  }
+
+  // Random binary trees: internal vertices of `types`, in turn.
+  GraphBatch trees(std::vector<int> types) const {
+    GraphBatch batch;
+    for (int i = 0; i < 12; ++i) {
+      Sample sample;
+      sample.name = "tree " + std::to_string(i);
+      std::vector<int> open;
+      for (int j = 0; j < 3 + i % 5; ++j) {
+        int x = sample.add_vertex(leaf);
+        for (int e = 0; e < 15; ++e)
+          sample.vertices[size_t(x)].features.push_back(0.1f * float((i * 5 + j * 3 + e) % 13) - 0.6f);
+        open.push_back(x);
+      }
+      for (int k = 0; open.size() > 1; ++k) {
+        const size_t at = size_t(i + k) % (open.size() - 1);
+        int parent = sample.add_vertex(types[size_t(k) % types.size()], {open[at], open[at + 1]});
+        open.erase(open.begin() + long(at), open.begin() + long(at) + 2);
+        open.insert(open.begin() + long(at), parent);
+      }
+      batch.samples.push_back(sample);
+    }
+    return batch;
+  }
+};
+
+}  // namespace
+
+TEST(GatherPointers, PerVertexProductsReadChildrenWhereTheyLieAndMatchTheReference) {
+  PointerProgram p;
+  for (const std::vector<int>& types : {std::vector<int>{p.node}, {p.mixed}, {p.node, p.mixed}}) {
+    const GraphBatch batch = p.trees(types);
+    const bool has_node = types.front() == p.node;
+    for (const std::string memplan : {"copy", "pqtree", "padded"}) {
+      for (int threads : {1, 2}) {
+        int64_t layout_bytes[2] = {0, 0};
+        for (bool on : {false, true}) {
+          Options options = Options::defaults();
+          options.gather_pointers = on;
+          options.memplan = memplan;
+          options.threads = threads;
+          Engine engine(p.program, options);
+          const std::string what = "types " + std::to_string(types.size()) + (has_node ? " node " : " mixed ") +
+                                   memplan + " " + std::to_string(threads) + (on ? " threads on" : " threads off");
+          testing::expect_matches_reference(engine, p.program, batch, kTolerance, what);
+          testing::expect_forward_only_matches_reference(engine, p.program, batch, kTolerance,
+                                                         what + ", forward only");
+          layout_bytes[on] = engine.stats().layout_copy_bytes;
+        }
+        if (has_node) EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan << ": the children's matrices are copied";
+        else EXPECT_EQ(layout_bytes[1], layout_bytes[0]) << memplan << ": a matrix read elementwise was not copied";
+      }
+    }
   }
 }
 

@@ -41,6 +41,11 @@
 // |                  |             | child state are gathered on their own, so   |              |
 // |                  |             | a concat of them is gathered in place       |              |
 // |                  |             | (ir/passes.h gather_slices)                 |              |
+// | VJIT_GATHER_POINTERS | gather_pointers | bool: CPU: a gathered matrix  | on           |
+// |                  |             | that only per-vertex products read (and a   |              |
+// |                  |             | concat of such) is read where each child's  |              |
+// |                  |             | row lies, a pointer per row, not copied     |              |
+// |                  |             | (runtime/cpu_executor.cpp RowPointerReaders)|              |
 // | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
 // |                  |             | is done by the GEMM (output rows start as   |              |
 // |                  |             | the bias, beta = 1), not by another pass;   |              |
@@ -170,6 +175,7 @@ struct Options {
   bool pretranspose = true;         // VJIT_PRETRANSPOSE
   bool infer_kernels = true;        // VJIT_INFER_KERNELS
   bool gather_slices = true;        // VJIT_GATHER_SLICES
+  bool gather_pointers = true;      // VJIT_GATHER_POINTERS
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
