@@ -40,6 +40,18 @@ bool name_by_index(Sample& sample, size_t index_in_caller_batch) {
   return true;
 }
 
+// VJIT_VERTEX_GEMM: the back end of the products run one per vertex. auto:
+// libxsmm's JIT kernels where built and VJIT_GEMM left to vjit (MV-RNN's
+// 64×64 products: 3% of a training step on a Zen 4, README), else VJIT_GEMM's.
+runtime::GemmBackend select_vertex_gemm(const Options& options, runtime::GemmBackend gemm) {
+  if (options.vertex_gemm == "same") return gemm;
+  if (options.vertex_gemm == "auto")
+    return options.gemm == "auto" && runtime::gemm_backend_available(runtime::GemmBackend::Libxsmm)
+               ? runtime::GemmBackend::Libxsmm
+               : gemm;
+  return runtime::select_gemm_backend(options.vertex_gemm, "VJIT_VERTEX_GEMM");
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -50,6 +62,7 @@ struct Engine::Impl {
         num_params(program.model().size()),
         plan(lower_and_count(program, options, compile_info)),
         gemm(runtime::select_gemm_backend(options.gemm)),
+        vertex_gemm(select_vertex_gemm(options, gemm)),
         policy(scheduler::parse_policy(options.policy)) {
     VJIT_USER_CHECK(options.memplan != "pqtree" || options.device == "cpu",
                     "VJIT_MEMPLAN=pqtree runs on the CPU executor only (VJIT_DEVICE=cpu); the CUDA executor "
@@ -77,7 +90,8 @@ struct Engine::Impl {
       executor = std::make_unique<runtime::CpuExecutor>(
           program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile,
                                                        options.max_memory, options.check_finite, options.deterministic,
-                                                       trace.get(), options.pretranspose, options.gather_pointers});
+                                                       trace.get(), options.pretranspose, options.gather_pointers,
+                                                       vertex_gemm});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;
     growth.callbacks.resize(size_t(program.num_types()));
@@ -344,7 +358,7 @@ struct Engine::Impl {
         kept->program, kept->plan,
         runtime::CpuExecutor::Config{options.threads, gemm, false, options.profile, options.max_memory,
                                      options.check_finite, options.deterministic, nullptr, options.pretranspose,
-                                     options.gather_pointers});
+                                     options.gather_pointers, vertex_gemm});
     for (int t = 0; t < kept->program.num_types(); ++t)
       kept->forward_flops.push_back(t < program.num_types() ? forward_flops[size_t(t)] : 0.0);
     kept_program = std::move(kept);
@@ -862,6 +876,7 @@ struct Engine::Impl {
   CompileInfo compile_info;  // declared before plan, which fills it
   runtime::ExecPlan plan;
   runtime::GemmBackend gemm;
+  runtime::GemmBackend vertex_gemm;  // VJIT_VERTEX_GEMM
   scheduler::Policy policy;
   // VJIT_TRACE (null when off); before the executor, which records into it.
   std::unique_ptr<runtime::TraceRecorder> trace;

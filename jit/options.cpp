@@ -37,8 +37,8 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 31>& specs() {
-  static const std::array<Spec, 31> table{
+const std::array<Spec, 32>& specs() {
+  static const std::array<Spec, 32> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
       bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
@@ -61,6 +61,7 @@ const std::array<Spec, 31>& specs() {
       bool_spec("deterministic", "VJIT_DETERMINISTIC", &Options::deterministic),
       choice_spec("isa", "VJIT_ISA", option_values::isa, &Options::isa),
       choice_spec("gemm", "VJIT_GEMM", option_values::gemm, &Options::gemm),
+      choice_spec("vertex_gemm", "VJIT_VERTEX_GEMM", option_values::vertex_gemm, &Options::vertex_gemm),
       Spec{"cache_dir", "VJIT_CACHE_DIR", Kind::String, {}, nullptr, nullptr, &Options::cache_dir, nullptr},
       Spec{"dist_timeout", "VJIT_DIST_TIMEOUT", Kind::Int, {}, nullptr, &Options::dist_timeout, nullptr, nullptr},
       bool_spec("dist_nccl", "VJIT_DIST_NCCL", &Options::dist_nccl),
@@ -234,6 +235,7 @@ std::string Options::describe() const {
   out += " deterministic=" + std::string(on_off(deterministic));
   out += " isa=" + isa;
   out += " gemm=" + gemm;
+  out += " vertex_gemm=" + vertex_gemm;
   // Empty: policies are not saved, CUDA modules go to the user's cache directory.
   out += " cache_dir=" + (cache_dir.empty() ? std::string("(default)") : cache_dir);
   out += " dist_timeout=" + std::to_string(dist_timeout);

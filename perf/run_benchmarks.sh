@@ -59,13 +59,17 @@ if wants roofline; then
   done
 fi
 # Each CPU-speed lever off in turn, the configurations taking turns three
-# times, on the SST Tree-LSTM (~5 min).
+# times, on the SST Tree-LSTM (~5 min); then on MV-RNN, whose per-vertex
+# products other levers act on, nine times (a step is short: ~1 min).
 if wants levers && [ -f "$data/sst/train.txt" ]; then
   : > "$out/levers.jsonl"
   for mode in train infer; do
     "$bench" --levers --rounds 3 --model tree_lstm --mode "$mode" --hidden 256 --batch 64 --data "$data/sst/train.txt" \
       >> "$out/levers.jsonl"
   done
+fi
+if wants levers; then
+  "$bench" --levers --rounds 9 --model mv_rnn --mode train --hidden 64 --batch 64 > "$out/levers_mv_rnn.jsonl"
 fi
 # Matmul merging: the Var-LSTM written with one weight per gate, merged (the
 # default) and not, at three sizes; on and off alternate, eight times, so that

@@ -512,6 +512,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       pool_(config.threads),
       parallel_(pool_),
       gemm_backend_(config.gemm),
+      vertex_gemm_backend_(config.vertex_gemm.value_or(config.gemm)),
       gemm_split_(config.deterministic ? GemmSplit::Fixed : GemmSplit::Auto),
       // A back end that copies its operands itself reads Wᵀ as fast as W: the
       // transposed copies only cost there (bf16, SST Tree-LSTM inference,
@@ -1666,7 +1667,7 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r)
       for (int64_t q = 0; q < parts; ++q)
-        sgemm(gemm_backend_, node.trans_a, node.trans_b, p.m, p.n, k_part, 1.0f,
+        sgemm(vertex_gemm_backend_, node.trans_a, node.trans_b, p.m, p.n, k_part, 1.0f,
               stored_row(a, r, 0, a_rows, p.lda) + (node.trans_a ? q * k_part * p.lda : q * k_part), p.lda,
               stored_row(b, r, q * k_part, sb.dims[0], p.ldb), p.ldb, q == 0 ? 0.0f : 1.0f, out.data + r * out.ld,
               p.n);
@@ -1730,16 +1731,18 @@ void join_rows(RowOf row_of, int64_t rows, int64_t k, int64_t group, std::vector
 
 // C += Σ op(A_r)·op(B_r) over `rows` vertices (row i of vertex r's operands,
 // as stored, at a_row(r, i) and b_row(r, i)), `group` vertices per GEMM
-// (join_rows; a group of more than one only for A·Bᵀ). `contiguous`: each
+// (join_rows, on `backend`; a group of more than one only for A·Bᵀ), a
+// vertex alone on `vertex_backend`. `contiguous`: each
 // vertex's operands are whole matrices (their rows lda and ldb apart), so a
 // group of one multiplies them where they lie; else its rows are joined too.
 template <typename RowA, typename RowB>
-void accumulate_product_rows(GemmBackend backend, const Node& product, const PerVertexProduct& p, RowA a_row,
-                             RowB b_row, int64_t rows, int64_t group, bool contiguous, float* c) {
+void accumulate_product_rows(GemmBackend backend, GemmBackend vertex_backend, const Node& product,
+                             const PerVertexProduct& p, RowA a_row, RowB b_row, int64_t rows, int64_t group,
+                             bool contiguous, float* c) {
   for (int64_t r = 0; r < rows; r += group) {
     const int64_t g = std::min(group, rows - r);
     if (g == 1 && contiguous) {
-      sgemm(backend, product.trans_a, product.trans_b, p.m, p.n, p.k, 1.0f, a_row(r, 0), p.lda, b_row(r, 0), p.ldb,
+      sgemm(vertex_backend, product.trans_a, product.trans_b, p.m, p.n, p.k, 1.0f, a_row(r, 0), p.lda, b_row(r, 0), p.ldb,
             1.0f, c, p.n);
       continue;
     }
@@ -1783,7 +1786,7 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
       std::fill_n(c, size_t(size), 0.0f);
     }
     accumulate_product_rows(
-        gemm_backend_, product, p, [&](int64_t r, int64_t i) { return stored_row(a, begin + r, i, a_rows, p.lda); },
+        gemm_backend_, vertex_gemm_backend_, product, p, [&](int64_t r, int64_t i) { return stored_row(a, begin + r, i, a_rows, p.lda); },
         [&](int64_t r, int64_t i) { return stored_row(b, begin + r, i, b_rows, p.ldb); }, count, group,
         a.parts <= 1 && b.parts <= 1, c);
   });
@@ -1851,7 +1854,7 @@ void CpuExecutor::product_rows_plus_outer(Pass pass, const Rows& rows, const Nod
   for_row_blocks(frame, rows.count, m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r) {
       float* y = out.data + r * out.ld;
-      sgemm(gemm_backend_, product.trans_a, product.trans_b, m, p.n, p.k, 1.0f, a.data + r * a.ld + a_offset, p.lda,
+      sgemm(vertex_gemm_backend_, product.trans_a, product.trans_b, m, p.n, p.k, 1.0f, a.data + r * a.ld + a_offset, p.lda,
             b.data + r * b.ld, p.ldb, 0.0f, y, p.n);
       outer_row(u.data + r * u.ld, u_size, v.data + r * v.ld, v_size, y, y);
     }

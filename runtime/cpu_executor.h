@@ -14,6 +14,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -91,6 +92,9 @@ class CpuExecutor final : public Executor {
     bool pretranspose = true;
     // VJIT_GATHER_POINTERS: see RowPointerReaders (cpu_executor.cpp).
     bool gather_pointers = true;
+    // VJIT_VERTEX_GEMM: the back end of the products run one per vertex
+    // (MV-RNN's W_M·[A; B]; unset: `gemm`).
+    std::optional<GemmBackend> vertex_gemm;
   };
   CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config);
 
@@ -285,6 +289,10 @@ class CpuExecutor final : public Executor {
   ThreadPool pool_;
   PoolParallelFor parallel_;  // the pool, lent to the optimizer
   GemmBackend gemm_backend_;
+  // VJIT_VERTEX_GEMM: small products one per vertex run many calls of one
+  // shape, where a JIT kernel's lower cost per call pays (libxsmm; MV-RNN's
+  // 64×64 products, Zen 4: 3% of a training step).
+  GemmBackend vertex_gemm_backend_;
   GemmSplit gemm_split_;  // Fixed when deterministic, else Auto
   // VJIT_PRETRANSPOSE. dnnl_sgemm multiplies rows by a transposed weight (Y =
   // X·Wᵀ, every forward product of a weight W [n, k]) markedly slower than by

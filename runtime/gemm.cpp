@@ -163,21 +163,21 @@ GemmBackend default_gemm_backend() {
   return GemmBackend::Reference;
 }
 
-GemmBackend select_gemm_backend(std::string_view option) {
+GemmBackend select_gemm_backend(std::string_view option, std::string_view variable) {
   if (option.empty()) return default_gemm_backend();
   const std::string value(option);
   GemmBackend backend;
   try {
     backend = parse_gemm_backend(value);
   } catch (const UserError&) {
-    throw UserError("VJIT_GEMM=" + value + ": unknown GEMM back end; valid values: " + valid_names());
+    throw UserError(std::string(variable) + "=" + value + ": unknown GEMM back end; valid values: " + valid_names());
   }
   const std::string why = gemm_backend_unavailable_reason(backend);
   if (!why.empty()) {
     std::string usable = "auto";
     for (GemmBackend b : kGemmBackends)
       if (gemm_backend_available(b)) usable += std::string(", ") + gemm_backend_name(b);
-    throw UserError("VJIT_GEMM=" + value + ": back end '" + gemm_backend_name(backend) + "' cannot be used: " + why +
+    throw UserError(std::string(variable) + "=" + value + ": back end '" + gemm_backend_name(backend) + "' cannot be used: " + why +
                     "; usable here: " + usable);
   }
   return backend;

@@ -84,7 +84,7 @@ GemmBackend default_gemm_backend();
 // default_gemm_backend(). An unknown name, or a back end that is not available,
 // is a UserError naming VJIT_GEMM, the value and the valid (or usable) values.
 // The runtime never reads the environment; jit/options.cpp does.
-GemmBackend select_gemm_backend(std::string_view option);
+GemmBackend select_gemm_backend(std::string_view option, std::string_view variable = "VJIT_GEMM");
 
 // Throws the UserError sgemm() would throw for these arguments (sizes, leading
 // dimensions, null pointers, unavailable back end); does nothing when they are valid.

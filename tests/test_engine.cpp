@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <span>
 
@@ -439,6 +441,31 @@ TEST(GatherPointers, PerVertexProductsReadChildrenWhereTheyLieAndMatchTheReferen
       }
     }
   }
+}
+
+// VJIT_VERTEX_GEMM: MV-RNN's products run one per vertex match the reference
+// on every back end the option accepts; one that cannot be used here is an
+// error naming the variable. The option reaches them: the reference back end
+// (double sums) and VJIT_GEMM's give different bits.
+TEST(VertexGemm, EveryValueMatchesTheReferenceAndReachesThePerVertexProducts) {
+  models::Bundle bundle = models::make_model("mv_rnn", small_config());
+  const GraphBatch batch = models::make_batch(bundle.train, first_indices(12));
+  std::map<std::string, double> objective;
+  for (std::string_view value : option_values::vertex_gemm) {
+    Options options = Options::defaults();
+    options.vertex_gemm = std::string(value);
+    std::unique_ptr<Engine> engine;
+    try {
+      engine = std::make_unique<Engine>(*bundle.program, options);
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("VJIT_VERTEX_GEMM=" + std::string(value)), std::string::npos) << e.what();
+      continue;
+    }
+    testing::expect_matches_reference(*engine, *bundle.program, batch, kTolerance, "vertex_gemm=" + std::string(value));
+    objective[std::string(value)] = engine->last_result().objective;
+  }
+  ASSERT_TRUE(objective.count("same") && objective.count("reference"));
+  EXPECT_NE(objective["reference"], objective["same"]);
 }
 
 // bf16 products (VJIT_GEMM=onednn_bf16, AVX-512 BF16 or AMX): every matrix

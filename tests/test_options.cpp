@@ -14,7 +14,7 @@ namespace {
 
 const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
-    "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM",
+    "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM", "VJIT_VERTEX_GEMM",
     "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
     "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC", "VJIT_TRACE", "VJIT_INFER_SHARDS",
 };
@@ -79,6 +79,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_TRUE(o.deterministic);
   EXPECT_EQ(o.isa, "auto");
   EXPECT_EQ(o.gemm, "auto");
+  EXPECT_EQ(o.vertex_gemm, "auto");
   EXPECT_EQ(o.cache_dir, "");
   EXPECT_EQ(o.dist_timeout, 300);
   EXPECT_TRUE(o.dist_nccl);
@@ -113,6 +114,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_DETERMINISTIC", "off");
   set("VJIT_ISA", "avx2");
   set("VJIT_GEMM", "openblas");
+  set("VJIT_VERTEX_GEMM", "libxsmm");
   set("VJIT_CACHE_DIR", "/tmp/vjit cache");
   set("VJIT_DIST_TIMEOUT", "12");
   set("VJIT_DIST_NCCL", "off");
@@ -144,6 +146,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_FALSE(o.deterministic);
   EXPECT_EQ(o.isa, "avx2");
   EXPECT_EQ(o.gemm, "openblas");
+  EXPECT_EQ(o.vertex_gemm, "libxsmm");
   EXPECT_EQ(o.cache_dir, "/tmp/vjit cache");
   EXPECT_EQ(o.dist_timeout, 12);
   EXPECT_FALSE(o.dist_nccl);
@@ -180,6 +183,7 @@ TEST_F(OptionsEnv, EveryChoiceOfEveryEnumIsAccepted) {
   check("VJIT_DEVICE", vjit::option_values::device, &vjit::Options::device);
   check("VJIT_ISA", vjit::option_values::isa, &vjit::Options::isa);
   check("VJIT_GEMM", vjit::option_values::gemm, &vjit::Options::gemm);
+  check("VJIT_VERTEX_GEMM", vjit::option_values::vertex_gemm, &vjit::Options::vertex_gemm);
   check("VJIT_LOG", vjit::option_values::log, &vjit::Options::log);
 }
 
@@ -209,6 +213,7 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
       {"VJIT_DEVICE", "cpu, cuda"},
       {"VJIT_ISA", "auto, avx512, avx2, scalar"},
       {"VJIT_GEMM", "auto, onednn, openblas, blis, libxsmm, onednn_bf16, reference"},
+      {"VJIT_VERTEX_GEMM", "auto, same, onednn, openblas, blis, libxsmm, reference"},
       {"VJIT_LOG", "off, passes, schedule, kernels, all"},
   };
   for (const auto& [variable, valid] : cases) {

@@ -98,6 +98,11 @@
 // |                  |             | back end; auto = chosen by measurement;     |              |
 // |                  |             | onednn_bf16 = bf16 operands, AVX-512 BF16   |              |
 // |                  |             | or AMX only)                                |              |
+// | VJIT_VERTEX_GEMM | vertex_gemm | auto | same | onednn | openblas | blis | auto         |
+// |                  |             | | libxsmm | reference (back end of the  |              |
+// |                  |             | products run one per vertex, MV-RNN's;      |              |
+// |                  |             | auto = libxsmm where built and gemm is auto,|              |
+// |                  |             | else gemm's; same = gemm's)                 |              |
 // | VJIT_CACHE_DIR   | cache_dir   | directory for learned policies and compiled | ""           |
 // |                  |             | CUDA modules; empty = policies not saved,   |              |
 // |                  |             | CUDA modules in the user's cache directory  |              |
@@ -160,6 +165,8 @@ inline constexpr std::array<std::string_view, 3> device{"cpu", "cuda", "auto"};
 inline constexpr std::array<std::string_view, 4> isa{"auto", "avx512", "avx2", "scalar"};
 inline constexpr std::array<std::string_view, 7> gemm{"auto",    "onednn",      "openblas", "blis",
                                                       "libxsmm", "onednn_bf16", "reference"};
+inline constexpr std::array<std::string_view, 7> vertex_gemm{"auto",    "same", "onednn",   "openblas",
+                                                             "blis",    "libxsmm", "reference"};
 inline constexpr std::array<std::string_view, 5> log{"off", "passes", "schedule", "kernels", "all"};
 }  // namespace option_values
 
@@ -186,6 +193,7 @@ struct Options {
   bool deterministic = true;        // VJIT_DETERMINISTIC (results independent of `threads`)
   std::string isa = "auto";         // VJIT_ISA
   std::string gemm = "auto";        // VJIT_GEMM
+  std::string vertex_gemm = "auto"; // VJIT_VERTEX_GEMM
   std::string cache_dir;            // VJIT_CACHE_DIR
   int dist_timeout = 300;           // VJIT_DIST_TIMEOUT, seconds (vjit::Distributed collectives)
   bool dist_nccl = true;            // VJIT_DIST_NCCL (GPU gradients summed by NCCL; jit/gradient_exchange.h)
