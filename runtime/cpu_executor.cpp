@@ -387,6 +387,62 @@ class RowPointerReaders {
   std::vector<std::vector<ValueId>> fwd_of_;                      // per value of F: the Fwd nodes of ∂F reading it
 };
 
+// VJIT_GATHER_POINTERS, in the backward: a whole-slot GatherGrad whose
+// gradient per-vertex products write (MV-RNN's [dB·a; dA], each part a
+// product vertex by vertex, or the add that computes its rows of W_Mᵀ·dP) has
+// those products write each row straight into the child's scatter-gradient
+// row where that row's one contribution is this GatherGrad
+// (find_rows_assigned_once), else into the gradient's own buffer, which the
+// GatherGrad then adds. Per backward value: the gradient whose row pointers
+// it is written through and its column there (gradient -1: rows of its own).
+std::vector<GradientPointer> gradient_pointers(const FunctionPlan& fp, const TypeSignature& signature) {
+  const ir::Function& f = *fp.function;
+  std::vector<int> readers(size_t(f.size()), 0);
+  for (ValueId id = 0; id < f.size(); ++id)
+    for (ValueId arg : f[id].args) ++readers[size_t(arg)];
+  const uint64_t whole_slots = whole_slot_gather_grads(f, signature);
+  auto writes_rows_by_pointer = [&](ValueId id) {
+    const Node& n = f[id];
+    if (fp.folded[size_t(id)] || fp.phases[size_t(id)] != ir::Phase::Core || readers[size_t(id)] != 1) return false;
+    if (n.op == Op::MatMul) return !f[n.args[0]].uniform && !f[n.args[1]].uniform;  // one product per vertex
+    if (n.op != Op::Add) return false;
+    for (int side : {0, 1}) {  // the add that computes its rows of a folded product (product_rows_plus_outer)
+      const Node& outer = f[n.args[size_t(side)]];
+      const Node& slice = f[n.args[size_t(1 - side)]];
+      if (outer.op == Op::Outer && fp.folded[size_t(n.args[size_t(side)])] && slice.op == Op::Slice &&
+          fp.folded[size_t(slice.args[0])])
+        return true;
+    }
+    return false;
+  };
+  std::vector<GradientPointer> out(size_t(f.size()));
+  for (ValueId g = 0; g < f.size(); ++g) {
+    const Node& gg = f[g];
+    if (gg.op != Op::GatherGrad || gg.target != ir::GatherGradTarget::Slot || !(whole_slots >> gg.child_slot & 1) ||
+        !covers_whole_slot(f, gg, signature))
+      continue;
+    const ValueId gradient = gg.args[0];
+    if (readers[size_t(gradient)] != 1 || fp.phases[size_t(gradient)] != ir::Phase::Core || f[gradient].uniform)
+      continue;
+    const std::vector<ValueId> parts =
+        f[gradient].op == Op::Concat ? f[gradient].args : std::vector<ValueId>{gradient};
+    std::vector<std::pair<ValueId, int64_t>> written;  // value, column
+    bool ok = true;
+    int64_t column = 0;
+    for (ValueId part : parts) {
+      ValueId id = part;
+      for (; f[id].op == Op::Reshape && readers[size_t(id)] == 1; id = f[id].args[0]) written.emplace_back(id, column);
+      ok = ok && writes_rows_by_pointer(id);
+      written.emplace_back(id, column);
+      column += f[part].shape.numel();
+    }
+    if (!ok) continue;
+    out[size_t(gradient)] = {gradient, 0};
+    for (auto [id, at] : written) out[size_t(id)] = {gradient, at};
+  }
+  return out;
+}
+
 // The gather slots a step reads in place: its inputs' masks, looking through
 // nodes folded into it (a weight gradient's outer product, a biased product,
 // the rows of a product an add computes).
@@ -554,6 +610,9 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     row_pointer_parts_.push_back(config.gather_pointers
                                      ? RowPointerReaders(plan.types[t].forward, plan.types[t].backward).parts()
                                      : std::vector<int>(f.nodes.size(), 0));
+    gradient_pointers_.push_back(
+        config.gather_pointers ? gradient_pointers(plan.types[t].backward, program.signature(int(t)))
+                               : std::vector<GradientPointer>(plan.types[t].backward.function->nodes.size()));
     in_place_gather_grads_.push_back(gather_grads_placeable_in_place(plan.types[t].backward, program.signature(int(t))));
     whole_slot_gather_grads_.push_back(
         whole_slot_gather_grads(*plan.types[t].backward.function, program.signature(int(t))));
@@ -570,6 +629,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
   size_t blocks = size_t(pool_.size());
   for (Frame* frame : {&frame_, &stream_frame_}) {
     in_place_target_.assign(max_values, -1);
+    gradient_rows_bound_.assign(max_values, 0);
     frame->views[0].resize(max_values);
     frame->views[1].resize(max_values);
     frame->inputs.resize(max_inputs * blocks);
@@ -662,9 +722,11 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
     // Gradients of exclusive gather views: computed in the children's
     // scatter-gradient rows, with what is laid out in them.
     const bool in_place_grads = p == Pass::Backward && rows.task >= 0;
-    if (in_place_grads)
+    if (in_place_grads) {
       for (ValueId gg : in_place_gather_grads_[size_t(rows.type)])
         if (in_place_gather(rows, f[gg])) in_place_target_[size_t(f[gg].args[0])] = gg;
+      bind_gradient_rows(rows);
+    }
     for (ValueId id = 0; id < f.size(); ++id) {
       const Node& n = f[id];
       View& view = views[size_t(id)];
@@ -713,9 +775,16 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
         const int64_t parts = row_pointer_parts_[size_t(rows.type)][size_t(id)];
         view = {nullptr, 0, row_pointers_[size_t(rows.type)][size_t(id)].data() + rows.begin * parts, parts};
       }
+      if (p == Pass::Backward) {
+        const GradientPointer& to = gradient_pointers_[size_t(rows.type)][size_t(id)];
+        if (to.gradient >= 0 && gradient_rows_bound_[size_t(to.gradient)])
+          view = {nullptr, 0, gradient_rows_[size_t(rows.type)][size_t(to.gradient)].data() + rows.begin, 1, to.column};
+      }
     }
-    if (in_place_grads)
+    if (in_place_grads) {
       for (ValueId gg : in_place_gather_grads_[size_t(rows.type)]) in_place_target_[size_t(f[gg].args[0])] = -1;
+      std::fill(gradient_rows_bound_.begin(), gradient_rows_bound_.end(), uint8_t(0));
+    }
   }
 }
 
@@ -800,6 +869,38 @@ void CpuExecutor::size_row_pointers() {
     for (size_t id = 0; id < parts.size(); ++id)
       if (parts[id] > 0 && f[ValueId(id)].op != Op::Reshape)
         row_pointers_[t][id].resize(size_t(batch_.layout->type_rows[t] * parts[id]));
+  }
+  gradient_rows_.resize(gradient_pointers_.size());
+  for (size_t t = 0; t < gradient_pointers_.size(); ++t) {
+    gradient_rows_[t].resize(gradient_pointers_[t].size());
+    for (size_t id = 0; id < gradient_pointers_[t].size(); ++id)
+      if (gradient_pointers_[t][id].gradient == ValueId(id))
+        gradient_rows_[t][id].resize(size_t(batch_.layout->type_rows[t]));
+  }
+}
+
+// Fills, for the task being bound, where each row of a gradient written
+// through pointers goes: the child's scatter-gradient row where this is its
+// one contribution, else the gradient's own row (the GatherGrad adds it).
+// Not where the task's GatherGrad is computed in an in-place gather.
+void CpuExecutor::bind_gradient_rows(const Rows& rows) {
+  const BatchLayout& layout = *batch_.layout;
+  const ir::Function& f = function(Pass::Backward, rows.type);
+  const std::vector<GradientPointer>& pointers = gradient_pointers_[size_t(rows.type)];
+  for (ValueId g = 0; g < f.size(); ++g) {
+    const Node& n = f[g];
+    if (n.op != Op::GatherGrad || pointers[size_t(n.args[0])].gradient != n.args[0] || in_place_gather(rows, n)) continue;
+    const ValueId gradient = n.args[0];
+    gradient_rows_bound_[size_t(gradient)] = 1;
+    const ValueLayout& own = layout.value(Pass::Backward, rows.type, gradient);
+    float** table = gradient_rows_[size_t(rows.type)][size_t(gradient)].data() + rows.begin;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      RowRef child = gather_source(layout, *batch_.graph, rows.task, n.child_slot, rows.vertices, r);
+      const ValueLayout& s = layout.scatter_grad[size_t(child.type)];
+      table[r] = assigned_once_[size_t(child.type)][size_t(child.row)]
+                     ? arena(Pass::Backward) + s.offset + int64_t(child.row) * s.ld + n.start
+                     : arena(Pass::Backward) + own.offset + (rows.begin + r) * own.ld;
+    }
   }
 }
 
@@ -1462,6 +1563,7 @@ void CpuExecutor::concat(Pass pass, const Rows& rows, const Node& node, const Vi
   const ir::Function& f = function(pass, rows.type);
   const std::vector<View>& views = frame.views[int(pass)];
   if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: read as its parts, each where it lies
+    if (pass == Pass::Backward) return;  // a gradient its parts wrote in place (gradient_pointers)
     for (int64_t r = 0; r < rows.count; ++r)
       for (size_t q = 0; q < node.args.size(); ++q) out.pointers[r * out.parts + int64_t(q)] = views[size_t(node.args[q])].pointers[r];
     return;
@@ -1654,7 +1756,7 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
       for (int64_t r = begin; r < begin + count; ++r) {
         const float* pa = stored_row(a, r, 0, sa.rank == 2 ? a_rows : 1, p.lda);
         const float* pb = stored_row(b, r, 0, sb.rank == 2 ? sb.dims[0] : 1, p.ldb);
-        float* y = out.data + r * out.ld;
+        float* y = row_at(out, r);
         if (sb.rank == 1) matrix_vector(node.trans_a, p.m, p.k, pa, p.lda, pb, y);
         else matrix_vector(!node.trans_b, p.n, p.k, pb, p.ldb, pa, y);  // yᵀ = op(B)ᵀ a
       }
@@ -1669,8 +1771,7 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
       for (int64_t q = 0; q < parts; ++q)
         sgemm(vertex_gemm_backend_, node.trans_a, node.trans_b, p.m, p.n, k_part, 1.0f,
               stored_row(a, r, 0, a_rows, p.lda) + (node.trans_a ? q * k_part * p.lda : q * k_part), p.lda,
-              stored_row(b, r, q * k_part, sb.dims[0], p.ldb), p.ldb, q == 0 ? 0.0f : 1.0f, out.data + r * out.ld,
-              p.n);
+              stored_row(b, r, q * k_part, sb.dims[0], p.ldb), p.ldb, q == 0 ? 0.0f : 1.0f, row_at(out, r), p.n);
   });
 }
 
@@ -1853,7 +1954,7 @@ void CpuExecutor::product_rows_plus_outer(Pass pass, const Rows& rows, const Nod
   frame.count_gemms(rows.count, m, p.n, p.k);
   for_row_blocks(frame, rows.count, m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r) {
-      float* y = out.data + r * out.ld;
+      float* y = row_at(out, r);
       sgemm(vertex_gemm_backend_, product.trans_a, product.trans_b, m, p.n, p.k, 1.0f, a.data + r * a.ld + a_offset, p.lda,
             b.data + r * b.ld, p.ldb, 0.0f, y, p.n);
       outer_row(u.data + r * u.ld, u_size, v.data + r * v.ld, v_size, y, y);
@@ -2000,7 +2101,6 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
     ++stats.gather_views;  // bind() placed the gradient in the children's scatter-gradient rows
     return;
   }
-  ++stats.copy_calls;
   auto grad_row = [&](int type, int64_t row) {
     const ValueLayout& s = layout.scatter_grad[size_t(type)];
     return arena(Pass::Backward) + s.offset + row * s.ld;
@@ -2011,6 +2111,20 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
   const Shape& shape = function(Pass::Backward, rows.type)[node.args[0]].shape;
   const int64_t width = node.target == ir::GatherGradTarget::VariadicRows ? shape.dims[1] : shape.numel();
   const size_t first_child = size_t(program_.signature(rows.type).fixed_arity);
+  if (g.pointers != nullptr) {  // gradient_pointers: the rows assigned once were written in place
+    ++stats.gather_views;
+    int64_t added = 0;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
+      if (assigned_once_[size_t(dst.type)][size_t(dst.row)]) continue;
+      add_row(g.pointers[r], grad_row(dst.type, dst.row) + node.start, width);
+      ++added;
+    }
+    stats.copy_bytes += added * width * int64_t(sizeof(float));
+    stats.layout_copy_bytes += added * width * int64_t(sizeof(float));
+    return;
+  }
+  ++stats.copy_calls;
   int64_t child_rows = rows.count;  // rows added into
   if (node.target == ir::GatherGradTarget::Slot) {
     const bool whole_slot = whole_slot_gather_grads_[size_t(rows.type)] >> node.child_slot & 1;

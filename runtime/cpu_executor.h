@@ -62,6 +62,14 @@ class CpuParameterStore final : public ParameterStore {
   TouchedRows touched_;
 };
 
+// A backward value written through the row pointers of a GatherGrad's
+// gradient (VJIT_GATHER_POINTERS): that gradient's value id, and the
+// value's column in its rows; gradient -1: the value has rows of its own.
+struct GradientPointer {
+  ir::ValueId gradient = -1;
+  int64_t column = 0;
+};
+
 class CpuExecutor final : public Executor {
  public:
   struct Config {
@@ -121,18 +129,24 @@ class CpuExecutor final : public Executor {
     float* data = nullptr;
     int64_t ld = 0;
     // A value read through a pointer per row (row_pointer_parts): row r's
-    // value is `parts` equal parts, part q at pointers[r·parts + q], where
-    // it lies (a child's scatter row); data is null then.
-    const float** pointers = nullptr;
+    // value is `parts` equal parts, part q at pointers[r·parts + q] + offset,
+    // where it lies (a child's scatter row); data is null then. In the
+    // backward, a gradient written through one (GradientPointers).
+    float** pointers = nullptr;
     int64_t parts = 0;
+    int64_t offset = 0;
   };
+  // Where row r of a value is written.
+  static float* row_at(const View& v, int64_t r) {
+    return v.pointers ? v.pointers[r * v.parts] + v.offset : v.data + r * v.ld;
+  }
   // Row i of row r's value, stored as `stored_rows` rows of `row_ld` floats
   // (a per-vertex matrix operand as its product reads it), whether the view
   // is a buffer (ld 0: uniform) or row pointers.
   static const float* stored_row(const View& v, int64_t r, int64_t i, int64_t stored_rows, int64_t row_ld) {
     if (v.pointers == nullptr) return v.data + r * v.ld + i * row_ld;
     const int64_t per_part = stored_rows / v.parts;
-    return v.pointers[r * v.parts + i / per_part] + (i % per_part) * row_ld;
+    return v.pointers[r * v.parts + i / per_part] + v.offset + (i % per_part) * row_ld;
   }
   // A range of rows of one type: a task, or every vertex of the type (task -1).
   struct Rows {
@@ -360,8 +374,15 @@ class CpuExecutor final : public Executor {
   // type, per such Gather or Concat, this batch's pointers (the type's rows ×
   // parts), filled by its step in place of a copy.
   std::vector<std::vector<int>> row_pointer_parts_;
-  std::vector<std::vector<std::vector<const float*>>> row_pointers_;
+  std::vector<std::vector<std::vector<float*>>> row_pointers_;
   void size_row_pointers();
+  // And in the backward (gradient_pointers in cpu_executor.cpp): per type, per
+  // backward value, the gradient it is written through (its table: a pointer
+  // per row of the type, filled when a task is bound) and its column there.
+  std::vector<std::vector<GradientPointer>> gradient_pointers_;
+  std::vector<std::vector<std::vector<float*>>> gradient_rows_;  // [type][gradient value]
+  std::vector<uint8_t> gradient_rows_bound_;  // per backward value: the task being bound writes it through pointers
+  void bind_gradient_rows(const Rows& rows);
   std::vector<uint8_t> contributions_;  // per vertex; find_rows_assigned_once()'s scratch
   void find_rows_assigned_once();
   void zero_scatter_gradients();

@@ -443,6 +443,37 @@ TEST(GatherPointers, PerVertexProductsReadChildrenWhereTheyLieAndMatchTheReferen
   }
 }
 
+// VJIT_GATHER_POINTERS in the backward: MV-RNN's gradients of a child's
+// vector and matrix are written by the products straight into the child's
+// scatter-gradient row where that row has no other contribution, and into
+// their own rows, then added, where it has: here each tree gets a vertex
+// whose two children are its root, and one whose children are that vertex and
+// the first leaf, which so has two parents. Each planner, off and on: the
+// reference's objective and gradients, and on, fewer bytes copied.
+TEST(GatherPointers, GradientsOfSharedChildrenAreAddedAndTheOthersWrittenInPlace) {
+  models::Bundle bundle = models::make_model("mv_rnn", small_config());
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(10));
+  for (Sample& sample : batch.samples) {
+    const int root = int(sample.vertices.size()) - 1;
+    const int internal = sample.vertices[size_t(root)].type;
+    const int twice = sample.add_vertex(internal, {root, root}, -1, 1);
+    sample.add_vertex(internal, {twice, 0}, -1, 2);
+  }
+  for (const std::string memplan : {"copy", "pqtree"}) {
+    int64_t layout_bytes[2] = {0, 0};
+    for (bool on : {false, true}) {
+      Options options = Options::defaults();
+      options.gather_pointers = on;
+      options.memplan = memplan;
+      Engine engine(*bundle.program, options);
+      testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance,
+                                        memplan + (on ? " on" : " off"));
+      layout_bytes[on] = engine.stats().layout_copy_bytes;
+    }
+    EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan;
+  }
+}
+
 // VJIT_VERTEX_GEMM: MV-RNN's products run one per vertex match the reference
 // on every back end the option accepts; one that cannot be used here is an
 // error naming the variable. The option reaches them: the reference back end
