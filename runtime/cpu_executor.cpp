@@ -313,13 +313,13 @@ class RowPointerReaders {
 
  private:
   // Marks a gather, or a reshape of one, and what it reshapes, as one part.
-  static void mark_chain(ValueId id, std::vector<int>& parts, const ir::Function& f) {
+  void mark_chain(ValueId id, std::vector<int>& parts) const {
+    const ir::Function& f = *forward_.function;
     for (;; id = f[id].args[0]) {
       parts[size_t(id)] = 1;
       if (f[id].op != Op::Reshape) return;
     }
   }
-  void mark_chain(ValueId id, std::vector<int>& parts) const { mark_chain(id, parts, *forward_.function); }
 
   // The gather a part of a Concat is (through reshapes), or -1.
   ValueId gather_under(ValueId id) const {
