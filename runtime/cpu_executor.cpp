@@ -13,6 +13,7 @@
 
 #include "ir/dropout.h"
 #include "runtime/kernels.h"
+#include "runtime/row_pointers.h"
 #include "runtime/vector_clones.h"
 #include "vjit/error.h"
 
@@ -271,122 +272,6 @@ uint64_t whole_slot_gather_grads(const ir::Function& f, const TypeSignature& sig
   return whole;
 }
 
-// VJIT_GATHER_POINTERS: which gathers are read through a pointer per row
-// instead of being copied. A gather qualifies when every reader of its value
-// (through reshapes, and the backward's Fwd of it) is a per-vertex product
-// the executor runs vertex by vertex from row pointers, or one Concat whose
-// parts all qualify and whose readers are such products. Such a Concat
-// ([A; B], MV-RNN's children's matrices) is read as its parts: a product
-// W·[A; B] splits its inner dimension, W[:, :k]·A + W[:, k:]·B, and the weight
-// gradient Σ dP·[A; B]ᵀ joins the rows where they lie (accumulate_products).
-class RowPointerReaders {
- public:
-  RowPointerReaders(const FunctionPlan& forward, const FunctionPlan& backward)
-      : forward_(forward), backward_(backward), readers_(size_t(forward.function->size())),
-        backward_readers_(size_t(backward.function->size())), fwd_of_(size_t(forward.function->size())) {
-    for (ValueId id = 0; id < forward.function->size(); ++id)
-      for (ValueId arg : (*forward.function)[id].args) readers_[size_t(arg)].push_back(id);
-    const ir::Function& b = *backward.function;
-    for (ValueId id = 0; id < b.size(); ++id) {
-      for (ValueId arg : b[id].args) backward_readers_[size_t(arg)].push_back(id);
-      if (b[id].op == Op::Fwd) fwd_of_[size_t(b[id].forward_value)].push_back(id);
-    }
-  }
-
-  // Per forward value: how many parts each row's value is read in through
-  // row pointers (1: a gather or a reshape of one; P: a Concat of P such
-  // gathers), 0 for a value with a buffer.
-  std::vector<int> parts() const {
-    const ir::Function& f = *forward_.function;
-    std::vector<int> parts(size_t(f.size()), 0);
-    for (ValueId id = 0; id < f.size(); ++id) {
-      const Node& n = f[id];
-      if (n.op == Op::Concat && !n.uniform && n.args.size() > 1 && concat_qualifies(id)) {
-        parts[size_t(id)] = int(n.args.size());
-        for (ValueId arg : n.args) mark_chain(arg, parts);
-      } else if (n.op == Op::Gather && !parts[size_t(id)] && reads_qualify(id, 1, -1)) {
-        mark_chain(id, parts);
-      }
-    }
-    return parts;
-  }
-
- private:
-  // Marks a gather, or a reshape of one, and what it reshapes, as one part.
-  void mark_chain(ValueId id, std::vector<int>& parts) const {
-    const ir::Function& f = *forward_.function;
-    for (;; id = f[id].args[0]) {
-      parts[size_t(id)] = 1;
-      if (f[id].op != Op::Reshape) return;
-    }
-  }
-
-  // The gather a part of a Concat is (through reshapes), or -1.
-  ValueId gather_under(ValueId id) const {
-    const ir::Function& f = *forward_.function;
-    while (f[id].op == Op::Reshape) id = f[id].args[0];
-    return f[id].op == Op::Gather ? id : -1;
-  }
-
-  bool concat_qualifies(ValueId concat) const {
-    const ir::Function& f = *forward_.function;
-    const Node& c = f[concat];
-    for (ValueId arg : c.args) {
-      if (f[arg].shape.numel() != f[c.args[0]].shape.numel() || gather_under(arg) < 0) return false;
-      for (ValueId id = arg;; id = f[id].args[0]) {  // the part and every reshape down to its gather
-        if (!reads_qualify(id, 1, concat)) return false;
-        if (f[id].op != Op::Reshape) break;
-      }
-    }
-    return reads_qualify(concat, int(c.args.size()), -1);
-  }
-
-  // Whether every reader of forward value `id` (`parts` parts) reads it
-  // through row pointers; `concat` is a Concat reader that may (or -1).
-  // A reshape's readers are checked where it is marked (its own chain).
-  bool reads_qualify(ValueId id, int parts, ValueId concat) const {
-    const ir::Function& f = *forward_.function;
-    for (ValueId reader : readers_[size_t(id)]) {
-      const Node& r = f[reader];
-      const bool ok = reader == concat || (r.op == Op::Reshape && parts == 1 && reads_qualify(reader, 1, concat)) ||
-                      product_qualifies(forward_, reader, id, parts);
-      if (!ok) return false;
-    }
-    for (ValueId fwd : fwd_of_[size_t(id)])
-      for (ValueId reader : backward_readers_[size_t(fwd)])
-        if (!product_qualifies(backward_, reader, fwd, parts)) return false;
-    return true;
-  }
-
-  // Whether `product` runs from row pointers for its operand `operand`: a
-  // per-vertex product of matrices (never the GEMM over rows of a weight),
-  // run vertex by vertex, or folded into a weight gradient that joins rows
-  // (A·Bᵀ); an operand in parts only as the untransposed right operand (the
-  // inner dimension splits) or in that weight gradient.
-  static bool product_qualifies(const FunctionPlan& fp, ValueId product, ValueId operand, int parts) {
-    const ir::Function& f = *fp.function;
-    const Node& p = f[product];
-    if (p.op != Op::MatMul || p.args[0] == p.args[1] || f[operand].shape.rank != 2) return false;
-    const bool left = p.args[0] == operand;
-    const Node& other = f[p.args[left ? 1 : 0]];
-    if (left && other.uniform) return false;  // matrix_times_weight reads rows at a stride
-    if (fp.folded[size_t(product)]) {
-      int readers = 0;
-      bool param_grad = false;
-      for (ValueId id = product + 1; id < f.size(); ++id)
-        for (ValueId arg : f[id].args)
-          if (arg == product) ++readers, param_grad = f[id].op == Op::ParamGrad;
-      return readers == 1 && param_grad && !p.trans_a && p.trans_b && other.shape.rank == 2;
-    }
-    return parts == 1 || (!left && !p.trans_b && other.shape.rank == 2);
-  }
-
-  const FunctionPlan& forward_;
-  const FunctionPlan& backward_;
-  std::vector<std::vector<ValueId>> readers_, backward_readers_;  // per value of F, of ∂F
-  std::vector<std::vector<ValueId>> fwd_of_;                      // per value of F: the Fwd nodes of ∂F reading it
-};
-
 // VJIT_GATHER_POINTERS, in the backward: a whole-slot GatherGrad whose
 // gradient per-vertex products write (MV-RNN's [dB·a; dA], each part a
 // product vertex by vertex, or the add that computes its rows of W_Mᵀ·dP) has
@@ -608,7 +493,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     std::vector<uint64_t> forward_alias = gather_alias_masks(f, fixed, nullptr);
     std::vector<uint64_t> backward_alias = gather_alias_masks(*plan.types[t].backward.function, fixed, &forward_alias);
     row_pointer_parts_.push_back(config.gather_pointers
-                                     ? RowPointerReaders(plan.types[t].forward, plan.types[t].backward).parts()
+                                     ? row_pointer_parts(plan.types[t].forward, plan.types[t].backward)
                                      : std::vector<int>(f.nodes.size(), 0));
     gradient_pointers_.push_back(
         config.gather_pointers ? gradient_pointers(plan.types[t].backward, program.signature(int(t)))

@@ -98,7 +98,7 @@ class CpuExecutor final : public Executor {
     TraceRecorder* trace = nullptr;
     // VJIT_PRETRANSPOSE: see WeightTransposes.
     bool pretranspose = true;
-    // VJIT_GATHER_POINTERS: see RowPointerReaders (cpu_executor.cpp).
+    // VJIT_GATHER_POINTERS: see runtime/row_pointers.h and gradient_pointers (cpu_executor.cpp).
     bool gather_pointers = true;
     // VJIT_VERTEX_GEMM: the back end of the products run one per vertex
     // (MV-RNN's W_M·[A; B]; unset: `gemm`).
@@ -369,7 +369,7 @@ class CpuExecutor final : public Executor {
   // place. backward() leaves such rows unzeroed and that GatherGrad copies
   // into them instead of adding: the first write is the sum.
   std::vector<std::vector<uint8_t>> assigned_once_;
-  // VJIT_GATHER_POINTERS (RowPointerReaders): per type, per forward value,
+  // VJIT_GATHER_POINTERS (runtime/row_pointers.h): per type, per forward value,
   // the parts each row is read in through row pointers (0: a buffer); and per
   // type, per such Gather or Concat, this batch's pointers (the type's rows ×
   // parts), filled by its step in place of a copy.

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "layout/aligned_order.h"
+#include "runtime/row_pointers.h"
 #include "vjit/error.h"
 
 namespace vjit::runtime {
@@ -23,9 +24,12 @@ constexpr int64_t kAlignFloats = 16;  // every buffer starts on a 64-byte bounda
 constexpr int64_t kConflictFloats = 256;
 int64_t aligned(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
 
-bool has_buffer(const FunctionPlan& fp, ValueId id) {
+// `pointers`: per value, whether the executor reads it through row pointers
+// (row_pointer_parts; empty: none is).
+bool has_buffer(const FunctionPlan& fp, ValueId id, const std::vector<int>& pointers) {
   const Node& n = (*fp.function)[id];
-  return !ir::is_sink(n.op) && !ir::is_view(n.op) && !fp.folded[size_t(id)];
+  return !ir::is_sink(n.op) && !ir::is_view(n.op) && !fp.folded[size_t(id)] &&
+         (pointers.empty() || pointers[size_t(id)] == 0);
 }
 
 // Whether every step reading `id` — directly or through views of it — runs
@@ -65,9 +69,9 @@ bool backward_reads_only_in_tasks(const FunctionPlan& forward, const FunctionPla
 // in a task where the layout makes it a view of the children's rows, the view
 // replaces that place (CpuExecutor::bind) and the Concat copies it as any
 // other operand that is not in place.
-bool may_live_in_concat(const FunctionPlan& fp, ValueId id, bool gathers) {
+bool may_live_in_concat(const FunctionPlan& fp, ValueId id, bool gathers, const std::vector<int>& pointers) {
   const Node& n = (*fp.function)[id];
-  return has_buffer(fp, id) && !n.uniform && n.op != Op::Concat && (gathers || n.op != Op::Gather);
+  return has_buffer(fp, id, pointers) && !n.uniform && n.op != Op::Concat && (gathers || n.op != Op::Gather);
 }
 
 // Per value of the function: the Concat it is laid out in (-1: none) and its
@@ -77,12 +81,12 @@ struct ConcatPlacement {
   std::vector<int64_t> column;
 };
 
-ConcatPlacement place_in_concats(const FunctionPlan& fp, bool gathers) {
+ConcatPlacement place_in_concats(const FunctionPlan& fp, bool gathers, const std::vector<int>& pointers) {
   const ir::Function& f = *fp.function;
   ConcatPlacement out{std::vector<ValueId>(size_t(f.size()), -1), std::vector<int64_t>(size_t(f.size()), 0)};
   for (ValueId id = 0; id < f.size(); ++id) {
     const Node& n = f[id];
-    if (n.op != Op::Concat || n.uniform || !has_buffer(fp, id)) continue;
+    if (n.op != Op::Concat || n.uniform || !has_buffer(fp, id, pointers)) continue;
     int64_t column = 0;
     for (size_t i = 0; i < n.args.size(); ++i) {
       ValueId arg = n.args[i];
@@ -90,7 +94,7 @@ ConcatPlacement place_in_concats(const FunctionPlan& fp, bool gathers) {
       ValueId root = arg;
       while (f[root].op == Op::Reshape) root = f[root].args[0];
       bool repeated = std::count(n.args.begin(), n.args.end(), arg) > 1;
-      if (may_live_in_concat(fp, root, gathers) && !repeated && out.concat[size_t(root)] < 0) {
+      if (may_live_in_concat(fp, root, gathers, pointers) && !repeated && out.concat[size_t(root)] < 0) {
         out.concat[size_t(root)] = id;
         out.column[size_t(root)] = column;
       }
@@ -118,11 +122,16 @@ class RowPlanner : public Planner {
     const bool inplace_concat = options.inplace_concat;
     view_ok_.resize(plan.types.size());
     for (size_t t = 0; t < plan.types.size(); ++t) {
+      pointers_[int(Pass::Forward)].push_back(options.row_pointers
+                                                  ? row_pointer_parts(plan.types[t].forward, plan.types[t].backward)
+                                                  : std::vector<int>{});
+      pointers_[int(Pass::Backward)].emplace_back();
       for (Pass pass : {Pass::Forward, Pass::Backward}) {
         const FunctionPlan& fp = function_plan(pass, t);
-        placements_[int(pass)].push_back(inplace_concat ? place_in_concats(fp, options.gathers_in_concat)
-                                                        : ConcatPlacement{std::vector<ValueId>(fp.function->nodes.size(), -1),
-                                                                          std::vector<int64_t>(fp.function->nodes.size(), 0)});
+        placements_[int(pass)].push_back(
+            inplace_concat ? place_in_concats(fp, options.gathers_in_concat, pointers_[int(pass)][t])
+                           : ConcatPlacement{std::vector<ValueId>(fp.function->nodes.size(), -1),
+                                             std::vector<int64_t>(fp.function->nodes.size(), 0)});
       }
       // Slots 0..fixed_arity-1 and the variadic sum (fixed_arity).
       view_ok_[t].assign(size_t(signatures[t].fixed_arity) + 1, views);
@@ -281,7 +290,7 @@ class RowPlanner : public Planner {
       const ConcatPlacement& placement = placements_[int(pass)][t];
       const int64_t rows = out.type_rows[t];
       for (ValueId id = 0; id < fp.function->size(); ++id) {
-        if (!has_buffer(fp, id) || placement.concat[size_t(id)] >= 0) continue;
+        if (!has_buffer(fp, id, pointers_[int(pass)][t]) || placement.concat[size_t(id)] >= 0) continue;
         const Node& n = (*fp.function)[id];
         if (n.uniform) {  // stacked parameters (matmul merging): one row, read by every vertex
           values[size_t(begin[t] + id)] = {total, 0};
@@ -381,6 +390,7 @@ class RowPlanner : public Planner {
   RowOrder row_order_;
   std::vector<std::vector<char>> view_ok_;           // [type][slot]; slot fixed_arity: the variadic sum
   std::vector<ConcatPlacement> placements_[2];       // [pass][type]
+  std::vector<std::vector<int>> pointers_[2];        // [pass][type]: row_pointer_parts (forward; empty: none)
   // Working memory, kept between batches.
   layout::AlignedOrder aligned_;
   std::vector<int> order_, position_, batch_values_, task_order_, task_rank_;

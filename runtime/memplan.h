@@ -208,6 +208,9 @@ struct PlannerOptions {
   bool inplace_concat = true;     // lay Concat arguments out in place (above)
   bool pad_wide_rows = true;      // rows of a multiple of 256 floats get 16 more (above)
   bool gathers_in_concat = true;  // with inplace_concat, gathers too (VJIT_GATHER_SLICES, CPU executor only)
+  // Forward values the executor reads through row pointers get no buffer
+  // (VJIT_GATHER_POINTERS, CPU executor only; runtime/row_pointers.h).
+  bool row_pointers = true;
 };
 
 std::unique_ptr<Planner> make_planner(const std::string& name, const ExecPlan& plan,

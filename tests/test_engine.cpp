@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <regex>
 #include <span>
 
 #include "codegen/x86_isa.h"
@@ -472,6 +473,22 @@ TEST(GatherPointers, GradientsOfSharedChildrenAreAddedAndTheOthersWrittenInPlace
     }
     EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan;
   }
+  // On, the planner gives the gathered matrices and their concat no buffer:
+  // the batch's forward values need fewer bytes (named by VJIT_MAX_MEMORY's
+  // error, "values N").
+  auto value_bytes = [&](bool on) {
+    Options options = Options::defaults();
+    options.gather_pointers = on;
+    options.max_memory = 1024;
+    Engine engine(*bundle.program, options);
+    const std::string message = test_util::user_error_of([&] { engine.forward(batch); });
+    std::smatch found;
+    EXPECT_TRUE(std::regex_search(message, found, std::regex("values ([0-9]+)"))) << message;
+    return found.empty() ? int64_t(0) : std::stoll(found[1]);
+  };
+  const int64_t on = value_bytes(true), off = value_bytes(false);
+  EXPECT_GT(on, 0);
+  EXPECT_LT(on, off);
 }
 
 // VJIT_VERTEX_GEMM: MV-RNN's products run one per vertex match the reference

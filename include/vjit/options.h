@@ -45,7 +45,7 @@
 // |                  |             | that only per-vertex products read (and a   |              |
 // |                  |             | concat of such) is read where each child's  |              |
 // |                  |             | row lies, a pointer per row, not copied     |              |
-// |                  |             | (runtime/cpu_executor.cpp RowPointerReaders)|              |
+// |                  |             | (runtime/row_pointers.h)                    |              |
 // | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
 // |                  |             | is done by the GEMM (output rows start as   |              |
 // |                  |             | the bias, beta = 1), not by another pass;   |              |

@@ -1,0 +1,24 @@
+#pragma once
+// VJIT_GATHER_POINTERS: which forward values the CPU executor reads through a
+// pointer per row (where each child's row lies) instead of a buffer of their
+// own. The executor runs them (runtime/cpu_executor.h); the memory planner
+// gives them no buffer (runtime/memplan.h).
+#include <vector>
+
+#include "runtime/exec_plan.h"
+
+namespace vjit::runtime {
+
+// Per value of the forward function: how many equal parts each row's value
+// is read in through row pointers (1: a gather, or a reshape of one; P: a
+// Concat of P such gathers), 0 for a value with a buffer. A gather qualifies
+// when every reader of its value (through reshapes, and the backward's Fwd of
+// it) is a per-vertex product the executor runs vertex by vertex from row
+// pointers, or one Concat whose parts all qualify and whose readers are such
+// products. Such a Concat ([A; B], MV-RNN's children's matrices) is read as
+// its parts: a product W·[A; B] splits its inner dimension,
+// W[:, :k]·A + W[:, k:]·B, and the weight gradient Σ dP·[A; B]ᵀ joins the
+// rows where they lie.
+std::vector<int> row_pointer_parts(const FunctionPlan& forward, const FunctionPlan& backward);
+
+}  // namespace vjit::runtime
