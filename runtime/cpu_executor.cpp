@@ -209,6 +209,14 @@ std::vector<uint64_t> gather_alias_masks(const ir::Function& f, int fixed_arity,
   return mask;
 }
 
+// Per value of `f`: how many arguments of later nodes name it.
+std::vector<int> reader_counts(const ir::Function& f) {
+  std::vector<int> readers(size_t(f.size()), 0);
+  for (ValueId id = 0; id < f.size(); ++id)
+    for (ValueId arg : f[id].args) ++readers[size_t(arg)];
+  return readers;
+}
+
 // Whether `id` is computed and read by task-by-task (core) steps only.
 bool within_tasks(const FunctionPlan& fp, ValueId id) {
   const ir::Function& f = *fp.function;
@@ -235,9 +243,7 @@ bool covers_whole_slot(const ir::Function& f, const Node& gather_grad, const Typ
 // covers part of it (ir::gather_slices), the rest of the row is the others'.
 std::vector<ValueId> gather_grads_placeable_in_place(const FunctionPlan& fp, const TypeSignature& signature) {
   const ir::Function& f = *fp.function;
-  std::vector<int> readers(size_t(f.size()), 0);
-  for (ValueId id = 0; id < f.size(); ++id)
-    for (ValueId arg : f[id].args) ++readers[size_t(arg)];
+  const std::vector<int> readers = reader_counts(f);
   std::vector<ValueId> out;
   for (ValueId id = 0; id < f.size(); ++id) {
     const Node& n = f[id];
@@ -282,9 +288,7 @@ uint64_t whole_slot_gather_grads(const ir::Function& f, const TypeSignature& sig
 // it is written through and its column there (gradient -1: rows of its own).
 std::vector<GradientPointer> gradient_pointers(const FunctionPlan& fp, const TypeSignature& signature) {
   const ir::Function& f = *fp.function;
-  std::vector<int> readers(size_t(f.size()), 0);
-  for (ValueId id = 0; id < f.size(); ++id)
-    for (ValueId arg : f[id].args) ++readers[size_t(arg)];
+  const std::vector<int> readers = reader_counts(f);
   const uint64_t whole_slots = whole_slot_gather_grads(f, signature);
   auto writes_rows_by_pointer = [&](ValueId id) {
     const Node& n = f[id];
@@ -303,9 +307,8 @@ std::vector<GradientPointer> gradient_pointers(const FunctionPlan& fp, const Typ
   std::vector<GradientPointer> out(size_t(f.size()));
   for (ValueId g = 0; g < f.size(); ++g) {
     const Node& gg = f[g];
-    if (gg.op != Op::GatherGrad || gg.target != ir::GatherGradTarget::Slot || !(whole_slots >> gg.child_slot & 1) ||
-        !covers_whole_slot(f, gg, signature))
-      continue;
+    if (gg.op != Op::GatherGrad || gg.target != ir::GatherGradTarget::Slot || !(whole_slots >> gg.child_slot & 1))
+      continue;  // not the one GatherGrad of its slot, covering the child's whole row
     const ValueId gradient = gg.args[0];
     if (readers[size_t(gradient)] != 1 || fp.phases[size_t(gradient)] != ir::Phase::Core || f[gradient].uniform)
       continue;
@@ -498,6 +501,11 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     gradient_pointers_.push_back(
         config.gather_pointers ? gradient_pointers(plan.types[t].backward, program.signature(int(t)))
                                : std::vector<GradientPointer>(plan.types[t].backward.function->nodes.size()));
+    const ir::Function& df = *plan.types[t].backward.function;
+    pointer_gather_grads_.emplace_back();
+    for (ValueId id = 0; id < df.size(); ++id)
+      if (df[id].op == Op::GatherGrad && gradient_pointers_.back()[size_t(df[id].args[0])].gradient == df[id].args[0])
+        pointer_gather_grads_.back().push_back(id);
     in_place_gather_grads_.push_back(gather_grads_placeable_in_place(plan.types[t].backward, program.signature(int(t))));
     whole_slot_gather_grads_.push_back(
         whole_slot_gather_grads(*plan.types[t].backward.function, program.signature(int(t))));
@@ -656,7 +664,7 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
           break;
         default: break;
       }
-      if (p == Pass::Forward && row_pointer_parts_[size_t(rows.type)][size_t(id)] > 0 && n.op != Op::Reshape) {
+      if (p == Pass::Forward && row_pointer_parts_[size_t(rows.type)][size_t(id)] > 0) {
         const int64_t parts = row_pointer_parts_[size_t(rows.type)][size_t(id)];
         view = {nullptr, 0, row_pointers_[size_t(rows.type)][size_t(id)].data() + rows.begin * parts, parts};
       }
@@ -668,7 +676,7 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
     }
     if (in_place_grads) {
       for (ValueId gg : in_place_gather_grads_[size_t(rows.type)]) in_place_target_[size_t(f[gg].args[0])] = -1;
-      std::fill(gradient_rows_bound_.begin(), gradient_rows_bound_.end(), uint8_t(0));
+      for (ValueId gg : pointer_gather_grads_[size_t(rows.type)]) gradient_rows_bound_[size_t(f[gg].args[0])] = 0;
     }
   }
 }
@@ -750,9 +758,8 @@ void CpuExecutor::size_row_pointers() {
   for (size_t t = 0; t < row_pointer_parts_.size(); ++t) {
     const std::vector<int>& parts = row_pointer_parts_[t];
     row_pointers_[t].resize(parts.size());
-    const ir::Function& f = function(Pass::Forward, int(t));
     for (size_t id = 0; id < parts.size(); ++id)
-      if (parts[id] > 0 && f[ValueId(id)].op != Op::Reshape)
+      if (parts[id] > 0)
         row_pointers_[t][id].resize(size_t(batch_.layout->type_rows[t] * parts[id]));
   }
   gradient_rows_.resize(gradient_pointers_.size());
@@ -771,10 +778,9 @@ void CpuExecutor::size_row_pointers() {
 void CpuExecutor::bind_gradient_rows(const Rows& rows) {
   const BatchLayout& layout = *batch_.layout;
   const ir::Function& f = function(Pass::Backward, rows.type);
-  const std::vector<GradientPointer>& pointers = gradient_pointers_[size_t(rows.type)];
-  for (ValueId g = 0; g < f.size(); ++g) {
+  for (ValueId g : pointer_gather_grads_[size_t(rows.type)]) {
     const Node& n = f[g];
-    if (n.op != Op::GatherGrad || pointers[size_t(n.args[0])].gradient != n.args[0] || in_place_gather(rows, n)) continue;
+    if (in_place_gather(rows, n)) continue;
     const ValueId gradient = n.args[0];
     gradient_rows_bound_[size_t(gradient)] = 1;
     const ValueLayout& own = layout.value(Pass::Backward, rows.type, gradient);
@@ -1450,7 +1456,8 @@ void CpuExecutor::concat(Pass pass, const Rows& rows, const Node& node, const Vi
   if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: read as its parts, each where it lies
     if (pass == Pass::Backward) return;  // a gradient its parts wrote in place (gradient_pointers)
     for (int64_t r = 0; r < rows.count; ++r)
-      for (size_t q = 0; q < node.args.size(); ++q) out.pointers[r * out.parts + int64_t(q)] = views[size_t(node.args[q])].pointers[r];
+      for (size_t q = 0; q < node.args.size(); ++q)
+        out.pointers[r * out.parts + int64_t(q)] = views[size_t(node.args[q])].pointers[r];
     return;
   }
   int64_t column = 0;
@@ -1718,9 +1725,9 @@ void join_rows(RowOf row_of, int64_t rows, int64_t k, int64_t group, std::vector
 // C += Σ op(A_r)·op(B_r) over `rows` vertices (row i of vertex r's operands,
 // as stored, at a_row(r, i) and b_row(r, i)), `group` vertices per GEMM
 // (join_rows, on `backend`; a group of more than one only for A·Bᵀ), a
-// vertex alone on `vertex_backend`. `contiguous`: each
-// vertex's operands are whole matrices (their rows lda and ldb apart), so a
-// group of one multiplies them where they lie; else its rows are joined too.
+// vertex alone on `vertex_backend`. `contiguous`: each vertex's operands are
+// whole matrices (their rows lda and ldb apart), so a group of one multiplies
+// them where they lie; else its rows are joined too.
 template <typename RowA, typename RowB>
 void accumulate_product_rows(GemmBackend backend, GemmBackend vertex_backend, const Node& product,
                              const PerVertexProduct& p, RowA a_row, RowB b_row, int64_t rows, int64_t group,
@@ -1728,8 +1735,8 @@ void accumulate_product_rows(GemmBackend backend, GemmBackend vertex_backend, co
   for (int64_t r = 0; r < rows; r += group) {
     const int64_t g = std::min(group, rows - r);
     if (g == 1 && contiguous) {
-      sgemm(vertex_backend, product.trans_a, product.trans_b, p.m, p.n, p.k, 1.0f, a_row(r, 0), p.lda, b_row(r, 0), p.ldb,
-            1.0f, c, p.n);
+      sgemm(vertex_backend, product.trans_a, product.trans_b, p.m, p.n, p.k, 1.0f, a_row(r, 0), p.lda, b_row(r, 0),
+            p.ldb, 1.0f, c, p.n);
       continue;
     }
     join_rows([&](int64_t v, int64_t i) { return a_row(r + v, i); }, p.m, p.k, g, t_joined_a);
@@ -1771,10 +1778,10 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
       c = frame.scratch[size_t(block)].data();
       std::fill_n(c, size_t(size), 0.0f);
     }
-    accumulate_product_rows(
-        gemm_backend_, vertex_gemm_backend_, product, p, [&](int64_t r, int64_t i) { return stored_row(a, begin + r, i, a_rows, p.lda); },
-        [&](int64_t r, int64_t i) { return stored_row(b, begin + r, i, b_rows, p.ldb); }, count, group,
-        a.parts <= 1 && b.parts <= 1, c);
+    auto a_row = [&](int64_t r, int64_t i) { return stored_row(a, begin + r, i, a_rows, p.lda); };
+    auto b_row = [&](int64_t r, int64_t i) { return stored_row(b, begin + r, i, b_rows, p.ldb); };
+    accumulate_product_rows(gemm_backend_, vertex_gemm_backend_, product, p, a_row, b_row, count, group,
+                            a.parts <= 1 && b.parts <= 1, c);
   });
   for (int64_t block = 1; block < blocks; ++block) add_row(frame.scratch[size_t(block)].data(), grad, size);
 }
@@ -1840,8 +1847,8 @@ void CpuExecutor::product_rows_plus_outer(Pass pass, const Rows& rows, const Nod
   for_row_blocks(frame, rows.count, m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r) {
       float* y = row_at(out, r);
-      sgemm(vertex_gemm_backend_, product.trans_a, product.trans_b, m, p.n, p.k, 1.0f, a.data + r * a.ld + a_offset, p.lda,
-            b.data + r * b.ld, p.ldb, 0.0f, y, p.n);
+      sgemm(vertex_gemm_backend_, product.trans_a, product.trans_b, m, p.n, p.k, 1.0f,
+            a.data + r * a.ld + a_offset, p.lda, b.data + r * b.ld, p.ldb, 0.0f, y, p.n);
       outer_row(u.data + r * u.ld, u_size, v.data + r * v.ld, v_size, y, y);
     }
   });

@@ -381,6 +381,7 @@ class CpuExecutor final : public Executor {
   // per row of the type, filled when a task is bound) and its column there.
   std::vector<std::vector<GradientPointer>> gradient_pointers_;
   std::vector<std::vector<std::vector<float*>>> gradient_rows_;  // [type][gradient value]
+  std::vector<std::vector<ir::ValueId>> pointer_gather_grads_;  // per type: the GatherGrads of such gradients
   std::vector<uint8_t> gradient_rows_bound_;  // per backward value: the task being bound writes it through pointers
   void bind_gradient_rows(const Rows& rows);
   std::vector<uint8_t> contributions_;  // per vertex; find_rows_assigned_once()'s scratch

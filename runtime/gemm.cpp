@@ -177,8 +177,8 @@ GemmBackend select_gemm_backend(std::string_view option, std::string_view variab
     std::string usable = "auto";
     for (GemmBackend b : kGemmBackends)
       if (gemm_backend_available(b)) usable += std::string(", ") + gemm_backend_name(b);
-    throw UserError(std::string(variable) + "=" + value + ": back end '" + gemm_backend_name(backend) + "' cannot be used: " + why +
-                    "; usable here: " + usable);
+    throw UserError(std::string(variable) + "=" + value + ": back end '" + gemm_backend_name(backend) +
+                    "' cannot be used: " + why + "; usable here: " + usable);
   }
   return backend;
 }

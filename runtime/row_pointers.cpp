@@ -23,9 +23,8 @@ class RowPointerReaders {
     }
   }
 
-  // Per forward value: how many parts each row's value is read in through
-  // row pointers (1: a gather or a reshape of one; P: a Concat of P such
-  // gathers), 0 for a value with a buffer.
+  // See row_pointer_parts. A Concat's gathers come before it, and a gather
+  // that a Concat reads does not qualify alone: each is decided once.
   std::vector<int> parts() const {
     const ir::Function& f = *forward_.function;
     std::vector<int> parts(size_t(f.size()), 0);
@@ -33,23 +32,15 @@ class RowPointerReaders {
       const Node& n = f[id];
       if (n.op == Op::Concat && !n.uniform && n.args.size() > 1 && concat_qualifies(id)) {
         parts[size_t(id)] = int(n.args.size());
-        for (ValueId arg : n.args) mark_chain(arg, parts);
-      } else if (n.op == Op::Gather && !parts[size_t(id)] && reads_qualify(id, 1, -1)) {
-        mark_chain(id, parts);
+        for (ValueId arg : n.args) parts[size_t(gather_under(arg))] = 1;
+      } else if (n.op == Op::Gather && reads_qualify(id, 1, -1)) {
+        parts[size_t(id)] = 1;
       }
     }
     return parts;
   }
 
  private:
-  // Marks a gather, or a reshape of one, and what it reshapes, as one part.
-  void mark_chain(ValueId id, std::vector<int>& parts) const {
-    const ir::Function& f = *forward_.function;
-    for (;; id = f[id].args[0]) {
-      parts[size_t(id)] = 1;
-      if (f[id].op != Op::Reshape) return;
-    }
-  }
 
   // The gather a part of a Concat is (through reshapes), or -1.
   ValueId gather_under(ValueId id) const {

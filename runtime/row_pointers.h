@@ -10,8 +10,9 @@
 namespace vjit::runtime {
 
 // Per value of the forward function: how many equal parts each row's value
-// is read in through row pointers (1: a gather, or a reshape of one; P: a
-// Concat of P such gathers), 0 for a value with a buffer. A gather qualifies
+// is read in through row pointers (1: a gather; P: a Concat of P such
+// gathers), 0 for a value with a buffer (or none: a reshape of a gather is a
+// view of it, and reads its pointers). A gather qualifies
 // when every reader of its value (through reshapes, and the backward's Fwd of
 // it) is a per-vertex product the executor runs vertex by vertex from row
 // pointers, or one Concat whose parts all qualify and whose readers are such
