@@ -320,6 +320,7 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
     }
   }
   log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);
+  plan.fused_of = group_of;
 
   if (options.epilogue) {
     // Only the CPU executor adds a bias to every row of a block product.

@@ -278,10 +278,25 @@ uint64_t whole_slot_gather_grads(const ir::Function& f, const TypeSignature& sig
   return whole;
 }
 
+// Whether node `id` runs as an elementwise node of its own (CpuExecutor::
+// elementwise, row by row: it may write through row pointers): a unary or
+// binary op other than dropout, none of whose operands is uniform (a bias
+// add) or a product folded into it (the GEMM's epilogue writes it).
+bool writes_elementwise_rows(const FunctionPlan& fp, ValueId id) {
+  const ir::Function& f = *fp.function;
+  const Node& n = f[id];
+  const ir::OpKind kind = ir::op_kind(n.op);
+  if ((kind != ir::OpKind::Unary && kind != ir::OpKind::Binary) || n.op == Op::Dropout) return false;
+  for (ValueId arg : n.args)
+    if (f[arg].uniform || fp.folded[size_t(arg)]) return false;
+  return true;
+}
+
 // VJIT_GATHER_POINTERS, in the backward: a whole-slot GatherGrad whose
-// gradient per-vertex products write (MV-RNN's [dB·a; dA], each part a
-// product vertex by vertex, or the add that computes its rows of W_Mᵀ·dP) has
-// those products write each row straight into the child's scatter-gradient
+// gradient per-vertex products or fused kernels write (MV-RNN's [dB·a; dA],
+// each part a product vertex by vertex, or the add that computes its rows of
+// W_Mᵀ·dP; a Tree-LSTM's dc of a child, a fused kernel's output) has them
+// write each row straight into the child's scatter-gradient
 // row where that row's one contribution is this GatherGrad
 // (find_rows_assigned_once), else into the gradient's own buffer, which the
 // GatherGrad then adds. Per backward value: the gradient whose row pointers
@@ -293,6 +308,8 @@ std::vector<GradientPointer> gradient_pointers(const FunctionPlan& fp, const Typ
   auto writes_rows_by_pointer = [&](ValueId id) {
     const Node& n = f[id];
     if (fp.folded[size_t(id)] || fp.phases[size_t(id)] != ir::Phase::Core || readers[size_t(id)] != 1) return false;
+    if (fp.in_fused_step(id)) return true;  // an output of a fused kernel (run_fused_over_pointers)
+    if (writes_elementwise_rows(fp, id)) return true;
     if (n.op == Op::MatMul) return !f[n.args[0]].uniform && !f[n.args[1]].uniform;  // one product per vertex
     if (n.op != Op::Add) return false;
     for (int side : {0, 1}) {  // the add that computes its rows of a folded product (product_rows_plus_outer)
@@ -529,6 +546,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     frame->input_ld.resize(max_inputs);
     frame->outputs.resize(max_outputs * blocks);
     frame->output_ld.resize(max_outputs);
+    frame->run_ld.resize((max_inputs + max_outputs) * blocks);
   }
   frame_.stats = &stats_;
   stream_frame_.stats = &stream_stats_;
@@ -640,7 +658,8 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
         case Op::Param: view = {store_.value(n.param), 0}; break;
         case Op::Slice: {  // of a product folded into its readers (no data): none either
           const View& whole = views[size_t(n.args[0])];
-          view = whole.data ? View{whole.data + n.start, whole.ld} : View{};
+          if (whole.pointers) view = {nullptr, 0, whole.pointers, whole.parts, whole.offset + n.start};
+          else view = whole.data ? View{whole.data + n.start, whole.ld} : View{};
           break;
         }
         case Op::Reshape: view = views[size_t(n.args[0])]; break;
@@ -1227,6 +1246,13 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
   ++frame.stats->kernels;
   const std::vector<View>& views = frame.views[int(pass)];
   const size_t n_in = step.inputs.size(), n_out = step.outputs.size();
+  bool pointers = false;
+  for (ValueId id : step.inputs) pointers = pointers || views[size_t(id)].pointers;
+  for (ValueId id : step.outputs) pointers = pointers || views[size_t(id)].pointers;
+  if (pointers) {
+    run_fused_over_pointers(pass, rows, step, frame);
+    return;
+  }
   for (size_t i = 0; i < n_in; ++i) frame.input_ld[i] = views[size_t(step.inputs[i])].ld;
   for (size_t i = 0; i < n_out; ++i) frame.output_ld[i] = views[size_t(step.outputs[i])].ld;
   for_row_blocks(frame, rows.count, step.width, [&](int64_t begin, int64_t count, int block) {
@@ -1236,6 +1262,42 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
     for (size_t i = 0; i < n_out; ++i) out[i] = views[size_t(step.outputs[i])].data + begin * frame.output_ld[i];
     KernelArgs args{count, in, frame.input_ld.data(), out, frame.output_ld.data(), step.kernel.context};
     step.kernel.entry(&args);
+  });
+}
+
+// Some operands are read or written through row pointers (where each child's
+// row lies): the kernel runs once per run of rows in which every such operand's
+// rows lie at one stride, at least a row apart (the kernel's rows are base +
+// r·ld; written rows must not overlap).
+void CpuExecutor::run_fused_over_pointers(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame) {
+  const std::vector<View>& views = frame.views[int(pass)];
+  const size_t n_in = step.inputs.size(), n_out = step.outputs.size(), n = n_in + n_out;
+  auto view_of = [&](size_t i) -> const View& {
+    return views[size_t(i < n_in ? step.inputs[i] : step.outputs[i - n_in])];
+  };
+  for_row_blocks(frame, rows.count, step.width, [&](int64_t begin, int64_t count, int block) {
+    const float** in = frame.inputs.data() + size_t(block) * n_in;
+    float** out = frame.outputs.data() + size_t(block) * n_out;
+    int64_t* ld = frame.run_ld.data() + size_t(block) * n;
+    for (int64_t r = begin, end = begin + count; r < end;) {
+      for (size_t i = 0; i < n; ++i) ld[i] = view_of(i).ld;
+      // Extend the run while every pointer operand's next row lies one stride on.
+      int64_t last = r + 1;
+      for (bool extends = true; extends && last < end; last += extends ? 1 : 0) {
+        for (size_t i = 0; i < n && extends; ++i) {
+          const View& v = view_of(i);
+          if (!v.pointers) continue;
+          const int64_t stride = row_at(v, last) - row_at(v, last - 1);
+          if (last == r + 1) ld[i] = stride;
+          extends = stride == ld[i] && stride >= step.width;
+        }
+      }
+      for (size_t i = 0; i < n_in; ++i) in[i] = row_at(view_of(i), r);
+      for (size_t i = 0; i < n_out; ++i) out[i] = row_at(view_of(n_in + i), r);
+      KernelArgs args{last - r, in, ld, out, ld + n_in, step.kernel.context};
+      step.kernel.entry(&args);
+      r = last;
+    }
   });
 }
 
@@ -1424,12 +1486,18 @@ void CpuExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, con
   const int64_t width = node.shape.numel();
   const bool unary = ir::op_kind(node.op) == ir::OpKind::Unary;
   Operand a = operand(0), b = unary ? Operand{} : operand(1);
+  // Written through row pointers (gradient_pointers): a row at a time.
+  const bool by_row = out.pointers != nullptr;
   for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
-    Operand a_block = a, b_block = b;
-    a_block.data += begin * a.ld;
-    b_block.data += begin * b.ld;
-    if (unary) unary_rows(node, count, width, a_block, out.data + begin * out.ld, out.ld);
-    else binary_rows(node.op, count, width, a_block, b_block, out.data + begin * out.ld, out.ld);
+    for (int64_t first = begin, end = begin + count; first < end; first += by_row ? 1 : count) {
+      Operand a_block = a, b_block = b;
+      a_block.data += first * a.ld;
+      b_block.data += first * b.ld;
+      const int64_t n = by_row ? 1 : count;
+      float* y = row_at(out, first);
+      if (unary) unary_rows(node, n, width, a_block, y, out.ld);
+      else binary_rows(node.op, n, width, a_block, b_block, y, out.ld);
+    }
   });
 }
 

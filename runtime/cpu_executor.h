@@ -161,6 +161,7 @@ class CpuExecutor final : public Executor {
     std::vector<const float*> inputs;
     std::vector<float*> outputs;
     std::vector<int64_t> input_ld, output_ld;
+    std::vector<int64_t> run_ld;  // per row block: the inputs' then the outputs' ld (run_fused_over_pointers)
     ExecStats* stats = nullptr;
     bool use_pool = true;  // split large steps across the pool's threads
     std::vector<std::vector<float>> scratch;  // per row block: a private accumulator (block 0 needs none)
@@ -232,6 +233,7 @@ class CpuExecutor final : public Executor {
                                      int64_t element, float found) const;
   void run_node(Pass pass, const Rows& rows, ir::ValueId id, Frame& frame);
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame);
+  void run_fused_over_pointers(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame);
   // Calls fn(begin, count, block) over blocks of rows, on the pool's threads
   // when rows × work_per_row (elements, or multiply-adds) is large enough.
   template <typename Fn>

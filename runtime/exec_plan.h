@@ -62,6 +62,11 @@ struct FunctionPlan {
   // nothing outside their group reads.
   std::vector<bool> folded;
   std::vector<FusedStep> fused;
+  // Per node: the index of the fused step that computes it (-1: none, or a
+  // plan made without fusion). Its operands from outside the group are the
+  // step's inputs, read row by row.
+  std::vector<int> fused_of;
+  bool in_fused_step(ir::ValueId id) const { return !fused_of.empty() && fused_of[size_t(id)] >= 0; }
   // Per fused step, what a forward pass that no backward follows runs instead
   // (VJIT_INFER_KERNELS, forward plans): a kernel that writes only the outputs
   // a forward step reads (outputs kept for the backward alone are left out)

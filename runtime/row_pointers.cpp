@@ -70,13 +70,32 @@ class RowPointerReaders {
     for (ValueId reader : readers_[size_t(id)]) {
       const Node& r = f[reader];
       const bool ok = reader == concat || (r.op == Op::Reshape && parts == 1 && reads_qualify(reader, 1, concat)) ||
-                      product_qualifies(forward_, reader, id, parts);
+                      (r.op == Op::Slice && parts == 1 && reads_qualify(reader, 1, -1)) ||
+                      reader_qualifies(forward_, reader, id, parts);
       if (!ok) return false;
     }
     for (ValueId fwd : fwd_of_[size_t(id)])
-      for (ValueId reader : backward_readers_[size_t(fwd)])
-        if (!product_qualifies(backward_, reader, fwd, parts)) return false;
+      if (!backward_reads_qualify(fwd, parts)) return false;
     return true;
+  }
+
+  // The same for a value of ∂F that is forward value `id` seen through Fwd,
+  // reshapes and slices.
+  bool backward_reads_qualify(ValueId id, int parts) const {
+    const ir::Function& b = *backward_.function;
+    for (ValueId reader : backward_readers_[size_t(id)]) {
+      const Op op = b[reader].op;
+      const bool view = parts == 1 && (op == Op::Reshape || op == Op::Slice);
+      if (!(view ? backward_reads_qualify(reader, 1) : reader_qualifies(backward_, reader, id, parts))) return false;
+    }
+    return true;
+  }
+
+  // Whether `reader` reads its operand `operand` (`parts` parts) from row
+  // pointers: a fused elementwise kernel (run_fused calls it over runs of rows
+  // that lie at one stride), or a product that does (product_qualifies).
+  static bool reader_qualifies(const FunctionPlan& fp, ValueId reader, ValueId operand, int parts) {
+    return (parts == 1 && fp.in_fused_step(reader)) || product_qualifies(fp, reader, operand, parts);
   }
 
   // Whether `product` runs from row pointers for its operand `operand`: a

@@ -13,10 +13,11 @@ namespace vjit::runtime {
 // is read in through row pointers (1: a gather; P: a Concat of P such
 // gathers), 0 for a value with a buffer (or none: a reshape of a gather is a
 // view of it, and reads its pointers). A gather qualifies
-// when every reader of its value (through reshapes, and the backward's Fwd of
-// it) is a per-vertex product the executor runs vertex by vertex from row
-// pointers, or one Concat whose parts all qualify and whose readers are such
-// products. Such a Concat ([A; B], MV-RNN's children's matrices) is read as
+// when every reader of its value (through reshapes and slices, and the
+// backward's Fwd of it) is a per-vertex product the executor runs vertex by
+// vertex from row pointers, a fused elementwise kernel (run over runs of rows
+// that lie at one stride: a Tree-LSTM's children's c), or one Concat whose
+// parts all qualify and whose readers are such products. Such a Concat ([A; B], MV-RNN's children's matrices) is read as
 // its parts: a product W·[A; B] splits its inner dimension,
 // W[:, :k]·A + W[:, k:]·B, and the weight gradient Σ dP·[A; B]ᵀ joins the
 // rows where they lie.
