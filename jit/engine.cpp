@@ -82,7 +82,7 @@ struct Engine::Impl {
     planner = runtime::make_planner(planner_name(), plan, signatures,
                                     {options.inplace_concat, options.pad_wide_rows,
                                      options.gather_slices && options.device != "cuda",
-                                     options.gather_pointers && options.device != "cuda"});
+                                     options.device != "cuda", options.gather_pointers && options.device != "cuda"});
     if (options.device == "cuda")
       executor = std::make_unique<runtime::CudaExecutor>(
           program, plan,
@@ -354,7 +354,7 @@ struct Engine::Impl {
     kept->plan = jit::lower_program(kept->program, options);
     kept->planner = runtime::make_planner(planner_name(), kept->plan, kept->signatures,
                                           {options.inplace_concat, options.pad_wide_rows, options.gather_slices,
-                                           options.gather_pointers});
+                                           true, options.gather_pointers});
     // Not streaming: the scattered rows are read back after the forward.
     kept->executor = std::make_unique<runtime::CpuExecutor>(
         kept->program, kept->plan,

@@ -64,14 +64,18 @@ bool backward_reads_only_in_tasks(const FunctionPlan& forward, const FunctionPla
 }
 
 // Whether value `id` may be written into a Concat's buffer instead of its own:
-// it has a buffer whose place nothing else decides (not stacked weights) and
-// is not itself a Concat. A gather there is copied straight into the concat;
+// it has a buffer whose place nothing else decides (not stacked weights), and
+// is a Concat only with `nested` (its own parts then lie in place in it, within
+// the outer one: Lattice-LSTM's gate gradients inside [d_gate; d_gates], 5 of
+// every 6 floats its lazy weight gradient reads). A gather there is copied straight into the concat;
 // in a task where the layout makes it a view of the children's rows, the view
 // replaces that place (CpuExecutor::bind) and the Concat copies it as any
 // other operand that is not in place.
-bool may_live_in_concat(const FunctionPlan& fp, ValueId id, bool gathers, const std::vector<int>& pointers) {
+bool may_live_in_concat(const FunctionPlan& fp, ValueId id, const PlannerOptions& options,
+                        const std::vector<int>& pointers) {
   const Node& n = (*fp.function)[id];
-  return has_buffer(fp, id, pointers) && !n.uniform && n.op != Op::Concat && (gathers || n.op != Op::Gather);
+  return has_buffer(fp, id, pointers) && !n.uniform && (options.nested_concats || n.op != Op::Concat) &&
+         (options.gathers_in_concat || n.op != Op::Gather);
 }
 
 // Per value of the function: the Concat it is laid out in (-1: none) and its
@@ -81,7 +85,8 @@ struct ConcatPlacement {
   std::vector<int64_t> column;
 };
 
-ConcatPlacement place_in_concats(const FunctionPlan& fp, bool gathers, const std::vector<int>& pointers) {
+ConcatPlacement place_in_concats(const FunctionPlan& fp, const PlannerOptions& options,
+                                 const std::vector<int>& pointers) {
   const ir::Function& f = *fp.function;
   ConcatPlacement out{std::vector<ValueId>(size_t(f.size()), -1), std::vector<int64_t>(size_t(f.size()), 0)};
   for (ValueId id = 0; id < f.size(); ++id) {
@@ -94,7 +99,7 @@ ConcatPlacement place_in_concats(const FunctionPlan& fp, bool gathers, const std
       ValueId root = arg;
       while (f[root].op == Op::Reshape) root = f[root].args[0];
       bool repeated = std::count(n.args.begin(), n.args.end(), arg) > 1;
-      if (may_live_in_concat(fp, root, gathers, pointers) && !repeated && out.concat[size_t(root)] < 0) {
+      if (may_live_in_concat(fp, root, options, pointers) && !repeated && out.concat[size_t(root)] < 0) {
         out.concat[size_t(root)] = id;
         out.column[size_t(root)] = column;
       }
@@ -129,7 +134,7 @@ class RowPlanner : public Planner {
       for (Pass pass : {Pass::Forward, Pass::Backward}) {
         const FunctionPlan& fp = function_plan(pass, t);
         placements_[int(pass)].push_back(
-            inplace_concat ? place_in_concats(fp, options.gathers_in_concat, pointers_[int(pass)][t])
+            inplace_concat ? place_in_concats(fp, options, pointers_[int(pass)][t])
                            : ConcatPlacement{std::vector<ValueId>(fp.function->nodes.size(), -1),
                                              std::vector<int64_t>(fp.function->nodes.size(), 0)});
       }
@@ -301,7 +306,8 @@ class RowPlanner : public Planner {
         values[size_t(begin[t] + id)] = {total, ld};
         total += aligned(rows * ld);
       }
-      for (ValueId id = 0; id < fp.function->size(); ++id) {
+      // Outer concats first: a Concat inside another is placed before its parts.
+      for (ValueId id = fp.function->size(); id-- > 0;) {
         const ValueId concat = placement.concat[size_t(id)];
         if (concat < 0) continue;
         const ValueLayout& whole = values[size_t(begin[t] + concat)];

@@ -17,7 +17,8 @@
 // a buffer of its own that a Concat reads (directly or through reshapes) is
 // instead written into its columns of the Concat's buffer — the gate gradients a backward concatenates
 // before its weight-gradient GEMM, the h and c a Tree-LSTM cell scatters — so
-// the Concat copies nothing.
+// the Concat copies nothing. On the CPU executor a Concat may itself lie in
+// another, its own parts then in place in both (nested_concats).
 //
 // Wide rows padded (VJIT_PAD_WIDE_ROWS, both planners): a row of a multiple of
 // 256 floats gets a leading dimension 16 floats longer, so that consecutive
@@ -208,6 +209,7 @@ struct PlannerOptions {
   bool inplace_concat = true;     // lay Concat arguments out in place (above)
   bool pad_wide_rows = true;      // rows of a multiple of 256 floats get 16 more (above)
   bool gathers_in_concat = true;  // with inplace_concat, gathers too (VJIT_GATHER_SLICES, CPU executor only)
+  bool nested_concats = true;     // with inplace_concat, a Concat inside another too (CPU executor only)
   // Forward values the executor reads through row pointers get no buffer
   // (VJIT_GATHER_POINTERS, CPU executor only; runtime/row_pointers.h).
   bool row_pointers = true;

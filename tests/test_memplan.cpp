@@ -230,6 +230,31 @@ TEST(Planners, ConcatInPlaceOffGivesEveryValueItsOwnBuffer) {
   }
 }
 
+// Lattice-LSTM's backward concatenates its gate gradients, a Concat, with the
+// word gate's gradient for the lazy weight gradient: with nested concats (the
+// CPU executor) the inner Concat lies in place in the outer one, at its
+// columns (MakeLayoutsTheExecutorCanFollow checks where); without, no Concat
+// lies in another.
+TEST(Planners, AConcatLiesInPlaceInsideAnotherOnlyWithNestedConcats) {
+  const Scheduled scheduled("lattice_lstm", config_of(8, 8), 8);
+  for (bool nested : {false, true}) {
+    runtime::PlannerOptions options;
+    options.nested_concats = nested;
+    const BatchLayout layout = scheduled.layout("copy", options);
+    int nested_in_place = 0;
+    for (int type = 0; type < int(scheduled.plan.types.size()); ++type) {
+      const ir::Function& f = *scheduled.plan.types[size_t(type)].backward.function;
+      for (ir::ValueId id = 0; id < f.size(); ++id)
+        nested_in_place += f[id].op == ir::Op::Concat && layout.value(Pass::Backward, type, id).in_concat >= 0;
+    }
+    if (nested) {
+      EXPECT_GT(nested_in_place, 0);
+    } else {
+      EXPECT_EQ(nested_in_place, 0);
+    }
+  }
+}
+
 // A stand-in candidate for auto: it writes its name into the layout and
 // counts the batches it laid out.
 class NamedPlanner final : public runtime::Planner {
