@@ -37,8 +37,8 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 32>& specs() {
-  static const std::array<Spec, 32> table{
+const std::array<Spec, 33>& specs() {
+  static const std::array<Spec, 33> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
       bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
@@ -51,6 +51,7 @@ const std::array<Spec, 32>& specs() {
       bool_spec("infer_kernels", "VJIT_INFER_KERNELS", &Options::infer_kernels),
       bool_spec("gather_slices", "VJIT_GATHER_SLICES", &Options::gather_slices),
       bool_spec("gather_pointers", "VJIT_GATHER_POINTERS", &Options::gather_pointers),
+      bool_spec("forward_gathers", "VJIT_FORWARD_GATHERS", &Options::forward_gathers),
       choice_spec("policy", "VJIT_POLICY", option_values::policy, &Options::policy),
       choice_spec("memplan", "VJIT_MEMPLAN", option_values::memplan, &Options::memplan),
       choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device),
@@ -225,6 +226,7 @@ std::string Options::describe() const {
   out += " infer_kernels=" + std::string(on_off(infer_kernels));
   out += " gather_slices=" + std::string(on_off(gather_slices));
   out += " gather_pointers=" + std::string(on_off(gather_pointers));
+  out += " forward_gathers=" + std::string(on_off(forward_gathers));
   out += " policy=" + policy;
   out += " memplan=" + memplan;
   out += " device=" + device;

@@ -28,6 +28,12 @@
 //                        with the executor's fixed kernels into one NVRTC module
 //   fold_bias_adds       bias adds the GEMM does in its epilogue (Options::epilogue)
 //   order_steps          the plan's eager, core and lazy steps
+// With Options::forward_gathers (not for VJIT_DEVICE=cuda), F is lowered first
+// without kernels; once every type is, the parts of each type's scattered row
+// that its fused kernels compute and parents gather into buffers are known
+// (runtime/forwarding.h), and F is lowered again from fold_outer_products on,
+// its kernels writing those parts a second time (VJIT_LOG=passes prints the
+// lowering of each type's F and ∂F after the IR passes of every type).
 // VJIT_LOG=passes prints the IR (or the analysis) after each pass;
 // VJIT_LOG=kernels prints each kernel compiled or found in the cache.
 #include "jit/pipeline.h"
@@ -50,6 +56,8 @@
 #include "jit/kernel_cache.h"
 #include "jit/nvrtc.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/forwarding.h"
+#include "runtime/row_pointers.h"
 #include "vjit/error.h"
 
 namespace vjit::jit {
@@ -78,6 +86,14 @@ codegen::Isa isa_of(const Options& options) {
 class PassLog {
  public:
   PassLog(const Options& options, std::string type) : on_(options.logs("passes")), type_(std::move(type)) {}
+  // A log that prints nothing (a lowering whose plan is only looked at).
+  static PassLog off() { return PassLog(); }
+  // The same log, printing into `out` instead (printed later, in order).
+  PassLog into(std::ostream& out) const {
+    PassLog log = *this;
+    log.out_ = &out;
+    return log;
+  }
 
   // The function after `pass`; "(unchanged)" when its text equals `before`'s.
   void function(const char* pass, const char* which, const ir::Function& after,
@@ -88,13 +104,15 @@ class PassLog {
     print(pass, which, text);
   }
   void print(const char* pass, const char* which, const std::string& text) const {
-    if (on_) std::cerr << "[vjit] after " << pass << ": " << type_ << " (" << which << ")\n" << text;
+    if (on_) *out_ << "[vjit] after " << pass << ": " << type_ << " (" << which << ")\n" << text;
   }
   bool on() const { return on_; }
 
  private:
+  PassLog() : on_(false) {}
   bool on_;
   std::string type_;
+  std::ostream* out_ = &std::cerr;
 };
 
 // The kernel spec of a group: inputs first, then one instruction per node.
@@ -220,11 +238,20 @@ std::shared_ptr<const CompiledKernel> compile_kernel(const codegen::KernelSpec& 
 }
 
 // The step that runs a group's kernel (the JIT's for `isa`, else the reference kernel).
-runtime::FusedStep fused_step(const ir::Function& function, const ir::FusionGroup& group, codegen::Isa isa,
-                              const Options& options) {
+// `forwarded`: values written a second time, into the parents' gathers
+// (runtime/forwarding.h): each that is an output of the group is listed again
+// after the outputs.
+runtime::FusedStep fused_step(const ir::Function& function, ir::FusionGroup group, codegen::Isa isa,
+                              const Options& options, const std::vector<ir::ValueId>& forwarded) {
+  int repeated = 0;
+  for (ir::ValueId v : forwarded)
+    if (std::find(group.outputs.begin(), group.outputs.end(), v) != group.outputs.end()) {
+      group.outputs.push_back(v);
+      ++repeated;
+    }
   std::shared_ptr<const CompiledKernel> kernel = compile_kernel(kernel_spec(function, group), isa, options);
   runtime::Kernel code{kernel->name, kernel_target(kernel->isa), kernel->entry, kernel->context, kernel};
-  return {std::move(code), group.inputs, group.outputs, function[group.nodes[0]].shape.numel()};
+  return {std::move(code), group.inputs, group.outputs, function[group.nodes[0]].shape.numel(), repeated};
 }
 
 // What a forward pass that no backward follows runs for the group
@@ -232,12 +259,13 @@ runtime::FusedStep fused_step(const ir::Function& function, const ir::FusionGrou
 // leaves out the outputs only ∂F reads, and the work only they need; `full`
 // where nothing can be left out.
 runtime::FusedStep inference_step(const ir::Function& function, const ir::FusionGroup& group,
-                                  const runtime::FusedStep& full, codegen::Isa isa, const Options& options) {
+                                  const runtime::FusedStep& full, codegen::Isa isa, const Options& options,
+                                  const std::vector<ir::ValueId>& forwarded) {
   if (!options.infer_kernels) return full;
   const ir::FusionGroup part = ir::forward_only_part(function, group);
   if (part.outputs.size() == group.outputs.size()) return full;
   if (part.outputs.empty()) return {{}, {}, {}, full.width};  // nothing to run
-  return fused_step(function, part, isa, options);
+  return fused_step(function, part, isa, options, forwarded);
 }
 
 // "<kernel> (<isa>)" of fused step g, and its inference kernel where it differs; one line.
@@ -258,11 +286,20 @@ std::string describe_kernels(const runtime::FunctionPlan& plan, size_t g) {
 // The passes from fold_outer_products on, for F or ∂F (see the list above).
 // `keep` marks values written to memory even inside a fused group. With
 // `cuda`, each group's kernel is CUDA source, added there (compiled later).
+// `forwarded_parts` (F, CPU): the parts of the scattered row the kernels also
+// write into the parents' gathers (runtime/forwarding.h). With Kernels::Skip
+// (CPU), no kernel is compiled: a plan whose fused steps are only looked at.
+enum class Kernels { Compile, Skip };
 runtime::FunctionPlan lower_function(const ir::Function& function, const Options& options,
                                      const std::vector<bool>& keep, const PassLog& log, const char* which,
-                                     std::vector<codegen::CudaKernelSource>* cuda) {
+                                     std::vector<codegen::CudaKernelSource>* cuda,
+                                     const std::vector<runtime::ForwardedPart>& forwarded_parts = {},
+                                     Kernels kernels = Kernels::Compile) {
   runtime::FunctionPlan plan;
   plan.function = &function;
+  plan.forwarded = forwarded_parts;
+  std::vector<ValueId> forwarded;
+  for (const runtime::ForwardedPart& part : forwarded_parts) forwarded.push_back(part.value);
   for (ValueId id = 0; id < function.size(); ++id)
     if (function[id].op == ir::Op::Scatter) plan.scatter_value = function[id].args[0];
 
@@ -310,13 +347,18 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
     codegen::Isa isa = isa_of(options);
     for (const ir::FusionGroup& group : groups) {
       int index = int(plan.fused.size());
-      plan.fused.push_back(fused_step(function, group, isa, options));
-      plan.inference_fused.push_back(inference_step(function, group, plan.fused.back(), isa, options));
+      if (kernels == Kernels::Skip) {
+        plan.fused.push_back({{}, group.inputs, group.outputs, function[group.nodes[0]].shape.numel()});
+        plan.inference_fused.push_back(plan.fused.back());
+      } else {
+        plan.fused.push_back(fused_step(function, group, isa, options, forwarded));
+        plan.inference_fused.push_back(inference_step(function, group, plan.fused.back(), isa, options, forwarded));
+        compiled += "  group " + std::to_string(index) + ": " + describe_kernels(plan, size_t(index));
+      }
       for (ValueId id : group.nodes) {
         group_of[size_t(id)] = index;
         plan.folded[size_t(id)] = std::find(group.outputs.begin(), group.outputs.end(), id) == group.outputs.end();
       }
-      compiled += "  group " + std::to_string(index) + ": " + describe_kernels(plan, size_t(index));
     }
   }
   log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);
@@ -408,6 +450,28 @@ LoweredFunctions lower_functions(const ir::Function& program_forward, const Opti
 
 }  // namespace
 
+// VJIT_FORWARD_GATHERS: once every type is lowered, F without kernels (the
+// parents' gathers decide what is forwarded), the F of each type is lowered
+// again with its kernels, which write the parts to forward a second time.
+// `backward_logs`: each type's ∂F lowering, printed after its F's.
+void add_forwarded_parts(const Program& program, const Options& options,
+                         const std::vector<std::ostringstream>& backward_logs, runtime::ExecPlan& plan) {
+  std::vector<std::vector<int>> pointers(plan.types.size());
+  if (options.gather_pointers)
+    for (size_t t = 0; t < plan.types.size(); ++t)
+      pointers[t] = runtime::row_pointer_parts(plan.types[t].forward, plan.types[t].backward);
+  const std::vector<std::vector<runtime::ForwardedPart>> parts =
+      runtime::forwarded_parts(plan, program.signatures(), runtime::forward_targets(plan, pointers));
+  for (int t = 0; t < program.num_types(); ++t) {
+    PassLog log(options, program.type_name(t));
+    const ir::Function& forward = *plan.functions[size_t(2 * t)];
+    const ir::Function& backward = *plan.functions[size_t(2 * t + 1)];
+    plan.types[size_t(t)].forward = lower_function(forward, options, values_read_by_backward(forward, backward), log,
+                                                   "forward", nullptr, parts[size_t(t)]);
+    std::cerr << backward_logs[size_t(t)].str();
+  }
+}
+
 runtime::ExecPlan lower_program(const Program& program, const Options& options) {
   runtime::ExecPlan plan;
   std::vector<codegen::CudaKernelSource> cuda_kernels;
@@ -417,6 +481,10 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
     auto exp = std::make_shared<codegen::UnaryKernel>(isa, codegen::UnaryFn::Exp, options.perf_map);
     plan.exp = {exp->entry(), exp};
   }
+  // VJIT_FORWARD_GATHERS: F is lowered without kernels first; what it forwards
+  // depends on every type's plan (add_forwarded_parts lowers it again).
+  const bool forwarding = !cuda && options.forward_gathers;
+  std::vector<std::ostringstream> backward_logs(size_t(forwarding ? program.num_types() : 0));
   for (int t = 0; t < program.num_types(); ++t) {
     PassLog log(options, program.type_name(t));
     LoweredFunctions lowered = lower_functions(program.forward(t), options, log);
@@ -424,10 +492,14 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
     plan.functions.push_back(lowered.backward);
     const ir::Function& forward = *lowered.forward;
     const ir::Function& backward = *lowered.backward;
+    const std::vector<bool> keep = values_read_by_backward(forward, backward);
     plan.types.push_back(
-        {lower_function(forward, options, values_read_by_backward(forward, backward), log, "forward", cuda),
-         lower_function(backward, options, std::vector<bool>(backward.nodes.size(), false), log, "backward", cuda)});
+        {forwarding ? lower_function(forward, options, keep, PassLog::off(), "forward", nullptr, {}, Kernels::Skip)
+                    : lower_function(forward, options, keep, log, "forward", cuda),
+         lower_function(backward, options, std::vector<bool>(backward.nodes.size(), false),
+                        forwarding ? log.into(backward_logs[size_t(t)]) : log, "backward", cuda)});
   }
+  if (forwarding) add_forwarded_parts(program, options, backward_logs, plan);
   if (cuda) {
     cuda->push_back({"executor", codegen::cuda_runtime_kernels_source() + codegen::cuda_index_kernels_source()});
     const int arch = runtime::CudaDevice::get().info().arch();

@@ -535,6 +535,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       for (const Step& step : fp.lazy) lazy_reads_[int(pass)].back().push_back(step_reads(fp, alias, step));
     }
   }
+  forward_targets_ = forward_targets(plan, row_pointer_parts_);
   // Fused steps split rows over the pool: one set of pointers per block.
   size_t blocks = size_t(pool_.size());
   for (Frame* frame : {&frame_, &stream_frame_}) {
@@ -547,6 +548,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     frame->outputs.resize(max_outputs * blocks);
     frame->output_ld.resize(max_outputs);
     frame->run_ld.resize((max_inputs + max_outputs) * blocks);
+    frame->operands.resize(max_inputs + max_outputs);
   }
   frame_.stats = &stats_;
   stream_frame_.stats = &stream_stats_;
@@ -674,7 +676,7 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
           if (rows.task >= 0) {
             const int slot = n.op == Op::Gather ? n.child_slot : program_.signature(rows.type).fixed_arity;
             const GatherLayout& g = layout.gather(rows.task, slot);
-            if (g.is_view()) {
+            if (g.is_view() && !forwarded_over_view(rows, id)) {
               view = scattered_rows(g.source_type, g.first_row);
               view.data += n.start;  // 0 but for a Gather of part of the row (ir::gather_slices)
               view.ld *= g.row_step;
@@ -759,6 +761,7 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
                         options.backward ? batch.layout->arena_floats[int(Pass::Backward)] : 0);
   stats_.tasks += batch.schedule->num_tasks();
   size_row_pointers();
+  point_forwarded_parts();
   ++transposes_.pass;  // the weights' transposed copies are made again
   fill_uniform_values(Pass::Forward);
   if (streaming_) {
@@ -788,6 +791,93 @@ void CpuExecutor::size_row_pointers() {
       if (gradient_pointers_[t][id].gradient == ValueId(id))
         gradient_rows_[t][id].resize(size_t(batch_.layout->type_rows[t]));
   }
+}
+
+// VJIT_FORWARD_GATHERS: for each vertex whose type forwards parts, where each
+// part is written a second time: into the row of its first parent's gather
+// of the same columns, where that gather has a buffer in the parent's task
+// (not a view), else into the part's own row again.
+void CpuExecutor::point_forwarded_parts() {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const scheduler::FlatSchedule& schedule = *batch_.schedule;
+  const BatchLayout& layout = *batch_.layout;
+  forward_parent_.clear();
+  bool any = false;
+  for (const TypePlan& t : plan_.types) any = any || !t.forward.forwarded.empty();
+  if (!any) return;
+  forward_parent_.assign(size_t(graph.num_vertices()), -1);
+  forward_slot_.resize(size_t(graph.num_vertices()));
+  unviewed_targets_.assign(size_t(schedule.num_tasks()), 0);
+  task_of_vertex_.resize(size_t(graph.num_vertices()));
+  for (int t = 0; t < schedule.num_tasks(); ++t)
+    for (int v : schedule.task(t)) task_of_vertex_[size_t(v)] = t;
+  forward_rows_.resize(plan_.types.size());
+  for (size_t c = 0; c < plan_.types.size(); ++c) {
+    const std::vector<ForwardedPart>& parts = plan_.types[c].forward.forwarded;
+    forward_rows_[c].resize(parts.size());
+    for (size_t j = 0; j < parts.size(); ++j) {
+      std::vector<float*>& to = forward_rows_[c][j];
+      to.resize(size_t(layout.type_rows[c]));
+      for (int r = 0; r < layout.type_rows[c]; ++r) {
+        const int v = layout.rows_of(int(c))[size_t(r)];
+        float* target = forward_target(int(c), v, parts[j]);
+        to[size_t(r)] = target ? target : buffer_view(Pass::Forward, int(c), parts[j].value, r).data;
+      }
+    }
+  }
+}
+
+float* CpuExecutor::forward_target(int type, int vertex, const ForwardedPart& part) {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  std::span<const int> parents = graph.parents(vertex);
+  if (parents.empty()) return nullptr;
+  const int p = parents[0], parent_type = graph.type(p);
+  std::span<const int> children = graph.children(p);
+  const int fixed = program_.signature(parent_type).fixed_arity;
+  const int slot = int(std::find(children.begin(), children.begin() + fixed, vertex) - children.begin());
+  if (slot == fixed) return nullptr;
+  const int task = task_of_vertex_[size_t(p)];
+  const bool view = batch_.layout->gather(task, slot).is_view();
+  const std::vector<ForwardTarget>& targets = forward_targets_[size_t(parent_type)];
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const ForwardTarget& g = targets[i];
+    if (g.slot != slot || g.start != part.start || g.width != part.width ||
+        program_.signature(parent_type).slot_shapes[size_t(slot)].numel() != scatter_width_[size_t(type)])
+      continue;
+    // A view the task reads in place needs nothing; one a Concat then copies
+    // is worth less than the forwarded rows: the task's gather drops it.
+    const ValueLayout& at = batch_.layout->value(Pass::Forward, parent_type, g.gather);
+    if (view && (at.in_concat < 0 || i >= 64)) return nullptr;
+    if (view) unviewed_targets_[size_t(task)] |= uint64_t(1) << i;
+    forward_parent_[size_t(vertex)] = p;
+    forward_slot_[size_t(vertex)] = slot;
+    return arena(Pass::Forward) + at.offset + int64_t(batch_.layout->vertex_row[size_t(p)]) * at.ld;
+  }
+  return nullptr;
+}
+
+CpuExecutor::View CpuExecutor::forwarded_rows(const Rows& rows, ValueId value) {
+  const std::vector<ForwardedPart>& parts = plan_.types[size_t(rows.type)].forward.forwarded;
+  for (size_t j = 0; j < parts.size(); ++j)
+    if (parts[j].value == value) return {nullptr, 0, forward_rows_[size_t(rows.type)][j].data() + rows.begin, 1};
+  VJIT_INTERNAL_CHECK(false, "a fused step repeats an output that is not a forwarded part");
+}
+
+bool CpuExecutor::forwarded_over_view(const Rows& rows, ValueId gather) const {
+  if (forward_parent_.empty() || rows.task < 0) return false;
+  const uint64_t unviewed = unviewed_targets_[size_t(rows.task)];
+  if (unviewed == 0) return false;
+  const std::vector<ForwardTarget>& targets = forward_targets_[size_t(rows.type)];
+  for (size_t i = 0; i < targets.size() && i < 64; ++i)
+    if (targets[i].gather == gather) return (unviewed >> i & 1) != 0;
+  return false;
+}
+
+bool CpuExecutor::was_forwarded(int child, int parent, const Node& node) const {
+  if (forward_parent_[size_t(child)] != parent || forward_slot_[size_t(child)] != node.child_slot) return false;
+  for (const ForwardedPart& part : plan_.types[size_t(batch_.graph->type(child))].forward.forwarded)
+    if (part.start == node.start && part.width == node.shape.numel()) return true;
+  return false;
 }
 
 // Fills, for the task being bound, where each row of a gradient written
@@ -967,6 +1057,10 @@ bool CpuExecutor::views_continue(const Rows& rows, int next) const {
   const BatchLayout& layout = *batch_.layout;
   // The pqtree order may place a type's tasks in another order than the schedule's.
   if (layout.task_first_row[size_t(next)] != rows.begin + rows.count) return false;
+  // A gather one task reads from its buffer (forwarded_over_view), the other as a view.
+  if (!unviewed_targets_.empty() && !forward_parent_.empty() &&
+      unviewed_targets_[size_t(rows.task)] != unviewed_targets_[size_t(next)])
+    return false;
   const uint64_t views = layout.view_slots[size_t(rows.type)];
   const int slots = program_.signature(rows.type).fixed_arity + 1;  // the fixed slots and the variadic sum
   for (int slot = 0; slot < slots; ++slot) {
@@ -1247,10 +1341,14 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
   const std::vector<View>& views = frame.views[int(pass)];
   const size_t n_in = step.inputs.size(), n_out = step.outputs.size();
   bool pointers = false;
-  for (ValueId id : step.inputs) pointers = pointers || views[size_t(id)].pointers;
-  for (ValueId id : step.outputs) pointers = pointers || views[size_t(id)].pointers;
+  for (size_t i = 0; i < n_in + n_out; ++i) {
+    View& v = frame.operands[i];
+    v = views[size_t(i < n_in ? step.inputs[i] : step.outputs[i - n_in])];
+    if (i >= n_in + n_out - size_t(step.forwarded_outputs)) v = forwarded_rows(rows, step.outputs[i - n_in]);
+    pointers = pointers || v.pointers;
+  }
   if (pointers) {
-    run_fused_over_pointers(pass, rows, step, frame);
+    run_fused_over_pointers(rows, step, frame);
     return;
   }
   for (size_t i = 0; i < n_in; ++i) frame.input_ld[i] = views[size_t(step.inputs[i])].ld;
@@ -1269,12 +1367,9 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
 // row lies): the kernel runs once per run of rows in which every such operand's
 // rows lie at one stride, at least a row apart (the kernel's rows are base +
 // r·ld; written rows must not overlap).
-void CpuExecutor::run_fused_over_pointers(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame) {
-  const std::vector<View>& views = frame.views[int(pass)];
+void CpuExecutor::run_fused_over_pointers(const Rows& rows, const FusedStep& step, Frame& frame) {
   const size_t n_in = step.inputs.size(), n_out = step.outputs.size(), n = n_in + n_out;
-  auto view_of = [&](size_t i) -> const View& {
-    return views[size_t(i < n_in ? step.inputs[i] : step.outputs[i - n_in])];
-  };
+  auto view_of = [&](size_t i) -> const View& { return frame.operands[i]; };
   for_row_blocks(frame, rows.count, step.width, [&](int64_t begin, int64_t count, int block) {
     const float** in = frame.inputs.data() + size_t(block) * n_in;
     float** out = frame.outputs.data() + size_t(block) * n_out;
@@ -1410,22 +1505,31 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Fr
     }
     return;
   }
-  if (rows.task >= 0 && layout.gather(rows.task, node.child_slot).is_view()) {
+  const ValueId id = ValueId(&node - function(Pass::Forward, rows.type).nodes.data());
+  if (rows.task >= 0 && layout.gather(rows.task, node.child_slot).is_view() && !forwarded_over_view(rows, id)) {
     ++stats.gather_views;  // bind() pointed the value at the children's rows
     return;
   }
-  ++stats.copy_calls;
   const int64_t width = node.shape.numel();
+  // Rows a child's kernel already wrote here (VJIT_FORWARD_GATHERS) are skipped.
+  const bool forwarded = rows.task >= 0 && !forward_parent_.empty();
+  std::atomic<int64_t> copied{0};
   // Each row is written once: blocks of rows copy on the pool's threads.
   for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
+    int64_t block_copied = 0;
     for (int64_t r = begin; r < begin + count; ++r) {
+      if (forwarded && was_forwarded(graph.children(rows.vertices[r])[size_t(node.child_slot)], rows.vertices[r], node))
+        continue;
       RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
       std::memcpy(out.data + r * out.ld, scattered_rows(src.type, src.row).data + node.start,
                   size_t(width) * sizeof(float));
+      ++block_copied;
     }
+    copied += block_copied;
   });
-  stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
-  stats.layout_copy_bytes += rows.count * width * int64_t(sizeof(float));
+  ++(copied > 0 ? stats.copy_calls : stats.gather_views);  // every row forwarded: nothing copied
+  stats.copy_bytes += copied * width * int64_t(sizeof(float));
+  stats.layout_copy_bytes += copied * width * int64_t(sizeof(float));
 }
 
 void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View& out, Frame& frame) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/executor.h"
+#include "runtime/forwarding.h"
 #include "runtime/gemm.h"
 #include "runtime/products.h"
 #include "runtime/pool_parallel_for.h"
@@ -162,6 +163,7 @@ class CpuExecutor final : public Executor {
     std::vector<float*> outputs;
     std::vector<int64_t> input_ld, output_ld;
     std::vector<int64_t> run_ld;  // per row block: the inputs' then the outputs' ld (run_fused_over_pointers)
+    std::vector<View> operands;   // run_fused's: the step's inputs', then its outputs' views
     ExecStats* stats = nullptr;
     bool use_pool = true;  // split large steps across the pool's threads
     std::vector<std::vector<float>> scratch;  // per row block: a private accumulator (block 0 needs none)
@@ -233,7 +235,7 @@ class CpuExecutor final : public Executor {
                                      int64_t element, float found) const;
   void run_node(Pass pass, const Rows& rows, ir::ValueId id, Frame& frame);
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame);
-  void run_fused_over_pointers(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame);
+  void run_fused_over_pointers(const Rows& rows, const FusedStep& step, Frame& frame);
   // Calls fn(begin, count, block) over blocks of rows, on the pool's threads
   // when rows × work_per_row (elements, or multiply-adds) is large enough.
   template <typename Fn>
@@ -378,6 +380,28 @@ class CpuExecutor final : public Executor {
   std::vector<std::vector<int>> row_pointer_parts_;
   std::vector<std::vector<std::vector<float*>>> row_pointers_;
   void size_row_pointers();
+  // VJIT_FORWARD_GATHERS (runtime/forwarding.h): per type, its gathers into
+  // buffers of their own; per type, per forwarded part (FunctionPlan::
+  // forwarded), this batch's row pointers where each row writes the part a
+  // second time (the parent's gather row, or the part's own row again); per
+  // flat vertex, the parent it forwarded to (-1: none) and the parent's slot
+  // it is (a child may fill two), and its task (point_forwarded_parts' scratch).
+  std::vector<std::vector<ForwardTarget>> forward_targets_;
+  std::vector<std::vector<std::vector<float*>>> forward_rows_;
+  std::vector<int> forward_parent_, forward_slot_, task_of_vertex_;
+  // Per task: bit i when the layout made its gather forward_targets_[type][i]
+  // a view that a Concat copies, and children forwarded into it instead: the
+  // task reads its own buffer (forwarded rows, the others copied).
+  std::vector<uint64_t> unviewed_targets_;
+  bool forwarded_over_view(const Rows& rows, ir::ValueId gather) const;
+  void point_forwarded_parts();
+  // The parent gather row the child `vertex` of type `type` writes its part
+  // (start, width) into, or nullptr.
+  float* forward_target(int type, int vertex, const ForwardedPart& part);
+  // The view a fused step's repeated output `value` is written through.
+  View forwarded_rows(const Rows& rows, ir::ValueId value);
+  // Whether the parent `parent`'s gather `node` finds its child's part there already.
+  bool was_forwarded(int child, int parent, const ir::Node& node) const;
   // And in the backward (gradient_pointers in cpu_executor.cpp): per type, per
   // backward value, the gradient it is written through (its table: a pointer
   // per row of the type, filled when a task is bound) and its column there.

@@ -44,6 +44,16 @@ struct FusedStep {
   std::vector<ir::ValueId> inputs;   // read from buffers, in kernel argument order
   std::vector<ir::ValueId> outputs;  // written to buffers, in kernel argument order
   int64_t width = 0;                 // elements per row of the group's values
+  // The last this many outputs repeat earlier ones: parts of the scattered row
+  // written a second time, into the parents' gathers (runtime/forwarding.h).
+  int forwarded_outputs = 0;
+};
+
+// A part of a type's scattered row that a fused kernel computes: the value,
+// and its columns in the row (runtime/forwarding.h).
+struct ForwardedPart {
+  ir::ValueId value = -1;
+  int64_t start = 0, width = 0;
 };
 
 struct Step {
@@ -77,6 +87,9 @@ struct FunctionPlan {
   bool inference_differs(size_t g) const { return inference_fused[g].outputs.size() < fused[g].outputs.size(); }
   std::vector<Step> eager, core, lazy;
   ir::ValueId scatter_value = -1;  // the value F scatters (forward plans)
+  // VJIT_FORWARD_GATHERS (forward plans): the parts of the scattered row its
+  // fused kernels also write into the parents' gathers.
+  std::vector<ForwardedPart> forwarded;
 };
 
 struct TypePlan {

@@ -15,7 +15,7 @@ namespace {
 const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM", "VJIT_VERTEX_GEMM",
-    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
+    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
     "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC", "VJIT_TRACE", "VJIT_INFER_SHARDS",
 };
 
@@ -68,6 +68,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_TRUE(o.infer_kernels);
   EXPECT_TRUE(o.gather_slices);
   EXPECT_TRUE(o.gather_pointers);
+  EXPECT_TRUE(o.forward_gathers);
   EXPECT_TRUE(o.fuse_across_phases);
   EXPECT_EQ(o.policy, "agenda");
   EXPECT_EQ(o.memplan, "copy");
@@ -104,6 +105,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_INFER_KERNELS", "0");
   set("VJIT_GATHER_SLICES", "off");
   set("VJIT_GATHER_POINTERS", "off");
+  set("VJIT_FORWARD_GATHERS", "off");
   set("VJIT_FUSE_ACROSS_PHASES", "0");
   set("VJIT_POLICY", "fsm");
   set("VJIT_MEMPLAN", "pqtree");
@@ -136,6 +138,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_FALSE(o.infer_kernels);
   EXPECT_FALSE(o.gather_slices);
   EXPECT_FALSE(o.gather_pointers);
+  EXPECT_FALSE(o.forward_gathers);
   EXPECT_FALSE(o.fuse_across_phases);
   EXPECT_EQ(o.policy, "fsm");
   EXPECT_EQ(o.memplan, "pqtree");
@@ -227,7 +230,7 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
 
 TEST_F(OptionsEnv, MalformedBoolIsRejected) {
   for (const char* variable :
-       {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FUSE_ACROSS_PHASES",
+       {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS", "VJIT_FUSE_ACROSS_PHASES",
         "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_DETERMINISTIC"}) {
     set(variable, "yes please");
     const std::string message = env_error();

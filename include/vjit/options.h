@@ -46,6 +46,12 @@
 // |                  |             | concat of such) is read where each child's  |              |
 // |                  |             | row lies, a pointer per row, not copied     |              |
 // |                  |             | (runtime/row_pointers.h)                    |              |
+// | VJIT_FORWARD_GATHERS | forward_gathers | bool: CPU: a part of a child's  | on           |
+// |                  |             | scattered row that a fused kernel computes  |              |
+// |                  |             | and its parent gathers into a buffer is     |              |
+// |                  |             | written there by that kernel as well; the   |              |
+// |                  |             | gather copies nothing for it                |              |
+// |                  |             | (runtime/forwarding.h)                      |              |
 // | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
 // |                  |             | is done by the GEMM (output rows start as   |              |
 // |                  |             | the bias, beta = 1), not by another pass;   |              |
@@ -183,6 +189,7 @@ struct Options {
   bool infer_kernels = true;        // VJIT_INFER_KERNELS
   bool gather_slices = true;        // VJIT_GATHER_SLICES
   bool gather_pointers = true;      // VJIT_GATHER_POINTERS
+  bool forward_gathers = true;      // VJIT_FORWARD_GATHERS
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE

@@ -1,0 +1,41 @@
+#pragma once
+// VJIT_FORWARD_GATHERS (CPU executor): a part of what a vertex scatters that a
+// fused kernel computes — a Tree-LSTM's h, an argument of the Concat [h; c] it
+// scatters — and that its parent gathers into a buffer of the parent's own
+// (the parent's [h_l; h_r], which the GEMM reads) is written there by the
+// kernel as it computes it, beside the child's own row: the kernel has the
+// part as a second output (jit/pipeline.cpp), which the executor points, row
+// by row, at the parent's row, and the parent's gather copies nothing for
+// that child. A child with several parents forwards to the first only; a
+// gather the layout makes a view, or that is read through row pointers
+// (runtime/row_pointers.h), has no buffer to forward to.
+#include <cstdint>
+#include <vector>
+
+#include "runtime/exec_plan.h"
+#include "vjit/graph.h"
+
+namespace vjit::runtime {
+
+// A gather into a buffer that parts may be forwarded to: the Gather node, its
+// child slot, and the columns of the child's row it reads.
+struct ForwardTarget {
+  ir::ValueId gather = -1;
+  int slot = 0;
+  int64_t start = 0, width = 0;
+};
+
+// Per type: the gathers of its forward function into buffers of their own
+// (Gathers of a fixed slot that are not read through row pointers; `pointers`
+// per type as row_pointer_parts gives them, an empty list: none is).
+std::vector<std::vector<ForwardTarget>> forward_targets(const ExecPlan& plan,
+                                                        const std::vector<std::vector<int>>& pointers);
+
+// Per type: the parts of what it scatters that a fused kernel computes and that
+// some type's gather of a slot as wide as the type's scattered row reads,
+// columns for columns.
+std::vector<std::vector<ForwardedPart>> forwarded_parts(const ExecPlan& plan,
+                                                        const std::vector<TypeSignature>& signatures,
+                                                        const std::vector<std::vector<ForwardTarget>>& targets);
+
+}  // namespace vjit::runtime
