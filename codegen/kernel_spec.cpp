@@ -92,19 +92,26 @@ float apply(const KernelInstr& k, float a, float b) {
 void run_reference_kernel(const KernelSpec& spec, const KernelArgs& args) {
   int num_inputs = int(spec.inputs.size());
   std::vector<float> values(spec.instrs.size());
+  // Row r of operand k (the inputs, then the outputs).
+  auto row_of = [&](size_t k, const float* data, int64_t ld, int64_t r) {
+    const float* const* table = args.row_tables ? args.row_tables[k] : nullptr;
+    return table ? table[r] : data + r * ld;
+  };
   for (int64_t r = 0; r < args.rows; ++r) {
     for (int64_t i = 0; i < spec.width; ++i) {
       auto operand = [&](int o) {
         if (o >= num_inputs) return values[size_t(o - num_inputs)];
-        const float* row = args.inputs[o] + r * args.input_ld[o];
+        const float* row = row_of(size_t(o), args.inputs[o], args.input_ld[o], r);
         return spec.inputs[size_t(o)].scalar ? row[0] : row[i];
       };
       for (size_t k = 0; k < spec.instrs.size(); ++k) {
         const KernelInstr& instr = spec.instrs[k];
         values[k] = apply(instr, operand(instr.a), instr.b >= 0 ? operand(instr.b) : 0.0f);
       }
-      for (size_t o = 0; o < spec.outputs.size(); ++o)
-        args.outputs[o][r * args.output_ld[o] + i] = values[size_t(spec.outputs[o])];
+      for (size_t o = 0; o < spec.outputs.size(); ++o) {
+        float* row = const_cast<float*>(row_of(size_t(num_inputs) + o, args.outputs[o], args.output_ld[o], r));
+        row[i] = values[size_t(spec.outputs[o])];
+      }
     }
   }
 }

@@ -14,11 +14,14 @@
 //                 aligned down to 64 below the frame; row pointers of the
 //                 streams (used inputs, then outputs) into their GPRs, or into
 //                 8-byte stack slots once the GPRs run out
+//                 (or, where args->row_tables gives the operand a table, its
+//                 row 0 from there); the row index r = 0 into its stack slot
 //   row loop      for r < args->rows:
 //     unrolled loop the body on U full vectors at a time (U = 4, 2 or none)
 //     single loop   the body on each full vector left (fewer than U)
 //     tail          the body once more, masked, on the width % lanes last lanes
-//     advance       every stream pointer += ld[stream] * 4
+//     advance       (before each row but the first) r += 1; every stream
+//                   pointer += ld[stream] * 4, or = table[r] where it has one
 //   epilogue      rsp = rbp, restore, vzeroupper, ret
 //   data          the VMathEmitter's constant table, then this kernel's
 //
@@ -431,7 +434,8 @@ KernelPlan make_plan(const KernelSpec& spec, Isa isa) {
     }
   }
   const size_t tables = (kVMathConstants + spec.instrs.size() + 8) * size_t(plan.vector_bytes);
-  plan.max_code_bytes = 4096 + (body_insns + 8 * plan.streams.size()) * kInsnBytes + tables + 256;
+  // Per stream: its pointer loaded, moved on by ld, or loaded from its row table (at row 0 and after).
+  plan.max_code_bytes = 4096 + (body_insns + 40 * plan.streams.size()) * kInsnBytes + tables + 256;
 
   plan.stats.value_registers = int(pool.size());
   plan.stats.unroll = std::max(1, plan.unrolled.copies);
@@ -481,7 +485,8 @@ class FusedJit final : public JitGenerator {
       stream_slot_.push_back(in_register ? -1 : int(s - gprs.size()) * 8);
     }
     const int pointer_bytes = int(std::max<size_t>(plan_.streams.size(), gprs.size()) - gprs.size()) * 8;
-    spill_base_ = (pointer_bytes + 63) / 64 * 64;
+    row_slot_ = pointer_bytes;
+    spill_base_ = (pointer_bytes + 8 + 63) / 64 * 64;
     frame_bytes_ = spill_base_ + plan_.stats.spill_slots * plan_.vector_bytes;
   }
 
@@ -520,6 +525,8 @@ class FusedJit final : public JitGenerator {
       kmovw(k_tail_, eax);
     }
     load_stream_pointers();
+    mov(qword[rsp + row_slot_], 0);
+    load_table_rows(false);
 
     mov(reg_rows_, ptr[reg_args_ + offsetof(KernelArgs, rows)]);
     test(reg_rows_, reg_rows_);
@@ -553,9 +560,10 @@ class FusedJit final : public JitGenerator {
         if (isa_ == Isa::Avx2) vmovups(vmm(plan_.avx2_tail_mask_vmm), ptr[rip + avx2_tail_mask_]);
         emit_body(plan_.tail, true);
       }
-      advance_stream_pointers();
       dec(reg_rows_);
-      jnz(row_loop, T_NEAR);
+      jz(done, T_NEAR);
+      advance_stream_pointers();
+      jmp(row_loop, T_NEAR);
     }
 
     L(done);
@@ -595,11 +603,58 @@ class FusedJit final : public JitGenerator {
     }
   }
 
-  // stream s += ld[index] * sizeof(float), at the end of each row.
+  // Before every row but the first: r += 1, and each stream to its row r.
   void advance_stream_pointers() {
+    Xbyak::Label by_ld, advanced;
+    inc(qword[rsp + row_slot_]);
+    mov(reg_tmp_, ptr[reg_args_ + offsetof(KernelArgs, row_tables)]);
+    test(reg_tmp_, reg_tmp_);
+    jz(by_ld, T_NEAR);
+    load_table_rows(true);
+    jmp(advanced, T_NEAR);
+    L(by_ld);
+    advance_by_ld(-1);
+    L(advanced);
+  }
+
+  // With args->row_tables (not null): each stream whose operand has a table
+  // to table[r]; with `others_by_ld`, each other one on by its ld.
+  void load_table_rows(bool others_by_ld) {
+    Xbyak::Label none;
+    if (!others_by_ld) {
+      mov(reg_tmp_, ptr[reg_args_ + offsetof(KernelArgs, row_tables)]);
+      test(reg_tmp_, reg_tmp_);
+      jz(none, T_NEAR);
+    }
+    const int num_inputs = int(spec_.inputs.size());
+    for (size_t s = 0; s < plan_.streams.size(); ++s) {
+      Xbyak::Label by_ld, next;
+      const int operand = (plan_.streams[s].output ? num_inputs : 0) + plan_.streams[s].index;
+      mov(reg_tmp_, ptr[reg_args_ + offsetof(KernelArgs, row_tables)]);
+      mov(reg_off_, ptr[reg_tmp_ + operand * 8]);
+      test(reg_off_, reg_off_);
+      jz(others_by_ld ? by_ld : next, T_NEAR);
+      mov(reg_tmp_, ptr[rsp + row_slot_]);
+      mov(reg_off_, ptr[reg_off_ + reg_tmp_ * 8]);
+      if (stream_slot_[s] < 0) mov(stream_reg_[s], reg_off_);
+      else mov(ptr[rsp + stream_slot_[s]], reg_off_);
+      if (others_by_ld) {
+        jmp(next, T_NEAR);
+        L(by_ld);
+        advance_by_ld(int(s));
+      }
+      L(next);
+    }
+    L(none);
+  }
+
+  // stream s += ld[index] * sizeof(float): every stream (s = -1), or stream s.
+  void advance_by_ld(int only) {
     for (bool outputs : {false, true}) {
+      if (only >= 0 && plan_.streams[size_t(only)].output != outputs) continue;
       mov(reg_tmp_, ptr[reg_args_ + (outputs ? offsetof(KernelArgs, output_ld) : offsetof(KernelArgs, input_ld))]);
       for_each_stream(outputs, [&](size_t s, int index) {
+        if (only >= 0 && s != size_t(only)) return;
         mov(reg_off_, ptr[reg_tmp_ + index * 8]);
         shl(reg_off_, 2);
         if (stream_slot_[s] < 0) add(stream_reg_[s], reg_off_);
@@ -736,6 +791,7 @@ class FusedJit final : public JitGenerator {
   std::vector<Xbyak::Reg64> stream_reg_;  // per stream: its pointer register (reg_tmp_ when in a slot)
   std::vector<int> stream_slot_;          // per stream: its stack slot offset, or -1
   int spill_base_ = 0;
+  int row_slot_ = 0;  // the row index r (8 bytes), for the row tables
   int frame_bytes_ = 0;
   std::vector<std::uint32_t> constants_;
   Xbyak::Label constant_table_, avx2_tail_mask_;

@@ -549,6 +549,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     frame->output_ld.resize(max_outputs);
     frame->run_ld.resize((max_inputs + max_outputs) * blocks);
     frame->operands.resize(max_inputs + max_outputs);
+    frame->run_tables.resize((max_inputs + max_outputs) * blocks);
   }
   frame_.stats = &stats_;
   stream_frame_.stats = &stream_stats_;
@@ -1364,35 +1365,31 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
 }
 
 // Some operands are read or written through row pointers (where each child's
-// row lies): the kernel runs once per run of rows in which every such operand's
-// rows lie at one stride, at least a row apart (the kernel's rows are base +
-// r·ld; written rows must not overlap).
+// row lies, or its parent's): the kernel reads each such operand's rows from a
+// table of their addresses (KernelArgs::row_tables), one call per block of rows.
 void CpuExecutor::run_fused_over_pointers(const Rows& rows, const FusedStep& step, Frame& frame) {
   const size_t n_in = step.inputs.size(), n_out = step.outputs.size(), n = n_in + n_out;
-  auto view_of = [&](size_t i) -> const View& { return frame.operands[i]; };
+  frame.row_addresses.resize(std::max(frame.row_addresses.size(), n * size_t(rows.count)));
   for_row_blocks(frame, rows.count, step.width, [&](int64_t begin, int64_t count, int block) {
     const float** in = frame.inputs.data() + size_t(block) * n_in;
     float** out = frame.outputs.data() + size_t(block) * n_out;
     int64_t* ld = frame.run_ld.data() + size_t(block) * n;
-    for (int64_t r = begin, end = begin + count; r < end;) {
-      for (size_t i = 0; i < n; ++i) ld[i] = view_of(i).ld;
-      // Extend the run while every pointer operand's next row lies one stride on.
-      int64_t last = r + 1;
-      for (bool extends = true; extends && last < end; last += extends ? 1 : 0) {
-        for (size_t i = 0; i < n && extends; ++i) {
-          const View& v = view_of(i);
-          if (!v.pointers) continue;
-          const int64_t stride = row_at(v, last) - row_at(v, last - 1);
-          if (last == r + 1) ld[i] = stride;
-          extends = stride == ld[i] && stride >= step.width;
-        }
+    const float* const** tables = frame.run_tables.data() + size_t(block) * n;
+    for (size_t i = 0; i < n; ++i) {
+      const View& v = frame.operands[i];
+      ld[i] = v.ld;
+      tables[i] = nullptr;
+      if (v.pointers) {
+        const float** table = frame.row_addresses.data() + i * size_t(rows.count) + begin;
+        for (int64_t r = 0; r < count; ++r) table[r] = row_at(v, begin + r);
+        tables[i] = table;
       }
-      for (size_t i = 0; i < n_in; ++i) in[i] = row_at(view_of(i), r);
-      for (size_t i = 0; i < n_out; ++i) out[i] = row_at(view_of(n_in + i), r);
-      KernelArgs args{last - r, in, ld, out, ld + n_in, step.kernel.context};
-      step.kernel.entry(&args);
-      r = last;
+      float* first = v.pointers ? nullptr : v.data + begin * v.ld;
+      if (i < n_in) in[i] = first;
+      else out[i - n_in] = first;
     }
+    KernelArgs args{count, in, ld, out, ld + n_in, step.kernel.context, tables};
+    step.kernel.entry(&args);
   });
 }
 

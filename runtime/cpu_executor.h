@@ -164,6 +164,10 @@ class CpuExecutor final : public Executor {
     std::vector<int64_t> input_ld, output_ld;
     std::vector<int64_t> run_ld;  // per row block: the inputs' then the outputs' ld (run_fused_over_pointers)
     std::vector<View> operands;   // run_fused's: the step's inputs', then its outputs' views
+    // run_fused_over_pointers': per row block, each operand's row table (or
+    // null); and the tables, per operand a row address per row being run.
+    std::vector<const float* const*> run_tables;
+    std::vector<const float*> row_addresses;
     ExecStats* stats = nullptr;
     bool use_pool = true;  // split large steps across the pool's threads
     std::vector<std::vector<float>> scratch;  // per row block: a private accumulator (block 0 needs none)

@@ -48,6 +48,7 @@
 #include <fstream>
 #include <latch>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -721,6 +722,100 @@ TEST_P(FusedKernelTest, LstmCell) {
                 kernel->stats().spills);
   }
   report("lstm", isa, stats);
+}
+
+// KernelArgs::row_tables: operands whose rows lie anywhere, each row at its
+// table's entry. Random specs (spilling ones too, and stream pointers past
+// the registers) with random operands given tables that visit the rows of
+// their buffers in a random order: the JIT kernel writes, bit for bit, what it
+// writes without tables over the same rows gathered into place, and so does
+// the reference; rows nothing addresses keep their sentinel.
+TEST_P(FusedKernelTest, RowTablesReadAndWriteRowsWhereverTheyLie) {
+  const Isa isa = GetParam();
+  SKIP_IF_NO_ISA(isa);
+  std::mt19937_64 rng(20261125);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 150; ++trial) {
+    const int num_inputs = uniform(1, 14);
+    KernelSpec spec = random_spec(rng, num_inputs, uniform(1, 40), random_width(rng),
+                                  trial % 3 == 0 ? Operands::Pressure : Operands::Recent);
+    const int64_t rows = uniform(1, 9), width = spec.width;
+    const size_t n_in = spec.inputs.size(), n_out = spec.outputs.size();
+    // Every operand in a buffer of 2·rows rows; a tabled one visits rows
+    // perm[r] of it, a plain one rows 0..rows-1.
+    std::vector<std::vector<float>> buffers(n_in + n_out, std::vector<float>(size_t(2 * rows * width)));
+    std::vector<std::vector<const float*>> tables(n_in + n_out);
+    std::vector<const float* const*> table_of(n_in + n_out, nullptr);
+    std::vector<std::vector<int>> row_of(n_in + n_out);
+    for (size_t k = 0; k < n_in + n_out; ++k) {
+      std::vector<int> perm(size_t(2 * rows));
+      std::iota(perm.begin(), perm.end(), 0);
+      const bool tabled = uniform(0, 1) == 1;
+      if (tabled) std::shuffle(perm.begin(), perm.end(), rng);
+      perm.resize(size_t(rows));
+      row_of[k] = perm;
+      for (float& x : buffers[k]) x = k < n_in ? random_value(rng) : std::bit_cast<float>(kSentinel);
+      if (!tabled) continue;
+      for (int r : perm) tables[k].push_back(buffers[k].data() + int64_t(r) * width);
+      table_of[k] = tables[k].data();
+    }
+    // The same rows gathered into plain buffers, for the kernel without tables.
+    std::vector<std::vector<float>> packed(n_in + n_out, std::vector<float>(size_t(rows * width)));
+    for (size_t k = 0; k < n_in; ++k)
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy_n(buffers[k].data() + int64_t(row_of[k][size_t(r)]) * width, width, packed[k].data() + r * width);
+    std::vector<const float*> in_tabled(n_in), in_packed(n_in);
+    std::vector<float*> out_tabled(n_out), out_packed(n_out);
+    std::vector<int64_t> in_ld(n_in, width), out_ld(n_out, width);
+    for (size_t k = 0; k < n_in; ++k) {
+      in_tabled[k] = buffers[k].data();
+      in_packed[k] = packed[k].data();
+    }
+    for (size_t o = 0; o < n_out; ++o) {
+      out_tabled[o] = buffers[n_in + o].data();
+      out_packed[o] = packed[n_in + o].data();
+    }
+    const std::string what = "trial " + std::to_string(trial) + ": " + spec.key();
+    std::shared_ptr<const X86FusedKernel> kernel = compile_fused_kernel(spec, isa);
+    for (bool reference : {false, true}) {
+      std::vector<std::vector<float>> written = buffers;  // outputs start as sentinels
+      std::vector<float*> out_written(n_out);
+      for (size_t o = 0; o < n_out; ++o) out_written[o] = written[n_in + o].data();
+      const KernelArgs tabled{rows, in_tabled.data(), in_ld.data(), out_written.data(), out_ld.data(), nullptr,
+                              table_of.data()};
+      for (size_t o = 0; o < n_out; ++o)
+        if (!tables[n_in + o].empty())
+          for (int64_t r = 0; r < rows; ++r)
+            tables[n_in + o][size_t(r)] = written[n_in + o].data() + int64_t(row_of[n_in + o][size_t(r)]) * width;
+      const KernelArgs plain{rows, in_packed.data(), in_ld.data(), out_packed.data(), out_ld.data()};
+      if (reference) {
+        run_reference_kernel(spec, tabled);
+        run_reference_kernel(spec, plain);
+      } else {
+        kernel->function()(&tabled);
+        kernel->function()(&plain);
+      }
+      for (size_t o = 0; o < n_out; ++o) {
+        std::vector<bool> addressed(size_t(2 * rows), false);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int at = row_of[n_in + o][size_t(r)];
+          addressed[size_t(at)] = true;
+          for (int64_t i = 0; i < width; ++i) {
+            const float got = written[n_in + o][size_t(at * width + i)], want = packed[n_in + o][size_t(r * width + i)];
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(want))
+                << what << (reference ? " reference" : " jit") << ": output " << o << " row " << r << " element " << i;
+          }
+        }
+        for (int64_t r = 0; r < 2 * rows; ++r) {
+          if (addressed[size_t(r)]) continue;
+          for (int64_t i = 0; i < width; ++i) {
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(written[n_in + o][size_t(r * width + i)]), kSentinel)
+                << what << ": output " << o << " row " << r << " written, which no row addresses";
+          }
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, FusedKernelTest, ::testing::Values(Isa::Avx2, Isa::Avx512),

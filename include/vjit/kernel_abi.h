@@ -1,7 +1,8 @@
 #pragma once
 // The calling convention of generated elementwise kernels, shared by the code
 // generators that make them and the executors that call them. Row r of a
-// buffer is at data + r·ld; ld 0 means every row reads the same elements.
+// buffer is at data + r·ld; ld 0 means every row reads the same elements; or,
+// where the operand has a row table, at table[r].
 #include <cstdint>
 
 namespace vjit {
@@ -15,6 +16,11 @@ struct KernelArgs {
   // What the kernel itself needs beside its operands (the reference kernel
   // reads its spec here); generated code ignores it.
   const void* context = nullptr;
+  // Null, or per operand (the inputs, then the outputs) a table of `rows` row
+  // addresses or null: row r of an operand with a table is table[r], wherever
+  // it lies (its pointer and ld are not read). The x86 and reference kernels
+  // read it; the CUDA kernels do not.
+  const float* const* const* row_tables = nullptr;
 };
 
 using KernelFn = void (*)(const KernelArgs*);
