@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Prints the tables of perf/memplan_table.sh from its JSON lines.
 
-Per configuration (model, mode, batch, hidden): copy against pqtree, each the
+Per configuration (model, mode, batch, hidden): the copy baseline (every
+child row read is copied: VJIT_MEMPLAN=copy with VJIT_GATHER_POINTERS and
+VJIT_FORWARD_GATHERS off), copy and pqtree (the defaults otherwise), each the
 median over its runs: copy calls, bytes copied (all, and those the layout
 decides: gathers, their gradients, Concat copies), kernels, latency per step
-and the planner's time per batch; the ratios copy/pqtree; which planner
+and the planner's time per batch; the ratios to the baseline; which planner
 VJIT_MEMPLAN=auto kept and its time. Then the planner's time against the batch
 size.
 """
@@ -39,29 +41,41 @@ def auto_kept(rows):
     return f"{'/'.join(kept)} ({total_ms(rows):.2f})"
 
 
+def layout_of(r):
+    """baseline, copy, pqtree or auto: the baseline is copy with the rows read where they lie off."""
+    if r["memplan"] == "copy" and "gather_pointers=off" in r.get("options", ""):
+        return "baseline"
+    return r["memplan"]
+
+
+def drop(base, other):
+    return f"{base / other:.1f}x" if other > 0 else ("all" if base > 0 else "-")
+
+
 def layout_table(rows):
     groups = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        groups[(r["model"], r["mode"], r["batch"], r["hidden"])][r["memplan"]].append(r)
-    print("| model | mode | batch | hidden | copy calls copy/pq | layout KB copy/pq (ratio) | all KB copy/pq "
-          "| kernels copy/pq | views pq | aligned pq | ms copy/pq (speedup) | planner ms pq (% of step) "
-          "| auto keeps (ms) |")
+        groups[(r["model"], r["mode"], r["batch"], r["hidden"])][layout_of(r)].append(r)
+    print("| model | mode | batch | hidden | copy calls base/copy/pq | layout KB base/copy/pq (drop copy, pq) "
+          "| all KB base/copy/pq | kernels base/copy/pq | views pq | aligned pq "
+          "| ms base/copy/pq (speedup copy, pq) | planner ms pq (% of step) | auto keeps (ms) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(groups, key=lambda k: (k[0], k[1] != "train", k[2], k[3])):
-        c, p = groups[key]["copy"], groups[key]["pqtree"]
-        if not c or not p:
+        b, c, p = groups[key]["baseline"], groups[key]["copy"], groups[key]["pqtree"]
+        if not b or not c or not p:
             continue
-        lc, lp = median(c, "layout_copy_bytes") / 1e3, median(p, "layout_copy_bytes") / 1e3
-        tc, tp = total_ms(c), total_ms(p)
-        ratio = f"{lc / lp:.1f}x" if lp > 0 else "all"
+        lb, lc, lp = (median(x, "layout_copy_bytes") / 1e3 for x in (b, c, p))
+        tb, tc, tp = total_ms(b), total_ms(c), total_ms(p)
         aligned = f"{median(p, 'aligned_satisfied'):.0f}/{median(p, 'aligned_batches'):.0f}"
+        three = lambda key_, scale=1.0, fmt=".0f": " / ".join(  # noqa: E731
+            f"{median(x, key_) / scale:{fmt}}" for x in (b, c, p))
         print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} "
-              f"| {median(c, 'copy_calls'):.0f} / {median(p, 'copy_calls'):.0f} "
-              f"| {lc:.0f} / {lp:.0f} ({ratio}) "
-              f"| {median(c, 'copy_bytes') / 1e3:.0f} / {median(p, 'copy_bytes') / 1e3:.0f} "
-              f"| {median(c, 'kernels'):.0f} / {median(p, 'kernels'):.0f} "
+              f"| {three('copy_calls')} "
+              f"| {lb:.0f} / {lc:.0f} / {lp:.0f} ({drop(lb, lc)}, {drop(lb, lp)}) "
+              f"| {three('copy_bytes', 1e3)} "
+              f"| {three('kernels')} "
               f"| {median(p, 'gather_views'):.0f} | {aligned} "
-              f"| {tc:.2f} / {tp:.2f} ({tc / tp:.2f}x) "
+              f"| {tb:.2f} / {tc:.2f} / {tp:.2f} ({tb / tc:.2f}x, {tb / tp:.2f}x) "
               f"| {plan_ms(p):.3f} ({100 * plan_ms(p) / tp:.1f}%) | {auto_kept(groups[key]['auto'])} |")
 
 

@@ -2,13 +2,15 @@
 # The memory-layout table of the PQ-tree issue (ED-Batch's Table 2 analogue):
 # VJIT_MEMPLAN=copy against pqtree on Tree-LSTM, Tree-GRU, Fixed-LSTM, Var-LSTM
 # and Lattice-LSTM, batch 8 and 64, hidden 64 and 256, training steps and
-# inference batches, on the real data where it exists, with what
-# VJIT_MEMPLAN=auto keeps after timing both and its time; then the planner's time
+# inference batches, on the real data where it exists, both against the copy
+# baseline that copies every child row it reads (copy with VJIT_GATHER_POINTERS
+# and VJIT_FORWARD_GATHERS off), with what VJIT_MEMPLAN=auto keeps after timing
+# copy and pqtree and its time; then the planner's time
 # at batch 16, 64, 256 and 1024 (Tree-LSTM, SST, hidden 256, training). The two
 # planners run back to back per configuration. Results are not re-checked here
 # (--no-check): tests/test_engine.cpp checks pqtree against the reference.
 # Writes perf/results/memplan.jsonl and memplan_scaling.jsonl, then prints the
-# tables (perf/memplan_table.py). Build first: scripts/build.sh Release. 2.5 min on a quiet 2-core Zen 3.
+# tables (perf/memplan_table.py). Build first: scripts/build.sh Release. 3 min on a 2-core Zen 4.
 #   perf/memplan_table.sh [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,14 +36,16 @@ for model in tree_lstm tree_gru fixed_lstm var_lstm lattice_lstm; do
       for mode in train infer; do
         steps=6
         [ "$batch" = 8 ] && steps=20
-        # 8 warm-up batches for all three, so that they time the same batches
+        # 8 warm-up batches for all four, so that they time the same batches
         # and auto's 8 trial batches are its warm-up: its timed steps run the
         # planner it kept (auto needs determinism off).
-        for memplan in copy pqtree auto; do
-          deterministic=1
-          [ "$memplan" = auto ] && deterministic=0
+        for layout in baseline copy pqtree auto; do
+          deterministic=1 memplan=$layout rows_where_they_lie=1
+          [ "$layout" = auto ] && deterministic=0
+          [ "$layout" = baseline ] && memplan=copy rows_where_they_lie=0
           # shellcheck disable=SC2046
-          VJIT_MEMPLAN=$memplan VJIT_DETERMINISTIC=$deterministic "$bench" --model "$model" --mode "$mode" \
+          VJIT_MEMPLAN=$memplan VJIT_DETERMINISTIC=$deterministic VJIT_GATHER_POINTERS=$rows_where_they_lie \
+            VJIT_FORWARD_GATHERS=$rows_where_they_lie "$bench" --model "$model" --mode "$mode" \
             --hidden "$hidden" --batch "$batch" --steps "$steps" --warmup 8 --peak-seconds 0.1 --no-check \
             $(data_of "$model") >> "$out/memplan.jsonl"
         done
