@@ -92,8 +92,8 @@ class RowPointerReaders {
   }
 
   // Whether `reader` reads its operand `operand` (`parts` parts) from row
-  // pointers: a fused elementwise kernel (run_fused calls it over runs of rows
-  // that lie at one stride), or a product that does (product_qualifies).
+  // pointers: a fused elementwise kernel (run_fused gives it a table of row
+  // addresses), or a product that does (product_qualifies).
   static bool reader_qualifies(const FunctionPlan& fp, ValueId reader, ValueId operand, int parts) {
     return (parts == 1 && fp.in_fused_step(reader)) || product_qualifies(fp, reader, operand, parts);
   }

@@ -15,10 +15,11 @@ namespace vjit::runtime {
 // view of it, and reads its pointers). A gather qualifies
 // when every reader of its value (through reshapes and slices, and the
 // backward's Fwd of it) is a per-vertex product the executor runs vertex by
-// vertex from row pointers, a fused elementwise kernel (run over runs of rows
-// that lie at one stride: a Tree-LSTM's children's c), or one Concat whose
-// parts all qualify and whose readers are such products. Such a Concat ([A; B], MV-RNN's children's matrices) is read as
-// its parts: a product W·[A; B] splits its inner dimension,
+// vertex from row pointers, a fused elementwise kernel (given a table of row
+// addresses: a Tree-LSTM's children's c), or one Concat whose parts all
+// qualify and whose readers are such products. Such a Concat ([A; B], MV-RNN's
+// children's matrices) is read as its parts: a product W·[A; B] splits its
+// inner dimension,
 // W[:, :k]·A + W[:, k:]·B, and the weight gradient Σ dP·[A; B]ᵀ joins the
 // rows where they lie.
 std::vector<int> row_pointer_parts(const FunctionPlan& forward, const FunctionPlan& backward);

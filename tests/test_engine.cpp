@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -283,9 +285,43 @@ TEST(GatherSlices, EveryModelMatchesTheReferenceOnAndOffUnderEachPlanner) {
   }
 }
 
+// The first 10 trees of a bundle, each with a vertex whose two children are
+// its root, and one whose children are that vertex and the first leaf, which
+// so has two parents.
+GraphBatch trees_with_shared_children(const models::Bundle& bundle) {
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(10));
+  for (Sample& sample : batch.samples) {
+    const int root = int(sample.vertices.size()) - 1;
+    const int internal = sample.vertices[size_t(root)].type;
+    const int twice = sample.add_vertex(internal, {root, root}, -1, 1);
+    sample.add_vertex(internal, {twice, 0}, -1, 2);
+  }
+  return batch;
+}
+
+// The layout's bytes copied with an option off and on (`set`), each engine
+// checked against the reference on a training step and a forward-only pass.
+std::array<int64_t, 2> layout_bytes_off_on(const Program& program, const GraphBatch& batch, const std::string& memplan,
+                                           int threads, const std::string& what,
+                                           const std::function<void(Options&, bool)>& set) {
+  std::array<int64_t, 2> bytes = {0, 0};
+  for (bool on : {false, true}) {
+    Options options = Options::defaults();
+    set(options, on);
+    options.memplan = memplan;
+    options.threads = threads;
+    Engine engine(program, options);
+    const std::string run = what + " " + memplan + " threads " + std::to_string(threads) + (on ? " on" : " off");
+    testing::expect_matches_reference(engine, program, batch, kTolerance, run);
+    testing::expect_forward_only_matches_reference(engine, program, batch, kTolerance, run + ", forward only");
+    bytes[on] = engine.stats().layout_copy_bytes;
+  }
+  return bytes;
+}
+
 // VJIT_GATHER_POINTERS with fused kernels: a gathered value that fused
 // elementwise kernels read (a Tree-LSTM's children's c) is read where it
-// lies, the kernel run once per run of rows at one stride; a child's gradient
+// lies, through a table of row addresses; a child's gradient
 // that fused kernels and elementwise nodes compute (dc, and dh = the sum of
 // two products' rows) is written straight into its scatter-gradient row. Every
 // example model, each planner, one and two threads, off and on: the
@@ -298,20 +334,9 @@ TEST(GatherPointers, FusedKernelsReadAndWriteChildrenRowsWhereTheyLieInEveryMode
       models::Bundle bundle = models::make_model(model, small_config());
       const GraphBatch batch = models::make_batch(bundle.train, first_indices(12));
       for (int threads : {1, 2}) {
-        int64_t layout_bytes[2] = {0, 0};
-        for (bool on : {false, true}) {
-          Options options = Options::defaults();
-          options.gather_pointers = on;
-          options.memplan = memplan;
-          options.threads = threads;
-          Engine engine(*bundle.program, options);
-          const std::string what =
-              model + " " + memplan + " " + std::to_string(threads) + (on ? " threads on" : " threads off");
-          testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance, what);
-          testing::expect_forward_only_matches_reference(engine, *bundle.program, batch, kTolerance,
-                                                         what + ", forward only");
-          layout_bytes[on] = engine.stats().layout_copy_bytes;
-        }
+        const std::array<int64_t, 2> layout_bytes =
+            layout_bytes_off_on(*bundle.program, batch, memplan, threads, model,
+                                [](Options& options, bool on) { options.gather_pointers = on; });
         EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan;
         if (model == "tree_lstm" && memplan == "copy") {
           // Per internal vertex, of floats of one state: a training step 8 → 2
@@ -337,21 +362,12 @@ TEST(ForwardGathers, ChildrenWriteWhatTheirParentsGatherInEveryModel) {
       const GraphBatch batch = models::make_batch(bundle.train, first_indices(12));
       for (int threads : {1, 2}) {
         for (bool pointers : {false, true}) {
-          int64_t layout_bytes[2] = {0, 0};
-          for (bool on : {false, true}) {
-            Options options = Options::defaults();
-            options.forward_gathers = on;
-            options.gather_pointers = pointers;
-            options.memplan = memplan;
-            options.threads = threads;
-            Engine engine(*bundle.program, options);
-            const std::string what = model + " " + memplan + " threads " + std::to_string(threads) +
-                                     (pointers ? " pointers" : "") + (on ? " on" : " off");
-            testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance, what);
-            testing::expect_forward_only_matches_reference(engine, *bundle.program, batch, kTolerance,
-                                                           what + ", forward only");
-            layout_bytes[on] = engine.stats().layout_copy_bytes;
-          }
+          const std::array<int64_t, 2> layout_bytes = layout_bytes_off_on(
+              *bundle.program, batch, memplan, threads, model + (pointers ? " pointers" : ""),
+              [&](Options& options, bool on) {
+                options.forward_gathers = on;
+                options.gather_pointers = pointers;
+              });
           EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan;
           if (model == "tree_lstm" && memplan == "copy") {
             EXPECT_LT(layout_bytes[1], layout_bytes[0]) << "h is still gathered";
@@ -371,23 +387,11 @@ TEST(ForwardGathers, ChildrenWriteWhatTheirParentsGatherInEveryModel) {
 // with a second parent).
 TEST(ForwardGathers, SharedChildrenForwardOnceAndTheOtherGathersCopy) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
-  GraphBatch batch = models::make_batch(bundle.train, first_indices(10));
-  for (Sample& sample : batch.samples) {
-    const int root = int(sample.vertices.size()) - 1;
-    const int internal = sample.vertices[size_t(root)].type;
-    const int twice = sample.add_vertex(internal, {root, root}, -1, 1);
-    sample.add_vertex(internal, {twice, 0}, -1, 2);
-  }
+  const GraphBatch batch = trees_with_shared_children(bundle);
   for (const std::string memplan : {"copy", "pqtree"}) {
-    int64_t layout_bytes[2] = {0, 0};
-    for (bool on : {false, true}) {
-      Options options = Options::defaults();
-      options.forward_gathers = on;
-      options.memplan = memplan;
-      Engine engine(*bundle.program, options);
-      testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance, memplan + (on ? " on" : " off"));
-      layout_bytes[on] = engine.stats().layout_copy_bytes;
-    }
+    const std::array<int64_t, 2> layout_bytes =
+        layout_bytes_off_on(*bundle.program, batch, memplan, 1, "tree_lstm",
+                            [](Options& options, bool on) { options.forward_gathers = on; });
     EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan;
     EXPECT_GT(layout_bytes[1], 0) << memplan << ": the second parents' gathers copied nothing";
   }
@@ -465,8 +469,8 @@ TEST(PerVertexProducts, WeightGradientsSummedInGroupsMatchTheReference) {
 // [3, 4]), and both, stacked, by a weight, W·[A; B], whose gradient
 // Σ dP·[A; B]ᵀ joins their rows; the backward reads them transposed: nothing
 // of them is copied. The "mixed" type also reads B elementwise (a fused
-// kernel, run over runs of rows that lie at one stride: still read where it
-// lies) and multiplies A by a weight on the right (a GEMM over rows at a
+// kernel, given a table of row addresses: still read where it lies) and
+// multiplies A by a weight on the right (a GEMM over rows at a
 // stride: A is copied, and so [A; B]). Random binary trees of both types over
 // leaves; each planner, one and two threads, off and on: the reference's
 // objective and gradients, and on, fewer bytes copied by the layout, but not
@@ -534,20 +538,9 @@ TEST(GatherPointers, PerVertexProductsReadChildrenWhereTheyLieAndMatchTheReferen
     const bool has_node = types.front() == p.node;
     for (const std::string memplan : {"copy", "pqtree", "padded"}) {
       for (int threads : {1, 2}) {
-        int64_t layout_bytes[2] = {0, 0};
-        for (bool on : {false, true}) {
-          Options options = Options::defaults();
-          options.gather_pointers = on;
-          options.memplan = memplan;
-          options.threads = threads;
-          Engine engine(p.program, options);
-          const std::string what = "types " + std::to_string(types.size()) + (has_node ? " node " : " mixed ") +
-                                   memplan + " " + std::to_string(threads) + (on ? " threads on" : " threads off");
-          testing::expect_matches_reference(engine, p.program, batch, kTolerance, what);
-          testing::expect_forward_only_matches_reference(engine, p.program, batch, kTolerance,
-                                                         what + ", forward only");
-          layout_bytes[on] = engine.stats().layout_copy_bytes;
-        }
+        const std::string what = "types " + std::to_string(types.size()) + (has_node ? " node" : " mixed");
+        const std::array<int64_t, 2> layout_bytes = layout_bytes_off_on(
+            p.program, batch, memplan, threads, what, [](Options& options, bool on) { options.gather_pointers = on; });
         EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan << ": the children's matrices are copied";
         if (types.size() == 1 && !has_node) {
           EXPECT_GT(layout_bytes[1], 0) << memplan << ": a matrix a GEMM over rows reads was not copied";
@@ -566,24 +559,11 @@ TEST(GatherPointers, PerVertexProductsReadChildrenWhereTheyLieAndMatchTheReferen
 // reference's objective and gradients, and on, fewer bytes copied.
 TEST(GatherPointers, GradientsOfSharedChildrenAreAddedAndTheOthersWrittenInPlace) {
   models::Bundle bundle = models::make_model("mv_rnn", small_config());
-  GraphBatch batch = models::make_batch(bundle.train, first_indices(10));
-  for (Sample& sample : batch.samples) {
-    const int root = int(sample.vertices.size()) - 1;
-    const int internal = sample.vertices[size_t(root)].type;
-    const int twice = sample.add_vertex(internal, {root, root}, -1, 1);
-    sample.add_vertex(internal, {twice, 0}, -1, 2);
-  }
+  const GraphBatch batch = trees_with_shared_children(bundle);
   for (const std::string memplan : {"copy", "pqtree"}) {
-    int64_t layout_bytes[2] = {0, 0};
-    for (bool on : {false, true}) {
-      Options options = Options::defaults();
-      options.gather_pointers = on;
-      options.memplan = memplan;
-      Engine engine(*bundle.program, options);
-      testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance,
-                                        memplan + (on ? " on" : " off"));
-      layout_bytes[on] = engine.stats().layout_copy_bytes;
-    }
+    const std::array<int64_t, 2> layout_bytes =
+        layout_bytes_off_on(*bundle.program, batch, memplan, 1, "mv_rnn",
+                            [](Options& options, bool on) { options.gather_pointers = on; });
     EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan;
   }
   // On, the planner gives the gathered matrices and their concat no buffer:
