@@ -460,8 +460,9 @@ void add_forwarded_parts(const Program& program, const Options& options,
   if (options.gather_pointers)
     for (size_t t = 0; t < plan.types.size(); ++t)
       pointers[t] = runtime::row_pointer_parts(plan.types[t].forward, plan.types[t].backward);
+  const std::vector<TypeSignature> signatures = program.signatures();
   const std::vector<std::vector<runtime::ForwardedPart>> parts =
-      runtime::forwarded_parts(plan, program.signatures(), runtime::forward_targets(plan, pointers));
+      runtime::forwarded_parts(plan, runtime::forward_targets(plan, signatures, pointers));
   for (int t = 0; t < program.num_types(); ++t) {
     PassLog log(options, program.type_name(t));
     const ir::Function& forward = *plan.functions[size_t(2 * t)];

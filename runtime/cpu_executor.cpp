@@ -535,7 +535,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       for (const Step& step : fp.lazy) lazy_reads_[int(pass)].back().push_back(step_reads(fp, alias, step));
     }
   }
-  forward_targets_ = forward_targets(plan, row_pointer_parts_);
+  forward_targets_ = forward_targets(plan, program.signatures(), row_pointer_parts_);
   // Fused steps split rows over the pool: one set of pointers per block.
   size_t blocks = size_t(pool_.size());
   for (Frame* frame : {&frame_, &stream_frame_}) {
@@ -816,45 +816,77 @@ void CpuExecutor::point_forwarded_parts() {
   for (size_t c = 0; c < plan_.types.size(); ++c) {
     const std::vector<ForwardedPart>& parts = plan_.types[c].forward.forwarded;
     forward_rows_[c].resize(parts.size());
-    for (size_t j = 0; j < parts.size(); ++j) {
-      std::vector<float*>& to = forward_rows_[c][j];
-      to.resize(size_t(layout.type_rows[c]));
-      for (int r = 0; r < layout.type_rows[c]; ++r) {
-        const int v = layout.rows_of(int(c))[size_t(r)];
-        float* target = forward_target(int(c), v, parts[j]);
-        to[size_t(r)] = target ? target : buffer_view(Pass::Forward, int(c), parts[j].value, r).data;
+    for (std::vector<float*>& to : forward_rows_[c]) to.resize(size_t(layout.type_rows[c]));
+    if (parts.empty()) continue;
+    for (int r = 0; r < layout.type_rows[c]; ++r) {
+      const int v = layout.rows_of(int(c))[size_t(r)];
+      choose_forward_parent(int(c), v);
+      for (size_t j = 0; j < parts.size(); ++j) {
+        float* target = forward_parent_[size_t(v)] >= 0 ? forward_target(int(c), v, parts[j]) : nullptr;
+        forward_rows_[c][j][size_t(r)] = target ? target : buffer_view(Pass::Forward, int(c), parts[j].value, r).data;
       }
     }
   }
 }
 
-float* CpuExecutor::forward_target(int type, int vertex, const ForwardedPart& part) {
+// The parent that takes most of what `vertex` forwards (the first on a tie),
+// into forward_parent_ and forward_slot_; -1: none takes any.
+void CpuExecutor::choose_forward_parent(int type, int vertex) {
   const scheduler::FlatBatch& graph = *batch_.graph;
-  std::span<const int> parents = graph.parents(vertex);
-  if (parents.empty()) return nullptr;
-  const int p = parents[0], parent_type = graph.type(p);
-  std::span<const int> children = graph.children(p);
-  const int fixed = program_.signature(parent_type).fixed_arity;
-  const int slot = int(std::find(children.begin(), children.begin() + fixed, vertex) - children.begin());
-  if (slot == fixed) return nullptr;
-  const int task = task_of_vertex_[size_t(p)];
-  const bool view = batch_.layout->gather(task, slot).is_view();
+  int64_t most = 0;
+  for (int p : graph.parents(vertex)) {
+    const int slot = forward_slot_of(vertex, p);
+    if (slot < 0) continue;
+    int64_t taken = 0;
+    for (const ForwardedPart& part : plan_.types[size_t(type)].forward.forwarded)
+      if (usable_target(type, p, slot, part) >= 0) taken += part.width;
+    if (taken <= most) continue;
+    most = taken;
+    forward_parent_[size_t(vertex)] = p;
+    forward_slot_[size_t(vertex)] = slot;
+  }
+}
+
+// The index into forward_targets_ of the gather of `parent`'s `slot` that may
+// take `part` of a child of type `type` in this batch, or -1. A view the task
+// reads in place needs nothing; one a Concat then copies is worth less than
+// the forwarded rows (the task's gather then drops it: forward_target).
+int CpuExecutor::usable_target(int type, int parent, int slot, const ForwardedPart& part) const {
+  const int parent_type = batch_.graph->type(parent);
+  const bool view = batch_.layout->gather(task_of_vertex_[size_t(parent)], slot).is_view();
   const std::vector<ForwardTarget>& targets = forward_targets_[size_t(parent_type)];
   for (size_t i = 0; i < targets.size(); ++i) {
     const ForwardTarget& g = targets[i];
-    if (g.slot != slot || g.start != part.start || g.width != part.width ||
-        program_.signature(parent_type).slot_shapes[size_t(slot)].numel() != scatter_width_[size_t(type)])
-      continue;
-    // A view the task reads in place needs nothing; one a Concat then copies
-    // is worth less than the forwarded rows: the task's gather drops it.
-    const ValueLayout& at = batch_.layout->value(Pass::Forward, parent_type, g.gather);
-    if (view && (at.in_concat < 0 || i >= 64)) return nullptr;
-    if (view) unviewed_targets_[size_t(task)] |= uint64_t(1) << i;
-    forward_parent_[size_t(vertex)] = p;
-    forward_slot_[size_t(vertex)] = slot;
-    return arena(Pass::Forward) + at.offset + int64_t(batch_.layout->vertex_row[size_t(p)]) * at.ld;
+    if (g.slot != slot || !g.takes(part, scatter_width_[size_t(type)])) continue;
+    const bool in_concat = batch_.layout->value(Pass::Forward, parent_type, g.gather).in_concat >= 0;
+    return view && (!in_concat || i >= 64) ? -1 : int(i);
   }
-  return nullptr;
+  return -1;
+}
+
+// Where `part` of `vertex` is written a second time: its chosen parent's gather row, or nullptr.
+float* CpuExecutor::forward_target(int type, int vertex, const ForwardedPart& part) {
+  const int p = forward_parent_[size_t(vertex)], slot = forward_slot_[size_t(vertex)];
+  const int i = usable_target(type, p, slot, part);
+  if (i < 0) return nullptr;
+  const int parent_type = batch_.graph->type(p);
+  const ForwardTarget& g = forward_targets_[size_t(parent_type)][size_t(i)];
+  const int task = task_of_vertex_[size_t(p)];
+  if (batch_.layout->gather(task, slot).is_view()) unviewed_targets_[size_t(task)] |= uint64_t(1) << i;
+  const ValueLayout& at = batch_.layout->value(Pass::Forward, parent_type, g.gather);
+  return arena(Pass::Forward) + at.offset + int64_t(batch_.layout->vertex_row[size_t(p)]) * at.ld +
+         (part.start - g.start);
+}
+
+// The slot of `parent` that reads `child` and may take what it forwards: its
+// fixed slot, or the variadic one (the fixed arity) where the child is the
+// parent's one variadic child (a sum of one); -1 otherwise.
+int CpuExecutor::forward_slot_of(int child, int parent) const {
+  std::span<const int> children = batch_.graph->children(parent);
+  const int fixed = program_.signature(batch_.graph->type(parent)).fixed_arity;
+  const int slot = int(std::find(children.begin(), children.begin() + fixed, child) - children.begin());
+  if (slot < fixed) return slot;
+  return children.size() == size_t(fixed) + 1 && children[size_t(fixed)] == child ? fixed : -1;
 }
 
 CpuExecutor::View CpuExecutor::forwarded_rows(const Rows& rows, ValueId value) {
@@ -874,11 +906,13 @@ bool CpuExecutor::forwarded_over_view(const Rows& rows, ValueId gather) const {
   return false;
 }
 
-bool CpuExecutor::was_forwarded(int child, int parent, const Node& node) const {
-  if (forward_parent_[size_t(child)] != parent || forward_slot_[size_t(child)] != node.child_slot) return false;
+bool CpuExecutor::was_forwarded(int child, int parent, int slot, const Node& node) const {
+  if (forward_parent_[size_t(child)] != parent || forward_slot_[size_t(child)] != slot) return false;
+  // The parts forwarded into the node's columns must cover them.
+  int64_t covered = 0;
   for (const ForwardedPart& part : plan_.types[size_t(batch_.graph->type(child))].forward.forwarded)
-    if (part.start == node.start && part.width == node.shape.numel()) return true;
-  return false;
+    if (part.start >= node.start && part.start + part.width <= node.start + node.shape.numel()) covered += part.width;
+  return covered == node.shape.numel();
 }
 
 // Fills, for the task being bound, where each row of a gradient written
@@ -1509,13 +1543,14 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Fr
   }
   const int64_t width = node.shape.numel();
   // Rows a child's kernel already wrote here (VJIT_FORWARD_GATHERS) are skipped.
-  const bool forwarded = rows.task >= 0 && !forward_parent_.empty();
+  const bool forwarded = !forward_parent_.empty();
   std::atomic<int64_t> copied{0};
   // Each row is written once: blocks of rows copy on the pool's threads.
   for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
     int64_t block_copied = 0;
     for (int64_t r = begin; r < begin + count; ++r) {
-      if (forwarded && was_forwarded(graph.children(rows.vertices[r])[size_t(node.child_slot)], rows.vertices[r], node))
+      if (forwarded && was_forwarded(graph.children(rows.vertices[r])[size_t(node.child_slot)], rows.vertices[r],
+                                     node.child_slot, node))
         continue;
       RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
       std::memcpy(out.data + r * out.ld, scattered_rows(src.type, src.row).data + node.start,
@@ -1534,16 +1569,23 @@ void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View
   const scheduler::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *frame.stats;
   const size_t first = size_t(program_.signature(rows.type).fixed_arity);
-  if (node.op == Op::GatherSum && rows.task >= 0 && layout.gather(rows.task, int(first)).is_view()) {
+  const ValueId id = ValueId(&node - function(Pass::Forward, rows.type).nodes.data());
+  if (node.op == Op::GatherSum && rows.task >= 0 && layout.gather(rows.task, int(first)).is_view() &&
+      !forwarded_over_view(rows, id)) {
     ++stats.gather_views;  // one variadic child per row: bind() pointed the value at its rows
     return;
   }
   ++stats.copy_calls;
   const int64_t width = node.op == Op::GatherAll ? node.shape.dims[1] : node.shape.numel();
+  const bool forwarded = node.op == Op::GatherSum && !forward_parent_.empty();
   for (int64_t r = 0; r < rows.count; ++r) {
     float* dst = out.data + r * out.ld;
-    std::fill_n(dst, size_t(node.shape.numel()), 0.0f);
     std::span<const int> children = graph.children(rows.vertices[r]);
+    // A sum of one child that wrote its row here itself (VJIT_FORWARD_GATHERS).
+    if (forwarded && children.size() == first + 1 &&
+        was_forwarded(children[first], rows.vertices[r], int(first), node))
+      continue;
+    std::fill_n(dst, size_t(node.shape.numel()), 0.0f);
     for (size_t k = first; k < children.size(); ++k) {
       int child = children[k];
       const float* src = scattered_rows(graph.type(child), layout.vertex_row[size_t(child)]).data;

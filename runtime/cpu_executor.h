@@ -399,13 +399,16 @@ class CpuExecutor final : public Executor {
   std::vector<uint64_t> unviewed_targets_;
   bool forwarded_over_view(const Rows& rows, ir::ValueId gather) const;
   void point_forwarded_parts();
+  void choose_forward_parent(int type, int vertex);
+  int usable_target(int type, int parent, int slot, const ForwardedPart& part) const;
   // The parent gather row the child `vertex` of type `type` writes its part
   // (start, width) into, or nullptr.
   float* forward_target(int type, int vertex, const ForwardedPart& part);
   // The view a fused step's repeated output `value` is written through.
   View forwarded_rows(const Rows& rows, ir::ValueId value);
-  // Whether the parent `parent`'s gather `node` finds its child's part there already.
-  bool was_forwarded(int child, int parent, const ir::Node& node) const;
+  int forward_slot_of(int child, int parent) const;
+  // Whether the parent `parent`'s gather `node` of `slot` finds its child's parts there already.
+  bool was_forwarded(int child, int parent, int slot, const ir::Node& node) const;
   // And in the backward (gradient_pointers in cpu_executor.cpp): per type, per
   // backward value, the gradient it is written through (its table: a pointer
   // per row of the type, filled when a task is bound) and its column there.

@@ -39,21 +39,26 @@ std::vector<ForwardedPart> fused_parts(const FunctionPlan& fp) {
 }  // namespace
 
 std::vector<std::vector<ForwardTarget>> forward_targets(const ExecPlan& plan,
+                                                        const std::vector<TypeSignature>& signatures,
                                                         const std::vector<std::vector<int>>& pointers) {
   std::vector<std::vector<ForwardTarget>> targets(plan.types.size());
   for (size_t t = 0; t < plan.types.size(); ++t) {
     const ir::Function& f = *plan.types[t].forward.function;
+    const TypeSignature& signature = signatures[t];
     for (ValueId id = 0; id < f.size(); ++id) {
       const Node& n = f[id];
-      if (n.op != Op::Gather || n.uniform || (!pointers[t].empty() && pointers[t][size_t(id)] > 0)) continue;
-      targets[t].push_back({id, n.child_slot, n.start, n.shape.numel()});
+      if (n.uniform || (!pointers[t].empty() && pointers[t][size_t(id)] > 0)) continue;
+      if (n.op == Op::Gather)
+        targets[t].push_back({id, n.child_slot, n.start, n.shape.numel(),
+                              signature.slot_shapes[size_t(n.child_slot)].numel()});
+      else if (n.op == Op::GatherSum)
+        targets[t].push_back({id, signature.fixed_arity, n.start, n.shape.numel(), signature.variadic_shape.numel()});
     }
   }
   return targets;
 }
 
 std::vector<std::vector<ForwardedPart>> forwarded_parts(const ExecPlan& plan,
-                                                        const std::vector<TypeSignature>& signatures,
                                                         const std::vector<std::vector<ForwardTarget>>& targets) {
   std::vector<std::vector<ForwardedPart>> out(plan.types.size());
   for (size_t c = 0; c < plan.types.size(); ++c) {
@@ -63,9 +68,7 @@ std::vector<std::vector<ForwardedPart>> forwarded_parts(const ExecPlan& plan,
     for (const ForwardedPart& part : fused_parts(fp)) {
       bool gathered = false;
       for (size_t p = 0; p < plan.types.size() && !gathered; ++p)
-        for (const ForwardTarget& g : targets[p])
-          gathered = gathered || (g.start == part.start && g.width == part.width &&
-                                  signatures[p].slot_shapes[size_t(g.slot)].numel() == row_width);
+        for (const ForwardTarget& g : targets[p]) gathered = gathered || g.takes(part, row_width);
       if (gathered) out[c].push_back(part);
     }
   }

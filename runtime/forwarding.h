@@ -17,25 +17,31 @@
 
 namespace vjit::runtime {
 
-// A gather into a buffer that parts may be forwarded to: the Gather node, its
-// child slot, and the columns of the child's row it reads.
+// A gather into a buffer that parts may be forwarded to: the Gather (or
+// GatherSum) node, its child slot (the type's fixed arity: the variadic sum,
+// forwarded to only where a row has one variadic child), the columns of the
+// child's row it reads, and how wide that row is.
 struct ForwardTarget {
   ir::ValueId gather = -1;
   int slot = 0;
-  int64_t start = 0, width = 0;
+  int64_t start = 0, width = 0, row_width = 0;
+
+  // Whether `part` of a row `row_width` wide lies within the columns read.
+  bool takes(const ForwardedPart& part, int64_t child_row_width) const {
+    return child_row_width == row_width && part.start >= start && part.start + part.width <= start + width;
+  }
 };
 
 // Per type: the gathers of its forward function into buffers of their own
-// (Gathers of a fixed slot that are not read through row pointers; `pointers`
-// per type as row_pointer_parts gives them, an empty list: none is).
+// (Gathers not read through row pointers, `pointers` per type as
+// row_pointer_parts gives them, an empty list: none is; GatherSums).
 std::vector<std::vector<ForwardTarget>> forward_targets(const ExecPlan& plan,
+                                                        const std::vector<TypeSignature>& signatures,
                                                         const std::vector<std::vector<int>>& pointers);
 
 // Per type: the parts of what it scatters that a fused kernel computes and that
-// some type's gather of a slot as wide as the type's scattered row reads,
-// columns for columns.
+// some type's gather reads (within its columns).
 std::vector<std::vector<ForwardedPart>> forwarded_parts(const ExecPlan& plan,
-                                                        const std::vector<TypeSignature>& signatures,
                                                         const std::vector<std::vector<ForwardTarget>>& targets);
 
 }  // namespace vjit::runtime
