@@ -227,9 +227,7 @@ Function join_gather_grads(const Function& function) {
 }
 
 std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_matmuls) {
-  std::vector<int> readers(backward.nodes.size(), 0);
-  for (const Node& node : backward.nodes)
-    for (ValueId arg : node.args) ++readers[size_t(arg)];
+  const std::vector<int> readers = reader_counts(backward);
   std::vector<bool> folded(backward.nodes.size(), false);
   for (const Node& node : backward.nodes) {
     if (node.op != Op::ParamGrad) continue;
@@ -334,9 +332,7 @@ void fold_products_into_rank_one_adds(const Function& f, const std::vector<Phase
 
 std::vector<bool> fold_bias_adds(const Function& f, const std::vector<Phase>& phases, const std::vector<int>& group_of,
                                  const std::vector<bool>& keep, bool block_products) {
-  std::vector<int> readers(f.nodes.size(), 0);
-  for (const Node& node : f.nodes)
-    for (ValueId arg : node.args) ++readers[size_t(arg)];
+  const std::vector<int> readers = reader_counts(f);
   std::vector<bool> folded(f.nodes.size(), false);
   for (ValueId id = 0; id < f.size(); ++id) {
     const Node& add = f[id];
@@ -355,6 +351,18 @@ std::vector<bool> fold_bias_adds(const Function& f, const std::vector<Phase>& ph
   }
   if (block_products) fold_products_into_rank_one_adds(f, phases, group_of, keep, folded);
   return folded;
+}
+
+std::vector<int> reader_counts(const Function& function) {
+  std::vector<int> readers(function.nodes.size(), 0);
+  for (const Node& node : function.nodes)
+    for (ValueId arg : node.args) ++readers[size_t(arg)];
+  return readers;
+}
+
+ValueId under_reshapes(const Function& function, ValueId id) {
+  while (function[id].op == Op::Reshape) id = function[id].args[0];
+  return id;
 }
 
 }  // namespace vjit::ir

@@ -84,4 +84,12 @@ std::vector<bool> fold_bias_adds(const Function& function, const std::vector<Pha
                                  const std::vector<int>& group_of, const std::vector<bool>& keep,
                                  bool block_products = false);
 
+// Per value: how many arguments of later nodes name it (a node naming it
+// twice counts twice).
+std::vector<int> reader_counts(const Function& function);
+
+// The value `id` is, seen through reshapes (a reshape is a view with the same
+// rows).
+ValueId under_reshapes(const Function& function, ValueId id);
+
 }  // namespace vjit::ir

@@ -67,8 +67,10 @@ def layout_table(rows):
         lb, lc, lp = (median(x, "layout_copy_bytes") / 1e3 for x in (b, c, p))
         tb, tc, tp = total_ms(b), total_ms(c), total_ms(p)
         aligned = f"{median(p, 'aligned_satisfied'):.0f}/{median(p, 'aligned_batches'):.0f}"
-        three = lambda key_, scale=1.0, fmt=".0f": " / ".join(  # noqa: E731
-            f"{median(x, key_) / scale:{fmt}}" for x in (b, c, p))
+
+        def three(field, scale=1.0):
+            return " / ".join(f"{median(x, field) / scale:.0f}" for x in (b, c, p))
+
         print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} "
               f"| {three('copy_calls')} "
               f"| {lb:.0f} / {lc:.0f} / {lp:.0f} ({drop(lb, lc)}, {drop(lb, lp)}) "

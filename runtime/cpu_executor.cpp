@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "ir/dropout.h"
+#include "ir/passes.h"
 #include "runtime/kernels.h"
 #include "runtime/row_pointers.h"
 #include "runtime/vector_clones.h"
@@ -209,14 +210,6 @@ std::vector<uint64_t> gather_alias_masks(const ir::Function& f, int fixed_arity,
   return mask;
 }
 
-// Per value of `f`: how many arguments of later nodes name it.
-std::vector<int> reader_counts(const ir::Function& f) {
-  std::vector<int> readers(size_t(f.size()), 0);
-  for (ValueId id = 0; id < f.size(); ++id)
-    for (ValueId arg : f[id].args) ++readers[size_t(arg)];
-  return readers;
-}
-
 // Whether `id` is computed and read by task-by-task (core) steps only.
 bool within_tasks(const FunctionPlan& fp, ValueId id) {
   const ir::Function& f = *fp.function;
@@ -243,7 +236,7 @@ bool covers_whole_slot(const ir::Function& f, const Node& gather_grad, const Typ
 // covers part of it (ir::gather_slices), the rest of the row is the others'.
 std::vector<ValueId> gather_grads_placeable_in_place(const FunctionPlan& fp, const TypeSignature& signature) {
   const ir::Function& f = *fp.function;
-  const std::vector<int> readers = reader_counts(f);
+  const std::vector<int> readers = ir::reader_counts(f);
   std::vector<ValueId> out;
   for (ValueId id = 0; id < f.size(); ++id) {
     const Node& n = f[id];
@@ -252,8 +245,8 @@ std::vector<ValueId> gather_grads_placeable_in_place(const FunctionPlan& fp, con
     if (n.target == ir::GatherGradTarget::Slot && !covers_whole_slot(f, n, signature)) continue;
     bool ok = readers[size_t(g)] == 1 && within_tasks(fp, g);
     if (ok && f[g].op == Op::Concat)
-      for (ValueId part : f[g].args) {
-        while (f[part].op == Op::Reshape) part = f[part].args[0];
+      for (ValueId arg : f[g].args) {
+        const ValueId part = ir::under_reshapes(f, arg);
         ok = ok && (ir::is_view(f[part].op) || within_tasks(fp, part));
       }
     if (ok) out.push_back(id);
@@ -303,12 +296,12 @@ bool writes_elementwise_rows(const FunctionPlan& fp, ValueId id) {
 // it is written through and its column there (gradient -1: rows of its own).
 std::vector<GradientPointer> gradient_pointers(const FunctionPlan& fp, const TypeSignature& signature) {
   const ir::Function& f = *fp.function;
-  const std::vector<int> readers = reader_counts(f);
+  const std::vector<int> readers = ir::reader_counts(f);
   const uint64_t whole_slots = whole_slot_gather_grads(f, signature);
   auto writes_rows_by_pointer = [&](ValueId id) {
     const Node& n = f[id];
     if (fp.folded[size_t(id)] || fp.phases[size_t(id)] != ir::Phase::Core || readers[size_t(id)] != 1) return false;
-    if (fp.in_fused_step(id)) return true;  // an output of a fused kernel (run_fused_over_pointers)
+    if (fp.in_fused_step(id)) return true;  // an output of a fused kernel (run_fused: row tables)
     if (writes_elementwise_rows(fp, id)) return true;
     if (n.op == Op::MatMul) return !f[n.args[0]].uniform && !f[n.args[1]].uniform;  // one product per vertex
     if (n.op != Op::Add) return false;
@@ -544,12 +537,10 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     frame->views[0].resize(max_values);
     frame->views[1].resize(max_values);
     frame->inputs.resize(max_inputs * blocks);
-    frame->input_ld.resize(max_inputs);
     frame->outputs.resize(max_outputs * blocks);
-    frame->output_ld.resize(max_outputs);
-    frame->run_ld.resize((max_inputs + max_outputs) * blocks);
+    frame->operand_ld.resize((max_inputs + max_outputs) * blocks);
     frame->operands.resize(max_inputs + max_outputs);
-    frame->run_tables.resize((max_inputs + max_outputs) * blocks);
+    frame->row_tables.resize((max_inputs + max_outputs) * blocks);
   }
   frame_.stats = &stats_;
   stream_frame_.stats = &stream_stats_;
@@ -795,9 +786,9 @@ void CpuExecutor::size_row_pointers() {
 }
 
 // VJIT_FORWARD_GATHERS: for each vertex whose type forwards parts, where each
-// part is written a second time: into the row of its first parent's gather
-// of the same columns, where that gather has a buffer in the parent's task
-// (not a view), else into the part's own row again.
+// part is written a second time: into the gather row of the parent chosen by
+// choose_forward_parent, where one of its gathers takes the part
+// (usable_target), else into the part's own row again.
 void CpuExecutor::point_forwarded_parts() {
   const scheduler::FlatBatch& graph = *batch_.graph;
   const scheduler::FlatSchedule& schedule = *batch_.schedule;
@@ -1370,45 +1361,28 @@ void CpuExecutor::reset_step_profile() {
   step_accounts_.clear();
 }
 
+// Operands read or written through row pointers (where each child's row lies,
+// or its parent's: gather pointers, forwarded parts) go to the kernel as a
+// table of their rows' addresses (KernelArgs::row_tables); the others as row
+// 0 and ld. One call per block of rows.
 void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame) {
   ScopedTimer timer(frame.stats->elementwise_s);
   ++frame.stats->kernels;
   const std::vector<View>& views = frame.views[int(pass)];
-  const size_t n_in = step.inputs.size(), n_out = step.outputs.size();
+  const size_t n_in = step.inputs.size(), n_out = step.outputs.size(), n = n_in + n_out;
   bool pointers = false;
-  for (size_t i = 0; i < n_in + n_out; ++i) {
+  for (size_t i = 0; i < n; ++i) {
     View& v = frame.operands[i];
     v = views[size_t(i < n_in ? step.inputs[i] : step.outputs[i - n_in])];
-    if (i >= n_in + n_out - size_t(step.forwarded_outputs)) v = forwarded_rows(rows, step.outputs[i - n_in]);
+    if (i >= n - size_t(step.forwarded_outputs)) v = forwarded_rows(rows, step.outputs[i - n_in]);
     pointers = pointers || v.pointers;
   }
-  if (pointers) {
-    run_fused_over_pointers(rows, step, frame);
-    return;
-  }
-  for (size_t i = 0; i < n_in; ++i) frame.input_ld[i] = views[size_t(step.inputs[i])].ld;
-  for (size_t i = 0; i < n_out; ++i) frame.output_ld[i] = views[size_t(step.outputs[i])].ld;
+  if (pointers) frame.row_addresses.resize(std::max(frame.row_addresses.size(), n * size_t(rows.count)));
   for_row_blocks(frame, rows.count, step.width, [&](int64_t begin, int64_t count, int block) {
     const float** in = frame.inputs.data() + size_t(block) * n_in;
     float** out = frame.outputs.data() + size_t(block) * n_out;
-    for (size_t i = 0; i < n_in; ++i) in[i] = views[size_t(step.inputs[i])].data + begin * frame.input_ld[i];
-    for (size_t i = 0; i < n_out; ++i) out[i] = views[size_t(step.outputs[i])].data + begin * frame.output_ld[i];
-    KernelArgs args{count, in, frame.input_ld.data(), out, frame.output_ld.data(), step.kernel.context};
-    step.kernel.entry(&args);
-  });
-}
-
-// Some operands are read or written through row pointers (where each child's
-// row lies, or its parent's): the kernel reads each such operand's rows from a
-// table of their addresses (KernelArgs::row_tables), one call per block of rows.
-void CpuExecutor::run_fused_over_pointers(const Rows& rows, const FusedStep& step, Frame& frame) {
-  const size_t n_in = step.inputs.size(), n_out = step.outputs.size(), n = n_in + n_out;
-  frame.row_addresses.resize(std::max(frame.row_addresses.size(), n * size_t(rows.count)));
-  for_row_blocks(frame, rows.count, step.width, [&](int64_t begin, int64_t count, int block) {
-    const float** in = frame.inputs.data() + size_t(block) * n_in;
-    float** out = frame.outputs.data() + size_t(block) * n_out;
-    int64_t* ld = frame.run_ld.data() + size_t(block) * n;
-    const float* const** tables = frame.run_tables.data() + size_t(block) * n;
+    int64_t* ld = frame.operand_ld.data() + size_t(block) * n;
+    const float* const** tables = frame.row_tables.data() + size_t(block) * n;
     for (size_t i = 0; i < n; ++i) {
       const View& v = frame.operands[i];
       ld[i] = v.ld;
@@ -1422,7 +1396,7 @@ void CpuExecutor::run_fused_over_pointers(const Rows& rows, const FusedStep& ste
       if (i < n_in) in[i] = first;
       else out[i - n_in] = first;
     }
-    KernelArgs args{count, in, ld, out, ld + n_in, step.kernel.context, tables};
+    KernelArgs args{count, in, ld, out, ld + n_in, step.kernel.context, pointers ? tables : nullptr};
     step.kernel.entry(&args);
   });
 }

@@ -161,12 +161,12 @@ class CpuExecutor final : public Executor {
     std::vector<View> views[2];  // [pass][value id] of the rows being run
     std::vector<const float*> inputs;
     std::vector<float*> outputs;
-    std::vector<int64_t> input_ld, output_ld;
-    std::vector<int64_t> run_ld;  // per row block: the inputs' then the outputs' ld (run_fused_over_pointers)
-    std::vector<View> operands;   // run_fused's: the step's inputs', then its outputs' views
-    // run_fused_over_pointers': per row block, each operand's row table (or
-    // null); and the tables, per operand a row address per row being run.
-    std::vector<const float* const*> run_tables;
+    // run_fused's: the step's inputs', then its outputs' views; per row block,
+    // their ld and row tables (null: none); the tables, per operand a row
+    // address per row being run.
+    std::vector<View> operands;
+    std::vector<int64_t> operand_ld;
+    std::vector<const float* const*> row_tables;
     std::vector<const float*> row_addresses;
     ExecStats* stats = nullptr;
     bool use_pool = true;  // split large steps across the pool's threads
@@ -239,7 +239,6 @@ class CpuExecutor final : public Executor {
                                      int64_t element, float found) const;
   void run_node(Pass pass, const Rows& rows, ir::ValueId id, Frame& frame);
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame);
-  void run_fused_over_pointers(const Rows& rows, const FusedStep& step, Frame& frame);
   // Calls fn(begin, count, block) over blocks of rows, on the pool's threads
   // when rows × work_per_row (elements, or multiply-adds) is large enough.
   template <typename Fn>

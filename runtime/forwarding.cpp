@@ -1,5 +1,7 @@
 #include "runtime/forwarding.h"
 
+#include "ir/passes.h"
+
 namespace vjit::runtime {
 
 namespace {
@@ -7,13 +9,6 @@ namespace {
 using ir::Node;
 using ir::Op;
 using ir::ValueId;
-
-// The value a Concat's argument is, through reshapes (laid out in place, it
-// is that value's buffer).
-ValueId under_reshapes(const ir::Function& f, ValueId id) {
-  while (f[id].op == Op::Reshape) id = f[id].args[0];
-  return id;
-}
 
 // The parts of a type's scattered row a fused kernel computes: the scattered
 // value itself, or the arguments of the Concat it scatters.
@@ -29,7 +24,7 @@ std::vector<ForwardedPart> fused_parts(const FunctionPlan& fp) {
   }
   int64_t column = 0;
   for (ValueId arg : f[scattered].args) {
-    const ValueId root = under_reshapes(f, arg);
+    const ValueId root = ir::under_reshapes(f, arg);  // laid out in place: that value's buffer
     if (computed_by_kernel(root)) parts.push_back({root, column, f[arg].shape.numel()});
     column += f[arg].shape.numel();
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "ir/passes.h"
 #include "layout/aligned_order.h"
 #include "runtime/row_pointers.h"
 #include "vjit/error.h"
@@ -96,8 +97,7 @@ ConcatPlacement place_in_concats(const FunctionPlan& fp, const PlannerOptions& o
     for (size_t i = 0; i < n.args.size(); ++i) {
       ValueId arg = n.args[i];
       // A reshape is a view with the same row layout: its operand goes in place.
-      ValueId root = arg;
-      while (f[root].op == Op::Reshape) root = f[root].args[0];
+      const ValueId root = ir::under_reshapes(f, arg);
       bool repeated = std::count(n.args.begin(), n.args.end(), arg) > 1;
       if (may_live_in_concat(fp, root, options, pointers) && !repeated && out.concat[size_t(root)] < 0) {
         out.concat[size_t(root)] = id;

@@ -1,5 +1,7 @@
 #include "runtime/row_pointers.h"
 
+#include "ir/passes.h"
+
 namespace vjit::runtime {
 
 namespace {
@@ -45,7 +47,7 @@ class RowPointerReaders {
   // The gather a part of a Concat is (through reshapes), or -1.
   ValueId gather_under(ValueId id) const {
     const ir::Function& f = *forward_.function;
-    while (f[id].op == Op::Reshape) id = f[id].args[0];
+    id = ir::under_reshapes(f, id);
     return f[id].op == Op::Gather ? id : -1;
   }
 

@@ -433,7 +433,8 @@ TEST(ForwardGathers, AChildForwardsToTheParentThatTakesMostOfItsRow) {
   EXPECT_EQ(bytes[1], samples * 8 * floats) << "the leaf forwarded to the chain, not to the sum";
 }
 
-// A child with two parents forwards to the first only; a child read in both
+// A child with two parents forwards to one only (here the first: both take
+// as much of its row), the other copies; a child read in both
 // slots of one parent fills only the slot it was forwarded to (Tree-LSTM,
 // where each tree gets a vertex whose two children are the root, and a leaf
 // with a second parent).
