@@ -26,6 +26,24 @@ std::string KernelSpec::key() const {
   return out.str();
 }
 
+KernelSpec accumulating_spec(const KernelSpec& spec, const std::vector<int>& accumulated) {
+  KernelSpec out = spec;
+  const int added = int(accumulated.size()), inputs = int(spec.inputs.size());
+  // Instruction values are numbered after the inputs: they move up by `added`.
+  auto moved = [&](int operand) { return operand >= inputs ? operand + added : operand; };
+  for (KernelInstr& instr : out.instrs) {
+    instr.a = moved(instr.a);
+    if (instr.b >= 0) instr.b = moved(instr.b);
+  }
+  out.inputs.insert(out.inputs.end(), size_t(added), KernelInput{});
+  for (int k = 0; k < added; ++k) {
+    int& output = out.outputs[size_t(accumulated[size_t(k)])];
+    out.instrs.push_back({ir::Op::Add, output + inputs + added, inputs + k, 0.0f});
+    output = int(out.instrs.size()) - 1;
+  }
+  return out;
+}
+
 void check_kernel_spec(const KernelSpec& spec) {
   const int num_inputs = int(spec.inputs.size());
   const int num_instrs = int(spec.instrs.size());

@@ -40,6 +40,12 @@ struct KernelSpec {
   std::string key() const;
 };
 
+// The kernel that adds outputs `accumulated` (indices into spec.outputs) into
+// what their rows hold instead of writing them: each is read as one more input
+// (after spec's, in this order) and the output is the sum. The executor passes
+// an accumulated output's rows as its input too (VJIT_ACCUMULATE_GRADIENTS).
+KernelSpec accumulating_spec(const KernelSpec& spec, const std::vector<int>& accumulated);
+
 // Throws InternalError when `spec` is malformed: a negative width, an operand
 // out of range or referring forward, an op that is not fusable, an output out
 // of range. Every code generator checks a spec with it before emitting code.

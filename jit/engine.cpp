@@ -866,6 +866,7 @@ struct Engine::Impl {
     for (const runtime::TypePlan& t : plan.types) {
       info.fused_groups += int(t.forward.fused.size() + t.backward.fused.size());
       for (size_t g = 0; g < t.forward.fused.size(); ++g) info.inference_kernels += t.forward.inference_differs(g);
+      for (const runtime::FusedStep& step : t.backward.fused) info.accumulating_kernels += step.accumulating.entry != nullptr;
     }
     info.lower_s = seconds_since(start);
     return plan;

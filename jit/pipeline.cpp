@@ -254,6 +254,19 @@ runtime::FusedStep fused_step(const ir::Function& function, ir::FusionGroup grou
   return {std::move(code), group.inputs, group.outputs, function[group.nodes[0]].shape.numel(), repeated};
 }
 
+// VJIT_ACCUMULATE_GRADIENTS: gives a core step of ∂F whose outputs include
+// gradient parts (runtime::gradient_parts: `parts`) a second kernel that adds
+// those into their rows (FusedStep::accumulating).
+void add_accumulating_kernel(const std::vector<runtime::GradientPart>& parts, codegen::Isa isa,
+                             const Options& options, const codegen::KernelSpec& spec, runtime::FusedStep& step) {
+  for (size_t o = 0; o < step.outputs.size(); ++o)
+    if (parts[size_t(step.outputs[o])].gather_grad >= 0) step.accumulated.push_back(int(o));
+  if (step.accumulated.empty()) return;
+  std::shared_ptr<const CompiledKernel> kernel =
+      compile_kernel(codegen::accumulating_spec(spec, step.accumulated), isa, options);
+  step.accumulating = {kernel->name, kernel_target(kernel->isa), kernel->entry, kernel->context, kernel};
+}
+
 // What a forward pass that no backward follows runs for the group
 // (FunctionPlan::inference_fused): with VJIT_INFER_KERNELS, a kernel that
 // leaves out the outputs only ∂F reads, and the work only they need; `full`
@@ -270,16 +283,18 @@ runtime::FusedStep inference_step(const ir::Function& function, const ir::Fusion
 
 // "<kernel> (<isa>)" of fused step g, and its inference kernel where it differs; one line.
 std::string describe_kernels(const runtime::FunctionPlan& plan, size_t g) {
-  auto describe = [](const runtime::FusedStep& step) {
-    const auto& kernel = *static_cast<const CompiledKernel*>(step.kernel.owner.get());  // set by fused_step
+  auto describe = [](const runtime::Kernel& code) {
+    const auto& kernel = *static_cast<const CompiledKernel*>(code.owner.get());  // set by compile_kernel's callers
     return kernel.name + " (" + codegen::isa_name(kernel.isa) + ")";
   };
   const runtime::FusedStep &full = plan.fused[g], &inference = plan.inference_fused[g];
-  std::string line = describe(full);
+  std::string line = describe(full.kernel);
   if (inference.outputs.empty()) line += "; inference: skipped";
   else if (plan.inference_differs(g))
-    line += "; inference: " + describe(inference) + ", " + std::to_string(inference.outputs.size()) + " of " +
+    line += "; inference: " + describe(inference.kernel) + ", " + std::to_string(inference.outputs.size()) + " of " +
             std::to_string(full.outputs.size()) + " outputs";
+  if (full.accumulating.entry)
+    line += "; accumulating " + std::to_string(full.accumulated.size()) + " outputs: " + describe(full.accumulating);
   return line + "\n";
 }
 
@@ -345,6 +360,8 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
     }
   } else if (!groups.empty()) {
     codegen::Isa isa = isa_of(options);
+    const std::vector<runtime::GradientPart> gradient_parts =
+        options.accumulate_gradients ? runtime::gradient_parts(function) : std::vector<runtime::GradientPart>{};
     for (const ir::FusionGroup& group : groups) {
       int index = int(plan.fused.size());
       if (kernels == Kernels::Skip) {
@@ -353,6 +370,8 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
       } else {
         plan.fused.push_back(fused_step(function, group, isa, options, forwarded));
         plan.inference_fused.push_back(inference_step(function, group, plan.fused.back(), isa, options, forwarded));
+        if (!gradient_parts.empty() && plan.phases[size_t(group.nodes[0])] == ir::Phase::Core)
+          add_accumulating_kernel(gradient_parts, isa, options, kernel_spec(function, group), plan.fused.back());
         compiled += "  group " + std::to_string(index) + ": " + describe_kernels(plan, size_t(index));
       }
       for (ValueId id : group.nodes) {

@@ -3,7 +3,8 @@
 
 Per configuration (model, mode, batch, hidden): the copy baseline (every
 child row read is copied: VJIT_MEMPLAN=copy with VJIT_GATHER_POINTERS and
-VJIT_FORWARD_GATHERS off), copy and pqtree (the defaults otherwise), each the
+VJIT_FORWARD_GATHERS and VJIT_ACCUMULATE_GRADIENTS off), copy and pqtree (the
+defaults otherwise), each the
 median over its runs: copy calls, bytes copied (all, and those the layout
 decides: gathers, their gradients, Concat copies), kernels, latency per step
 and the planner's time per batch; the ratios to the baseline; which planner

@@ -415,6 +415,7 @@ void run_levers(BenchArgs args, const Options& base) {
       {"gather_slices", [](Options& o) { o.gather_slices = false; }},
       {"gather_pointers", [](Options& o) { o.gather_pointers = false; }},
       {"forward_gathers", [](Options& o) { o.forward_gathers = false; }},
+      {"accumulate_gradients", [](Options& o) { o.accumulate_gradients = false; }},
       {"vertex_gemm", [](Options& o) { o.vertex_gemm = "same"; }},
       {"threads", [](Options& o) { o.threads = 1; }},
       // Off is the faster thread-count-dependent GEMM split: a speedup below 1

@@ -18,6 +18,7 @@
 #include "runtime/vector_clones.h"
 #include "vjit/error.h"
 
+
 namespace vjit::runtime {
 
 using ir::Node;
@@ -489,7 +490,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
         VJIT_INTERNAL_CHECK(can_launch(step.kernel.target), "the CPU executor cannot launch kernel "
                                                                 << step.kernel.name << " of target "
                                                                 << kernel_target_name(step.kernel.target));
-        max_inputs = std::max(max_inputs, step.inputs.size());
+        max_inputs = std::max(max_inputs, step.inputs.size() + step.accumulated.size());
         max_outputs = std::max(max_outputs, step.outputs.size());
       }
     }
@@ -529,6 +530,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     }
   }
   forward_targets_ = forward_targets(plan, program.signatures(), row_pointer_parts_);
+  find_accumulated_parts(plan);
   // Fused steps split rows over the pool: one set of pointers per block.
   size_t blocks = size_t(pool_.size());
   for (Frame* frame : {&frame_, &stream_frame_}) {
@@ -776,6 +778,11 @@ void CpuExecutor::size_row_pointers() {
       if (parts[id] > 0)
         row_pointers_[t][id].resize(size_t(batch_.layout->type_rows[t] * parts[id]));
   }
+  accumulated_rows_.resize(accumulated_parts_.size());
+  for (size_t t = 0; t < accumulated_parts_.size(); ++t) {
+    accumulated_rows_[t].resize(accumulated_parts_[t].size());
+    for (std::vector<float*>& table : accumulated_rows_[t]) table.resize(size_t(batch_.layout->type_rows[t]));
+  }
   gradient_rows_.resize(gradient_pointers_.size());
   for (size_t t = 0; t < gradient_pointers_.size(); ++t) {
     gradient_rows_[t].resize(gradient_pointers_[t].size());
@@ -930,6 +937,141 @@ void CpuExecutor::bind_gradient_rows(const Rows& rows) {
   }
 }
 
+// VJIT_ACCUMULATE_GRADIENTS: the steps that run their accumulating kernel,
+// and the gradient parts those add into the children's rows. A GatherGrad
+// whose gradient is written through gradient pointers keeps that path (it
+// assigns the rows where it is their one contribution, no zeroed row needed)
+// where a part of it is no fused kernel's that accumulates (a Tree-LSTM's
+// dh, an elementwise node's), and a step with a part of such a gradient runs
+// its plain kernel; the other GatherGrads leave the pointer path.
+void CpuExecutor::find_accumulated_parts(const ExecPlan& plan) {
+  for (size_t t = 0; t < plan.types.size(); ++t) {
+    const FunctionPlan& fp = plan.types[t].backward;
+    const ir::Function& f = *fp.function;
+    const std::vector<GradientPart> parts = gradient_parts(f);
+    std::vector<ValueId>& pointers = pointer_gather_grads_[t];
+    std::vector<AccumulatedPart>& accumulated = accumulated_parts_.emplace_back();
+    std::vector<uint8_t>& accumulating = accumulating_steps_.emplace_back(fp.fused.size(), 0);
+    std::vector<uint8_t> accumulable(size_t(f.size()), 0);  // per value: an output its step could accumulate
+    for (const FusedStep& step : fp.fused)
+      for (int o : step.accumulated) accumulable[size_t(step.outputs[size_t(o)])] = 1;
+    // keep[gg]: gg stays on the pointer path; grows to a fixed point.
+    std::vector<uint8_t> keep(size_t(f.size()), 0);
+    for (size_t v = 0; v < gradient_pointers_[t].size(); ++v) {
+      const ValueId gradient = gradient_pointers_[t][v].gradient;
+      if (gradient < 0 || accumulable[v]) continue;
+      for (ValueId gg : pointers)
+        if (f[gg].args[0] == gradient && (ValueId(v) != gradient || f[gradient].op != Op::Concat)) keep[size_t(gg)] = 1;
+    }
+    auto kept = [&](int o, const FusedStep& step) { return keep[size_t(parts[size_t(step.outputs[size_t(o)])].gather_grad)] != 0; };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (const FusedStep& step : fp.fused) {
+        if (std::none_of(step.accumulated.begin(), step.accumulated.end(), [&](int o) { return kept(o, step); })) continue;
+        for (int o : step.accumulated) {  // a step that does not accumulate keeps all its parts' GatherGrads
+          uint8_t& k = keep[size_t(parts[size_t(step.outputs[size_t(o)])].gather_grad)];
+          if (!k && std::find(pointers.begin(), pointers.end(), parts[size_t(step.outputs[size_t(o)])].gather_grad) != pointers.end())
+            k = 1, changed = true;
+        }
+      }
+    }
+    for (ValueId gg : std::vector<ValueId>(pointers))
+      if (!keep[size_t(gg)]) {
+        pointers.erase(std::remove(pointers.begin(), pointers.end(), gg), pointers.end());
+        for (GradientPointer& to : gradient_pointers_[t])
+          if (to.gradient == f[gg].args[0]) to = {};
+      }
+    for (size_t s = 0; s < fp.fused.size(); ++s) {
+      const FusedStep& step = fp.fused[s];
+      if (step.accumulated.empty() || std::any_of(step.accumulated.begin(), step.accumulated.end(),
+                                                  [&](int o) { return kept(o, step); }))
+        continue;
+      accumulating[s] = 1;
+      for (int o : step.accumulated) {
+        const ValueId value = step.outputs[size_t(o)];
+        const GradientPart& part = parts[size_t(value)];
+        accumulated.push_back({value, part.gather_grad, part.column, f[value].shape.numel()});
+      }
+    }
+    std::sort(accumulated.begin(), accumulated.end(),
+              [](const AccumulatedPart& a, const AccumulatedPart& b) { return a.gather_grad < b.gather_grad; });
+    uint64_t slots = 0;
+    std::vector<std::vector<std::pair<int64_t, int64_t>>>& rest = accumulated_rest_.emplace_back(size_t(f.size()));
+    for (size_t k = 0; k < accumulated.size(); ++k) {
+      const ValueId gg = accumulated[k].gather_grad;
+      if (f[gg].target == ir::GatherGradTarget::Slot) slots |= uint64_t(1) << f[gg].child_slot;
+      if (k > 0 && accumulated[k - 1].gather_grad == gg) continue;
+      // The columns of gg's gradient that none of its parts covers.
+      std::vector<std::pair<int64_t, int64_t>> covered;
+      for (const AccumulatedPart& part : accumulated)
+        if (part.gather_grad == gg) covered.emplace_back(part.column, part.column + part.width);
+      std::sort(covered.begin(), covered.end());
+      int64_t column = 0;
+      for (auto [begin, end] : covered) {
+        if (begin > column) rest[size_t(gg)].emplace_back(column, begin);
+        column = end;
+      }
+      const int64_t width = f[f[gg].args[0]].shape.numel();
+      if (column < width) rest[size_t(gg)].emplace_back(column, width);
+    }
+    accumulating_slots_.push_back(slots);
+  }
+}
+
+// Points each row of the task's gradient parts at the row its accumulating
+// kernel adds it into: the child's scatter-gradient row (of a Slot, or of an
+// EveryVariadic row with one child), else the part's own row, zeroed, from
+// which the GatherGrad adds it (an EveryVariadic row of no or several
+// children; a child a part of this task already goes to: two rows of one
+// kernel call never add into one row).
+void CpuExecutor::bind_accumulated_rows(const Rows& rows, Frame& frame) {
+  const std::vector<AccumulatedPart>& parts = accumulated_parts_[size_t(rows.type)];
+  if (parts.empty()) return;
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const ir::Function& f = function(Pass::Backward, rows.type);
+  const size_t first_variadic = size_t(program_.signature(rows.type).fixed_arity);
+  const int64_t bind = ++accumulate_binds_;
+  if (accumulated_claim_.size() < size_t(graph.num_vertices())) accumulated_claim_.resize(size_t(graph.num_vertices()), 0);
+  std::vector<uint8_t>& to_child = accumulated_to_child_;  // per row: its GatherGrad's parts go to the child
+  if (to_child.size() < size_t(rows.count)) to_child.resize(size_t(rows.count));
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const AccumulatedPart& part = parts[k];
+    const Node& gg = f[part.gather_grad];
+    const bool new_gather_grad = k == 0 || parts[k - 1].gather_grad != part.gather_grad;
+    const ValueLayout& own = layout.value(Pass::Backward, rows.type, part.value);
+    float** table = accumulated_rows_[size_t(rows.type)][k].data() + rows.begin;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      std::span<const int> children = graph.children(rows.vertices[r]);
+      int child = -1;
+      if (gg.target == ir::GatherGradTarget::Slot) child = children[size_t(gg.child_slot)];
+      else if (children.size() == first_variadic + 1) child = children[first_variadic];
+      // The parts of one GatherGrad go to one child together (its columns).
+      if (child >= 0 && new_gather_grad) {
+        to_child[size_t(r)] = accumulated_claim_[size_t(child)] != bind;
+        accumulated_claim_[size_t(child)] = bind;
+      }
+      if (child >= 0 && to_child[size_t(r)]) {
+        const ValueLayout& s = layout.scatter_grad[size_t(graph.type(child))];
+        const int64_t start = gg.target == ir::GatherGradTarget::Slot ? gg.start : 0;
+        table[r] = arena(Pass::Backward) + s.offset + int64_t(layout.vertex_row[size_t(child)]) * s.ld + start +
+                   part.column;
+      } else {
+        table[r] = arena(Pass::Backward) + own.offset + (rows.begin + r) * own.ld;
+        std::fill_n(table[r], size_t(part.width), 0.0f);
+      }
+    }
+    frame.views[int(Pass::Backward)][size_t(part.value)] = {nullptr, 0, table, 1, 0};
+  }
+}
+
+bool CpuExecutor::accumulates(const Rows& rows, ValueId gather_grad, const Frame& frame) const {
+  if (rows.task < 0) return false;
+  for (const AccumulatedPart& part : accumulated_parts_[size_t(rows.type)])
+    if (part.gather_grad == gather_grad) return frame.views[int(Pass::Backward)][size_t(part.value)].pointers != nullptr;
+  return false;
+}
+
 void CpuExecutor::backward() {
   VJIT_USER_CHECK(has_batch_, "backward() needs a forward() with RunOptions::backward set before it");
   has_batch_ = false;
@@ -960,7 +1102,7 @@ void CpuExecutor::find_rows_assigned_once() {
   for (int t = 0; t < schedule.num_tasks(); ++t) {
     const int type = schedule.task_type[size_t(t)];
     const int fixed = program_.signature(type).fixed_arity;
-    uint64_t assigning = whole_slot_gather_grads_[size_t(type)];
+    uint64_t assigning = whole_slot_gather_grads_[size_t(type)] & ~accumulating_slots_[size_t(type)];
     for (int k = 0; k < fixed; ++k)
       if (exclusive_view(t, k)) assigning &= ~(uint64_t(1) << k);  // maybe computed in place
     for (int v : schedule.task(t)) {
@@ -1186,6 +1328,7 @@ void CpuExecutor::run_task(Pass pass, int task, Frame& frame) {
 
 void CpuExecutor::run_task_steps(Pass pass, const Rows& rows, Frame& frame) {
   bind(pass, rows, frame);
+  if (pass == Pass::Backward) bind_accumulated_rows(rows, frame);
   run_steps(pass, rows, function_plan(pass, rows.type).core, frame);
 }
 
@@ -1369,11 +1512,19 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
   ScopedTimer timer(frame.stats->elementwise_s);
   ++frame.stats->kernels;
   const std::vector<View>& views = frame.views[int(pass)];
-  const size_t n_in = step.inputs.size(), n_out = step.outputs.size(), n = n_in + n_out;
+  // VJIT_ACCUMULATE_GRADIENTS: where a task bound the gradient parts to the
+  // children's rows, the kernel that adds them there, reading each as an input.
+  const bool accumulate = pass == Pass::Backward && rows.task >= 0 && !step.accumulated.empty() &&
+                          accumulating_steps_[size_t(rows.type)][size_t(&step - function_plan(pass, rows.type).fused.data())];
+  const Kernel& kernel = accumulate ? step.accumulating : step.kernel;
+  const size_t added = accumulate ? step.accumulated.size() : 0;
+  const size_t n_in = step.inputs.size() + added, n_out = step.outputs.size(), n = n_in + n_out;
   bool pointers = false;
   for (size_t i = 0; i < n; ++i) {
     View& v = frame.operands[i];
-    v = views[size_t(i < n_in ? step.inputs[i] : step.outputs[i - n_in])];
+    if (i < step.inputs.size()) v = views[size_t(step.inputs[i])];
+    else if (i < n_in) v = views[size_t(step.outputs[size_t(step.accumulated[i - step.inputs.size()])])];
+    else v = views[size_t(step.outputs[i - n_in])];
     if (i >= n - size_t(step.forwarded_outputs)) v = forwarded_rows(rows, step.outputs[i - n_in]);
     pointers = pointers || v.pointers;
   }
@@ -1396,8 +1547,8 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
       if (i < n_in) in[i] = first;
       else out[i - n_in] = first;
     }
-    KernelArgs args{count, in, ld, out, ld + n_in, step.kernel.context, pointers ? tables : nullptr};
-    step.kernel.entry(&args);
+    KernelArgs args{count, in, ld, out, ld + n_in, kernel.context, pointers ? tables : nullptr};
+    kernel.entry(&args);
   });
 }
 
@@ -1649,7 +1800,8 @@ void CpuExecutor::concat(Pass pass, const Rows& rows, const Node& node, const Vi
   for (ValueId arg : node.args) {
     const View& src = views[size_t(arg)];
     const int64_t part = f[arg].shape.numel();
-    if (src.data != out.data + column || src.ld != out.ld) {
+    // A gradient part added into the children's rows (VJIT_ACCUMULATE_GRADIENTS): the GatherGrad knows.
+    if (src.pointers == nullptr && (src.data != out.data + column || src.ld != out.ld)) {
       frame.stats->layout_copy_bytes += rows.count * part * int64_t(sizeof(float));
       for_row_blocks(frame, rows.count, part, [&](int64_t begin, int64_t count, int) {
         for (int64_t r = begin; r < begin + count; ++r)
@@ -2172,10 +2324,13 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
   const scheduler::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *frame.stats;
   const std::vector<ValueId>& in_place = in_place_gather_grads_[size_t(rows.type)];
-  if (in_place_gather(rows, node) &&
-      std::find(in_place.begin(), in_place.end(), ValueId(&node - function(Pass::Backward, rows.type).nodes.data())) !=
-          in_place.end()) {
+  const ValueId id = ValueId(&node - function(Pass::Backward, rows.type).nodes.data());
+  if (in_place_gather(rows, node) && std::find(in_place.begin(), in_place.end(), id) != in_place.end()) {
     ++stats.gather_views;  // bind() placed the gradient in the children's scatter-gradient rows
+    return;
+  }
+  if (accumulates(rows, id, frame)) {
+    add_accumulated_gather_grad(rows, node, id, g, frame);
     return;
   }
   auto grad_row = [&](int type, int64_t row) {
@@ -2240,6 +2395,68 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
   const int64_t bytes = child_rows * width;
   stats.copy_bytes += bytes * int64_t(sizeof(float));
   stats.layout_copy_bytes += bytes * int64_t(sizeof(float));
+}
+
+// VJIT_ACCUMULATE_GRADIENTS: a GatherGrad (`id`) some parts of whose gradient
+// `g` their kernels added into the children's rows (bind_accumulated_rows).
+// It adds the rest of the columns, and each part from the rows that went to
+// their own row instead.
+void CpuExecutor::add_accumulated_gather_grad(const Rows& rows, const Node& node, ValueId id, const View& g,
+                                              Frame& frame) {
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const std::vector<View>& views = frame.views[int(Pass::Backward)];
+  const int64_t width = function(Pass::Backward, rows.type)[node.args[0]].shape.numel();
+  const bool slot = node.target == ir::GatherGradTarget::Slot;
+  const size_t first_variadic = size_t(program_.signature(rows.type).fixed_arity);
+  const std::vector<std::pair<int64_t, int64_t>>& rest = accumulated_rest_[size_t(rows.type)][size_t(id)];
+  std::span<const AccumulatedPart> all = accumulated_parts_[size_t(rows.type)];
+  auto first = std::find_if(all.begin(), all.end(), [&](const AccumulatedPart& p) { return p.gather_grad == id; });
+  auto last = std::find_if(first, all.end(), [&](const AccumulatedPart& p) { return p.gather_grad != id; });
+  const std::span<const AccumulatedPart> parts(first, last);  // sorted by GatherGrad
+  auto targets = [&](int64_t r) {
+    std::span<const int> children = graph.children(rows.vertices[r]);
+    return slot ? children.subspan(size_t(node.child_slot), 1) : children.subspan(first_variadic);
+  };
+  auto grad_row = [&](int child) {
+    const ValueLayout& s = layout.scatter_grad[size_t(graph.type(child))];
+    return arena(Pass::Backward) + s.offset + int64_t(layout.vertex_row[size_t(child)]) * s.ld +
+           (slot ? node.start : 0);
+  };
+  // A part's row went to the child when its kernel wrote it there.
+  auto from = [&](const AccumulatedPart& part, int64_t r) { return row_at(views[size_t(part.value)], r); };
+  auto delivered = [&](const AccumulatedPart& part, int64_t r, int child) {
+    return from(part, r) == grad_row(child) + part.column;
+  };
+  int64_t added = 0;
+  for (int64_t r = 0; r < rows.count; ++r)
+    for (int child : targets(r)) {
+      for (auto [begin, end] : rest) added += end - begin;
+      for (const AccumulatedPart& part : parts)
+        if (!delivered(part, r, child)) added += part.width;
+    }
+  if (added == 0) {
+    ++frame.stats->gather_views;
+    return;
+  }
+  ++frame.stats->copy_calls;
+  // Column blocks: a child twice in the rows is added to by one thread.
+  for_column_blocks(frame, rows.count, width, [&](int64_t block, int64_t count) {
+    // Adds columns [begin, end) of the row at `row` (column 0) within this block.
+    auto add = [&](const float* row, int64_t begin, int64_t end, float* into) {
+      begin = std::max(begin, block), end = std::min(end, block + count);
+      if (begin < end) add_row(row + begin, into + begin, end - begin);
+    };
+    for (int64_t r = 0; r < rows.count; ++r)
+      for (int child : targets(r)) {
+        float* into = grad_row(child);
+        for (auto [begin, end] : rest) add(row_at(g, r), begin, end, into);
+        for (const AccumulatedPart& part : parts)
+          if (!delivered(part, r, child)) add(from(part, r) - part.column, part.column, part.column + part.width, into);
+      }
+  });
+  frame.stats->copy_bytes += added * int64_t(sizeof(float));
+  frame.stats->layout_copy_bytes += added * int64_t(sizeof(float));
 }
 
 }  // namespace vjit::runtime

@@ -416,6 +416,34 @@ class CpuExecutor final : public Executor {
   std::vector<std::vector<ir::ValueId>> pointer_gather_grads_;  // per type: the GatherGrads of such gradients
   std::vector<uint8_t> gradient_rows_bound_;  // per backward value: the task being bound writes it through pointers
   void bind_gradient_rows(const Rows& rows);
+  // VJIT_ACCUMULATE_GRADIENTS (FusedStep::accumulating): per type, the
+  // gradient parts its fused kernels add into the children's scatter-gradient
+  // rows (the value, its GatherGrad, its column in the gradient, its width),
+  // GatherGrad by GatherGrad; per type, per such part, this batch's table of
+  // where each row goes (bind_accumulated_rows); per type, bit k when slot k's
+  // GatherGrad has such parts (its children's rows are zeroed, never assigned).
+  struct AccumulatedPart {
+    ir::ValueId value = -1, gather_grad = -1;
+    int64_t column = 0, width = 0;
+  };
+  std::vector<std::vector<AccumulatedPart>> accumulated_parts_;
+  std::vector<std::vector<std::vector<float*>>> accumulated_rows_;  // [type][part]
+  std::vector<uint64_t> accumulating_slots_;
+  std::vector<std::vector<uint8_t>> accumulating_steps_;  // per type, per fused step of ∂F: runs `accumulating`
+  // Per type, per GatherGrad with such parts: the columns [begin, end) of its gradient none covers.
+  std::vector<std::vector<std::vector<std::pair<int64_t, int64_t>>>> accumulated_rest_;
+  std::vector<uint8_t> accumulated_to_child_;  // bind_accumulated_rows' scratch, per row
+  // Per flat vertex: the last bind that sent a gradient part to it
+  // (bind_accumulated_rows' scratch: a second one in a task goes to its own row).
+  std::vector<int64_t> accumulated_claim_;
+  int64_t accumulate_binds_ = 0;
+  void find_accumulated_parts(const ExecPlan& plan);
+  void bind_accumulated_rows(const Rows& rows, Frame& frame);
+  // Whether the rows being run add their gradient parts into the children's
+  // rows (bound by run_task_steps), for GatherGrad `gather_grad`.
+  bool accumulates(const Rows& rows, ir::ValueId gather_grad, const Frame& frame) const;
+  void add_accumulated_gather_grad(const Rows& rows, const ir::Node& node, ir::ValueId id, const View& g,
+                                   Frame& frame);
   std::vector<uint8_t> contributions_;  // per vertex; find_rows_assigned_once()'s scratch
   void find_rows_assigned_once();
   void zero_scatter_gradients();

@@ -47,6 +47,13 @@ struct FusedStep {
   // The last this many outputs repeat earlier ones: parts of the scattered row
   // written a second time, into the parents' gathers (runtime/forwarding.h).
   int forwarded_outputs = 0;
+  // VJIT_ACCUMULATE_GRADIENTS (∂F, CPU, core phase): a kernel that adds the
+  // outputs `accumulated` (indices into `outputs`: gradient parts,
+  // runtime/row_pointers.h) into what their rows hold instead of writing them.
+  // It reads each such output's rows as one more input, after `inputs`.
+  // No entry: the step has none.
+  Kernel accumulating{};
+  std::vector<int> accumulated{};
 };
 
 // A part of a type's scattered row that a fused kernel computes: the value,

@@ -135,4 +135,26 @@ std::vector<int> row_pointer_parts(const FunctionPlan& forward, const FunctionPl
   return RowPointerReaders(forward, backward).parts();
 }
 
+std::vector<GradientPart> gradient_parts(const ir::Function& backward) {
+  const ir::Function& f = backward;
+  const std::vector<int> readers = ir::reader_counts(f);
+  std::vector<GradientPart> out(size_t(f.size()));
+  for (ValueId gg = 0; gg < f.size(); ++gg) {
+    const Node& n = f[gg];
+    if (n.op != Op::GatherGrad || n.target == ir::GatherGradTarget::VariadicRows) continue;
+    const ValueId gradient = n.args[0];
+    if (readers[size_t(gradient)] != 1 || f[gradient].uniform) continue;
+    if (f[gradient].op != Op::Concat) {
+      out[size_t(gradient)] = {gg, 0};
+      continue;
+    }
+    int64_t column = 0;
+    for (ValueId part : f[gradient].args) {
+      if (readers[size_t(part)] == 1 && !f[part].uniform) out[size_t(part)] = {gg, column};
+      column += f[part].shape.numel();
+    }
+  }
+  return out;
+}
+
 }  // namespace vjit::runtime

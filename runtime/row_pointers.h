@@ -24,4 +24,19 @@ namespace vjit::runtime {
 // rows where they lie.
 std::vector<int> row_pointer_parts(const FunctionPlan& forward, const FunctionPlan& backward);
 
+// VJIT_ACCUMULATE_GRADIENTS: a value of ∂F that is the gradient a GatherGrad
+// of target Slot or EveryVariadic sends to the children, or a part of it (an
+// argument of the Concat that is that gradient), read by nothing else: that
+// GatherGrad, and the value's first column in the gradient's row.
+struct GradientPart {
+  ir::ValueId gather_grad = -1;
+  int64_t column = 0;
+};
+
+// Per value of ∂F: its GradientPart, gather_grad -1 for any other value. A
+// fused kernel may add such a value straight into the children's
+// scatter-gradient rows (FusedStep::accumulating); the GatherGrad then adds
+// only the rest of its gradient.
+std::vector<GradientPart> gradient_parts(const ir::Function& backward);
+
 }  // namespace vjit::runtime

@@ -335,14 +335,47 @@ TEST(GatherPointers, FusedKernelsReadAndWriteChildrenRowsWhereTheyLieInEveryMode
       models::Bundle bundle = models::make_model(model, small_config());
       const GraphBatch batch = models::make_batch(bundle.train, first_indices(12));
       for (int threads : {1, 2}) {
+        // Pointers alone: VJIT_ACCUMULATE_GRADIENTS takes over some gradients they write.
         const std::array<int64_t, 2> layout_bytes =
-            layout_bytes_off_on(*bundle.program, batch, memplan, threads, model,
-                                [](Options& options, bool on) { options.gather_pointers = on; });
+            layout_bytes_off_on(*bundle.program, batch, memplan, threads, model, [](Options& options, bool on) {
+              options.gather_pointers = on;
+              options.accumulate_gradients = false;
+            });
         EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan;
         if (model == "tree_lstm" && memplan == "copy") {
           // Per internal vertex, of floats of one state: a training step 8 → 2
           // (h_l, h_r into the concat), the forward-only pass 4 → 2.
           EXPECT_LE(3 * layout_bytes[1], layout_bytes[0]) << "the children's c or its gradient is still copied";
+        }
+      }
+    }
+  }
+}
+
+// VJIT_ACCUMULATE_GRADIENTS: a fused kernel that computes part of a gradient
+// sent to children (a lattice character's dc to its previous character, a
+// word's to its start character, a Tree-LSTM's dc_l and dc_r) adds it into
+// their scatter-gradient rows; the GatherGrad adds only the rest. Every
+// example model, each planner, one and two threads, with and without gather
+// pointers, off and on: the reference's objective and gradients, and no more
+// bytes copied by the layout on; on the lattice, fewer.
+TEST(AccumulateGradients, KernelsAddGradientPartsIntoTheChildrensRowsInEveryModel) {
+  for (const std::string memplan : {"copy", "pqtree", "padded"}) {
+    for (const std::string& model : models::model_names()) {
+      models::Bundle bundle = models::make_model(model, small_config());
+      const GraphBatch batch = models::make_batch(bundle.train, first_indices(12));
+      for (int threads : {1, 2}) {
+        for (bool pointers : {false, true}) {
+          const std::array<int64_t, 2> layout_bytes = layout_bytes_off_on(
+              *bundle.program, batch, memplan, threads, model + (pointers ? " pointers" : ""),
+              [&](Options& options, bool on) {
+                options.accumulate_gradients = on;
+                options.gather_pointers = pointers;
+              });
+          EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan << (pointers ? " pointers" : "");
+          if (model == "lattice_lstm") {
+            EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan << ": the characters' dc is still added";
+          }
         }
       }
     }

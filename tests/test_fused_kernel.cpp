@@ -818,6 +818,68 @@ TEST_P(FusedKernelTest, RowTablesReadAndWriteRowsWhereverTheyLie) {
   }
 }
 
+// codegen::accumulating_spec (VJIT_ACCUMULATE_GRADIENTS): the kernel that adds
+// chosen outputs into what their rows hold, reading each row as an input at
+// the address it writes, leaves old + value there, bit for bit the plain
+// kernel's value added to the old one; the other outputs as the plain kernel
+// writes them. JIT and reference kernel, 100 random specs.
+TEST_P(FusedKernelTest, AccumulatingKernelsAddOutputsIntoTheirRows) {
+  const Isa isa = GetParam();
+  SKIP_IF_NO_ISA(isa);
+  std::mt19937_64 rng(20261126);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int trial = 0; trial < 100; ++trial) {
+    const KernelSpec spec = random_spec(rng, uniform(1, 10), uniform(1, 30), random_width(rng), Operands::Recent);
+    const int64_t rows = uniform(1, 7), width = spec.width;
+    const size_t n_in = spec.inputs.size(), n_out = spec.outputs.size();
+    std::vector<int> accumulated;
+    for (size_t o = 0; o < n_out; ++o)
+      if (uniform(0, 1) == 1) accumulated.push_back(int(o));
+    if (accumulated.empty()) accumulated.push_back(uniform(0, int(n_out) - 1));
+    const KernelSpec adding = codegen::accumulating_spec(spec, accumulated);
+    std::vector<std::vector<float>> inputs(n_in, std::vector<float>(size_t(rows * width)));
+    for (auto& in : inputs)
+      for (float& x : in) x = random_value(rng);
+    std::vector<std::vector<float>> old(n_out, std::vector<float>(size_t(rows * width)));
+    for (auto& out : old)
+      for (float& x : out) x = random_value(rng);
+    const std::string what = "trial " + std::to_string(trial) + ": " + adding.key();
+    std::shared_ptr<const X86FusedKernel> plain_kernel = compile_fused_kernel(spec, isa);
+    std::shared_ptr<const X86FusedKernel> adding_kernel = compile_fused_kernel(adding, isa);
+    for (bool reference : {false, true}) {
+      std::vector<std::vector<float>> plain(n_out, std::vector<float>(size_t(rows * width))), added = old;
+      std::vector<const float*> in_plain, in_added;
+      for (const auto& in : inputs) in_plain.push_back(in.data());
+      in_added = in_plain;
+      for (int o : accumulated) in_added.push_back(added[size_t(o)].data());  // read where it is written
+      std::vector<float*> out_plain, out_added;
+      for (size_t o = 0; o < n_out; ++o) out_plain.push_back(plain[o].data()), out_added.push_back(added[o].data());
+      const std::vector<int64_t> ld(n_in + accumulated.size(), width), out_ld(n_out, width);
+      const KernelArgs plain_args{rows, in_plain.data(), ld.data(), out_plain.data(), out_ld.data()};
+      const KernelArgs added_args{rows, in_added.data(), ld.data(), out_added.data(), out_ld.data()};
+      if (reference) {
+        run_reference_kernel(spec, plain_args);
+        run_reference_kernel(adding, added_args);
+      } else {
+        plain_kernel->function()(&plain_args);
+        adding_kernel->function()(&added_args);
+      }
+      for (size_t o = 0; o < n_out; ++o) {
+        const bool adds = std::find(accumulated.begin(), accumulated.end(), int(o)) != accumulated.end();
+        for (int64_t i = 0; i < rows * width; ++i) {
+          const float want = adds ? plain[o][size_t(i)] + old[o][size_t(i)] : plain[o][size_t(i)];
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(added[o][size_t(i)])) << what << ": output " << o << " element " << i;
+            continue;
+          }
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(added[o][size_t(i)]), std::bit_cast<std::uint32_t>(want))
+              << what << (reference ? " reference" : " jit") << ": output " << o << " element " << i;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, FusedKernelTest, ::testing::Values(Isa::Avx2, Isa::Avx512),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 

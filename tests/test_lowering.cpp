@@ -305,10 +305,13 @@ TEST(KernelsLog, PrintsEachKernelCompiledOrFoundInTheCache) {
     Engine engine(*bundle.program, options);
     std::vector<std::string> lines = lines_of(::testing::internal::GetCapturedStderr());
     // One kernel per group, and one more per group whose inference kernel
-    // writes fewer outputs (VJIT_INFER_KERNELS; the Tree-LSTM skips none).
+    // writes fewer outputs (VJIT_INFER_KERNELS; the Tree-LSTM skips none) or
+    // that adds gradient parts into the children's rows
+    // (VJIT_ACCUMULATE_GRADIENTS: dc_l and dc_r).
     const CompileInfo& info = engine.compile_info();
     EXPECT_GT(info.inference_kernels, 0);
-    EXPECT_EQ(int(lines.size()), info.fused_groups + info.inference_kernels);
+    EXPECT_GT(info.accumulating_kernels, 0);
+    EXPECT_EQ(int(lines.size()), info.fused_groups + info.inference_kernels + info.accumulating_kernels);
     return lines;
   };
   const std::string isa = codegen::isa_name(codegen::parse_isa("auto"));

@@ -94,6 +94,9 @@ struct CompileInfo {
   // Fused groups of F whose inference kernel (VJIT_INFER_KERNELS) writes fewer
   // outputs than the training kernel, or is skipped: an infer() runs those.
   int inference_kernels = 0;
+  // Fused groups of ∂F with a kernel that adds gradient parts into the
+  // children's rows (VJIT_ACCUMULATE_GRADIENTS).
+  int accumulating_kernels = 0;
   int64_t jit_compiles = 0;  // kernels compiled for this engine, a CUDA plan's module counting one (the rest were cache hits)
   int64_t jit_cache_hits = 0;
   double jit_compile_s = 0;

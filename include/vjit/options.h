@@ -52,6 +52,11 @@
 // |                  |             | written there by that kernel as well; the   |              |
 // |                  |             | gather copies nothing for it                |              |
 // |                  |             | (runtime/forwarding.h)                      |              |
+// | VJIT_ACCUMULATE_GRADIENTS | accumulate_gradients | bool: CPU: a fused | on           |
+// |                  |             | kernel that computes part of a gradient     |              |
+// |                  |             | sent to children adds it straight into      |              |
+// |                  |             | their scatter-gradient rows; the GatherGrad |              |
+// |                  |             | adds nothing for it (runtime/row_pointers.h)|              |
 // | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
 // |                  |             | is done by the GEMM (output rows start as   |              |
 // |                  |             | the bias, beta = 1), not by another pass;   |              |
@@ -190,6 +195,7 @@ struct Options {
   bool gather_slices = true;        // VJIT_GATHER_SLICES
   bool gather_pointers = true;      // VJIT_GATHER_POINTERS
   bool forward_gathers = true;      // VJIT_FORWARD_GATHERS
+  bool accumulate_gradients = true; // VJIT_ACCUMULATE_GRADIENTS
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
