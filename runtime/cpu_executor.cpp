@@ -18,7 +18,6 @@
 #include "runtime/vector_clones.h"
 #include "vjit/error.h"
 
-
 namespace vjit::runtime {
 
 using ir::Node;
@@ -963,15 +962,17 @@ void CpuExecutor::find_accumulated_parts(const ExecPlan& plan) {
       for (ValueId gg : pointers)
         if (f[gg].args[0] == gradient && (ValueId(v) != gradient || f[gradient].op != Op::Concat)) keep[size_t(gg)] = 1;
     }
-    auto kept = [&](int o, const FusedStep& step) { return keep[size_t(parts[size_t(step.outputs[size_t(o)])].gather_grad)] != 0; };
+    // The GatherGrad that output o of `step` is a part of the gradient of.
+    auto gather_grad_of = [&](const FusedStep& step, int o) { return parts[size_t(step.outputs[size_t(o)])].gather_grad; };
+    auto kept = [&](int o, const FusedStep& step) { return keep[size_t(gather_grad_of(step, o))] != 0; };
     for (bool changed = true; changed;) {
       changed = false;
       for (const FusedStep& step : fp.fused) {
         if (std::none_of(step.accumulated.begin(), step.accumulated.end(), [&](int o) { return kept(o, step); })) continue;
         for (int o : step.accumulated) {  // a step that does not accumulate keeps all its parts' GatherGrads
-          uint8_t& k = keep[size_t(parts[size_t(step.outputs[size_t(o)])].gather_grad)];
-          if (!k && std::find(pointers.begin(), pointers.end(), parts[size_t(step.outputs[size_t(o)])].gather_grad) != pointers.end())
-            k = 1, changed = true;
+          const ValueId gg = gather_grad_of(step, o);
+          if (!keep[size_t(gg)] && std::find(pointers.begin(), pointers.end(), gg) != pointers.end())
+            keep[size_t(gg)] = 1, changed = true;
         }
       }
     }

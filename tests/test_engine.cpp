@@ -352,6 +352,31 @@ TEST(GatherPointers, FusedKernelsReadAndWriteChildrenRowsWhereTheyLieInEveryMode
   }
 }
 
+// For every planner, example model, one and two threads, and gather pointers
+// off and on: the layout's bytes with an option off and on (`set`), each
+// engine checked against the reference (layout_bytes_off_on), handed to
+// `check` with the planner, model and whether pointers were on.
+void for_every_layout_with_and_without_pointers(
+    const std::function<void(Options&, bool)>& set,
+    const std::function<void(const std::string&, const std::string&, bool, std::array<int64_t, 2>)>& check) {
+  for (const std::string memplan : {"copy", "pqtree", "padded"}) {
+    for (const std::string& model : models::model_names()) {
+      models::Bundle bundle = models::make_model(model, small_config());
+      const GraphBatch batch = models::make_batch(bundle.train, first_indices(12));
+      for (int threads : {1, 2}) {
+        for (bool pointers : {false, true}) {
+          check(memplan, model, pointers,
+                layout_bytes_off_on(*bundle.program, batch, memplan, threads, model + (pointers ? " pointers" : ""),
+                                    [&](Options& options, bool on) {
+                                      set(options, on);
+                                      options.gather_pointers = pointers;
+                                    }));
+        }
+      }
+    }
+  }
+}
+
 // VJIT_ACCUMULATE_GRADIENTS: a fused kernel that computes part of a gradient
 // sent to children (a lattice character's dc to its previous character, a
 // word's to its start character, a Tree-LSTM's dc_l and dc_r) adds it into
@@ -360,26 +385,14 @@ TEST(GatherPointers, FusedKernelsReadAndWriteChildrenRowsWhereTheyLieInEveryMode
 // pointers, off and on: the reference's objective and gradients, and no more
 // bytes copied by the layout on; on the lattice, fewer.
 TEST(AccumulateGradients, KernelsAddGradientPartsIntoTheChildrensRowsInEveryModel) {
-  for (const std::string memplan : {"copy", "pqtree", "padded"}) {
-    for (const std::string& model : models::model_names()) {
-      models::Bundle bundle = models::make_model(model, small_config());
-      const GraphBatch batch = models::make_batch(bundle.train, first_indices(12));
-      for (int threads : {1, 2}) {
-        for (bool pointers : {false, true}) {
-          const std::array<int64_t, 2> layout_bytes = layout_bytes_off_on(
-              *bundle.program, batch, memplan, threads, model + (pointers ? " pointers" : ""),
-              [&](Options& options, bool on) {
-                options.accumulate_gradients = on;
-                options.gather_pointers = pointers;
-              });
-          EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan << (pointers ? " pointers" : "");
-          if (model == "lattice_lstm") {
-            EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan << ": the characters' dc is still added";
-          }
+  for_every_layout_with_and_without_pointers(
+      [](Options& options, bool on) { options.accumulate_gradients = on; },
+      [](const std::string& memplan, const std::string& model, bool pointers, std::array<int64_t, 2> layout_bytes) {
+        EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan << (pointers ? " pointers" : "");
+        if (model == "lattice_lstm") {
+          EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan << ": the characters' dc is still added";
         }
-      }
-    }
-  }
+      });
 }
 
 // VJIT_FORWARD_GATHERS: the part of a child's row a fused kernel computes and
@@ -391,32 +404,20 @@ TEST(AccumulateGradients, KernelsAddGradientPartsIntoTheChildrensRowsInEveryMode
 // bytes copied by the layout on; on the Tree-LSTM, under copy, fewer, and with
 // gather pointers none at all.
 TEST(ForwardGathers, ChildrenWriteWhatTheirParentsGatherInEveryModel) {
-  for (const std::string memplan : {"copy", "pqtree", "padded"}) {
-    for (const std::string& model : models::model_names()) {
-      models::Bundle bundle = models::make_model(model, small_config());
-      const GraphBatch batch = models::make_batch(bundle.train, first_indices(12));
-      for (int threads : {1, 2}) {
-        for (bool pointers : {false, true}) {
-          const std::array<int64_t, 2> layout_bytes = layout_bytes_off_on(
-              *bundle.program, batch, memplan, threads, model + (pointers ? " pointers" : ""),
-              [&](Options& options, bool on) {
-                options.forward_gathers = on;
-                options.gather_pointers = pointers;
-              });
-          EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan;
-          if (model == "lattice_lstm" && memplan == "copy") {  // into the words' sums of one start state
-            EXPECT_LT(layout_bytes[1], layout_bytes[0]) << "the start states are still gathered";
-          }
-          if (model == "tree_lstm" && memplan == "copy") {
-            EXPECT_LT(layout_bytes[1], layout_bytes[0]) << "h is still gathered";
-            if (pointers) {
-              EXPECT_EQ(layout_bytes[1], 0) << "the Tree-LSTM still copies";
-            }
+  for_every_layout_with_and_without_pointers(
+      [](Options& options, bool on) { options.forward_gathers = on; },
+      [](const std::string& memplan, const std::string& model, bool pointers, std::array<int64_t, 2> layout_bytes) {
+        EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan;
+        if (model == "lattice_lstm" && memplan == "copy") {  // into the words' sums of one start state
+          EXPECT_LT(layout_bytes[1], layout_bytes[0]) << "the start states are still gathered";
+        }
+        if (model == "tree_lstm" && memplan == "copy") {
+          EXPECT_LT(layout_bytes[1], layout_bytes[0]) << "h is still gathered";
+          if (pointers) {
+            EXPECT_EQ(layout_bytes[1], 0) << "the Tree-LSTM still copies";
           }
         }
-      }
-    }
-  }
+      });
 }
 
 // A child forwards its row to the parent that takes most of it: here a leaf
