@@ -18,14 +18,11 @@
 //     way. When a round changes nothing, the paper's full broadcast (every
 //     region constraint of every operand onto every other) is the last resort.
 //     A failed reduction drops the batch (earlier ones stay, as in 1.). The
-//     batches holding a value of a reduction that PQTree::reduce reports as
-//     changing the tree are pushed again when the visit changed the shape of
-//     the batch's regions (a hash, region_shape: reduce also reports nodes a
-//     no-op reduction touched) or ended in a conflict. A reduction of S
-//     restructures only nodes with leaves in S, so an operand disjoint from S
-//     keeps its region's shape. A budget of pops (a multiple of batches +
-//     values) stops the pass if it ever fails to settle; that only costs
-//     satisfied batches.
+//     batches holding a value of a reduction that removed admitted orders
+//     (PQTree::restrictions) are pushed again: a reduction of S restructures
+//     only nodes with leaves in S, so an operand disjoint from S keeps its
+//     region. A budget of pops (a multiple of batches + values) stops the
+//     pass if it ever fails to settle; that only costs satisfied batches.
 //  3. DECIDENODESORDER: per batch, a simultaneous bottom-up walk of operand
 //     0's region and its image in each other operand (PARSEEQUIVNODEORDERPAIR):
 //     node N (children c_i) maps to the common parent M of the images of its
@@ -59,9 +56,9 @@
 // child orders satisfy every relation, so every batch is satisfied; the tests
 // check this against brute force.
 //
-// Cost: construction O(sum |b|) (PQ-tree reduce is linear in the set); a visit
-// O(k m) for walks and region shapes plus the reductions it makes, each as
-// large as the node it copies; DECIDENODESORDER O(sum |b| log n) (finds
+// Cost: construction O(sum |b|) (PQ-tree reduce is linear in the set; an
+// operand that is a hard set is not reduced again); a visit O(k m) for walks
+// plus the reductions it makes, each as large as the node it copies; DECIDENODESORDER O(sum |b| log n) (finds
 // without path compression, permutations as long as the P-node); GETLEAFORDER
 // O(n). On chains whose sequences have many distinct lengths the reductions
 // add up to about sum over sequences of length^2 / 2 (every task receives a
@@ -87,20 +84,10 @@ void AlignedOrder::NodeScratch::clear() {
   }
 }
 
-int AlignedOrder::NodeScratch::get(NodeId node) const {
-  const auto i = static_cast<size_t>(node);
-  return i < stamp_.size() && stamp_[i] == epoch_ ? value_[i] : 0;
-}
-
-void AlignedOrder::NodeScratch::set(NodeId node, int value) {
-  const auto i = static_cast<size_t>(node);
-  if (i >= stamp_.size()) {
-    const size_t size = std::max(i + 1, 2 * stamp_.size());
-    stamp_.resize(size, 0u);
-    value_.resize(size, 0);
-  }
-  stamp_[i] = epoch_;
-  value_[i] = value;
+void AlignedOrder::NodeScratch::grow(size_t size) {
+  size = std::max(size, 2 * stamp_.size());
+  stamp_.resize(size, 0u);
+  value_.resize(size, 0);
 }
 
 // --- problem ---
@@ -113,6 +100,7 @@ void AlignedOrder::reset(int num_values) {
   solved_ = false;
   hard_values_.clear();
   hard_begin_.assign(1, 0);
+  hard_set_of_value_.assign(static_cast<size_t>(num_values), -1);
   values_.clear();
   batches_.clear();
   value_stamp_.assign(static_cast<size_t>(num_values), 0);
@@ -150,6 +138,7 @@ bool AlignedOrder::require_consecutive(std::span<const int> values) {
     hard_values_.resize(begin);
     return false;
   }
+  for (int v : set) hard_set_of_value_[v] = static_cast<int>(hard_begin_.size()) - 1;
   hard_begin_.push_back(static_cast<int>(hard_values_.size()));
   return true;
 }
@@ -227,12 +216,23 @@ void AlignedOrder::apply_operand_adjacency() {
   for (int b = 0; b < num_batches(); ++b) {
     if (!active_[b]) continue;
     for (int o = 0; o < batches_[b].num_operands; ++o) {
+      if (consecutive_already(operand(b, o))) continue;  // a task's rows, say
       if (!tree_.reduce(operand(b, o))) {
         active_[b] = 0;
         break;
       }
     }
   }
+}
+
+// Whether the distinct `values` are consecutive in every order the hard sets
+// admit, at no cost: fewer than two, or exactly one accepted hard set (all in
+// the set named for the first, and as many).
+bool AlignedOrder::consecutive_already(std::span<const int> values) const {
+  if (values.size() < 2) return true;
+  const int set = hard_set_of_value_[values[0]];
+  if (set < 0 || static_cast<size_t>(hard_begin_[set + 1] - hard_begin_[set]) != values.size()) return false;
+  return std::all_of(values.begin(), values.end(), [&](int v) { return hard_set_of_value_[v] == set; });
 }
 
 void AlignedOrder::index_batches_by_value() {
@@ -286,15 +286,17 @@ void AlignedOrder::broadcast_constraints() {
 // every operand is the last resort. False when a reduction fails (the batch
 // conflicts with what the tree holds).
 //
-// Progress is judged by the shape of the operands' regions (region_shape),
-// not by PQTree::reduce's `changed` alone, which may also list nodes that a
-// reduction only touched; the batches holding values of changing reductions
-// are queued again only when the shape did change.
+// Progress is judged by PQTree::restrictions() (the reductions that removed
+// admitted orders), not by reduce's `changed`, which may also list nodes a
+// reduction only touched. Every reduction of a visit is of a subset of one of
+// the batch's operands, so it can only restrict nodes of that operand's
+// region: a visit that restricted nothing left the regions as they were. The
+// batches holding values of restricting reductions are queued again.
 bool AlignedOrder::settle_batch(int batch) {
   const int k = batches_[batch].num_operands;
   pending_requeue_.clear();
-  const uint64_t shape_before = region_shape(batch);
-  uint64_t shape = shape_before;
+  const uint64_t restrictions_before = tree_.restrictions();
+  uint64_t restrictions = restrictions_before;
   bool broadcast = false, conflict = false;
   for (int round = 0; round < 2 * batches_[batch].length + 8 && !conflict; ++round) {
     bool all_match = true;
@@ -307,41 +309,17 @@ bool AlignedOrder::settle_batch(int batch) {
       break;  // operand 0 may have changed: walk again
     }
     if (all_match || conflict) break;
-    uint64_t now = region_shape(batch);
-    if (now == shape) {
+    if (tree_.restrictions() == restrictions) {
       if (broadcast) break;  // nothing more to learn; DECIDENODESORDER judges it
       broadcast = true;
       conflict = !broadcast_batch(batch);
-      now = region_shape(batch);
-      if (now == shape) break;
+      if (tree_.restrictions() == restrictions) break;
     }
-    shape = now;
+    restrictions = tree_.restrictions();
   }
   // A conflict drops the batch, but what it reduced before stays.
-  if (conflict || region_shape(batch) != shape_before) requeue_batches_touching(pending_requeue_);
+  if (conflict || tree_.restrictions() != restrictions_before) requeue_batches_touching(pending_requeue_);
   return !conflict;
-}
-
-// A hash of the shape of the batch's operand regions, which any restriction
-// of one of them changes (it creates nodes, merges them, moves children or
-// turns a P-node into a Q-node): per operand, each inner node's kind, number
-// of children and number of leaves (bottom up), then the top run's length.
-// 0 when an operand is not consecutive.
-uint64_t AlignedOrder::region_shape(int batch) {
-  uint64_t shape = 0x9e3779b97f4a7c15u;
-  auto mix = [&](uint64_t x) {
-    shape ^= x + 0x9e3779b97f4a7c15u + (shape << 6) + (shape >> 2);
-    shape *= 0xff51afd7ed558ccdu;
-  };
-  for (int o = 0; o < batches_[batch].num_operands; ++o) {
-    if (!find_region(operand(batch, o), region_)) return 0;
-    for (NodeId node : region_.inner) {
-      mix(static_cast<uint64_t>(tree_.num_children(node)) * 4 + (tree_.kind(node) == PQTree::Kind::Q ? 1 : 0));
-      mix(static_cast<uint64_t>(leaves_in_.get(node)));
-    }
-    mix(region_.top_is_run ? region_.run.size() + (uint64_t{1} << 40) : 0);
-  }
-  return shape == 0 ? 1 : shape;
 }
 
 // The paper's step: every region constraint of every operand, mapped onto
@@ -367,9 +345,9 @@ bool AlignedOrder::reduce_mapped_constraints(int batch, int target) {
   for (size_t c = 0; c + 1 < constraint_bounds_.size(); c += 2) {
     mapped_.clear();
     for (int p = constraint_bounds_[c]; p < constraint_bounds_[c + 1]; ++p) mapped_.push_back(image[frontier_[p]]);
-    changed_.clear();
-    if (!tree_.reduce(mapped_, &changed_)) return false;
-    if (!changed_.empty()) pending_requeue_.insert(pending_requeue_.end(), mapped_.begin(), mapped_.end());
+    const uint64_t restrictions = tree_.restrictions();
+    if (!tree_.reduce(mapped_)) return false;
+    if (tree_.restrictions() != restrictions) pending_requeue_.insert(pending_requeue_.end(), mapped_.begin(), mapped_.end());
   }
   return true;
 }

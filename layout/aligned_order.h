@@ -48,10 +48,21 @@ class AlignedOrder {
   class NodeScratch {
    public:
     void clear();
-    int get(PQTree::NodeId node) const;  // 0 when unset since the last clear()
-    void set(PQTree::NodeId node, int value);
+    int get(PQTree::NodeId node) const {  // 0 when unset since the last clear()
+      const auto i = static_cast<size_t>(node);
+      return i < stamp_.size() && stamp_[i] == epoch_ ? value_[i] : 0;
+    }
+    void set(PQTree::NodeId node, int value) {
+      const auto i = static_cast<size_t>(node);
+      if (i >= stamp_.size()) [[unlikely]]
+        grow(i + 1);
+      stamp_[i] = epoch_;
+      value_[i] = value;
+    }
 
    private:
+    void grow(size_t size);
+
     std::vector<unsigned> stamp_;
     std::vector<int> value_;
     unsigned epoch_ = 1;
@@ -86,10 +97,10 @@ class AlignedOrder {
   std::span<const int> operand(int batch, int o) const;
   void rebuild_hard_sets();
   void apply_operand_adjacency();
+  bool consecutive_already(std::span<const int> values) const;
   void index_batches_by_value();
   void broadcast_constraints();
   bool settle_batch(int batch);
-  uint64_t region_shape(int batch);
   bool broadcast_batch(int batch);
   bool reduce_mapped_constraints(int batch, int target);
   void collect_subtree_constraints(std::span<const int> values, PQTree::NodeId start, bool start_is_run,
@@ -117,6 +128,7 @@ class AlignedOrder {
   bool tree_has_batches_ = false;
   bool solved_ = false;
   std::vector<int> hard_values_, hard_begin_;  // the accepted hard sets
+  std::vector<int> hard_set_of_value_;          // the last accepted hard set holding it, or -1
   std::vector<int> values_;
   std::vector<Batch> batches_;
   std::vector<char> active_, satisfied_, queued_;
@@ -125,7 +137,7 @@ class AlignedOrder {
   // scratch, kept across reset()
   std::vector<int> value_stamp_, index_of_value_;
   int value_epoch_ = 0;
-  std::vector<PQTree::NodeId> changed_, kids_, other_kids_;
+  std::vector<PQTree::NodeId> kids_, other_kids_;
   NodeScratch hits_, leaves_in_, complete_, image_, position_;
   Region region_;
   PQTree::NodeId mismatch_ = PQTree::kNone;

@@ -70,11 +70,6 @@ void PQTree::release_list(int list) {
   free_lists_.push_back(list);
 }
 
-PQTree::NodeId PQTree::parent_of(NodeId node) const {
-  const int list = nodes_[node].in_list;
-  return list < 0 ? kNone : list_owner_[list];
-}
-
 // The sibling of `node` that is not `prev` (walking a child list).
 PQTree::NodeId PQTree::next_sibling(NodeId node, NodeId prev) const {
   const Node& n = nodes_[node];
@@ -255,6 +250,7 @@ void PQTree::reset(int num_leaves) {
                                 ", must be >= 0");
   }
   num_leaves_ = num_leaves;
+  restrictions_ = 0;
   nodes_.clear();
   marks_.clear();
   list_owner_.clear();
@@ -398,12 +394,14 @@ bool PQTree::q_node_matches(NodeId node, bool is_root) {
 void PQTree::apply_reduction(std::vector<NodeId>* changed) {
   next_epoch();  // labels and groups are rebuilt as the templates run
   touched_.clear();
+  restricting_ = false;
   for (size_t i = 0; i < order_.size(); ++i) {
     const bool is_root = i + 1 == order_.size();
     const Outcome out = apply_template(order_[i], is_root);
     if (is_root) break;
     add_to_group(parent_of(out.node), out.node, out.label);
   }
+  if (restricting_) ++restrictions_;
   if (changed == nullptr) return;
   // Report each node once, and only nodes still alive. Mark::reached is free
   // in this epoch (pass 2 does not use it), so it serves as "reported".
@@ -468,6 +466,7 @@ PQTree::NodeId PQTree::detach_empty_part(NodeId node) {
 // P2, P4, P6 (the pertinent root is a P-node).
 PQTree::Outcome PQTree::p_root_template(NodeId node) {
   const Mark m = mark(node);
+  restricting_ = true;  // two or more pertinent children, some empty: grouped
   const NodeId full = take_full_group(node);
   note_changed(node);
   if (m.partial_count == 0) {  // P2: the full children under one new P-node
@@ -499,6 +498,7 @@ PQTree::Outcome PQTree::p_root_template(NodeId node) {
 // the empty children at end 0 and the full ones at end 1.
 PQTree::Outcome PQTree::p_nonroot_template(NodeId node) {
   const Mark m = mark(node);
+  restricting_ = true;  // a P-node turns into a Q-node
   const NodeId parent = parent_of(node);
   note_changed(parent);
   const NodeId full = take_full_group(node);
@@ -535,6 +535,8 @@ PQTree::Outcome PQTree::q_root_template(NodeId node) {
   for (const NodeId c : partial) {
     if (c != kNone) splice(c, pertinent_neighbour(c));
   }
+  // Without a partial child the full children were a run already.
+  restricting_ = restricting_ || partial[0] != kNone;
   note_changed(node);
   return {node, Label::Partial};
 }
@@ -553,6 +555,8 @@ PQTree::Outcome PQTree::q_nonroot_template(NodeId node) {
     full_side = n.end[0] == m.partial_head ? 0 : 1;
   }
   if (m.partial_head != kNone) splice(m.partial_head, pertinent_neighbour(m.partial_head));
+  // Without a partial child the node is only turned around.
+  restricting_ = restricting_ || m.partial_head != kNone;
   if (full_side == 0) std::swap(nodes_[node].end[0], nodes_[node].end[1]);
   note_changed(node);
   return {node, Label::Partial};
@@ -570,40 +574,7 @@ bool PQTree::reduce(std::span<const int> leaves, std::vector<NodeId>* changed) {
 
 // --- structure --------------------------------------------------------------
 
-void PQTree::check_node(NodeId node, const char* what) const {
-  if (node < 0 || node >= static_cast<NodeId>(nodes_.size()) || !nodes_[node].alive) {
-    throw std::invalid_argument(std::string("PQTree::") + what + ": node " + std::to_string(node) +
-                                " is not a live node of this tree");
-  }
-}
-
 PQTree::NodeId PQTree::root() const { return root_; }
-
-PQTree::Kind PQTree::kind(NodeId node) const {
-  check_node(node, "kind");
-  return nodes_[node].kind;
-}
-
-int PQTree::leaf(NodeId node) const {
-  check_node(node, "leaf");
-  if (nodes_[node].kind != Kind::Leaf) {
-    throw std::invalid_argument("PQTree::leaf: node " + std::to_string(node) + " is not a leaf");
-  }
-  return node;  // leaf i is node i
-}
-
-PQTree::NodeId PQTree::leaf_node(int leaf) const {
-  if (leaf < 0 || leaf >= num_leaves_) {
-    throw std::invalid_argument("PQTree::leaf_node: leaf " + std::to_string(leaf) + " is out of range [0, " +
-                                std::to_string(num_leaves_) + ")");
-  }
-  return leaf;
-}
-
-PQTree::NodeId PQTree::parent(NodeId node) const {
-  check_node(node, "parent");
-  return parent_of(node);
-}
 
 void PQTree::children(NodeId node, std::vector<NodeId>& out) const {
   check_node(node, "children");
@@ -617,9 +588,18 @@ void PQTree::children(NodeId node, std::vector<NodeId>& out) const {
   }
 }
 
-int PQTree::num_children(NodeId node) const {
-  check_node(node, "num_children");
-  return nodes_[node].num_children;
+void PQTree::throw_dead_node(NodeId node, const char* what) const {
+  throw std::invalid_argument(std::string("PQTree::") + what + ": node " + std::to_string(node) +
+                              " is not a live node of this tree");
+}
+
+void PQTree::throw_not_a_leaf(NodeId node) const {
+  throw std::invalid_argument("PQTree::leaf: node " + std::to_string(node) + " is not a leaf");
+}
+
+void PQTree::throw_leaf_out_of_range(int leaf) const {
+  throw std::invalid_argument("PQTree::leaf_node: leaf " + std::to_string(leaf) + " is out of range [0, " +
+                              std::to_string(num_leaves_) + ")");
 }
 
 bool PQTree::alive(NodeId node) const {

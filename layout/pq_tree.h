@@ -45,6 +45,11 @@ class PQTree {
   // `changed` is given, the nodes the reduction created or whose children it
   // changed are appended to it (for the layout planner's BROADCASTCONSTRAINT).
   bool reduce(std::span<const int> leaves, std::vector<NodeId>* changed = nullptr);
+  // How many reductions since reset() removed admitted orders: a reduction
+  // whose set was consecutive in every admitted order already (a node's
+  // leaves, a run of a Q-node's children) leaves it unchanged, even when it
+  // reports nodes in `changed` (a Q-node it only turned around, say).
+  uint64_t restrictions() const { return restrictions_; }
 
   // --- structure (valid until the next reset or successful reduce) ---
   // A node id that is not alive gets std::invalid_argument.
@@ -148,9 +153,19 @@ class PQTree {
   NodeId detach_empty_part(NodeId node);
   NodeId pertinent_neighbour(NodeId node);
   void note_changed(NodeId node);
-  void check_node(NodeId node, const char* what) const;
+  // The queries above are inline (the layout planner calls them in its inner
+  // loops); their errors are thrown out of line.
+  void check_node(NodeId node, const char* what) const {
+    if (node < 0 || node >= static_cast<NodeId>(nodes_.size()) || !nodes_[node].alive) [[unlikely]]
+      throw_dead_node(node, what);
+  }
+  [[noreturn]] void throw_dead_node(NodeId node, const char* what) const;
+  [[noreturn]] void throw_not_a_leaf(NodeId node) const;
+  [[noreturn]] void throw_leaf_out_of_range(int leaf) const;
 
   int num_leaves_ = 0;
+  uint64_t restrictions_ = 0;
+  bool restricting_ = false;  // the reduction in progress removes orders
   NodeId root_ = kNone;
   std::vector<Node> nodes_;
   std::vector<Mark> marks_;
@@ -168,5 +183,38 @@ class PQTree {
   mutable std::vector<NodeId> lca_path_, lca_climb_;
   mutable uint32_t lca_epoch_ = 0;
 };
+
+inline PQTree::Kind PQTree::kind(NodeId node) const {
+  check_node(node, "kind");
+  return nodes_[node].kind;
+}
+
+inline int PQTree::leaf(NodeId node) const {
+  check_node(node, "leaf");
+  if (nodes_[node].kind != Kind::Leaf) [[unlikely]]
+    throw_not_a_leaf(node);
+  return node;  // leaf i is node i
+}
+
+inline PQTree::NodeId PQTree::leaf_node(int leaf) const {
+  if (leaf < 0 || leaf >= num_leaves_) [[unlikely]]
+    throw_leaf_out_of_range(leaf);
+  return leaf;
+}
+
+inline PQTree::NodeId PQTree::parent(NodeId node) const {
+  check_node(node, "parent");
+  return parent_of(node);
+}
+
+inline int PQTree::num_children(NodeId node) const {
+  check_node(node, "num_children");
+  return nodes_[node].num_children;
+}
+
+inline PQTree::NodeId PQTree::parent_of(NodeId node) const {
+  const int list = nodes_[node].in_list;
+  return list < 0 ? kNone : list_owner_[list];
+}
 
 }  // namespace vjit::layout

@@ -184,10 +184,14 @@ void check_random_sequence(const AllOrders& all, int n, int steps, std::mt19937&
     }
     const std::string before = tree.describe();
     const Shape shape_before = shape_of(tree);
+    const uint64_t restrictions_before = tree.restrictions();
     changed.clear();
     const bool ok = tree.reduce(set, &changed);
     ASSERT_EQ(ok, feasible) << history << "  tree before: " << before;
     const std::string what = history + " -> " + tree.describe();
+    // restrictions() counts exactly the reductions that removed an order.
+    const bool removed_orders = ok && restricted != allowed;
+    EXPECT_EQ(tree.restrictions(), restrictions_before + (removed_orders ? 1 : 0)) << what;
     if (ok) {
       allowed = restricted;
       for (const NodeId x : changed) EXPECT_TRUE(tree.alive(x)) << what;
