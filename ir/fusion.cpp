@@ -69,10 +69,48 @@ class Fuser {
         if (merge_keeps_acyclic(sets_.find(arg), sets_.find(v), v)) sets_.unite(arg, v);
       }
     }
+    adopt_lone_siblings();
     return sets_;
   }
 
  private:
+  // Sibling (input) fusion: a fusable node the pass above left alone (none of
+  // its operands is a fusable node of its shape and phase) joins a group of
+  // that shape and phase that already reads every one of its operands, as one
+  // more output. The group's kernel loads those operands anyway, and the
+  // node's own pass over every vertex goes. In ∂F such a node is often a
+  // gradient part (a word cell's f ⊙ dc, which a fused kernel can then add
+  // straight into the child's row, runtime/row_pointers.h).
+  void adopt_lone_siblings() {
+    const ValueId last = f_.size() - 1;
+    std::vector<int> set_size(f_.nodes.size(), 0);
+    for (ValueId id = 0; id < f_.size(); ++id)
+      if (is_fusable(f_, id)) ++set_size[size_t(sets_.find(id))];
+    for (ValueId v = 0; v < f_.size(); ++v) {
+      if (!is_fusable(f_, v) || set_size[size_t(sets_.find(v))] != 1 || f_[v].args.empty()) continue;
+      for (ValueId reader : users_[size_t(f_[v].args[0])]) {
+        const int group = sets_.find(reader);
+        if (reader == v || !is_fusable(f_, reader) || set_size[size_t(group)] < 2 || f_[reader].shape != f_[v].shape ||
+            phases_[size_t(reader)] != phases_[size_t(v)] || !group_reads_all(group, f_[v].args) ||
+            !merge_keeps_acyclic(group, sets_.find(v), last))
+          continue;
+        set_size[size_t(group)] += 1;
+        sets_.unite(v, reader);
+        set_size[size_t(sets_.find(v))] = set_size[size_t(group)];
+        break;
+      }
+    }
+  }
+
+  // Whether nodes of set `group` read every value of `values`.
+  bool group_reads_all(int group, const std::vector<ValueId>& values) {
+    for (ValueId value : values) {
+      const std::vector<ValueId>& readers = users_[size_t(value)];
+      if (std::none_of(readers.begin(), readers.end(), [&](ValueId r) { return sets_.find(r) == group; })) return false;
+    }
+    return true;
+  }
+
   // The merged set S = set(a) ∪ set(b) is acyclic when no node outside S is both
   // reachable from S and an operand of S.
   bool merge_keeps_acyclic(int a, int b, ValueId limit) {

@@ -1,9 +1,11 @@
 #pragma once
 // Fusion of elementwise operators (Cavs §3.4): union-find over directly linked
-// elementwise nodes of one phase and one shape. A group may have several
-// inputs and several outputs; it never contains a gather, scatter, GEMM,
-// dropout or a node of another phase, and never two nodes linked through a
-// node outside the group (which would make the group depend on itself).
+// elementwise nodes of one phase and one shape; then a node left alone joins a
+// group that already reads every one of its operands (sibling fusion). A group
+// may have several inputs and several outputs; it never contains a gather,
+// scatter, GEMM, dropout or a node of another phase, and never two nodes
+// linked through a node outside the group (which would make the group depend
+// on itself).
 #include <string>
 #include <vector>
 

@@ -504,6 +504,53 @@ TEST(Fusion, NeverJoinsTwoNodesLinkedThroughAnOutsideNode) {
   ASSERT_EQ(groups.size(), 1u) << "b and exp(b) still fuse";
 }
 
+// The group of `id`, or nullptr.
+const ir::FusionGroup* group_of(const std::vector<ir::FusionGroup>& groups, ir::ValueId id) {
+  for (const ir::FusionGroup& g : groups)
+    if (std::find(g.nodes.begin(), g.nodes.end(), id) != g.nodes.end()) return &g;
+  return nullptr;
+}
+
+TEST(Fusion, ALoneNodeJoinsAGroupThatReadsAllItsOperands) {
+  // Group {a, t} reads x and y. lone = x - y has no fusable operand, but the
+  // group loads both: it joins as one more output. other = x * z needs z,
+  // which the group does not read: it stays alone.
+  ir::Function f;
+  f.name = "f";
+  ir::ValueId x = f.add(ir::Node::make(ir::Op::Pull, Shape::vec(4)));
+  ir::ValueId y = f.add(ir::Node::make(ir::Op::Pull, Shape::vec(4)));
+  ir::ValueId z = f.add(ir::Node::make(ir::Op::Pull, Shape::vec(4)));
+  ir::ValueId a = f.add(ir::Node::make(ir::Op::Mul, Shape::vec(4), {x, y}));
+  ir::ValueId t = f.add(ir::Node::make(ir::Op::Tanh, Shape::vec(4), {a}));
+  ir::ValueId lone = f.add(ir::Node::make(ir::Op::Sub, Shape::vec(4), {x, y}));
+  ir::ValueId other = f.add(ir::Node::make(ir::Op::Mul, Shape::vec(4), {x, z}));
+  f.add(ir::Node::make(ir::Op::Scatter, Shape::scalar(), {f.add(ir::Node::make(ir::Op::Concat, Shape::vec(12), {t, lone, other}))}));
+  std::vector<ir::FusionGroup> groups =
+      ir::find_fusion_groups(f, std::vector<ir::Phase>(f.nodes.size(), ir::Phase::Core), std::vector<bool>(f.nodes.size(), false));
+  ASSERT_EQ(groups.size(), 1u) << ir::to_string(f, groups);
+  EXPECT_EQ(groups[0].nodes, (std::vector<ir::ValueId>{a, t, lone})) << ir::to_string(f, groups);
+  EXPECT_EQ(groups[0].outputs, (std::vector<ir::ValueId>{t, lone})) << ir::to_string(f, groups);
+  EXPECT_EQ(group_of(groups, other), nullptr);
+}
+
+TEST(Fusion, ALoneNodeStaysAloneWhereJoiningWouldMakeACycle) {
+  // The group {a, t} reads x and s = sum(lone): lone, though the group reads
+  // its operand x, cannot join it (the group would need s, which needs lone).
+  ir::Function f;
+  f.name = "f";
+  ir::ValueId x = f.add(ir::Node::make(ir::Op::Pull, Shape::vec(4)));
+  ir::ValueId lone = f.add(ir::Node::make(ir::Op::Neg, Shape::vec(4), {x}));
+  ir::ValueId s = f.add(ir::Node::make(ir::Op::Sum, Shape::scalar(), {lone}));
+  ir::ValueId a = f.add(ir::Node::make(ir::Op::Mul, Shape::vec(4), {x, s}));
+  ir::ValueId t = f.add(ir::Node::make(ir::Op::Tanh, Shape::vec(4), {a}));
+  f.add(ir::Node::make(ir::Op::Scatter, Shape::scalar(), {t}));
+  std::vector<ir::FusionGroup> groups =
+      ir::find_fusion_groups(f, std::vector<ir::Phase>(f.nodes.size(), ir::Phase::Core), std::vector<bool>(f.nodes.size(), false));
+  ASSERT_EQ(groups.size(), 1u) << ir::to_string(f, groups);
+  EXPECT_EQ(groups[0].nodes, (std::vector<ir::ValueId>{a, t})) << ir::to_string(f, groups);
+  EXPECT_EQ(group_of(groups, lone), nullptr);
+}
+
 // --- the op table ---
 
 // Every op of the table, in enum order.
