@@ -612,7 +612,7 @@ struct Engine::Impl {
   // seconds: groups run at once). Not call_s (this engine times its own
   // call) nor the dist_* counters (no group trains).
   static void add_counts(EngineStats& into, const EngineStats& from) {
-    static_assert(sizeof(EngineStats) == 30 * sizeof(int64_t),
+    static_assert(sizeof(EngineStats) == 31 * sizeof(int64_t),
                   "EngineStats changed: sum the new field here (or say above why not), then update the count");
     into.batches += from.batches;
     into.vertices += from.vertices;
@@ -627,6 +627,7 @@ struct Engine::Impl {
     into.copy_calls += from.copy_calls;
     into.copy_bytes += from.copy_bytes;
     into.layout_copy_bytes += from.layout_copy_bytes;
+    into.stacked_weight_bytes += from.stacked_weight_bytes;
     into.gather_views += from.gather_views;
     into.pretransposed_weights += from.pretransposed_weights;
     into.aligned_batches += from.aligned_batches;
@@ -787,6 +788,7 @@ struct Engine::Impl {
     stats.copy_calls += e.copy_calls;
     stats.copy_bytes += e.copy_bytes;
     stats.layout_copy_bytes += e.layout_copy_bytes;
+    stats.stacked_weight_bytes += e.stacked_weight_bytes;
     stats.gather_views += e.gather_views;
     stats.pretransposed_weights += e.pretransposed_weights;
     stats.copy_s += e.copy_s;

@@ -6,8 +6,9 @@ child row read is copied: VJIT_MEMPLAN=copy with VJIT_GATHER_POINTERS and
 VJIT_FORWARD_GATHERS and VJIT_ACCUMULATE_GRADIENTS off), copy and pqtree (the
 defaults otherwise), each the
 median over its runs: copy calls, bytes copied (all, and those the layout
-decides: gathers, their gradients, Concat copies), kernels, latency per step
-and the planner's time per batch; the ratios to the baseline; which planner
+decides: gathers, their gradients, Concat copies), the weights matmul
+merging copies into one block per pass (every planner copies the same),
+kernels, latency per step and the planner's time per batch; the ratios to the baseline; which planner
 VJIT_MEMPLAN=auto kept and its time. Then the planner's time against the batch
 size.
 """
@@ -58,9 +59,9 @@ def layout_table(rows):
     for r in rows:
         groups[(r["model"], r["mode"], r["batch"], r["hidden"])][layout_of(r)].append(r)
     print("| model | mode | batch | hidden | copy calls base/copy/pq | layout KB base/copy/pq (drop copy, pq) "
-          "| all KB base/copy/pq | kernels base/copy/pq | views pq | aligned pq "
+          "| all KB base/copy/pq | stacked weights KB | kernels base/copy/pq | views pq | aligned pq "
           "| ms base/copy/pq (speedup copy, pq) | planner ms pq (% of step) | auto keeps (ms) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(groups, key=lambda k: (k[0], k[1] != "train", k[2], k[3])):
         b, c, p = groups[key]["baseline"], groups[key]["copy"], groups[key]["pqtree"]
         if not b or not c or not p:
@@ -76,6 +77,7 @@ def layout_table(rows):
               f"| {three('copy_calls')} "
               f"| {lb:.0f} / {lc:.0f} / {lp:.0f} ({drop(lb, lc)}, {drop(lb, lp)}) "
               f"| {three('copy_bytes', 1e3)} "
+              f"| {median(p, 'stacked_weight_bytes') / 1e3:.0f} "
               f"| {three('kernels')} "
               f"| {median(p, 'gather_views'):.0f} | {aligned} "
               f"| {tb:.2f} / {tc:.2f} / {tp:.2f} ({tb / tc:.2f}x, {tb / tp:.2f}x) "
@@ -85,17 +87,18 @@ def layout_table(rows):
 def scaling_table(rows):
     by_batch = defaultdict(dict)
     for r in rows:
-        by_batch[r["batch"]][r["memplan"]] = r
-    print("\n| batch | vertices/step | planner ms copy | planner ms pqtree | pqtree µs per vertex "
+        by_batch[(r["model"], r["batch"])][r["memplan"]] = r
+    print("\n| model | batch | vertices/step | planner ms copy | planner ms pqtree | pqtree µs per vertex "
           "| pqtree planner % of step | step ms copy / pqtree |")
-    print("|---|---|---|---|---|---|---|")
-    for batch in sorted(by_batch):
-        c, p = by_batch[batch].get("copy"), by_batch[batch].get("pqtree")
+    print("|---|---|---|---|---|---|---|---|")
+    for model, batch in sorted(by_batch):
+        c, p = by_batch[(model, batch)].get("copy"), by_batch[(model, batch)].get("pqtree")
         if not c or not p:
             continue
         vertices = p.get("vertices", 0)
         per_vertex = p["time_s"]["plan"] * 1e6 / vertices if vertices else float("nan")
-        print(f"| {batch} | {vertices:.0f} | {c['time_s']['plan'] * 1e3:.3f} | {p['time_s']['plan'] * 1e3:.3f} "
+        print(f"| {model} | {batch} | {vertices:.0f} | {c['time_s']['plan'] * 1e3:.3f} "
+              f"| {p['time_s']['plan'] * 1e3:.3f} "
               f"| {per_vertex:.3f} | {100 * p['time_s']['plan'] / p['time_s']['total']:.2f}% "
               f"| {c['time_s']['total'] * 1e3:.1f} / {p['time_s']['total'] * 1e3:.1f} |")
 

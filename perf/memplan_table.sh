@@ -6,7 +6,8 @@
 # baseline that copies every child row it reads (copy with VJIT_GATHER_POINTERS,
 # VJIT_FORWARD_GATHERS and VJIT_ACCUMULATE_GRADIENTS off), with what VJIT_MEMPLAN=auto keeps after timing
 # copy and pqtree and its time; then the planner's time
-# at batch 16, 64, 256 and 1024 (Tree-LSTM, SST, hidden 256, training). The two
+# at batch 16, 64, 256 and 1024 (Tree-LSTM on SST and Lattice-LSTM on the
+# lattice set, hidden 256, training). The two
 # planners run back to back per configuration. Results are not re-checked here
 # (--no-check): tests/test_engine.cpp checks pqtree against the reference.
 # Writes perf/results/memplan.jsonl and memplan_scaling.jsonl, then prints the
@@ -55,14 +56,16 @@ for model in tree_lstm tree_gru fixed_lstm var_lstm lattice_lstm; do
 done
 
 : > "$out/memplan_scaling.jsonl"
-if [ -f "$data/sst/train.txt" ]; then
+for model in tree_lstm lattice_lstm; do
+  [ -n "$(data_of "$model")" ] || continue
   for batch in 16 64 256 1024; do
     steps=6
     [ "$batch" = 1024 ] && steps=2
     for memplan in copy pqtree; do
-      VJIT_MEMPLAN=$memplan "$bench" --model tree_lstm --mode train --hidden 256 --batch "$batch" --steps "$steps" \
-        --peak-seconds 0.1 --no-check --data "$data/sst/train.txt" >> "$out/memplan_scaling.jsonl"
+      # shellcheck disable=SC2046
+      VJIT_MEMPLAN=$memplan "$bench" --model "$model" --mode train --hidden 256 --batch "$batch" --steps "$steps" \
+        --peak-seconds 0.1 --no-check $(data_of "$model") >> "$out/memplan_scaling.jsonl"
     done
   done
-fi
+done
 python3 perf/memplan_table.py "$out/memplan.jsonl" "$out/memplan_scaling.jsonl"

@@ -285,6 +285,7 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"copy_calls", double(s.copy_calls) / steps},
               {"copy_bytes", double(s.copy_bytes) / steps},
               {"layout_copy_bytes", double(s.layout_copy_bytes) / steps},
+              {"stacked_weight_bytes", double(s.stacked_weight_bytes) / steps},
               {"gather_views", double(s.gather_views) / steps},
               {"aligned_batches", double(s.aligned_batches) / steps},
               {"aligned_satisfied", double(s.aligned_satisfied) / steps},

@@ -738,6 +738,7 @@ void CpuExecutor::fill_uniform_values(Pass pass) {
         const int64_t part = f[arg].shape.numel();
         const float* src = f[arg].op == Op::Param ? store_.value(f[arg].param) : buffer_view(pass, t, arg, 0).data;
         std::memcpy(dst, src, size_t(part) * sizeof(float));
+        stats_.stacked_weight_bytes += part * int64_t(sizeof(float));
         dst += part;
       }
     }

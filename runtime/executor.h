@@ -29,6 +29,7 @@ struct ExecStats {
   int64_t copy_calls = 0;
   int64_t copy_bytes = 0;
   int64_t layout_copy_bytes = 0;  // of those a layout decides: gathers, their gradients, Concat copies
+  int64_t stacked_weight_bytes = 0;  // weights of merged products copied into one block (not in copy_bytes)
   int64_t gather_views = 0;      // (task, slot) gathers read in place, without a copy
   int64_t pretransposed_weights = 0;  // weights copied transposed for the GEMMs (VJIT_PRETRANSPOSE)
   double copy_s = 0, gemm_s = 0, elementwise_s = 0;
@@ -42,6 +43,7 @@ struct ExecStats {
     copy_calls += o.copy_calls;
     copy_bytes += o.copy_bytes;
     layout_copy_bytes += o.layout_copy_bytes;
+    stacked_weight_bytes += o.stacked_weight_bytes;
     gather_views += o.gather_views;
     pretransposed_weights += o.pretransposed_weights;
     copy_s += o.copy_s;

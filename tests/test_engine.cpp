@@ -771,6 +771,35 @@ TEST(Copies, OneCallPerTaskAndSlot) {
   EXPECT_GT(s.copy_bytes, 0);
 }
 
+// Matmul merging runs W1·x and W2·x as one GEMM over [W1; W2]: the CPU copies
+// both weights into that block once per pass and counts the bytes
+// (stacked_weight_bytes; each Param keeps its own memory in the Model).
+TEST(Copies, StackedWeightsOfMergedProductsAreCountedOncePerPass) {
+  Model model;
+  Param w1 = model.add("W1", Shape::mat(3, 4)), w2 = model.add("W2", Shape::mat(5, 4));
+  Program program(model);
+  const int leaf = program.add_type("leaf", [&](Builder& b) {
+    Value x = b.pull(4);
+    Value y = b.concat({b.matmul(w1, x), b.matmul(w2, x)});
+    b.add_loss(b.sum(b.mul(y, y)));
+  });
+  GraphBatch batch;
+  for (int i = 0; i < 3; ++i) {
+    Sample sample;
+    sample.name = "sample " + std::to_string(i);
+    sample.vertices[size_t(sample.add_vertex(leaf))].features = {0.1f * float(i), -0.2f, 0.3f, 0.4f};
+    batch.samples.push_back(sample);
+  }
+  const int64_t stacked = (3 + 5) * 4 * int64_t(sizeof(float));
+  for (bool merge : {false, true}) {
+    Options options = Options::defaults();
+    options.merge_matmuls = merge;
+    Engine engine(program, options);
+    testing::expect_forward_only_matches_reference(engine, program, batch, kTolerance, merge ? "on" : "off");
+    EXPECT_EQ(engine.stats().stacked_weight_bytes, merge ? stacked : 0) << "merging " << merge;
+  }
+}
+
 TEST(Engine, RejectsAnInvalidGraphWithTheSampleNamed) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
   Engine engine(*bundle.program, Options::defaults());

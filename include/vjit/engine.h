@@ -61,6 +61,11 @@ struct EngineStats {
   // gathers that are not views, their gradients, and Concat arguments not laid
   // out in place. A subset of copy_bytes, except the Concat copies.
   int64_t layout_copy_bytes = 0;
+  // Matmul merging (VJIT_MERGE_MATMULS) runs products that share an operand
+  // as one GEMM over their weights stacked in one block; on the CPU the
+  // weights are copied there once per pass and vertex type that reads them
+  // (each Param keeps its own memory in the Model). Not in copy_bytes.
+  int64_t stacked_weight_bytes = 0;
   int64_t gather_views = 0;
   // VJIT_PRETRANSPOSE: weights the CPU executor copied transposed, once per
   // forward pass each, so that the GEMMs that multiply many rows by them read
