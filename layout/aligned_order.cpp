@@ -386,18 +386,21 @@ void AlignedOrder::collect_subtree_constraints(std::span<const int> values, Node
       constraint_bounds_.push_back(end);
     }
   };
+  frontier_begin_.clear();
+  frontier_end_.clear();
   auto open = [&](NodeId node, bool run) {
     if (!run && tree_.kind(node) == PQTree::Kind::Leaf) {
+      frontier_begin_.set(node, static_cast<int>(frontier_.size()));
       frontier_.push_back(index_of_value_[tree_.leaf(node)]);
+      frontier_end_.set(node, static_cast<int>(frontier_.size()));
       return;
     }
     const int kids_begin = static_cast<int>(frame_kids_.size());
     if (run) {
       frame_kids_.insert(frame_kids_.end(), region_.run.begin(), region_.run.end());
     } else {
-      kids_.clear();
-      tree_.children(node, kids_);
-      frame_kids_.insert(frame_kids_.end(), kids_.begin(), kids_.end());
+      tree_.children(node, dfs_kids_);  // not kids_: walk_operand holds a node's children there
+      frame_kids_.insert(frame_kids_.end(), dfs_kids_.begin(), dfs_kids_.end());
     }
     frame_kid_start_.resize(frame_kids_.size());
     const bool q_like = run || tree_.kind(node) == PQTree::Kind::Q;
@@ -421,9 +424,33 @@ void AlignedOrder::collect_subtree_constraints(std::span<const int> values, Node
     } else {
       add(f.start, end);
     }
+    frontier_begin_.set(f.node, f.start);
+    frontier_end_.set(f.node, end);
     frame_kids_.resize(static_cast<size_t>(f.kids_begin));
     frame_kid_start_.resize(static_cast<size_t>(f.kids_begin));
     frames_.pop_back();
+  }
+}
+
+// GETSUBTREECONS of one node of the region collect_subtree_constraints last
+// went through (from the frontier intervals it recorded): a P-node's leaves,
+// or the leaves of each two adjacent children of a Q-node or of the top run
+// (`kids`: its children, or the run, in order), as intervals of frontier_.
+void AlignedOrder::own_constraints(NodeId node, bool run, std::span<const NodeId> kids, int m) {
+  constraint_bounds_.clear();
+  auto add = [&](int begin, int end) {
+    if (end - begin >= 2 && end - begin < m) {
+      constraint_bounds_.push_back(begin);
+      constraint_bounds_.push_back(end);
+    }
+  };
+  if (!run && tree_.kind(node) == PQTree::Kind::P) {
+    add(frontier_begin_.get(node), frontier_end_.get(node));
+    return;
+  }
+  for (size_t i = 0; i + 1 < kids.size(); ++i) {
+    add(std::min(frontier_begin_.get(kids[i]), frontier_begin_.get(kids[i + 1])),
+        std::max(frontier_end_.get(kids[i]), frontier_end_.get(kids[i + 1])));
   }
 }
 
@@ -514,6 +541,7 @@ AlignedOrder::Walk AlignedOrder::walk_operand(int batch, int source, int target,
   if (m < 2) return Walk::Match;
   image_.clear();
   for (int i = 0; i < m; ++i) image_.set(tree_.leaf_node(from[i]), tree_.leaf_node(to[i]) + 1);
+  bool frontier_indexed = false;
   for (size_t n = 0; n <= region_.inner.size(); ++n) {
     const bool run = n == region_.inner.size();
     if (run && !region_.top_is_run) break;
@@ -532,7 +560,11 @@ AlignedOrder::Walk AlignedOrder::walk_operand(int batch, int source, int target,
       mismatch_ = node;
       if (!fix || fixed) return Walk::Mismatch;
       fixed = true;
-      collect_subtree_constraints(from, node, run, true);
+      if (!frontier_indexed) {  // once per walk: reductions on `target` leave this region as it is
+        collect_subtree_constraints(from, region_.top, region_.top_is_run, true);
+        frontier_indexed = true;
+      }
+      own_constraints(node, run, run ? std::span<const NodeId>(region_.run) : std::span<const NodeId>(kids_), m);
       if (!reduce_mapped_constraints(batch, target)) return Walk::Conflict;
     }
     image_.set(node, image + 1);
@@ -550,15 +582,16 @@ bool AlignedOrder::match_children(NodeId node, std::span<const NodeId> kids, boo
   for (NodeId kid : kids) {
     if (tree_.parent(image_.get(kid) - 1) != image) return false;
   }
+  image_out = image;
+  const int r = static_cast<int>(kids.size());
+  if (!record && r < tree_.num_children(image)) return images_form_a_run(node, kids, is_top, image);
   other_kids_.clear();
   tree_.children(image, other_kids_);
-  const int r = static_cast<int>(kids.size());
   const int r_image = static_cast<int>(other_kids_.size());
   position_.clear();
   for (int i = 0; i < r_image; ++i) position_.set(other_kids_[i], i);
   beta_.resize(static_cast<size_t>(r));
   for (int i = 0; i < r; ++i) beta_[i] = position_.get(image_.get(kids[i]) - 1);
-  image_out = image;
   const bool node_is_p = tree_.kind(node) == PQTree::Kind::P;
   const bool image_is_p = tree_.kind(image) == PQTree::Kind::P;
   if (r == r_image && r >= 3 && node_is_p != image_is_p) return false;
@@ -578,6 +611,26 @@ bool AlignedOrder::match_children(NodeId node, std::span<const NodeId> kids, boo
     if (beta_[i] - beta_[i - 1] != step) return false;
   }
   if (record) relations_.push_back({node, image, step < 0 ? 1 : 0, -1, r});
+  return true;
+}
+
+// match_children's answer, without the relation, where the kids' images are
+// fewer than `image`'s children: at the top, consecutive children of a Q-node
+// in one direction or the other. Walks the run by sibling links instead of
+// listing every child of the image, which may hold the runs of many batches.
+bool AlignedOrder::images_form_a_run(NodeId node, std::span<const NodeId> kids, bool is_top, NodeId image) const {
+  const int r = static_cast<int>(kids.size());
+  if (!is_top || tree_.kind(image) != PQTree::Kind::Q) return false;
+  if (r >= 3 && tree_.kind(node) == PQTree::Kind::P) return false;
+  if (r == 1) return true;
+  NodeId previous = image_.get(kids[0]) - 1, at = image_.get(kids[1]) - 1;
+  if (!tree_.are_siblings(previous, at)) return false;
+  for (int i = 2; i < r; ++i) {
+    const NodeId next = tree_.sibling_after(at, previous);
+    if (next != image_.get(kids[i]) - 1) return false;
+    previous = at;
+    at = next;
+  }
   return true;
 }
 

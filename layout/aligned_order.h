@@ -105,6 +105,7 @@ class AlignedOrder {
   bool reduce_mapped_constraints(int batch, int target);
   void collect_subtree_constraints(std::span<const int> values, PQTree::NodeId start, bool start_is_run,
                                    bool start_only);
+  void own_constraints(PQTree::NodeId node, bool run, std::span<const PQTree::NodeId> kids, int m);
   void requeue_batches_touching(std::span<const int> values);
   bool find_region(std::span<const int> values, Region& region);
   bool match_batch(int batch, bool record);
@@ -112,6 +113,8 @@ class AlignedOrder {
   Walk walk_operand(int batch, int source, int target, bool record, bool fix);
   bool match_children(PQTree::NodeId node, std::span<const PQTree::NodeId> kids, bool is_top,
                       PQTree::NodeId& image_out, bool record);
+  bool images_form_a_run(PQTree::NodeId node, std::span<const PQTree::NodeId> kids, bool is_top,
+                         PQTree::NodeId image) const;
   void decide_nodes_order();
   bool apply_relations();
   void undo_unions(size_t perm_pool_size);
@@ -137,8 +140,9 @@ class AlignedOrder {
   // scratch, kept across reset()
   std::vector<int> value_stamp_, index_of_value_;
   int value_epoch_ = 0;
-  std::vector<PQTree::NodeId> kids_, other_kids_;
+  std::vector<PQTree::NodeId> kids_, other_kids_, dfs_kids_;
   NodeScratch hits_, leaves_in_, complete_, image_, position_;
+  NodeScratch frontier_begin_, frontier_end_;  // a node's leaves: [begin, end) of frontier_
   Region region_;
   PQTree::NodeId mismatch_ = PQTree::kNone;
   std::vector<int> pending_requeue_;  // values of the reductions of one visit

@@ -61,6 +61,12 @@ class PQTree {
   // Children in their current order (a Q-node's left to right).
   void children(NodeId node, std::vector<NodeId>& out) const;
   int num_children(NodeId node) const;
+  // The sibling of `node` on the other side from `neighbour` (one of its two
+  // neighbours in the parent's child list, or kNone for its end side), kNone
+  // past the end of the list; O(1). Walks a run of children without listing
+  // every child of their parent.
+  NodeId sibling_after(NodeId node, NodeId neighbour) const;
+  bool are_siblings(NodeId a, NodeId b) const;  // adjacent in one child list
   // Whether `node` is alive (ids of nodes a reduction removed may be reused).
   bool alive(NodeId node) const;
   // The deepest node whose subtree contains every leaf of `leaves` (non-empty).
@@ -210,6 +216,17 @@ inline PQTree::NodeId PQTree::parent(NodeId node) const {
 inline int PQTree::num_children(NodeId node) const {
   check_node(node, "num_children");
   return nodes_[node].num_children;
+}
+
+inline PQTree::NodeId PQTree::sibling_after(NodeId node, NodeId neighbour) const {
+  check_node(node, "sibling_after");
+  return next_sibling(node, neighbour);
+}
+
+inline bool PQTree::are_siblings(NodeId a, NodeId b) const {
+  check_node(a, "are_siblings");
+  check_node(b, "are_siblings");
+  return nodes_[a].in_list >= 0 && (nodes_[a].sib[0] == b || nodes_[a].sib[1] == b);
 }
 
 inline PQTree::NodeId PQTree::parent_of(NodeId node) const {

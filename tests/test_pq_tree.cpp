@@ -68,6 +68,15 @@ void expect_well_formed(const PQTree& tree, const std::string& what) {
       EXPECT_EQ(tree.parent(c), x) << what << ": child " << c << " of " << x;
       stack.push_back(c);
     }
+    // Sibling links walk the same list, from either end, and join only neighbours.
+    for (size_t i = 0; i < kids.size(); ++i) {
+      EXPECT_EQ(tree.sibling_after(kids[i], i > 0 ? kids[i - 1] : PQTree::kNone),
+                i + 1 < kids.size() ? kids[i + 1] : PQTree::kNone) << what << ": node " << x;
+      EXPECT_EQ(tree.sibling_after(kids[i], i + 1 < kids.size() ? kids[i + 1] : PQTree::kNone),
+                i > 0 ? kids[i - 1] : PQTree::kNone) << what << ": node " << x;
+      for (size_t j = 0; j < kids.size(); ++j)
+        EXPECT_EQ(tree.are_siblings(kids[i], kids[j]), j + 1 == i || i + 1 == j) << what << ": node " << x;
+    }
   }
   for (int leaf = 0; leaf < n; ++leaf) EXPECT_EQ(seen[static_cast<size_t>(leaf)], 1) << what << ": leaf " << leaf;
 }
