@@ -58,7 +58,9 @@
 //
 // Cost: construction O(sum |b|) (PQ-tree reduce is linear in the set; an
 // operand that is a hard set is not reduced again); a visit O(k m) for walks
-// plus the reductions it makes, each as large as the node it copies; DECIDENODESORDER O(sum |b| log n) (finds
+// (one frontier DFS of the source region per walk; a top run is matched by
+// sibling links, not by listing its Q-node) plus the reductions it makes, each
+// as large as the node it copies; DECIDENODESORDER O(sum |b| log n) (finds
 // without path compression, permutations as long as the P-node); GETLEAFORDER
 // O(n). On chains whose sequences have many distinct lengths the reductions
 // add up to about sum over sequences of length^2 / 2 (every task receives a
@@ -347,7 +349,8 @@ bool AlignedOrder::reduce_mapped_constraints(int batch, int target) {
     for (int p = constraint_bounds_[c]; p < constraint_bounds_[c + 1]; ++p) mapped_.push_back(image[frontier_[p]]);
     const uint64_t restrictions = tree_.restrictions();
     if (!tree_.reduce(mapped_)) return false;
-    if (tree_.restrictions() != restrictions) pending_requeue_.insert(pending_requeue_.end(), mapped_.begin(), mapped_.end());
+    if (tree_.restrictions() != restrictions)
+      pending_requeue_.insert(pending_requeue_.end(), mapped_.begin(), mapped_.end());
   }
   return true;
 }

@@ -483,6 +483,12 @@ TEST(Fusion, LstmGatesFormOneGroupWithSeveralOutputs) {
   EXPECT_CONTAINS(ir::to_string(f, groups), "group 0:");
 }
 
+// The fusion groups of `f` with every node in the core phase and none kept for ∂F.
+std::vector<ir::FusionGroup> fuse_as_core(const ir::Function& f) {
+  return ir::find_fusion_groups(f, std::vector<ir::Phase>(f.nodes.size(), ir::Phase::Core),
+                                std::vector<bool>(f.nodes.size(), false));
+}
+
 TEST(Fusion, NeverJoinsTwoNodesLinkedThroughAnOutsideNode) {
   // a = tanh(x); s = sum(a) (not fusable); b = a * s: a and b must not fuse,
   // or the group would need s, which needs the group.
@@ -494,8 +500,7 @@ TEST(Fusion, NeverJoinsTwoNodesLinkedThroughAnOutsideNode) {
   ir::ValueId b = f.add(ir::Node::make(ir::Op::Mul, Shape::vec(4), {a, s}));
   ir::ValueId c = f.add(ir::Node::make(ir::Op::Exp, Shape::vec(4), {b}));
   f.add(ir::Node::make(ir::Op::Scatter, Shape::scalar(), {c}));
-  std::vector<ir::FusionGroup> groups =
-      ir::find_fusion_groups(f, std::vector<ir::Phase>(f.nodes.size(), ir::Phase::Core), std::vector<bool>(f.nodes.size(), false));
+  std::vector<ir::FusionGroup> groups = fuse_as_core(f);
   for (const ir::FusionGroup& g : groups) {
     bool has_a = std::find(g.nodes.begin(), g.nodes.end(), a) != g.nodes.end();
     bool has_b = std::find(g.nodes.begin(), g.nodes.end(), b) != g.nodes.end();
@@ -524,9 +529,9 @@ TEST(Fusion, ALoneNodeJoinsAGroupThatReadsAllItsOperands) {
   ir::ValueId t = f.add(ir::Node::make(ir::Op::Tanh, Shape::vec(4), {a}));
   ir::ValueId lone = f.add(ir::Node::make(ir::Op::Sub, Shape::vec(4), {x, y}));
   ir::ValueId other = f.add(ir::Node::make(ir::Op::Mul, Shape::vec(4), {x, z}));
-  f.add(ir::Node::make(ir::Op::Scatter, Shape::scalar(), {f.add(ir::Node::make(ir::Op::Concat, Shape::vec(12), {t, lone, other}))}));
-  std::vector<ir::FusionGroup> groups =
-      ir::find_fusion_groups(f, std::vector<ir::Phase>(f.nodes.size(), ir::Phase::Core), std::vector<bool>(f.nodes.size(), false));
+  ir::ValueId all = f.add(ir::Node::make(ir::Op::Concat, Shape::vec(12), {t, lone, other}));
+  f.add(ir::Node::make(ir::Op::Scatter, Shape::scalar(), {all}));
+  std::vector<ir::FusionGroup> groups = fuse_as_core(f);
   ASSERT_EQ(groups.size(), 1u) << ir::to_string(f, groups);
   EXPECT_EQ(groups[0].nodes, (std::vector<ir::ValueId>{a, t, lone})) << ir::to_string(f, groups);
   EXPECT_EQ(groups[0].outputs, (std::vector<ir::ValueId>{t, lone})) << ir::to_string(f, groups);
@@ -544,8 +549,7 @@ TEST(Fusion, ALoneNodeStaysAloneWhereJoiningWouldMakeACycle) {
   ir::ValueId a = f.add(ir::Node::make(ir::Op::Mul, Shape::vec(4), {x, s}));
   ir::ValueId t = f.add(ir::Node::make(ir::Op::Tanh, Shape::vec(4), {a}));
   f.add(ir::Node::make(ir::Op::Scatter, Shape::scalar(), {t}));
-  std::vector<ir::FusionGroup> groups =
-      ir::find_fusion_groups(f, std::vector<ir::Phase>(f.nodes.size(), ir::Phase::Core), std::vector<bool>(f.nodes.size(), false));
+  std::vector<ir::FusionGroup> groups = fuse_as_core(f);
   ASSERT_EQ(groups.size(), 1u) << ir::to_string(f, groups);
   EXPECT_EQ(groups[0].nodes, (std::vector<ir::ValueId>{a, t})) << ir::to_string(f, groups);
   EXPECT_EQ(group_of(groups, lone), nullptr);
