@@ -12,8 +12,9 @@
 //     each other operand's (step 3's walk, without recording); at the lowest
 //     node N that does not map, N's own constraints (GETSUBTREECONS: a
 //     P-node's leaves; the leaves of each two adjacent children of a Q-node or
-//     of the top run), turned into operand indices and mapped through the
-//     alignment, are reduced on the other operand and N is tried again; when
+//     of the top run), mapped through the alignment, are reduced on the other
+//     operand and N is tried again (N's children matched, so each one's image
+//     is a node: the reduction is of those subtrees); when
 //     that does not help, the other operand is walked onto operand 0 the same
 //     way. When a round changes nothing, the paper's full broadcast (every
 //     region constraint of every operand onto every other) is the last resort.
@@ -60,11 +61,14 @@
 // operand that is a hard set is not reduced again); a visit O(k m) for walks
 // (one frontier DFS of the source region per walk; a top run is matched by
 // sibling links, not by listing its Q-node) plus the reductions it makes, each
-// as large as the node it copies; DECIDENODESORDER O(sum |b| log n) (finds
+// of as many subtrees as the node has children (PQTree::reduce_subtrees: the
+// paths above them, not their leaves); the full broadcast reduces leaves;
+// DECIDENODESORDER O(sum |b| log n) (finds
 // without path compression, permutations as long as the P-node); GETLEAFORDER
-// O(n). On chains whose sequences have many distinct lengths the reductions
-// add up to about sum over sequences of length^2 / 2 (every task receives a
-// nested prefix per longer length): the paper's O(sum |b| * max |b|). Buffers
+// O(n). The paper's bound is O(sum |b| * max |b|): on chains, and on lattices
+// whose characters chain every word's start constraint through the batch,
+// reductions of leaves added up to many times the values (16x at 1024
+// lattices, 6x at 64); as subtrees they stay near linear. Buffers
 // are kept across reset() and reused (not verified to be allocation-free).
 #include "layout/aligned_order.h"
 
@@ -435,26 +439,38 @@ void AlignedOrder::collect_subtree_constraints(std::span<const int> values, Node
   }
 }
 
-// GETSUBTREECONS of one node of the region collect_subtree_constraints last
-// went through (from the frontier intervals it recorded): a P-node's leaves,
-// or the leaves of each two adjacent children of a Q-node or of the top run
-// (`kids`: its children, or the run, in order), as intervals of frontier_.
-void AlignedOrder::own_constraints(NodeId node, bool run, std::span<const NodeId> kids, int m) {
-  constraint_bounds_.clear();
-  auto add = [&](int begin, int end) {
-    if (end - begin >= 2 && end - begin < m) {
-      constraint_bounds_.push_back(begin);
-      constraint_bounds_.push_back(end);
+// GETSUBTREECONS of `node` (a node of the walk's source region, or its top
+// run), reduced on operand `target`: a P-node's leaves, or the leaves of each
+// two adjacent children of a Q-node or of the run (`kids`: its children, or
+// the run, in order). Every child matched already, so the child's image is a
+// node of the tree holding exactly the child's leaves' images: each
+// constraint is reduced as those image subtrees (PQTree::reduce_subtrees), at
+// a cost that does not grow with the leaves. The values of a reduction that
+// restricted the tree go to pending_requeue_, from the frontier intervals of
+// the walk's DFS (collect_subtree_constraints).
+bool AlignedOrder::reduce_node_constraints(int batch, int target, NodeId node, bool run,
+                                           std::span<const NodeId> kids) {
+  const std::span<const int> image = operand(batch, target);
+  const int m = static_cast<int>(image.size());
+  auto reduce = [&](size_t first, size_t last) {  // kids[first..last]
+    int begin = frontier_begin_.get(kids[first]), end = frontier_end_.get(kids[first]);
+    subtrees_.clear();
+    for (size_t i = first; i <= last; ++i) {
+      begin = std::min(begin, frontier_begin_.get(kids[i]));
+      end = std::max(end, frontier_end_.get(kids[i]));
+      subtrees_.push_back(image_.get(kids[i]) - 1);
     }
+    if (end - begin < 2 || end - begin >= m) return true;  // holds already
+    const uint64_t restrictions = tree_.restrictions();
+    if (!tree_.reduce_subtrees(subtrees_)) return false;
+    if (tree_.restrictions() != restrictions)
+      for (int p = begin; p < end; ++p) pending_requeue_.push_back(image[frontier_[p]]);
+    return true;
   };
-  if (!run && tree_.kind(node) == PQTree::Kind::P) {
-    add(frontier_begin_.get(node), frontier_end_.get(node));
-    return;
-  }
-  for (size_t i = 0; i + 1 < kids.size(); ++i) {
-    add(std::min(frontier_begin_.get(kids[i]), frontier_begin_.get(kids[i + 1])),
-        std::max(frontier_end_.get(kids[i]), frontier_end_.get(kids[i + 1])));
-  }
+  if (!run && tree_.kind(node) == PQTree::Kind::P) return reduce(0, kids.size() - 1);
+  for (size_t i = 0; i + 1 < kids.size(); ++i)
+    if (!reduce(i, i + 1)) return false;
+  return true;
 }
 
 // The operand's region, bottom up from its leaves (Algorithm 4's leaf counts):
@@ -567,8 +583,9 @@ AlignedOrder::Walk AlignedOrder::walk_operand(int batch, int source, int target,
         collect_subtree_constraints(from, region_.top, region_.top_is_run, true);
         frontier_indexed = true;
       }
-      own_constraints(node, run, run ? std::span<const NodeId>(region_.run) : std::span<const NodeId>(kids_), m);
-      if (!reduce_mapped_constraints(batch, target)) return Walk::Conflict;
+      if (!reduce_node_constraints(batch, target, node, run,
+                                   run ? std::span<const NodeId>(region_.run) : std::span<const NodeId>(kids_)))
+        return Walk::Conflict;
     }
     image_.set(node, image + 1);
   }

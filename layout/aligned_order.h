@@ -105,7 +105,8 @@ class AlignedOrder {
   bool reduce_mapped_constraints(int batch, int target);
   void collect_subtree_constraints(std::span<const int> values, PQTree::NodeId start, bool start_is_run,
                                    bool start_only);
-  void own_constraints(PQTree::NodeId node, bool run, std::span<const PQTree::NodeId> kids, int m);
+  bool reduce_node_constraints(int batch, int target, PQTree::NodeId node, bool run,
+                               std::span<const PQTree::NodeId> kids);
   void requeue_batches_touching(std::span<const int> values);
   bool find_region(std::span<const int> values, Region& region);
   bool match_batch(int batch, bool record);
@@ -140,7 +141,7 @@ class AlignedOrder {
   // scratch, kept across reset()
   std::vector<int> value_stamp_, index_of_value_;
   int value_epoch_ = 0;
-  std::vector<PQTree::NodeId> kids_, other_kids_, dfs_kids_;
+  std::vector<PQTree::NodeId> kids_, other_kids_, dfs_kids_, subtrees_;
   NodeScratch hits_, leaves_in_, complete_, image_, position_;
   NodeScratch frontier_begin_, frontier_end_;  // a node's leaves: [begin, end) of frontier_
   Region region_;

@@ -274,7 +274,7 @@ int PQTree::num_leaves() const { return num_leaves_; }
 
 // --- reduce, pass 1 ---------------------------------------------------------
 
-// Checks range and distinctness; marks each leaf `reached` (this epoch).
+// Checks range and distinctness; marks each leaf `reached` and `given` (this epoch).
 void PQTree::validate_leaves(std::span<const int> leaves, const char* what) {
   for (const int leaf : leaves) {
     if (leaf < 0 || leaf >= num_leaves_) {
@@ -287,6 +287,21 @@ void PQTree::validate_leaves(std::span<const int> leaves, const char* what) {
                                   " appears more than once");
     }
     m.reached = true;
+    m.given = true;
+  }
+}
+
+// Checks that the nodes are live and distinct; marks each `reached` and
+// `given` (that none lies inside another's subtree, BUBBLE checks).
+void PQTree::validate_subtrees(std::span<const NodeId> nodes) {
+  for (const NodeId node : nodes) {
+    check_node(node, "reduce_subtrees");
+    Mark& m = mark(node);
+    if (m.reached) {
+      throw std::invalid_argument("PQTree::reduce_subtrees: node " + std::to_string(node) + " appears more than once");
+    }
+    m.reached = true;
+    m.given = true;
   }
 }
 
@@ -295,8 +310,8 @@ void PQTree::validate_leaves(std::span<const int> leaves, const char* what) {
 // root, contains all of S). With exact parent pointers no node is blocked;
 // the climb may pass the pertinent root by at most as many steps as were
 // taken below it.
-void PQTree::bubble(std::span<const int> leaves) {
-  queue_.assign(leaves.begin(), leaves.end());
+void PQTree::bubble(std::span<const NodeId> given) {
+  queue_.assign(given.begin(), given.end());
   size_t head = 0;
   size_t off_the_top = 0;
   while (queue_.size() - head + off_the_top > 1) {
@@ -307,6 +322,10 @@ void PQTree::bubble(std::span<const int> leaves) {
       continue;
     }
     Mark& my = mark(y);
+    if (my.given) [[unlikely]] {
+      throw std::invalid_argument("PQTree::reduce_subtrees: node " + std::to_string(x) + " lies inside node " +
+                                  std::to_string(y) + ", both given");
+    }
     ++my.pertinent_children;
     if (!my.reached) {
       my.reached = true;
@@ -316,18 +335,20 @@ void PQTree::bubble(std::span<const int> leaves) {
 }
 
 // REDUCE's order with match tests only: fills order_ (children before parents,
-// the pertinent root last) and labels every pertinent non-root node.
-bool PQTree::find_reduction_order(std::span<const int> leaves) {
-  const int size = static_cast<int>(leaves.size());
+// the pertinent root last; the given nodes first) and labels every pertinent
+// non-root node. A given node is full (L1 for a leaf); pertinent_leaves counts
+// given nodes.
+bool PQTree::find_reduction_order(std::span<const NodeId> given) {
+  const int size = static_cast<int>(given.size());
   order_.clear();
-  queue_.assign(leaves.begin(), leaves.end());
-  for (const int leaf : leaves) mark(leaf).pertinent_leaves = 1;
+  queue_.assign(given.begin(), given.end());
+  for (const NodeId node : given) mark(node).pertinent_leaves = 1;
   for (size_t head = 0; head < queue_.size(); ++head) {
     const NodeId x = queue_[head];
     order_.push_back(x);
     const bool is_root = mark(x).pertinent_leaves == size;
-    Label label;
-    if (!classify(x, is_root, label)) return false;
+    Label label = Label::Full;
+    if (head >= given.size() && !classify(x, is_root, label)) return false;
     if (is_root) return true;
     const NodeId y = parent_of(x);
     Mark& my = mark(y);
@@ -391,13 +412,14 @@ bool PQTree::q_node_matches(NodeId node, bool is_root) {
 
 // --- reduce, pass 2 ---------------------------------------------------------
 
-void PQTree::apply_reduction(std::vector<NodeId>* changed) {
+void PQTree::apply_reduction(size_t given, std::vector<NodeId>* changed) {
   next_epoch();  // labels and groups are rebuilt as the templates run
   touched_.clear();
   restricting_ = false;
   for (size_t i = 0; i < order_.size(); ++i) {
     const bool is_root = i + 1 == order_.size();
-    const Outcome out = apply_template(order_[i], is_root);
+    // The given nodes (order_'s first) are full as they stand (L1 for a leaf).
+    const Outcome out = i < given ? Outcome{order_[i], Label::Full} : apply_template(order_[i], is_root);
     if (is_root) break;
     add_to_group(parent_of(out.node), out.node, out.label);
   }
@@ -566,9 +588,21 @@ bool PQTree::reduce(std::span<const int> leaves, std::vector<NodeId>* changed) {
   next_epoch();
   validate_leaves(leaves, "reduce");
   if (leaves.size() < 2 || static_cast<int>(leaves.size()) == num_leaves_) return true;
-  bubble(leaves);
-  if (!find_reduction_order(leaves)) return false;
-  apply_reduction(changed);
+  return reduce_given(leaves, changed);  // leaf i is node i
+}
+
+bool PQTree::reduce_subtrees(std::span<const NodeId> nodes, std::vector<NodeId>* changed) {
+  next_epoch();
+  validate_subtrees(nodes);
+  if (nodes.size() < 2) return true;
+  return reduce_given(nodes, changed);
+}
+
+// BUBBLE and REDUCE from the given nodes, validated and marked this epoch.
+bool PQTree::reduce_given(std::span<const NodeId> given, std::vector<NodeId>* changed) {
+  bubble(given);
+  if (!find_reduction_order(given)) return false;
+  apply_reduction(given.size(), changed);
   return true;
 }
 

@@ -45,6 +45,11 @@ class PQTree {
   // `changed` is given, the nodes the reduction created or whose children it
   // changed are appended to it (for the layout planner's BROADCASTCONSTRAINT).
   bool reduce(std::span<const int> leaves, std::vector<NodeId>* changed = nullptr);
+  // reduce() of the leaves of `nodes` (distinct live nodes, none inside
+  // another's subtree, else std::invalid_argument), at a cost that depends on
+  // the nodes and the paths above them, not on how many leaves they hold:
+  // each node is taken as full as it stands.
+  bool reduce_subtrees(std::span<const NodeId> nodes, std::vector<NodeId>* changed = nullptr);
   // How many reductions since reset() removed admitted orders: a reduction
   // whose set was consecutive in every admitted order already (a node's
   // leaves, a run of a Q-node's children) leaves it unchanged, even when it
@@ -112,6 +117,7 @@ class PQTree {
     uint32_t stamp = 0;
     Label label = Label::Empty;
     bool reached = false;        // in S, or reached by BUBBLE
+    bool given = false;          // one of the reduction's leaves or subtrees
     int pertinent_children = 0;  // BUBBLE's count, consumed by REDUCE
     int pertinent_leaves = 0;
     int full_count = 0;
@@ -145,11 +151,13 @@ class PQTree {
   void add_to_group(NodeId parent, NodeId child, Label label);
   // reduce's passes.
   void validate_leaves(std::span<const int> leaves, const char* what);
-  void bubble(std::span<const int> leaves);
-  bool find_reduction_order(std::span<const int> leaves);
+  void validate_subtrees(std::span<const NodeId> nodes);
+  bool reduce_given(std::span<const NodeId> given, std::vector<NodeId>* changed);
+  void bubble(std::span<const NodeId> given);
+  bool find_reduction_order(std::span<const NodeId> given);
   bool classify(NodeId node, bool is_root, Label& label);
   bool q_node_matches(NodeId node, bool is_root);
-  void apply_reduction(std::vector<NodeId>* changed);
+  void apply_reduction(size_t given, std::vector<NodeId>* changed);
   Outcome apply_template(NodeId node, bool is_root);
   Outcome p_root_template(NodeId node);
   Outcome p_nonroot_template(NodeId node);

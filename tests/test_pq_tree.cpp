@@ -453,6 +453,75 @@ TEST(PQTree, SteadyStateReductionsAllocateNothing) {
   EXPECT_GT(accepted[0], 500);
 }
 
+// The leaves under `node`.
+void leaves_under(const PQTree& tree, NodeId node, std::vector<int>& out) {
+  if (tree.kind(node) == Kind::Leaf) {
+    out.push_back(tree.leaf(node));
+    return;
+  }
+  std::vector<NodeId> kids;
+  tree.children(node, kids);
+  for (NodeId kid : kids) leaves_under(tree, kid, out);
+}
+
+// Random disjoint subtrees of `tree`: each node, in a random order, joins
+// unless it lies inside one taken already or holds one.
+std::vector<NodeId> random_subtrees(const PQTree& tree, std::mt19937& rng) {
+  std::vector<NodeId> nodes, stack{tree.root()}, kids, taken;
+  while (!stack.empty()) {
+    const NodeId x = stack.back();
+    stack.pop_back();
+    nodes.push_back(x);
+    if (tree.kind(x) == Kind::Leaf) continue;
+    tree.children(x, kids);
+    stack.insert(stack.end(), kids.begin(), kids.end());
+  }
+  std::shuffle(nodes.begin(), nodes.end(), rng);
+  auto inside = [&](NodeId x, NodeId y) {  // x in y's subtree
+    for (; x != PQTree::kNone; x = tree.parent(x))
+      if (x == y) return true;
+    return false;
+  };
+  for (NodeId x : nodes) {
+    if (rng() % 3 != 0) continue;
+    if (std::none_of(taken.begin(), taken.end(), [&](NodeId t) { return inside(x, t) || inside(t, x); }))
+      taken.push_back(x);
+  }
+  return taken;
+}
+
+// reduce_subtrees(nodes) restricts the tree exactly as reduce(their leaves)
+// does, on a copy: same success, same admitted orders, same restrictions().
+TEST(PQTree, ReducingSubtreesEqualsReducingTheirLeaves) {
+  std::mt19937 rng(99);
+  for (int n = 2; n <= 7; ++n) {
+    const AllOrders all(n);
+    for (int s = 0; s < 300; ++s) {
+      PQTree by_nodes(n);
+      std::vector<int> hidden(static_cast<size_t>(n));
+      std::iota(hidden.begin(), hidden.end(), 0);
+      std::shuffle(hidden.begin(), hidden.end(), rng);
+      std::string history = "n=" + std::to_string(n);
+      for (int step = 0; step < 6; ++step) {
+        PQTree by_leaves = by_nodes;
+        const std::vector<NodeId> nodes = random_subtrees(by_nodes, rng);
+        std::vector<int> leaves;
+        for (NodeId x : nodes) leaves_under(by_nodes, x, leaves);
+        history += " " + text_of(leaves);
+        const bool ok = by_leaves.reduce(leaves);
+        ASSERT_EQ(by_nodes.reduce_subtrees(nodes), ok) << history;
+        EXPECT_EQ(by_nodes.restrictions(), by_leaves.restrictions()) << history;
+        for (const std::vector<int>& order : all.orders)
+          ASSERT_EQ(by_nodes.admits(order), by_leaves.admits(order)) << history << " order " << text_of(order);
+        expect_well_formed(by_nodes, history);
+        // Then a random set of leaves, so that later subtrees come from richer trees.
+        const std::vector<int> set = random_set(rng, hidden);
+        by_nodes.reduce(set);
+      }
+    }
+  }
+}
+
 TEST(PQTree, BadInputIsReported) {
   PQTree tree(4);
   ASSERT_TRUE(tree.reduce(std::vector<int>{0, 1}));
@@ -473,6 +542,12 @@ TEST(PQTree, BadInputIsReported) {
             "PQTree::reduce: leaf 2 appears more than once");
   EXPECT_EQ(message([&] { tree.reduce(std::vector<int>{5}); }),
             "PQTree::reduce: leaf 5 is out of range [0, 4)");
+  const NodeId pair = tree.parent(tree.leaf_node(0));
+  EXPECT_EQ(message([&] { tree.reduce_subtrees(std::vector<NodeId>{pair, tree.leaf_node(1)}); }),
+            "PQTree::reduce_subtrees: node 1 lies inside node " + std::to_string(pair) + ", both given");
+  EXPECT_EQ(message([&] { tree.reduce_subtrees(std::vector<NodeId>{2, 2}); }),
+            "PQTree::reduce_subtrees: node 2 appears more than once");
+  EXPECT_NE(message([&] { tree.reduce_subtrees(std::vector<NodeId>{2, 1000}); }), "(no error)");
   EXPECT_EQ(tree.describe(), before);
   expect_well_formed(tree, before);
   EXPECT_NE(message([&] { tree.lowest_common_ancestor(std::vector<int>{}); }), "(no error)");
