@@ -79,17 +79,6 @@ void check_user_metadata(const std::string& path, const std::map<std::string, st
                                      << "', which vjit reserves for its own entries");
 }
 
-// `doing`: "write" or "load".
-void check_values(const std::string& path, const Model& model, const char* doing) {
-  for (int p = 0; p < model.size(); ++p) {
-    const ParamData& param = model.param(p);
-    VJIT_USER_CHECK(int64_t(param.value.size()) == param.shape.numel(),
-                    "cannot " << doing << " '" << path << "': parameter '" << param.name << "' of the model holds " << param.value.size()
-                                     << " values but its shape " << param.shape.str() << " needs "
-                                     << param.shape.numel());
-  }
-}
-
 // The names of the model's frozen parameters (constants included), comma-separated.
 std::string frozen_names(const Model& model) {
   std::vector<std::string> names;
@@ -270,7 +259,6 @@ void save_checkpoint(const std::string& path, const Engine& engine, const Optimi
                      const std::map<std::string, std::string>& user_metadata) {
   const Model& model = engine.program().model();
   check_user_metadata(path, user_metadata);
-  check_values(path, model, "write");
   std::map<std::string, std::string> metadata = user_metadata;
   metadata[kFormatKey] = kFormat;
   metadata[kVersionKey] = kVersion;
@@ -321,7 +309,6 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Engi
   const Loader loader(path);
   const Program& program = engine.program();
   Model& model = program.model();
-  check_values(path, model, "load");
   loader.check_checkpoint(program);
   loader.check_frozen(model);
   const uint64_t train_steps = loader.train_steps();
@@ -342,13 +329,11 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Engi
 
 void save_parameters(const std::string& path, const Model& model, const std::map<std::string, std::string>& metadata) {
   check_user_metadata(path, metadata);
-  check_values(path, model, "write");
   jit::safetensors::write(path, metadata, parameter_tensors(model), "parameters");
 }
 
 void load_parameters(const std::string& path, Model& model) {
   const Loader loader(path);
-  check_values(path, model, "load");
   const std::vector<std::string_view> values = loader.parameters(model);
   loader.check_no_extra(model);
   commit_parameters(model, values);

@@ -217,12 +217,6 @@ struct Engine::Impl {
     VJIT_USER_CHECK(model.size() == num_params, "the Model has " << model.size() << " parameters but had "
                                                                  << num_params
                                                                  << " when this Engine was built; build a new Engine");
-    for (int p = 0; p < model.size(); ++p) {
-      const ParamData& param = model.param(p);
-      VJIT_USER_CHECK(int64_t(param.value.size()) == param.shape.numel(),
-                      "parameter '" << param.name << "' holds " << param.value.size() << " values but its shape "
-                                    << param.shape.str() << " needs " << param.shape.numel());
-    }
   }
 
   // Runs F over the batch; with growing types (vjit/growth.h), in rounds over

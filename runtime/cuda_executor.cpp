@@ -85,9 +85,6 @@ void CudaParameterStore::upload(const Model& model) {
   CudaDevice::get();
   for (int p = 0; p < model.size(); ++p) {
     const ParamData& param = model.param(p);
-    VJIT_USER_CHECK(param.value.size() == size_t(param.shape.numel()),
-                    "parameter '" << param.name << "' holds " << param.value.size() << " values but its shape "
-                                  << param.shape.str() << " needs " << param.shape.numel());
     device_.upload(values_[size_t(p)], param.value.data(), param.value.size() * sizeof(float));
   }
   device_.synchronize();
@@ -97,7 +94,6 @@ void CudaParameterStore::download(Model& model) const {
   CudaDevice::get();
   for (int p = 0; p < model.size(); ++p) {
     ParamData& param = model.param(p);
-    param.value.resize(size_t(param.shape.numel()));
     device_.download(param.value.data(), values_[size_t(p)], param.value.size() * sizeof(float));
   }
 }

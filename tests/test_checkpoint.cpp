@@ -197,17 +197,17 @@ TEST(Checkpoint, FileFollowsTheSafetensorsLayout) {
     const ParamData& param = run.model().param(p);
     std::vector<int64_t> dims;
     for (int d = 0; d < param.shape.rank; ++d) dims.push_back(param.shape.dims[size_t(d)]);
-    const std::pair<std::string, const std::vector<float>*> expected[] = {
-        {param.name, &param.value},
-        {"optimizer.exp_avg." + param.name, &state.slots[size_t(p)][0]},
-        {"optimizer.exp_avg_sq." + param.name, &state.slots[size_t(p)][1]}};
+    const std::pair<std::string, std::span<const float>> expected[] = {
+        {param.name, param.value},
+        {"optimizer.exp_avg." + param.name, state.slots[size_t(p)][0]},
+        {"optimizer.exp_avg_sq." + param.name, state.slots[size_t(p)][1]}};
     for (const auto& [name, values] : expected) {
       const ordered_json& entry = raw.header.at(name);
       EXPECT_EQ(entry.at("dtype"), "F32") << name;
       EXPECT_EQ(entry.at("shape").get<std::vector<int64_t>>(), dims) << name;
       const size_t begin = entry.at("data_offsets")[0], end = entry.at("data_offsets")[1];
-      ASSERT_EQ(end - begin, values->size() * 4) << name;
-      EXPECT_EQ(std::memcmp(raw.data.data() + begin, values->data(), end - begin), 0) << name;
+      ASSERT_EQ(end - begin, values.size() * 4) << name;
+      EXPECT_EQ(std::memcmp(raw.data.data() + begin, values.data(), end - begin), 0) << name;
     }
   }
   EXPECT_EQ(raw.header.size(), 2 + 3 * size_t(run.model().size()));  // metadata, step, 3 per parameter

@@ -2,6 +2,7 @@
 // A Model owns named parameters: their shapes, values and deterministic seeded
 // initialisation. Vertex functions refer to parameters by the Param handle.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,10 +22,57 @@ struct Param {
   Shape shape;
 };
 
+// The values of one parameter, row-major: a view of its place in the Model's
+// one block of parameter memory, with a vector's reading interface. It cannot
+// be resized or copied as a view; assigning copies values in, which must be as
+// many as it holds. Model::add and Model::arrange may move the block: a
+// pointer or span taken from it before is then stale (ParamData::value itself
+// stays valid).
+class ParamValues {
+ public:
+  ParamValues() = default;
+  ParamValues(const ParamValues&) = delete;
+  ParamValues(ParamValues&& other) noexcept : data_(other.data_), size_(other.size_) {}
+  // Copies `values` in; throws UserError unless there are size() of them.
+  ParamValues& operator=(std::span<const float> values);
+  ParamValues& operator=(const std::vector<float>& values) { return *this = std::span<const float>(values); }
+  ParamValues& operator=(const ParamValues& other) { return *this = std::span<const float>(other); }
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  float& operator[](size_t i) { return data_[i]; }
+  const float& operator[](size_t i) const { return data_[i]; }
+  float& front() { return data_[0]; }
+  float& back() { return data_[size_ - 1]; }
+  const float& front() const { return data_[0]; }
+  const float& back() const { return data_[size_ - 1]; }
+  float* begin() { return data_; }
+  float* end() { return data_ + size_; }
+  const float* begin() const { return data_; }
+  const float* end() const { return data_ + size_; }
+  operator std::span<float>() { return {data_, size_}; }
+  operator std::span<const float>() const { return {data_, size_}; }
+  operator std::vector<float>() const { return {begin(), end()}; }  // a copy
+
+  friend bool operator==(const ParamValues& a, std::span<const float> b);
+  friend bool operator==(const ParamValues& a, const ParamValues& b) { return a == std::span<const float>(b); }
+  friend bool operator==(const ParamValues& a, const std::vector<float>& b) {
+    return a == std::span<const float>(b);
+  }
+
+ private:
+  friend class Model;
+  ParamValues& operator=(ParamValues&&) = default;  // Model re-points its views
+  float* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 struct ParamData {
   std::string name;
   Shape shape;
-  std::vector<float> value;
+  ParamValues value;
   // Frozen: optimizers never update it (it takes no part in the step's
   // gradient check, norm or clipping either), and vertex types built while it
   // is frozen compute no gradient for it (Program::add_type drops its
@@ -58,9 +106,33 @@ class Model {
   Param find(const std::string& name) const;
   int64_t total_numel() const;
 
+  // Lays the values out again in the block: each run's parameters one right
+  // after another in the run's order (a run of parameters is then one
+  // row-major block: stacked weights a merged product reads in place), each
+  // run and every other parameter starting at a multiple of 16 floats. Runs
+  // are disjoint; a parameter in none keeps its relative order. Values do not
+  // change. An engine arranges its Model when it is built (per-program
+  // layout, jit/param_layout.h), and only when the block does not already
+  // hold its runs so.
+  void arrange(const std::vector<std::vector<int>>& runs);
+  // Whether `params` lie one right after another, in this order, in the block.
+  bool consecutive(std::span<const int> params) const;
+
+  Model(const Model& other);
+  Model& operator=(const Model& other);
+  Model(Model&&) noexcept = default;
+  Model& operator=(Model&&) noexcept = default;
+
  private:
+  // Makes room for `floats` more values (zeros) at the end of the block; their offset.
+  int64_t append_values(int64_t floats);
+  // Points every parameter's view into `block` at `offsets[p]`, which becomes the block.
+  void adopt_block(std::vector<float> block, const std::vector<int64_t>& offsets);
+  std::vector<int64_t> offsets() const;
+
   uint64_t seed_;
   std::vector<ParamData> params_;
+  std::vector<float> block_;  // every parameter's values (ParamValues views into it)
 };
 
 }  // namespace vjit
