@@ -18,6 +18,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/memplan.h"
+#include "runtime/param_layout.h"
 #include "runtime/thread_pool.h"
 #include "runtime/trace.h"
 #include "scheduler/fsm.h"
@@ -92,7 +93,7 @@ struct Engine::Impl {
           program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile,
                                                        options.max_memory, options.check_finite, options.deterministic,
                                                        trace.get(), options.pretranspose, options.gather_pointers,
-                                                       vertex_gemm});
+                                                       vertex_gemm, options.param_layout});
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;
     growth.callbacks.resize(size_t(program.num_types()));
@@ -354,7 +355,7 @@ struct Engine::Impl {
         kept->program, kept->plan,
         runtime::CpuExecutor::Config{options.threads, gemm, false, options.profile, options.max_memory,
                                      options.check_finite, options.deterministic, nullptr, options.pretranspose,
-                                     options.gather_pointers, vertex_gemm});
+                                     options.gather_pointers, vertex_gemm, options.param_layout});
     for (int t = 0; t < kept->program.num_types(); ++t)
       kept->forward_flops.push_back(t < program.num_types() ? forward_flops[size_t(t)] : 0.0);
     kept_program = std::move(kept);
@@ -863,6 +864,15 @@ struct Engine::Impl {
       info.fused_groups += int(t.forward.fused.size() + t.backward.fused.size());
       for (size_t g = 0; g < t.forward.fused.size(); ++g) info.inference_kernels += t.forward.inference_differs(g);
       for (const runtime::FusedStep& step : t.backward.fused) info.accumulating_kernels += step.accumulating.entry != nullptr;
+    }
+    // Building an engine may move the Model's values within its block: no
+    // other engine of this Model may be running meanwhile (engine.h).
+    if (options.param_layout && options.device == "cpu") {
+      const runtime::ParamLayout laid = runtime::lay_out_parameters(plan, program.model());
+      info.stacked_weights = laid.stacked;
+      info.stacked_in_place = laid.in_place;
+    } else {
+      info.stacked_weights = int(runtime::stacked_weights(plan).size());
     }
     info.lower_s = seconds_since(start);
     return plan;

@@ -37,8 +37,8 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
-const std::array<Spec, 34>& specs() {
-  static const std::array<Spec, 34> table{
+const std::array<Spec, 35>& specs() {
+  static const std::array<Spec, 35> table{
       bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
       bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
       bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
@@ -53,6 +53,7 @@ const std::array<Spec, 34>& specs() {
       bool_spec("gather_pointers", "VJIT_GATHER_POINTERS", &Options::gather_pointers),
       bool_spec("forward_gathers", "VJIT_FORWARD_GATHERS", &Options::forward_gathers),
       bool_spec("accumulate_gradients", "VJIT_ACCUMULATE_GRADIENTS", &Options::accumulate_gradients),
+      bool_spec("param_layout", "VJIT_PARAM_LAYOUT", &Options::param_layout),
       choice_spec("policy", "VJIT_POLICY", option_values::policy, &Options::policy),
       choice_spec("memplan", "VJIT_MEMPLAN", option_values::memplan, &Options::memplan),
       choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device),
@@ -229,6 +230,7 @@ std::string Options::describe() const {
   out += " gather_pointers=" + std::string(on_off(gather_pointers));
   out += " forward_gathers=" + std::string(on_off(forward_gathers));
   out += " accumulate_gradients=" + std::string(on_off(accumulate_gradients));
+  out += " param_layout=" + std::string(on_off(param_layout));
   out += " policy=" + policy;
   out += " memplan=" + memplan;
   out += " device=" + device;

@@ -2,12 +2,12 @@
 """Prints the tables of perf/memplan_table.sh from its JSON lines.
 
 Per configuration (model, mode, batch, hidden): the copy baseline (every
-child row read is copied: VJIT_MEMPLAN=copy with VJIT_GATHER_POINTERS and
-VJIT_FORWARD_GATHERS and VJIT_ACCUMULATE_GRADIENTS off), copy and pqtree (the
-defaults otherwise), each the
+child row read and every stacked weight is copied: VJIT_MEMPLAN=copy with
+VJIT_GATHER_POINTERS, VJIT_FORWARD_GATHERS, VJIT_ACCUMULATE_GRADIENTS and
+VJIT_PARAM_LAYOUT off), copy and pqtree (the defaults otherwise), each the
 median over its runs: copy calls, bytes copied (all, and those the layout
 decides: gathers, their gradients, Concat copies), the weights matmul
-merging copies into one block per pass (every planner copies the same),
+merging copies into one block per pass where the Model does not hold them so,
 kernels, latency per step and the planner's time per batch; the ratios to the baseline; which planner
 VJIT_MEMPLAN=auto kept and its time. Then the planner's time against the batch
 size.
@@ -59,7 +59,7 @@ def layout_table(rows):
     for r in rows:
         groups[(r["model"], r["mode"], r["batch"], r["hidden"])][layout_of(r)].append(r)
     print("| model | mode | batch | hidden | copy calls base/copy/pq | layout KB base/copy/pq (drop copy, pq) "
-          "| all KB base/copy/pq | stacked weights KB | kernels base/copy/pq | views pq | aligned pq "
+          "| all KB base/copy/pq | stacked weights KB base/copy/pq | kernels base/copy/pq | views pq | aligned pq "
           "| ms base/copy/pq (speedup copy, pq) | planner ms pq (% of step) | auto keeps (ms) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(groups, key=lambda k: (k[0], k[1] != "train", k[2], k[3])):
@@ -77,7 +77,7 @@ def layout_table(rows):
               f"| {three('copy_calls')} "
               f"| {lb:.0f} / {lc:.0f} / {lp:.0f} ({drop(lb, lc)}, {drop(lb, lp)}) "
               f"| {three('copy_bytes', 1e3)} "
-              f"| {median(p, 'stacked_weight_bytes') / 1e3:.0f} "
+              f"| {three('stacked_weight_bytes', 1e3)} "
               f"| {three('kernels')} "
               f"| {median(p, 'gather_views'):.0f} | {aligned} "
               f"| {tb:.2f} / {tc:.2f} / {tp:.2f} ({tb / tc:.2f}x, {tb / tp:.2f}x) "

@@ -3,8 +3,9 @@
 # VJIT_MEMPLAN=copy against pqtree on Tree-LSTM, Tree-GRU, Fixed-LSTM, Var-LSTM
 # and Lattice-LSTM, batch 8 and 64, hidden 64 and 256, training steps and
 # inference batches, on the real data where it exists, both against the copy
-# baseline that copies every child row it reads (copy with VJIT_GATHER_POINTERS,
-# VJIT_FORWARD_GATHERS and VJIT_ACCUMULATE_GRADIENTS off), with what VJIT_MEMPLAN=auto keeps after timing
+# baseline that copies every child row it reads and every stacked weight
+# (copy with VJIT_GATHER_POINTERS, VJIT_FORWARD_GATHERS, VJIT_ACCUMULATE_GRADIENTS
+# and VJIT_PARAM_LAYOUT off), with what VJIT_MEMPLAN=auto keeps after timing
 # copy and pqtree and its time; then the planner's time
 # at batch 16, 64, 256 and 1024 (Tree-LSTM on SST and Lattice-LSTM on the
 # lattice set, hidden 256, training). The two
@@ -46,7 +47,8 @@ for model in tree_lstm tree_gru fixed_lstm var_lstm lattice_lstm; do
           [ "$layout" = baseline ] && memplan=copy rows_where_they_lie=0
           # shellcheck disable=SC2046
           VJIT_MEMPLAN=$memplan VJIT_DETERMINISTIC=$deterministic VJIT_GATHER_POINTERS=$rows_where_they_lie \
-            VJIT_FORWARD_GATHERS=$rows_where_they_lie VJIT_ACCUMULATE_GRADIENTS=$rows_where_they_lie "$bench" --model "$model" --mode "$mode" \
+            VJIT_FORWARD_GATHERS=$rows_where_they_lie VJIT_ACCUMULATE_GRADIENTS=$rows_where_they_lie \
+            VJIT_PARAM_LAYOUT=$rows_where_they_lie "$bench" --model "$model" --mode "$mode" \
             --hidden "$hidden" --batch "$batch" --steps "$steps" --warmup 8 --peak-seconds 0.1 --no-check \
             $(data_of "$model") >> "$out/memplan.jsonl"
         done

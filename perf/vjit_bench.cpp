@@ -301,6 +301,8 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"engine_start_s", t.compile.lower_s},
               {"fused_groups", t.compile.fused_groups},
               {"inference_kernels", t.compile.inference_kernels},
+              {"stacked_weights", t.compile.stacked_weights},
+              {"stacked_in_place", t.compile.stacked_in_place},
               {"jit_compiles", t.compile.jit_compiles},
               {"jit_cache_hits", t.compile.jit_cache_hits},
               {"jit_compile_s", t.compile.jit_compile_s},
@@ -417,6 +419,7 @@ void run_levers(BenchArgs args, const Options& base) {
       {"gather_pointers", [](Options& o) { o.gather_pointers = false; }},
       {"forward_gathers", [](Options& o) { o.forward_gathers = false; }},
       {"accumulate_gradients", [](Options& o) { o.accumulate_gradients = false; }},
+      {"param_layout", [](Options& o) { o.param_layout = false; }},
       {"vertex_gemm", [](Options& o) { o.vertex_gemm = "same"; }},
       {"threads", [](Options& o) { o.threads = 1; }},
       // Off is the faster thread-count-dependent GEMM split: a speedup below 1

@@ -472,6 +472,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       // transposed copies only cost there (bf16, SST Tree-LSTM inference,
       // hidden 256, Zen 4: 0.38 against 0.49 of the bf16 peak with them).
       pretranspose_(config.pretranspose && !gemm_backend_copies_operands(config.gemm)),
+      stacked_in_place_(config.stacked_in_place),
       deterministic_(config.deterministic),
       streaming_(config.streaming),
       profile_(config.profile),
@@ -651,6 +652,10 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
       }
       switch (n.op) {
         case Op::Param: view = {store_.value(n.param), 0}; break;
+        case Op::Concat:
+          if (n.uniform)
+            if (float* stacked = stacked_in_model(f, n)) view = {stacked, 0};
+          break;
         case Op::Slice: {  // of a product folded into its readers (no data): none either
           const View& whole = views[size_t(n.args[0])];
           if (whole.pointers) view = {nullptr, 0, whole.pointers, whole.parts, whole.offset + n.start};
@@ -720,10 +725,24 @@ void CpuExecutor::prepare_pushes(Evaluation<float>& result) {
   result.pushes.allocate();
 }
 
+float* CpuExecutor::stacked_in_model(const ir::Function& f, const Node& n) const {
+  if (!stacked_in_place_) return nullptr;
+  const float* next = nullptr;
+  for (ValueId arg : n.args) {
+    if (f[arg].op != Op::Param) return nullptr;
+    const float* at = store_.value(f[arg].param);
+    if (next && at != next) return nullptr;
+    next = at + f[arg].shape.numel();
+  }
+  return store_.value(f[n.args[0]].param);
+}
+
 // A uniform value other than a parameter is a Concat of parameters (stacked
 // weights, made by matmul merging): one row with ld 0 that changes with every
-// optimizer step, so it is filled here, once per pass, from the parameters'
-// current values, before any step reads it (run_node skips it).
+// optimizer step. Where the Model holds the parameters as one block, in order
+// (runtime/param_layout.h), bind() points at them; else the block is filled
+// here, once per pass, from the parameters' current values, before any step
+// reads it (run_node skips it).
 void CpuExecutor::fill_uniform_values(Pass pass) {
   const BatchLayout& layout = *batch_.layout;
   for (int t = 0; t < program_.num_types(); ++t) {
@@ -733,6 +752,7 @@ void CpuExecutor::fill_uniform_values(Pass pass) {
       const Node& n = f[id];
       if (!n.uniform || n.op == Op::Param) continue;
       VJIT_INTERNAL_CHECK(n.op == Op::Concat, "executor cannot compute uniform " << ir::to_string(f, id));
+      if (stacked_in_model(f, n)) continue;
       float* dst = buffer_view(pass, t, id, 0).data;
       for (ValueId arg : n.args) {
         const int64_t part = f[arg].shape.numel();

@@ -104,6 +104,10 @@ class CpuExecutor final : public Executor {
     // VJIT_VERTEX_GEMM: the back end of the products run one per vertex
     // (MV-RNN's W_M·[A; B]; unset: `gemm`).
     std::optional<GemmBackend> vertex_gemm;
+    // VJIT_PARAM_LAYOUT: a merged product's stacked weights are read where
+    // the Model holds them as one block (runtime/param_layout.h); off, or
+    // where it does not, they are copied into the arena every pass.
+    bool stacked_in_place = true;
   };
   CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config);
 
@@ -211,6 +215,9 @@ class CpuExecutor final : public Executor {
   float* reserve_backward_arena(int64_t backward);
   void prepare_pushes(Evaluation<float>& result);
   void fill_uniform_values(Pass pass);  // stacked parameters (uniform Concat), once per pass
+  // The stacked weights uniform Concat `n` of `f` stands for, where the Model
+  // holds them as one block and they are read there; else null (copied).
+  float* stacked_in_model(const ir::Function& f, const ir::Node& n) const;
   void run_phase(Pass pass, ir::Phase phase, Frame& frame);
   void run_type_phase(Pass pass, ir::Phase phase, int type, Frame& frame);
   void run_task(Pass pass, int task, Frame& frame);
@@ -338,6 +345,7 @@ class CpuExecutor final : public Executor {
     std::unordered_map<int64_t, Copy> copies;
   };
   bool pretranspose_;
+  bool stacked_in_place_;
   WeightTransposes transposes_;
   bool deterministic_;
   bool streaming_;

@@ -771,9 +771,10 @@ TEST(Copies, OneCallPerTaskAndSlot) {
   EXPECT_GT(s.copy_bytes, 0);
 }
 
-// Matmul merging runs W1·x and W2·x as one GEMM over [W1; W2]: the CPU copies
-// both weights into that block once per pass and counts the bytes
-// (stacked_weight_bytes; each Param keeps its own memory in the Model).
+// Matmul merging runs W1·x and W2·x as one GEMM over [W1; W2]: where the
+// Model does not hold them as one block (here VJIT_PARAM_LAYOUT is off; see
+// tests/test_param_layout.cpp) the CPU copies both weights into that block
+// once per pass and counts the bytes (stacked_weight_bytes).
 TEST(Copies, StackedWeightsOfMergedProductsAreCountedOncePerPass) {
   Model model;
   Param w1 = model.add("W1", Shape::mat(3, 4)), w2 = model.add("W2", Shape::mat(5, 4));
@@ -794,6 +795,7 @@ TEST(Copies, StackedWeightsOfMergedProductsAreCountedOncePerPass) {
   for (bool merge : {false, true}) {
     Options options = Options::defaults();
     options.merge_matmuls = merge;
+    options.param_layout = false;
     Engine engine(program, options);
     testing::expect_forward_only_matches_reference(engine, program, batch, kTolerance, merge ? "on" : "off");
     EXPECT_EQ(engine.stats().stacked_weight_bytes, merge ? stacked : 0) << "merging " << merge;

@@ -19,7 +19,10 @@
 // throughput across threads, give each thread an Engine of its own with fewer
 // VJIT_THREADS (perf/concurrency_bench measures both). Several engines may run
 // one Program concurrently as long as none of them trains: training writes the
-// Model's parameters, which the others read.
+// Model's parameters, which the others read. Building an engine may lay the
+// Model's values out again (VJIT_PARAM_LAYOUT: Model::arrange, values kept),
+// so build every engine of a Model before any of them runs, and take
+// pointers into ParamData::value after.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -102,6 +105,11 @@ struct CompileInfo {
   // Fused groups of ∂F with a kernel that adds gradient parts into the
   // children's rows (VJIT_ACCUMULATE_GRADIENTS).
   int accumulating_kernels = 0;
+  // Distinct stacked weights of merged products in the plans (ir/merge_matmuls.h),
+  // and of them those the Model holds as one block, read in place with no copy
+  // (VJIT_PARAM_LAYOUT, runtime/param_layout.h; the CUDA executor stacks its own).
+  int stacked_weights = 0;
+  int stacked_in_place = 0;
   int64_t jit_compiles = 0;  // kernels compiled for this engine, a CUDA plan's module counting one (the rest were cache hits)
   int64_t jit_cache_hits = 0;
   double jit_compile_s = 0;

@@ -57,6 +57,11 @@
 // |                  |             | sent to children adds it straight into      |              |
 // |                  |             | their scatter-gradient rows; the GatherGrad |              |
 // |                  |             | adds nothing for it (runtime/row_pointers.h)|              |
+// | VJIT_PARAM_LAYOUT | param_layout | bool: CPU: the engine lays the Model's  | on           |
+// |                  |             | parameters out so that the stacked weights  |              |
+// |                  |             | of merged products lie as one block, read   |              |
+// |                  |             | in place, not copied every pass             |              |
+// |                  |             | (runtime/param_layout.h)                    |              |
 // | VJIT_EPILOGUE    | epilogue    | bool: a bias add that follows a product | on           |
 // |                  |             | is done by the GEMM (output rows start as   |              |
 // |                  |             | the bias, beta = 1), not by another pass;   |              |
@@ -196,6 +201,7 @@ struct Options {
   bool gather_pointers = true;      // VJIT_GATHER_POINTERS
   bool forward_gathers = true;      // VJIT_FORWARD_GATHERS
   bool accumulate_gradients = true; // VJIT_ACCUMULATE_GRADIENTS
+  bool param_layout = true;         // VJIT_PARAM_LAYOUT
   std::string policy = "agenda";    // VJIT_POLICY
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
