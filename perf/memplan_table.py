@@ -10,7 +10,9 @@ decides: gathers, their gradients, Concat copies), the weights matmul
 merging copies into one block per pass where the Model does not hold them so,
 kernels, latency per step and the planner's time per batch; the ratios to the baseline; which planner
 VJIT_MEMPLAN=auto kept and its time. Then the planner's time against the batch
-size.
+size. With --speed, the table of perf/memplan_speed.sh instead: per
+configuration, the three layouts' median step times over rounds that took
+turns, and the per-round speedups (median, min–max).
 """
 import json
 import statistics
@@ -103,7 +105,31 @@ def scaling_table(rows):
               f"| {c['time_s']['total'] * 1e3:.1f} / {p['time_s']['total'] * 1e3:.1f} |")
 
 
+def speed_table(rows):
+    by_config = defaultdict(dict)
+    for r in rows:
+        by_config[(r["model"], r["mode"], r["batch"], r["hidden"])][r["config"]] = r
+
+    def ratio(s):
+        return f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})"
+
+    print("| model | mode | batch | hidden | rounds | ms base / copy / pq (medians) "
+          "| copy vs base | pq vs base | pq vs copy |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for key in sorted(by_config, key=lambda k: (k[0], k[1] != "train", k[2], k[3])):
+        b, c, p = (by_config[key].get(name) for name in ("baseline", "copy", "pqtree"))
+        if not b or not c or not p:
+            continue
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {p['rounds']} "
+              f"| {b['ms_per_step']:.2f} / {c['ms_per_step']:.2f} / {p['ms_per_step']:.2f} "
+              f"| {ratio(c['speedup_vs_baseline'])} | {ratio(p['speedup_vs_baseline'])} "
+              f"| {ratio(p['speedup_vs_copy'])} |")
+
+
 def main():
+    if sys.argv[1] == "--speed":
+        speed_table(load(sys.argv[2]))
+        return
     layout_table(load(sys.argv[1]))
     if len(sys.argv) > 2:
         scaling_table(load(sys.argv[2]))

@@ -15,7 +15,9 @@
 // (one line per configuration, with a "config" field); --levers [--rounds N]
 // turns each CPU-speed lever off in turn on the given model and data, the
 // configurations taking turns N times, and prints medians and each lever's
-// speedup (run_levers). Results are checked before they are timed:
+// speedup (run_levers); --layouts [--rounds N] does the same for the memory
+// layouts of issue 11 (the copy baseline, copy and pqtree) and prints each
+// one's per-round speedups (run_layouts). Results are checked before they are timed:
 // the first batch is compared with the reference interpreter (--no-check skips it).
 // Each process measures its GEMM peak (measure_gemm_peak, --peak-seconds,
 // default 1.5: half on one thread, half on all; in two halves around the first
@@ -54,7 +56,8 @@ struct BenchArgs {
   bool check = true;
   bool ablation = false;
   bool levers = false;  // --levers: each CPU-speed lever off in turn (run_levers)
-  int rounds = 3;       // --rounds: how often the --levers configurations take turns
+  bool layouts = false;  // --layouts: the copy baseline, copy and pqtree in turn (run_layouts)
+  int rounds = 3;       // --rounds: how often the --levers or --layouts configurations take turns
   std::string compare_policy;  // also time this policy; report the speedup over it
   double peak_seconds = 1.5;   // the GEMM peak: half on one thread, half on all threads
   int pretrain_steps = 100;    // --mode decode: teacher-forced steps (batch 64) before decoding
@@ -97,6 +100,7 @@ BenchArgs parse(const std::vector<std::string>& args) {
     if (flag == "--no-check") { b.check = false; continue; }
     if (flag == "--ablation") { b.ablation = true; continue; }
     if (flag == "--levers") { b.levers = true; continue; }
+    if (flag == "--layouts") { b.layouts = true; continue; }
     if (i + 1 >= args.size()) throw UserError("unknown flag or missing value: " + flag);
     const std::string& value = args[++i];
     if (flag == "--model") b.model = value;
@@ -479,11 +483,76 @@ void run_levers(BenchArgs args, const Options& base) {
   }
 }
 
+// Issue 11's question, "does the step get faster?", asked of one model and
+// data in one process: the copy baseline (every child row a vertex reads and
+// every stacked weight copied: VJIT_MEMPLAN=copy with gather pointers,
+// forwarding, accumulating kernels and the parameter layout off), copy and
+// pqtree (the given options otherwise) take turns, --rounds times, starting
+// each round with the next one (no configuration always runs first). Each
+// line has the medians of its runs, the step time of each round
+// ("round_ms"), and per round the baseline's step time over this one's
+// ("speedup_vs_baseline") and, for pqtree, copy's over pqtree's
+// ("speedup_vs_copy"): their median, min and max, from runs at most a few
+// seconds apart.
+void run_layouts(BenchArgs args, const Options& base) {
+  struct Layout {
+    const char* name;
+    void (*change)(Options&);
+  };
+  const Layout layouts[] = {
+      {"baseline",
+       [](Options& o) {
+         o.memplan = "copy";
+         o.gather_pointers = o.forward_gathers = o.accumulate_gradients = o.param_layout = false;
+       }},
+      {"copy", [](Options& o) { o.memplan = "copy"; }},
+      {"pqtree", [](Options& o) { o.memplan = "pqtree"; }},
+  };
+  constexpr size_t n = std::size(layouts);
+  if (args.rounds < 1) throw UserError("--rounds needs a positive integer");
+  std::vector<std::vector<json>> lines(n);
+  std::vector<std::vector<double>> ms(n);
+  for (int round = 0; round < args.rounds; ++round) {
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (size_t(round) + k) % n;
+      Options options = base;
+      layouts[i].change(options);
+      BenchArgs a = args;
+      a.check = args.check && round == 0;
+      lines[i].push_back(bench_one(a, options));
+      ms[i].push_back(lines[i].back()["time_s"]["total"].get<double>() * 1e3);
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  auto spread = [&](size_t over, size_t of) {
+    std::vector<double> ratios;
+    for (int r = 0; r < args.rounds; ++r) ratios.push_back(ms[over][size_t(r)] / ms[of][size_t(r)]);
+    return json{{"median", median(ratios)},
+                {"min", *std::min_element(ratios.begin(), ratios.end())},
+                {"max", *std::max_element(ratios.begin(), ratios.end())}};
+  };
+  for (size_t i = 0; i < n; ++i) {
+    json line = lines[i][lines[i].size() / 2];  // counters and options of one run
+    line["config"] = layouts[i].name;
+    line["rounds"] = args.rounds;
+    line["round_ms"] = ms[i];
+    line["ms_per_step"] = median(ms[i]);
+    line["samples_per_s"] = double(args.batch) * 1e3 / median(ms[i]);
+    line["speedup_vs_baseline"] = spread(0, i);
+    if (std::string(layouts[i].name) == "pqtree") line["speedup_vs_copy"] = spread(1, i);
+    std::cout << line.dump() << std::endl;
+  }
+}
+
 int bench_main(int argc, char** argv) {
   Options options = Options::from_env();
   BenchArgs args = parse(apply_flags(options, argc, argv));
   if (args.ablation) run_ablation(args, options);
   else if (args.levers) run_levers(args, options);
+  else if (args.layouts) run_layouts(args, options);
   else std::cout << bench_one(args, options).dump() << std::endl;
   return 0;
 }
