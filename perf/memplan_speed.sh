@@ -18,14 +18,8 @@ data=../shared/data
 out=perf/results
 mkdir -p "$out"
 
-data_of() {
-  case "$1" in
-    tree_lstm|tree_gru) [ -f "$data/sst/train.txt" ] && echo "--data $data/sst/train.txt" ;;
-    var_lstm) [ -f "$data/ptb/dev.txt" ] && echo "--data $data/ptb/dev.txt" ;;
-    lattice_lstm) [ -f "$data/lattice/train.txt" ] && echo "--data $data/lattice/train.txt" ;;
-  esac
-  return 0
-}
+# shellcheck source=perf/model_data.sh
+source perf/model_data.sh
 
 : > "$out/memplan_speed.jsonl"
 for model in tree_lstm tree_gru fixed_lstm var_lstm lattice_lstm; do

@@ -22,14 +22,8 @@ out=perf/results
 mkdir -p "$out"
 bench="$build/perf/vjit-bench"
 
-data_of() {
-  case "$1" in
-    tree_lstm|tree_gru) [ -f "$data/sst/train.txt" ] && echo "--data $data/sst/train.txt" ;;
-    var_lstm) [ -f "$data/ptb/dev.txt" ] && echo "--data $data/ptb/dev.txt" ;;
-    lattice_lstm) [ -f "$data/lattice/train.txt" ] && echo "--data $data/lattice/train.txt" ;;
-  esac
-  return 0
-}
+# shellcheck source=perf/model_data.sh
+source perf/model_data.sh
 
 : > "$out/memplan.jsonl"
 for model in tree_lstm tree_gru fixed_lstm var_lstm lattice_lstm; do
