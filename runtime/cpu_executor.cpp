@@ -193,13 +193,19 @@ int64_t fixed_row_blocks(int64_t rows, int64_t work_per_row) {
 
 // Per value of `f`: the gather slots whose rows the value is a view of (bit k:
 // slot k, bit `fixed_arity`: the variadic sum); `forward` gives the forward
-// function's masks for Fwd (nullptr for a forward function).
-std::vector<uint64_t> gather_alias_masks(const ir::Function& f, int fixed_arity, const std::vector<uint64_t>* forward) {
+// function's masks for Fwd (nullptr for a forward function). A Gather read
+// through row pointers (`pointer_parts`, row_pointer_parts of a forward
+// function; nullptr: none) is no view: its table has every row of the batch,
+// so a phase step over all rows reads it as it is (no task by task).
+std::vector<uint64_t> gather_alias_masks(const ir::Function& f, int fixed_arity, const std::vector<uint64_t>* forward,
+                                         const std::vector<int>* pointer_parts) {
   std::vector<uint64_t> mask(size_t(f.size()), 0);
   for (ValueId id = 0; id < f.size(); ++id) {
     const Node& n = f[id];
     switch (n.op) {
-      case Op::Gather: mask[size_t(id)] = uint64_t(1) << n.child_slot; break;
+      case Op::Gather:
+        if (!pointer_parts || (*pointer_parts)[size_t(id)] == 0) mask[size_t(id)] = uint64_t(1) << n.child_slot;
+        break;
       case Op::GatherSum: mask[size_t(id)] = uint64_t(1) << fixed_arity; break;
       case Op::Slice:
       case Op::Reshape: mask[size_t(id)] = mask[size_t(n.args[0])]; break;
@@ -504,11 +510,16 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       push_widths_[t].push_back(f[f[id].args[0]].shape.numel());
     }
     const int fixed = program.signature(int(t)).fixed_arity;
-    std::vector<uint64_t> forward_alias = gather_alias_masks(f, fixed, nullptr);
-    std::vector<uint64_t> backward_alias = gather_alias_masks(*plan.types[t].backward.function, fixed, &forward_alias);
     row_pointer_parts_.push_back(config.gather_pointers
                                      ? row_pointer_parts(plan.types[t].forward, plan.types[t].backward)
                                      : std::vector<int>(f.nodes.size(), 0));
+    std::vector<uint64_t> forward_alias = gather_alias_masks(f, fixed, nullptr, &row_pointer_parts_.back());
+    std::vector<std::pair<ValueId, int>>& view_gathers = view_gathers_.emplace_back();
+    for (ValueId id = 0; id < f.size(); ++id)
+      if (forward_alias[size_t(id)] != 0 && (f[id].op == Op::Gather || f[id].op == Op::GatherSum))
+        view_gathers.push_back({id, f[id].op == Op::Gather ? f[id].child_slot : fixed});
+    std::vector<uint64_t> backward_alias =
+        gather_alias_masks(*plan.types[t].backward.function, fixed, &forward_alias, nullptr);
     gradient_pointers_.push_back(
         config.gather_pointers ? gradient_pointers(plan.types[t].backward, program.signature(int(t)))
                                : std::vector<GradientPointer>(plan.types[t].backward.function->nodes.size()));
@@ -776,6 +787,7 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   stats_.tasks += batch.schedule->num_tasks();
   size_row_pointers();
   point_forwarded_parts();
+  find_read_view_slots();
   ++transposes_.pass;  // the weights' transposed copies are made again
   fill_uniform_values(Pass::Forward);
   if (streaming_) {
@@ -912,6 +924,22 @@ CpuExecutor::View CpuExecutor::forwarded_rows(const Rows& rows, ValueId value) {
   for (size_t j = 0; j < parts.size(); ++j)
     if (parts[j].value == value) return {nullptr, 0, forward_rows_[size_t(rows.type)][j].data() + rows.begin, 1};
   VJIT_INTERNAL_CHECK(false, "a fused step repeats an output that is not a forwarded part");
+}
+
+void CpuExecutor::find_read_view_slots() {
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatSchedule& schedule = *batch_.schedule;
+  read_view_slots_.assign(plan_.types.size(), 0);
+  if (layout.view_slots.empty()) return;
+  for (int t = 0; t < schedule.num_tasks(); ++t) {
+    const int type = schedule.task_type[size_t(t)];
+    const uint64_t views = layout.view_slots[size_t(type)];
+    if (views == 0) continue;
+    const Rows rows = task_rows(t);
+    for (auto [gather, slot] : view_gathers_[size_t(type)])
+      if ((views >> slot & 1) && layout.gather(t, slot).is_view() && !forwarded_over_view(rows, gather))
+        read_view_slots_[size_t(type)] |= uint64_t(1) << slot;
+  }
 }
 
 bool CpuExecutor::forwarded_over_view(const Rows& rows, ValueId gather) const {
@@ -1194,7 +1222,7 @@ void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type, Frame& fr
   const std::vector<Step>& steps = phase == ir::Phase::Eager ? fp.eager : fp.lazy;
   if (steps.empty()) return;
   Rows rows{type, -1, 0, layout.type_rows[size_t(type)], layout.rows_of(type).data()};
-  const uint64_t views = layout.view_slots.empty() ? 0 : layout.view_slots[size_t(type)];
+  const uint64_t views = read_view_slots_[size_t(type)];
   const std::vector<uint64_t>& reads =
       (phase == ir::Phase::Eager ? eager_reads_ : lazy_reads_)[int(pass)][size_t(type)];
   // Runs of steps over every row alternate with runs that read gather views

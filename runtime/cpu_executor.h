@@ -405,6 +405,13 @@ class CpuExecutor final : public Executor {
   // task reads its own buffer (forwarded rows, the others copied).
   std::vector<uint64_t> unviewed_targets_;
   bool forwarded_over_view(const Rows& rows, ir::ValueId gather) const;
+  // Per type: the gathers of F that may be views (not read through row
+  // pointers) with their slots; per type, this batch's slots that some task
+  // reads as a view (BatchLayout::view_slots less the gathers forwarded over
+  // their views): the phase steps reading those run task by task.
+  std::vector<std::vector<std::pair<ir::ValueId, int>>> view_gathers_;
+  std::vector<uint64_t> read_view_slots_;
+  void find_read_view_slots();
   void point_forwarded_parts();
   void choose_forward_parent(int type, int vertex);
   int usable_target(int type, int parent, int slot, const ForwardedPart& part) const;
