@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 
 #include "vjit/error.h"
@@ -54,12 +53,14 @@ std::vector<int64_t> Model::offsets() const {
   return out;
 }
 
+void Model::point_at(ParamData& param, int64_t offset) {
+  param.value.data_ = block_.data() + offset;
+  param.value.size_ = size_t(param.shape.numel());
+}
+
 void Model::adopt_block(std::vector<float> block, const std::vector<int64_t>& offsets) {
   block_ = std::move(block);
-  for (size_t p = 0; p < params_.size(); ++p) {
-    params_[p].value.data_ = block_.data() + offsets[p];
-    params_[p].value.size_ = size_t(params_[p].shape.numel());
-  }
+  for (size_t p = 0; p < params_.size(); ++p) point_at(params_[p], offsets[p]);
 }
 
 int64_t Model::append_values(int64_t floats) {
@@ -87,8 +88,7 @@ Param Model::add(const std::string& name, Shape shape, Init init, float scale) {
   ParamData& data = params_.back();
   data.name = name;
   data.shape = shape;
-  data.value.data_ = block_.data() + at;
-  data.value.size_ = size_t(shape.numel());
+  point_at(data, at);
   // Each parameter draws from its own stream, so adding one never changes another's values.
   std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + params_.size() + 1);
   double bound = 0.0;

@@ -335,7 +335,7 @@ bool AlignedOrder::broadcast_batch(int batch) {
   for (int source = 0; source < k; ++source) {
     const std::span<const int> values = operand(batch, source);
     if (!find_region(values, region_)) return false;
-    collect_subtree_constraints(values, region_.top, region_.top_is_run, false);
+    collect_subtree_constraints(values, region_.top, region_.top_is_run, true);
     for (int target = 0; target < k; ++target) {
       if (target != source && !reduce_mapped_constraints(batch, target)) return false;
     }
@@ -375,11 +375,13 @@ void AlignedOrder::requeue_batches_touching(std::span<const int> values) {
 // when `start_is_run`: region_.run): a DFS that lists the operand's indices in
 // tree order (frontier_) and, as pairs [begin, end) of frontier positions
 // (constraint_bounds_), each P-node's leaves and the leaves of each two
-// adjacent children of a Q-node (or of the run); only start's own with
-// `start_only`. Constraints of fewer than two values or of the whole operand
-// hold already and are left out.
+// adjacent children of a Q-node (or of the run), with `with_constraints`
+// (the full broadcast); every node's interval of frontier_ in
+// frontier_begin_/frontier_end_ (a walk's fixes, reduce_node_constraints).
+// Constraints of fewer than two values or of the whole operand hold already
+// and are left out.
 void AlignedOrder::collect_subtree_constraints(std::span<const int> values, NodeId start, bool start_is_run,
-                                               bool start_only) {
+                                               bool with_constraints) {
   const int m = static_cast<int>(values.size());
   for (int i = 0; i < m; ++i) index_of_value_[values[i]] = i;
   frontier_.clear();
@@ -388,7 +390,7 @@ void AlignedOrder::collect_subtree_constraints(std::span<const int> values, Node
   frame_kids_.clear();
   frame_kid_start_.clear();
   auto add = [&](int begin, int end) {
-    if (end - begin >= 2 && end - begin < m && (!start_only || frames_.size() == 1)) {
+    if (with_constraints && end - begin >= 2 && end - begin < m) {
       constraint_bounds_.push_back(begin);
       constraint_bounds_.push_back(end);
     }
@@ -580,7 +582,7 @@ AlignedOrder::Walk AlignedOrder::walk_operand(int batch, int source, int target,
       if (!fix || fixed) return Walk::Mismatch;
       fixed = true;
       if (!frontier_indexed) {  // once per walk: reductions on `target` leave this region as it is
-        collect_subtree_constraints(from, region_.top, region_.top_is_run, true);
+        collect_subtree_constraints(from, region_.top, region_.top_is_run, false);
         frontier_indexed = true;
       }
       if (!reduce_node_constraints(batch, target, node, run,

@@ -104,7 +104,7 @@ class AlignedOrder {
   bool broadcast_batch(int batch);
   bool reduce_mapped_constraints(int batch, int target);
   void collect_subtree_constraints(std::span<const int> values, PQTree::NodeId start, bool start_is_run,
-                                   bool start_only);
+                                   bool with_constraints);
   bool reduce_node_constraints(int batch, int target, PQTree::NodeId node, bool run,
                                std::span<const PQTree::NodeId> kids);
   void requeue_batches_touching(std::span<const int> values);

@@ -359,6 +359,13 @@ json bench_one(const BenchArgs& args, const Options& options) {
   return line;
 }
 
+// The median of the configurations' runs (--levers, --layouts): the upper of
+// the two middle values for an even count.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // Cavs Fig. 10: the baseline with fusion, lazy batching and streaming off, each
 // turned on alone, then all on, then vjit's defaults (all but streaming);
 // Tree-LSTM and Fixed-LSTM at hidden 64, 256, 512.
@@ -452,10 +459,6 @@ void run_levers(BenchArgs args, const Options& base) {
       }
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   auto medians_of = [&](size_t i, const char* field) {
     std::vector<double> v;
     for (const json& line : lines[i]) v.push_back(line[field].get<double>());
@@ -523,10 +526,6 @@ void run_layouts(BenchArgs args, const Options& base) {
       ms[i].push_back(lines[i].back()["time_s"]["total"].get<double>() * 1e3);
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-  };
   auto spread = [&](size_t over, size_t of) {
     std::vector<double> ratios;
     for (int r = 0; r < args.rounds; ++r) ratios.push_back(ms[over][size_t(r)] / ms[of][size_t(r)]);

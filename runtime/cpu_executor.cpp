@@ -534,6 +534,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     for (Pass pass : {Pass::Forward, Pass::Backward}) {
       const FunctionPlan& fp = pass == Pass::Forward ? plan.types[t].forward : plan.types[t].backward;
       const std::vector<uint64_t>& alias = pass == Pass::Forward ? forward_alias : backward_alias;
+      stacked_views_[int(pass)].emplace_back(fp.function->nodes.size(), nullptr);
       eager_reads_[int(pass)].emplace_back();
       lazy_reads_[int(pass)].emplace_back();
       for (const Step& step : fp.eager) eager_reads_[int(pass)].back().push_back(step_reads(fp, alias, step));
@@ -664,8 +665,7 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
       switch (n.op) {
         case Op::Param: view = {store_.value(n.param), 0}; break;
         case Op::Concat:
-          if (n.uniform)
-            if (float* stacked = stacked_in_model(f, n)) view = {stacked, 0};
+          if (float* stacked = stacked_views_[int(p)][size_t(rows.type)][size_t(id)]) view = {stacked, 0};
           break;
         case Op::Slice: {  // of a product folded into its readers (no data): none either
           const View& whole = views[size_t(n.args[0])];
@@ -736,24 +736,22 @@ void CpuExecutor::prepare_pushes(Evaluation<float>& result) {
   result.pushes.allocate();
 }
 
-float* CpuExecutor::stacked_in_model(const ir::Function& f, const Node& n) const {
+float* CpuExecutor::stacked_in_model(const ir::Function& f, const Node& n) {
   if (!stacked_in_place_) return nullptr;
-  const float* next = nullptr;
+  stacked_params_.clear();
   for (ValueId arg : n.args) {
     if (f[arg].op != Op::Param) return nullptr;
-    const float* at = store_.value(f[arg].param);
-    if (next && at != next) return nullptr;
-    next = at + f[arg].shape.numel();
+    stacked_params_.push_back(f[arg].param);
   }
-  return store_.value(f[n.args[0]].param);
+  return store_.model().consecutive(stacked_params_) ? store_.value(stacked_params_[0]) : nullptr;
 }
 
 // A uniform value other than a parameter is a Concat of parameters (stacked
 // weights, made by matmul merging): one row with ld 0 that changes with every
 // optimizer step. Where the Model holds the parameters as one block, in order
-// (runtime/param_layout.h), bind() points at them; else the block is filled
-// here, once per pass, from the parameters' current values, before any step
-// reads it (run_node skips it).
+// (runtime/param_layout.h), bind() points at them (stacked_views_, decided
+// here once per pass); else the block is filled here, once per pass, from the
+// parameters' current values, before any step reads it (run_node skips it).
 void CpuExecutor::fill_uniform_values(Pass pass) {
   const BatchLayout& layout = *batch_.layout;
   for (int t = 0; t < program_.num_types(); ++t) {
@@ -763,7 +761,9 @@ void CpuExecutor::fill_uniform_values(Pass pass) {
       const Node& n = f[id];
       if (!n.uniform || n.op == Op::Param) continue;
       VJIT_INTERNAL_CHECK(n.op == Op::Concat, "executor cannot compute uniform " << ir::to_string(f, id));
-      if (stacked_in_model(f, n)) continue;
+      float*& in_model = stacked_views_[int(pass)][size_t(t)][size_t(id)];
+      in_model = stacked_in_model(f, n);
+      if (in_model) continue;
       float* dst = buffer_view(pass, t, id, 0).data;
       for (ValueId arg : n.args) {
         const int64_t part = f[arg].shape.numel();

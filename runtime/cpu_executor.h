@@ -217,7 +217,11 @@ class CpuExecutor final : public Executor {
   void fill_uniform_values(Pass pass);  // stacked parameters (uniform Concat), once per pass
   // The stacked weights uniform Concat `n` of `f` stands for, where the Model
   // holds them as one block and they are read there; else null (copied).
-  float* stacked_in_model(const ir::Function& f, const ir::Node& n) const;
+  float* stacked_in_model(const ir::Function& f, const ir::Node& n);
+  std::vector<int> stacked_params_;  // stacked_in_model's scratch
+  // Per pass and type, per value: stacked_in_model's answer this pass for a
+  // uniform Concat (fill_uniform_values), which bind() points the value at.
+  std::vector<std::vector<float*>> stacked_views_[2];
   void run_phase(Pass pass, ir::Phase phase, Frame& frame);
   void run_type_phase(Pass pass, ir::Phase phase, int type, Frame& frame);
   void run_task(Pass pass, int task, Frame& frame);

@@ -126,6 +126,8 @@ class Model {
  private:
   // Makes room for `floats` more values (zeros) at the end of the block; their offset.
   int64_t append_values(int64_t floats);
+  // Points `param`'s view at `offset` floats into the block.
+  void point_at(ParamData& param, int64_t offset);
   // Points every parameter's view into `block` at `offsets[p]`, which becomes the block.
   void adopt_block(std::vector<float> block, const std::vector<int64_t>& offsets);
   std::vector<int64_t> offsets() const;
