@@ -7,6 +7,7 @@
 #include <iostream>
 #include <mutex>
 #include <set>
+#include <sstream>
 
 #include "ir/flops.h"
 #include "jit/gradient_exchange.h"
@@ -94,6 +95,7 @@ struct Engine::Impl {
                                                        options.max_memory, options.check_finite, options.deterministic,
                                                        trace.get(), options.pretranspose, options.gather_pointers,
                                                        vertex_gemm, options.param_layout});
+    executor->record_primitives(options.logs("primitives"));
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;
     growth.callbacks.resize(size_t(program.num_types()));
@@ -118,8 +120,11 @@ struct Engine::Impl {
   class CallScope {
    public:
     CallScope(Impl& impl, std::string_view name)
-        : impl_(impl), start_(std::chrono::steady_clock::now()), trace_(name_caller(impl), name, runtime::TraceCategory::Call) {}
-    ~CallScope() { impl_.stats.call_s += seconds_since(start_); }
+        : impl_(impl), name_(name), start_(std::chrono::steady_clock::now()), trace_(name_caller(impl), name, runtime::TraceCategory::Call) {}
+    ~CallScope() {
+      impl_.stats.call_s += seconds_since(start_);
+      if (impl_.options.logs("primitives")) impl_.log_primitives(name_);
+    }
 
    private:
     static runtime::TraceRecorder* name_caller(Impl& impl) {
@@ -127,9 +132,45 @@ struct Engine::Impl {
       return impl.trace.get();
     }
     Impl& impl_;
+    std::string_view name_;
     std::chrono::steady_clock::time_point start_;
     runtime::TraceScope trace_;
   };
+
+  // VJIT_LOG=primitives: the call's primitives, a line each, after a line
+  // that counts them by kind. Never throws (a CallScope's destructor calls it).
+  void log_primitives(std::string_view call) noexcept {
+    try {
+      std::vector<runtime::PrimitiveRecord> log = executor->take_primitive_log();
+      if (kept_program) {
+        std::vector<runtime::PrimitiveRecord> kept = kept_program->executor->take_primitive_log();
+        log.insert(log.end(), kept.begin(), kept.end());
+      }
+      std::cerr << describe_primitives(call, log);
+    } catch (...) {  // a log line lost, nothing else
+    }
+  }
+
+  std::string describe_primitives(std::string_view call, const std::vector<runtime::PrimitiveRecord>& log) const {
+    PrimitiveCounts counts;
+    for (const runtime::PrimitiveRecord& r : log) counts.add(r.kind);
+    std::ostringstream out;
+    out << "[vjit primitives] " << call << ": " << log.size();
+    for (int k = 0; k < kPrimitiveKinds; ++k)
+      if (counts.count[size_t(k)] > 0)
+        out << ", " << primitive_name(Primitive(k)) << " " << counts.count[size_t(k)];
+    out << "\n";
+    for (size_t i = 0; i < log.size(); ++i) {
+      const runtime::PrimitiveRecord& r = log[i];
+      out << "[vjit primitives]   " << i + 1 << " " << (r.pass == runtime::Pass::Forward ? "forward " : "backward ")
+          << primitive_name(r.kind);
+      if (r.type >= 0 && r.type < program.num_types()) out << " type " << program.type_name(r.type);
+      if (r.task >= 0) out << " task " << r.task;
+      if (r.rows > 0) out << " rows " << r.rows;
+      out << ": " << r.what << "\n";
+    }
+    return out.str();
+  }
 
   // The policy saved in the cache for this program, or null. A file that does
   // not load (corrupt, truncated, another format or program) must not block
@@ -356,6 +397,7 @@ struct Engine::Impl {
         runtime::CpuExecutor::Config{options.threads, gemm, false, options.profile, options.max_memory,
                                      options.check_finite, options.deterministic, nullptr, options.pretranspose,
                                      options.gather_pointers, vertex_gemm, options.param_layout});
+    kept->executor->record_primitives(options.logs("primitives"));
     for (int t = 0; t < kept->program.num_types(); ++t)
       kept->forward_flops.push_back(t < program.num_types() ? forward_flops[size_t(t)] : 0.0);
     kept_program = std::move(kept);
@@ -607,7 +649,7 @@ struct Engine::Impl {
   // seconds: groups run at once). Not call_s (this engine times its own
   // call) nor the dist_* counters (no group trains).
   static void add_counts(EngineStats& into, const EngineStats& from) {
-    static_assert(sizeof(EngineStats) == 31 * sizeof(int64_t),
+    static_assert(sizeof(EngineStats) == 31 * sizeof(int64_t) + sizeof(PrimitiveCounts),
                   "EngineStats changed: sum the new field here (or say above why not), then update the count");
     into.batches += from.batches;
     into.vertices += from.vertices;
@@ -637,6 +679,7 @@ struct Engine::Impl {
     into.backward_s += from.backward_s;
     into.growth_rounds += from.growth_rounds;
     into.grown_vertices += from.grown_vertices;
+    into.primitives += from.primitives;
   }
 
   // What runs a round: the program's own plans, or those of the program that
@@ -789,6 +832,7 @@ struct Engine::Impl {
     stats.copy_s += e.copy_s;
     stats.gemm_s += e.gemm_s;
     stats.elementwise_s += e.elementwise_s;
+    stats.primitives += e.primitives;
   }
 
   // VJIT_PROFILE's summary: counts, phase totals against the wall time of the
@@ -988,6 +1032,7 @@ double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
   auto start = std::chrono::steady_clock::now();
   impl_->executor->update(optimizer);
   impl_->stats.optimizer_s += seconds_since(start);
+  impl_->collect(*impl_->executor);  // the update's primitives belong to this step
   return objective;
 }
 

@@ -266,6 +266,16 @@ std::string cpu_description() {
   return name + " (" + isa + ")";
 }
 
+// Primitives per step by kind (those that ran), and their total.
+json primitives_per_step(const vjit::PrimitiveCounts& counts, double steps) {
+  json out = json::object();
+  for (int k = 0; k < vjit::kPrimitiveKinds; ++k)
+    if (counts.count[size_t(k)] > 0)
+      out[std::string(vjit::primitive_name(vjit::Primitive(k)))] = double(counts.count[size_t(k)]) / steps;
+  out["total"] = double(counts.total()) / steps;
+  return out;
+}
+
 json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
   const EngineStats& s = t.stats;
   double steps = double(s.batches);
@@ -284,6 +294,7 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"vertices", double(s.vertices) / steps},
               {"lower_bound", double(s.lower_bound) / steps},
               {"kernels", double(s.kernels) / steps},
+              {"primitives", primitives_per_step(s.primitives, steps)},
               {"gemm_calls", double(s.gemm_calls) / steps},
               {"param_grad_gemms", double(s.param_grad_gemms) / steps},
               {"copy_calls", double(s.copy_calls) / steps},

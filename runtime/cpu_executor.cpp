@@ -604,6 +604,17 @@ ExecStats CpuExecutor::take_stats() {
   return s;
 }
 
+void CpuExecutor::record_primitives(bool on) {
+  frame_.primitives.log = on ? &primitive_log_ : nullptr;
+  stream_frame_.primitives.log = on ? &stream_primitive_log_ : nullptr;
+}
+
+std::vector<PrimitiveRecord> CpuExecutor::take_primitive_log() {
+  std::vector<PrimitiveRecord> log;
+  log.swap(primitive_log_);
+  return log;
+}
+
 const FunctionPlan& CpuExecutor::function_plan(Pass pass, int type) const {
   const TypePlan& t = plan_.types[size_t(type)];
   return pass == Pass::Forward ? t.forward : t.backward;
@@ -765,6 +776,8 @@ void CpuExecutor::fill_uniform_values(Pass pass) {
       in_model = stacked_in_model(f, n);
       if (in_model) continue;
       float* dst = buffer_view(pass, t, id, 0).data;
+      frame_.at(pass, t, -1, 1, "stacked weights");
+      frame_.issue(Primitive::MoveRows);
       for (ValueId arg : n.args) {
         const int64_t part = f[arg].shape.numel();
         const float* src = f[arg].op == Op::Param ? store_.value(f[arg].param) : buffer_view(pass, t, arg, 0).data;
@@ -1126,6 +1139,8 @@ void CpuExecutor::backward() {
   VJIT_USER_CHECK(has_batch_, "backward() needs a forward() with RunOptions::backward set before it");
   has_batch_ = false;
   store_.zero_gradients();
+  frame_.at(Pass::Backward, -1, -1, 0, "zero parameter gradients");
+  frame_.issue(Primitive::Fill);
   const BatchLayout& layout = *batch_.layout;
   reserve_backward_arena(layout.arena_floats[int(Pass::Backward)]);
   find_rows_assigned_once();
@@ -1180,6 +1195,8 @@ void CpuExecutor::zero_scatter_gradients() {
     const ValueLayout& g = layout.scatter_grad[t];
     if (g.offset < 0) continue;
     float* rows = arena(Pass::Backward) + g.offset;
+    frame_.at(Pass::Backward, int(t), -1, layout.type_rows[t], "zero scatter gradients");
+    frame_.issue(Primitive::Fill);
     const std::vector<uint8_t>& assigned = assigned_once_[t];
     const int64_t width = scatter_width_[t];
     for_row_blocks(frame_, layout.type_rows[t], g.ld, [&](int64_t begin, int64_t count, int) {
@@ -1208,6 +1225,8 @@ void CpuExecutor::update(Optimizer& optimizer) {
     }
   }
   TraceScope scope(trace_, "optimizer step", TraceCategory::Optimizer, args);
+  frame_.at(Pass::Backward, -1, -1, 0, "optimizer step");
+  frame_.issue(Primitive::OptimizerStep);
   optimizer.step(store_.model(), store_.gradients(), store_.gradient_rows(), &parallel_, &store_.optimizer_state());
 }
 
@@ -1348,6 +1367,8 @@ void CpuExecutor::run_forward_streaming() {
   streamer.join();
   stats_ += stream_stats_;
   stream_stats_ = {};
+  primitive_log_.insert(primitive_log_.end(), stream_primitive_log_.begin(), stream_primitive_log_.end());
+  stream_primitive_log_.clear();
   if (task_error) std::rethrow_exception(task_error);
   if (error) std::rethrow_exception(error);
 }
@@ -1458,8 +1479,12 @@ void CpuExecutor::throw_non_finite(const Rows& rows, int64_t row, const Step& st
 void CpuExecutor::run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame) {
   if (step.fused >= 0) {
     const FusedStep& fused = fused_step(pass, rows.type, step.fused);
-    if (!fused.outputs.empty()) run_fused(pass, rows, fused, frame);
+    if (fused.outputs.empty()) return;  // an inference pass needs none of its outputs
+    if (frame.primitives.log) [[unlikely]] frame.at(pass, rows.type, rows.task, rows.count, fused.kernel.name);
+    run_fused(pass, rows, fused, frame);
   } else {
+    if (frame.primitives.log) [[unlikely]]
+      frame.at(pass, rows.type, rows.task, rows.count, ir::op_name(function(pass, rows.type)[step.node].op));
     run_node(pass, rows, step.node, frame);
   }
 }
@@ -1561,6 +1586,7 @@ void CpuExecutor::reset_step_profile() {
 void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame) {
   ScopedTimer timer(frame.stats->elementwise_s);
   ++frame.stats->kernels;
+  frame.issue(Primitive::Fused);
   const std::vector<View>& views = frame.views[int(pass)];
   // VJIT_ACCUMULATE_GRADIENTS: where a task bound the gradient parts to the
   // children's rows, the kernel that adds them there, reading each as an input.
@@ -1680,7 +1706,10 @@ void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame
     default: break;
   }
   switch (n.op) {
-    case Op::Constant: fill_rows(rows.count, n.shape.numel(), float(n.value), out.data, out.ld); return;
+    case Op::Constant:
+      frame.issue(Primitive::Fill);
+      fill_rows(rows.count, n.shape.numel(), float(n.value), out.data, out.ld);
+      return;
     case Op::Outer: outer(pass, rows, n, nullptr, out, frame); return;
     case Op::SymOuter:
     case Op::SymOuterGrad: sym_outer(pass, rows, n, out, frame); return;
@@ -1735,6 +1764,7 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Fr
     copied += block_copied;
   });
   ++(copied > 0 ? stats.copy_calls : stats.gather_views);  // every row forwarded: nothing copied
+  if (copied > 0) frame.issue(Primitive::MoveRows);
   stats.copy_bytes += copied * width * int64_t(sizeof(float));
   stats.layout_copy_bytes += copied * width * int64_t(sizeof(float));
 }
@@ -1751,6 +1781,7 @@ void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View
     return;
   }
   ++stats.copy_calls;
+  frame.issue(node.op == Op::GatherAll ? Primitive::MoveRows : Primitive::AddRows);
   const int64_t width = node.op == Op::GatherAll ? node.shape.dims[1] : node.shape.numel();
   const bool forwarded = node.op == Op::GatherSum && !forward_parent_.empty();
   for (int64_t r = 0; r < rows.count; ++r) {
@@ -1774,6 +1805,7 @@ void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View
 void CpuExecutor::pull(const Rows& rows, const Node& node, const View& out, Frame& frame) {
   const scheduler::FlatBatch& graph = *batch_.graph;
   ++frame.stats->copy_calls;
+  frame.issue(Primitive::MoveRows);
   const int64_t width = node.shape.numel();
   const float* table = node.op == Op::PullEmbedding ? store_.value(node.param) : nullptr;
   for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
@@ -1797,6 +1829,7 @@ void CpuExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, con
     if (shape != node.shape) o.mode = shape.rank == 0 ? Broadcast::Scalar : Broadcast::RowVector;
     return o;
   };
+  frame.issue(Primitive::Elementwise);
   if (node.op == Op::Dropout) {
     dropout(rows, node, views[size_t(node.args[0])], out);
     return;
@@ -1847,11 +1880,14 @@ void CpuExecutor::concat(Pass pass, const Rows& rows, const Node& node, const Vi
     return;
   }
   int64_t column = 0;
+  bool copied = false;
   for (ValueId arg : node.args) {
     const View& src = views[size_t(arg)];
     const int64_t part = f[arg].shape.numel();
     // A gradient part added into the children's rows (VJIT_ACCUMULATE_GRADIENTS): the GatherGrad knows.
     if (src.pointers == nullptr && (src.data != out.data + column || src.ld != out.ld)) {
+      if (!copied) frame.issue(Primitive::MoveRows);  // one primitive for all the parts it copies
+      copied = true;
       frame.stats->layout_copy_bytes += rows.count * part * int64_t(sizeof(float));
       for_row_blocks(frame, rows.count, part, [&](int64_t begin, int64_t count, int) {
         for (int64_t r = begin; r < begin + count; ++r)
@@ -1870,6 +1906,7 @@ void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, co
   const ir::Function& f = function(pass, rows.type);
   const std::vector<View>& views = frame.views[int(pass)];
   const int64_t width = node.shape.numel();
+  frame.issue(node.op == Op::Sum || node.op == Op::SumRows ? Primitive::Reduce : Primitive::MoveRows);
   auto arg_row = [&](size_t i, int64_t r) { return views[size_t(node.args[i])].data + r * views[size_t(node.args[i])].ld; };
   // Each row is written once: blocks of rows run on the pool's threads.
   for_row_blocks(frame, rows.count, std::max(width, f[node.args[0]].shape.numel()), [&](int64_t begin, int64_t count, int) {
@@ -1916,6 +1953,8 @@ int CpuExecutor::variadic_children(int type, int vertex) const {
 void CpuExecutor::children_block_op(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
   const ir::Function& f = function(pass, rows.type);
   const std::vector<View>& views = frame.views[int(pass)];
+  const bool reduces = node.op == Op::MaxChildren || node.op == Op::MaxChildrenGrad;
+  frame.issue(node.op == Op::ChildCount ? Primitive::Fill : reduces ? Primitive::Reduce : Primitive::MoveRows);
   if (node.op == Op::ChildCount) {
     for (int64_t r = 0; r < rows.count; ++r) out.data[r * out.ld] = float(variadic_children(rows.type, rows.vertices[r]));
     return;
@@ -1964,6 +2003,7 @@ void CpuExecutor::children_block_op(Pass pass, const Rows& rows, const Node& nod
 void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
                        int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   frame.count_gemms(1, m, n, k);
+  frame.issue(Primitive::Gemm);
   if (!frame.use_pool) serial_sgemm(gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
   else parallel_sgemm(pool_, gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
 }
@@ -1975,6 +2015,7 @@ void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int
     return;
   }
   frame.count_gemms(1, m, n, k);
+  frame.issue(Primitive::Gemm);
   if (frame.use_pool) parallel_sgemm_bias(pool_, gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
   else serial_sgemm_bias(gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
 }
@@ -2028,6 +2069,7 @@ void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const Vi
   VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
   const PerVertexProduct p = per_vertex_product(node, sa, sb);
   frame.count_gemms(R, p.m, p.n, p.k);
+  frame.issue(Primitive::VertexProducts);
   const int64_t a_rows = node.trans_a ? p.k : p.m;  // as stored
   // The rows' products are independent: blocks of rows run on the pool's threads.
   if (sb.rank == 1 || sa.rank == 1) {  // matrix times vector, or vector times matrix
@@ -2082,6 +2124,7 @@ const float* CpuExecutor::transposed_weight(int64_t key, const float* w, int64_t
                    [&](int64_t begin, int64_t count, int) { transpose_rows(w, ldw, n, t, begin, begin + count); });
     copy.pass = transposes_.pass;
     ++frame.stats->pretransposed_weights;
+    frame.issue(Primitive::MoveRows);
   }
   return copy.values.data();
 }
@@ -2148,6 +2191,7 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
   const PerVertexProduct p = per_vertex_product(product, f[product.args[0]].shape, f[product.args[1]].shape);
   const int64_t size = p.m * p.n;
   frame.count_gemms(rows.count, p.m, p.n, p.k);
+  frame.issue(Primitive::VertexProducts);
   const int64_t work_per_row = p.m * p.n * p.k;
   const int64_t blocks = deterministic_ ? fixed_row_blocks(rows.count, work_per_row)
                                         : parallel_row_blocks(frame, rows.count, work_per_row);
@@ -2231,6 +2275,7 @@ void CpuExecutor::product_rows_plus_outer(Pass pass, const Rows& rows, const Nod
   const View& v = views[size_t(outer.args[1])];
   const int64_t u_size = f[outer.args[0]].shape.numel(), v_size = f[outer.args[1]].shape.numel();
   frame.count_gemms(rows.count, m, p.n, p.k);
+  frame.issue(Primitive::VertexProducts);
   for_row_blocks(frame, rows.count, m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r) {
       float* y = row_at(out, r);
@@ -2250,6 +2295,7 @@ void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const Vie
   const View& a = frame.views[int(pass)][size_t(node.args[0])];
   const View& b = frame.views[int(pass)][size_t(node.args[1])];
   const int64_t m = f[node.args[0]].shape.numel(), n = f[node.args[1]].shape.numel();
+  frame.issue(Primitive::Outer);
   for_row_blocks(frame, rows.count, m * n, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r)
       outer_row(a.data + r * a.ld, m, b.data + r * b.ld, n, addend ? addend->data + r * addend->ld : nullptr,
@@ -2264,6 +2310,7 @@ void CpuExecutor::sym_outer(Pass pass, const Rows& rows, const Node& node, const
   const int64_t n = f[node.args[0]].shape.numel();
   const bool gradient = node.op == Op::SymOuterGrad;
   const View* g = gradient ? &frame.views[int(pass)][size_t(node.args[1])] : nullptr;
+  frame.issue(Primitive::Outer);
   for_row_blocks(frame, rows.count, n * (n + 1) / 2, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r) {
       if (gradient) sym_outer_grad_row(x.data + r * x.ld, g->data + r * g->ld, n, out.data + r * out.ld);
@@ -2278,6 +2325,7 @@ void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, cons
   const int64_t classes = function(pass, rows.type)[node.args[0]].shape.numel();
   const bool gradient = node.op == Op::SoftmaxCEGrad;
   const View* upstream = gradient ? &frame.views[int(pass)][size_t(node.args[1])] : nullptr;
+  frame.issue(Primitive::SoftmaxCE);
   for_row_blocks(frame, rows.count, classes, [&](int64_t begin, int64_t count, int) {
     std::vector<float>& p = t_softmax;  // exp(x − max), then the softmax
     p.resize(size_t(classes));
@@ -2310,6 +2358,7 @@ void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node, Frame& fra
   switch (node.op) {
     case Op::Push: {
       ++stats.copy_calls;
+      frame.issue(Primitive::MoveRows);
       PushedValues<float>& pushes = result_->pushes;
       int k = push_index_[size_t(rows.type)][size_t(&node - function(pass, rows.type).nodes.data())];
       // Every vertex has its own place among the pushes: blocks of rows on the pool's threads.
@@ -2322,10 +2371,12 @@ void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node, Frame& fra
       return;
     }
     case Op::Loss:
+      frame.issue(Primitive::Reduce);
       for (int64_t r = 0; r < rows.count; ++r) result_->objective += double(x.data[r * x.ld]);
       return;
     case Op::EmbeddingGrad: {
       ++stats.copy_calls;
+      frame.issue(Primitive::AddRows);
       float* grad = store_.gradient(node.param);
       for (int64_t r = 0; r < rows.count; ++r) store_.touch(node.param, graph.token(rows.vertices[r]));
       // Rows of one token add into one gradient row: blocks of columns in parallel, never blocks of rows.
@@ -2366,6 +2417,7 @@ void CpuExecutor::param_grad(Pass pass, const Rows& rows, const Node& node, Fram
   }
   const View& x = views[size_t(term)];
   const int64_t width = f[term].shape.numel();
+  frame.issue(Primitive::Reduce);
   for (int64_t r = 0; r < rows.count; ++r) add_row(x.data + r * x.ld, grad, width);
 }
 
@@ -2402,11 +2454,13 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
       add_row(g.pointers[r], grad_row(dst.type, dst.row) + node.start, width);
       ++added;
     }
+    if (added > 0) frame.issue(Primitive::AddRows);
     stats.copy_bytes += added * width * int64_t(sizeof(float));
     stats.layout_copy_bytes += added * width * int64_t(sizeof(float));
     return;
   }
   ++stats.copy_calls;
+  frame.issue(Primitive::AddRows);
   int64_t child_rows = rows.count;  // rows added into
   if (node.target == ir::GatherGradTarget::Slot) {
     const bool whole_slot = whole_slot_gather_grads_[size_t(rows.type)] >> node.child_slot & 1;
@@ -2490,6 +2544,7 @@ void CpuExecutor::add_accumulated_gather_grad(const Rows& rows, const Node& node
     return;
   }
   ++frame.stats->copy_calls;
+  frame.issue(Primitive::AddRows);
   // Column blocks: a child twice in the rows is added to by one thread.
   for_column_blocks(frame, rows.count, width, [&](int64_t block, int64_t count) {
     // Adds columns [begin, end) of the row at `row` (column 0) within this block.

@@ -121,6 +121,8 @@ class CpuExecutor final : public Executor {
   OptimizerState optimizer_state() override { return store_.optimizer_state(); }
   void set_optimizer_state(OptimizerState state) override { store_.optimizer_state() = std::move(state); }
   ExecStats take_stats() override;
+  void record_primitives(bool on) override;
+  std::vector<PrimitiveRecord> take_primitive_log() override;
   std::vector<StepTime> step_profile() const override;
   void reset_step_profile() override;
   // After a forward: what the vertex at `row` of `type` scattered (a type
@@ -173,6 +175,13 @@ class CpuExecutor final : public Executor {
     std::vector<const float* const*> row_tables;
     std::vector<const float*> row_addresses;
     ExecStats* stats = nullptr;
+    // The primitives this frame issues: where they come from (the step being
+    // run, or a pass's own work) and, with VJIT_LOG=primitives, their list.
+    PrimitiveRecorder primitives;
+    void issue(Primitive kind) { primitives.issue(stats->primitives, kind); }
+    void at(Pass pass, int type, int task, int64_t rows, std::string_view what) {
+      primitives.at(pass, type, task, rows, what);
+    }
     bool use_pool = true;  // split large steps across the pool's threads
     std::vector<std::vector<float>> scratch;  // per row block: a private accumulator (block 0 needs none)
     // The shape of the last product a GEMM step ran (per-vertex products: each
@@ -362,6 +371,8 @@ class CpuExecutor final : public Executor {
   ExecStats stream_stats_;  // the streaming thread's, merged after each forward
   Frame frame_;             // the calling thread's
   Frame stream_frame_;      // the streaming thread's
+  // VJIT_LOG=primitives: what each frame issued since the last take_primitive_log().
+  std::vector<PrimitiveRecord> primitive_log_, stream_primitive_log_;
   std::vector<std::vector<int64_t>> push_widths_;  // per type: the width of each push, in function order
   std::vector<std::vector<int>> push_index_;       // per type, per forward value id: which push it is (-1)
   std::vector<int64_t> scatter_width_;             // per type: floats per row of what it scatters (0: none)

@@ -208,6 +208,27 @@ ExecStats CudaExecutor::take_stats() {
   return s;
 }
 
+std::vector<PrimitiveRecord> CudaExecutor::take_primitive_log() {
+  std::vector<PrimitiveRecord> log;
+  log.swap(primitive_log_);
+  return log;
+}
+
+void CudaExecutor::zero(DevicePtr dst, size_t bytes) {
+  issue(Primitive::Fill);
+  device_.memset_zero(dst, bytes);
+}
+
+void CudaExecutor::download(void* dst, DevicePtr src, size_t bytes) {
+  issue(Primitive::Download);
+  device_.download_async(dst, src, bytes);
+}
+
+void CudaExecutor::upload(DevicePtr dst, const void* src, size_t bytes) {
+  issue(Primitive::Upload);
+  device_.upload(dst, src, bytes);
+}
+
 const FunctionPlan& CudaExecutor::function_plan(Pass pass, int type) const {
   const TypePlan& t = plan_.types[size_t(type)];
   return pass == Pass::Forward ? t.forward : t.backward;
@@ -245,19 +266,21 @@ DevicePtr CudaExecutor::stage(const T* data, size_t count) {
   }
   std::memcpy(staging_host_ + staging_used_, data, bytes);
   DevicePtr dst = staging_device_ + staging_used_;
+  issue(Primitive::Upload);
   device_.upload(dst, staging_host_ + staging_used_, bytes, stream_);
   staging_used_ += aligned;
   return dst;
 }
 
 template <typename... Args>
-void CudaExecutor::launch(void* fn, int64_t elements, Args... args) {
+void CudaExecutor::launch(Primitive kind, void* fn, int64_t elements, Args... args) {
   static_assert(((sizeof(Args) <= sizeof(uint64_t)) && ...));
   uint64_t slots[sizeof...(Args)] = {};
   void* params[sizeof...(Args)];
   size_t i = 0;
   ((std::memcpy(&slots[i], &args, sizeof(Args)), params[i] = &slots[i], ++i), ...);
   ++stats_.kernels;
+  issue(kind);
   device_.launch(fn, CudaDevice::grid_for(elements), 256, params, stream_);
 }
 
@@ -266,12 +289,13 @@ void CudaExecutor::move_rows(const std::vector<uint64_t>& pairs, int64_t width, 
   if (rows == 0 || width == 0) return;
   ++stats_.copy_calls;
   stats_.copy_bytes += rows * bytes_of(width);
-  launch(move_rows_fn_, rows * width, rows, width, stage(pairs.data(), pairs.size()), mode);
+  launch(mode == kMoveAdd ? Primitive::AddRows : mode == kMoveZero ? Primitive::Fill : Primitive::MoveRows, move_rows_fn_,
+         rows * width, rows, width, stage(pairs.data(), pairs.size()), mode);
 }
 
 void CudaExecutor::copy_rows(int64_t rows, int64_t width, DevicePtr src, int64_t sld, DevicePtr dst, int64_t dld) {
   if (rows == 0 || width == 0) return;
-  launch(copy_rows_fn_, rows * width, rows, width, src, sld, dst, dld);
+  launch(Primitive::MoveRows, copy_rows_fn_, rows * width, rows, width, src, sld, dst, dld);
 }
 
 void CudaExecutor::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, DevicePtr a, int64_t lda, DevicePtr b,
@@ -283,6 +307,7 @@ void CudaExecutor::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, Devic
     VJIT_INTERNAL_CHECK(beta == 1.0f, "a GEMM over no terms must accumulate");
     return;
   }
+  issue(Primitive::Gemm);
   device_.sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, config_.tf32, stream_);
 }
 
@@ -367,7 +392,8 @@ void CudaExecutor::forward(const PlannedBatch& batch, const RunOptions& options,
   reserve(pushes_, push_floats);
   reserve(arena_[0], batch.layout->arena_floats[0]);
   staging_used_ = 0;  // the last pass ended with the device idle
-  device_.memset_zero(objective_, sizeof(double));
+  primitives_.at(Pass::Forward, -1, -1, 0, "objective");
+  zero(objective_, sizeof(double));
   stats_.tasks += batch.schedule->num_tasks();
   fill_uniform_values(Pass::Forward);
   if (config_.streaming) {
@@ -378,8 +404,9 @@ void CudaExecutor::forward(const PlannedBatch& batch, const RunOptions& options,
   }
   for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Forward, ir::Phase::Lazy, t);
   double objective = 0;
-  device_.download_async(&objective, objective_, sizeof objective);
-  if (push_floats > 0) device_.download_async(result.pushes.data(), pushes_.data, size_t(bytes_of(push_floats)));
+  primitives_.at(Pass::Forward, -1, -1, 0, "objective and pushes");
+  download(&objective, objective_, sizeof objective);
+  if (push_floats > 0) download(result.pushes.data(), pushes_.data, size_t(bytes_of(push_floats)));
   device_.synchronize();
   result.objective = objective;
   result_ = nullptr;
@@ -391,11 +418,12 @@ void CudaExecutor::backward() {
   CudaDevice::get();
   has_batch_ = false;
   staging_used_ = 0;
+  primitives_.at(Pass::Backward, -1, -1, 0, "zero gradients");
   // Zero the gradients: dense ones whole, embedding tables the rows last touched.
   for (int p = 0; p < store_.model().size(); ++p) {
     const ParamData& param = store_.model().param(p);
     if (store_.touched_.of(p).all) {
-      device_.memset_zero(store_.gradient(p), size_t(bytes_of(param.shape.numel())));
+      zero(store_.gradient(p), size_t(bytes_of(param.shape.numel())));
       continue;
     }
     const int64_t cols = param.shape.cols();
@@ -411,7 +439,7 @@ void CudaExecutor::backward() {
   DevicePtr arena = reserve(arena_[1], layout.arena_floats[1]);
   for (size_t t = 0; t < layout.scatter_grad.size(); ++t) {
     const ValueLayout& g = layout.scatter_grad[t];
-    if (g.offset >= 0) device_.memset_zero(at(arena, g.offset), size_t(bytes_of(layout.type_rows[t] * g.ld)));
+    if (g.offset >= 0) zero(at(arena, g.offset), size_t(bytes_of(layout.type_rows[t] * g.ld)));
   }
   fill_uniform_values(Pass::Backward);
   for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Backward, ir::Phase::Eager, t);
@@ -438,7 +466,7 @@ void CudaExecutor::download_touched(Source&& source, Dense&& dense, Put&& put) {
     if (model.param(p).frozen) continue;  // optimizers never update it
     const GradientRows& rows = store_.touched_.of(p);
     if (rows.all) {
-      device_.download_async(dense(p), source(p), size_t(bytes_of(model.param(p).shape.numel())));
+      download(dense(p), source(p), size_t(bytes_of(model.param(p).shape.numel())));
       continue;
     }
     const int64_t cols = model.param(p).shape.cols();
@@ -451,7 +479,7 @@ void CudaExecutor::download_touched(Source&& source, Dense&& dense, Put&& put) {
     used += int64_t(rows.rows.size()) * cols;
   }
   floats_.resize(size_t(std::max<int64_t>(sparse_floats, 1)));
-  if (sparse_floats > 0) device_.download_async(floats_.data(), block, size_t(bytes_of(sparse_floats)));
+  if (sparse_floats > 0) download(floats_.data(), block, size_t(bytes_of(sparse_floats)));
   device_.synchronize();
   used = 0;
   for (int p = 0; p < model.size(); ++p) {
@@ -491,7 +519,7 @@ void CudaExecutor::upload_updated(bool dense) {
     const ParamData& param = store_.model().param(p);
     const GradientRows& rows = store_.touched_.of(p);
     if (rows.all || dense) {
-      device_.upload(store_.value(p), param.value.data(), param.value.size() * sizeof(float));
+      upload(store_.value(p), param.value.data(), param.value.size() * sizeof(float));
       continue;
     }
     // The touched rows, staged as one block, then moved into the table.
@@ -517,7 +545,7 @@ void CudaExecutor::download_slots() {
   OptimizerState& state = store_.optimizer_state();
   for (int p = 0; p < store_.model().size(); ++p)
     for (size_t k = 0; k < 2 && size_t(p) < state.slots.size() && k < state.slots[size_t(p)].size(); ++k)
-      device_.download_async(state.slots[size_t(p)][k].data(), slots_[size_t(2 * p) + k],
+      download(state.slots[size_t(p)][k].data(), slots_[size_t(2 * p) + k],
                              state.slots[size_t(p)][k].size() * sizeof(float));
   device_.synchronize();
 }
@@ -557,6 +585,7 @@ void CudaExecutor::download_updated() {
 // touched rows — summed, then updated by the rule's kernel.
 void CudaExecutor::update(Optimizer& optimizer) {
   CudaDevice::get();
+  primitives_.at(Pass::Backward, -1, -1, 0, "optimizer step");
   DeviceUpdate rule = optimizer.device_rule();
   if (rule.kind == DeviceUpdate::Kind::None || optimizer.dense_updates()) return update_on_host(optimizer);
   Model& model = store_.model();
@@ -596,12 +625,12 @@ void CudaExecutor::update(Optimizer& optimizer) {
   const DevicePtr tuples = stage(pairs_.data(), pairs_.size());
   // Σ g²: a few hundred blocks, each thread's partial added once.
   constexpr int64_t kNormThreads = 65536;
-  device_.memset_zero(norm_, sizeof(double));
+  zero(norm_, sizeof(double));
   for (const Segment& s : segments)
-    launch(sum_squares_fn_, std::min(s.rows * s.width, kNormThreads), s.rows, s.width,
+    launch(Primitive::Reduce, sum_squares_fn_, std::min(s.rows * s.width, kNormThreads), s.rows, s.width,
            tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t), norm_);
   double sum = 0;
-  device_.download_async(&sum, norm_, sizeof sum);
+  download(&sum, norm_, sizeof sum);
   device_.synchronize();
   if (!std::isfinite(sum)) return update_on_host(optimizer);  // step() names the culprit
   OptimizerState& state = store_.optimizer_state();
@@ -619,25 +648,25 @@ void CudaExecutor::update(Optimizer& optimizer) {
     for (int p = 0; p < model.size(); ++p)
       for (size_t k = 0; k < 2; ++k) {
         const size_t bytes = size_t(bytes_of(model.param(p).shape.numel()));
-        if (rule.state_made || k >= state.slots[size_t(p)].size()) device_.memset_zero(slots_[size_t(2 * p) + k], bytes);
-        else device_.upload(slots_[size_t(2 * p) + k], state.slots[size_t(p)][k].data(), bytes);
+        if (rule.state_made || k >= state.slots[size_t(p)].size()) zero(slots_[size_t(2 * p) + k], bytes);
+        else upload(slots_[size_t(2 * p) + k], state.slots[size_t(p)][k].data(), bytes);
       }
     slots_on_device_ = true;
   }
   const int kind = rule.kind == DeviceUpdate::Kind::Sgd ? 1 : rule.kind == DeviceUpdate::Kind::SgdMomentum ? 2 : 3;
   auto run_kernel = [&](int preview) {
     for (const Segment& s : segments)
-      launch(optimizer_fn_, s.rows * s.width, s.rows, s.width, tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t),
+      launch(Primitive::OptimizerStep, optimizer_fn_, s.rows * s.width, s.rows, s.width, tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t),
              kind, rule.lr, rule.weight_decay, rule.momentum, rule.beta1, rule.beta2, 1.0f - rule.beta1,
              1.0f - rule.beta2, rule.correction1, rule.correction2, rule.eps, rule.decay, rule.scale, preview,
              non_finite_);
   };
   // Check, then apply (as Optimizer::step does on the host): the preview
   // stores nothing and flags a non-finite value the update would store.
-  device_.memset_zero(non_finite_, sizeof(unsigned));
+  zero(non_finite_, sizeof(unsigned));
   run_kernel(1);
   unsigned non_finite = 0;
-  device_.download_async(&non_finite, non_finite_, sizeof non_finite);
+  download(&non_finite, non_finite_, sizeof non_finite);
   device_.synchronize();
   if (non_finite != 0) {
     // Nothing was written on the device. The host step runs the same float
@@ -717,8 +746,13 @@ void CudaExecutor::run_task(Pass pass, int task) {
 }
 
 void CudaExecutor::run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps) {
+  const FunctionPlan& fp = function_plan(pass, rows.type);
   for (const Step& step : steps) {
-    if (step.fused >= 0) run_fused(pass, rows, function_plan(pass, rows.type).fused[size_t(step.fused)]);
+    if (primitives_.log) [[unlikely]]
+      primitives_.at(pass, rows.type, rows.task, rows.count,
+                     step.fused >= 0 ? std::string_view(fp.fused[size_t(step.fused)].kernel.name)
+                                     : ir::op_name((*fp.function)[step.node].op));
+    if (step.fused >= 0) run_fused(pass, rows, fp.fused[size_t(step.fused)]);
     else run_node(pass, rows, step.node);
   }
 }
@@ -737,6 +771,7 @@ void CudaExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step)
   params_.resize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) params_[i] = &slots[i];
   ++stats_.kernels;
+  issue(Primitive::Fused);
   device_.launch(fn, CudaDevice::grid_for(rows.count * step.width), 256, params_.data(), stream_);
 }
 
@@ -767,27 +802,27 @@ void CudaExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {
   const ir::Function& f = function(pass, rows.type);
   switch (n.op) {
     case Op::Constant:
-      launch(fill_rows_fn_, rows.count * n.shape.numel(), int64_t(rows.count), n.shape.numel(), float(n.value),
+      launch(Primitive::Fill, fill_rows_fn_, rows.count * n.shape.numel(), int64_t(rows.count), n.shape.numel(), float(n.value),
              out.data, out.ld);
       return;
     case Op::Outer: {
       const View& a = views_[int(pass)][size_t(n.args[0])];
       const View& b = views_[int(pass)][size_t(n.args[1])];
       int64_t m = f[n.args[0]].shape.numel(), k = f[n.args[1]].shape.numel();
-      launch(outer_fn_, rows.count * m * k, int64_t(rows.count), m, k, a.data, a.ld, b.data, b.ld, out.data, out.ld);
+      launch(Primitive::Outer, outer_fn_, rows.count * m * k, int64_t(rows.count), m, k, a.data, a.ld, b.data, b.ld, out.data, out.ld);
       return;
     }
     case Op::SymOuter: {
       const View& x = views_[int(pass)][size_t(n.args[0])];
       const int64_t width = f[n.args[0]].shape.numel();
-      launch(sym_outer_fn_, rows.count * n.shape.numel(), int64_t(rows.count), width, x.data, x.ld, out.data, out.ld);
+      launch(Primitive::Outer, sym_outer_fn_, rows.count * n.shape.numel(), int64_t(rows.count), width, x.data, x.ld, out.data, out.ld);
       return;
     }
     case Op::SymOuterGrad: {
       const View& x = views_[int(pass)][size_t(n.args[0])];
       const View& g = views_[int(pass)][size_t(n.args[1])];
       const int64_t width = f[n.args[0]].shape.numel();
-      launch(sym_outer_grad_fn_, rows.count * width, int64_t(rows.count), width, x.data, x.ld, g.data, g.ld, out.data,
+      launch(Primitive::Outer, sym_outer_grad_fn_, rows.count * width, int64_t(rows.count), width, x.data, x.ld, g.data, g.ld, out.data,
              out.ld);
       return;
     }
@@ -836,17 +871,17 @@ void CudaExecutor::gather_variadic(const Rows& rows, const Node& node, const Vie
     }
     ints_.push_back(int(offsets_.size()));
   }
-  if (stack) launch(fill_rows_fn_, rows.count * node.shape.numel(), int64_t(rows.count), node.shape.numel(), 0.0f,
+  if (stack) launch(Primitive::Fill, fill_rows_fn_, rows.count * node.shape.numel(), int64_t(rows.count), node.shape.numel(), 0.0f,
                     out.data, out.ld);
   if (offsets_.empty()) {
-    if (!stack) launch(fill_rows_fn_, rows.count * width, int64_t(rows.count), width, 0.0f, out.data, out.ld);
+    if (!stack) launch(Primitive::Fill, fill_rows_fn_, rows.count * width, int64_t(rows.count), width, 0.0f, out.data, out.ld);
     return;
   }
   ++stats_.copy_calls;
   stats_.copy_bytes += int64_t(offsets_.size()) * bytes_of(width);
   DevicePtr begin = stage(ints_.data(), ints_.size());
   DevicePtr src = stage(offsets_.data(), offsets_.size());
-  launch(gather_sum_fn_, rows.count * width, int64_t(rows.count), width, begin, src, base, out.data, out.ld,
+  launch(Primitive::AddRows, gather_sum_fn_, rows.count * width, int64_t(rows.count), width, begin, src, base, out.data, out.ld,
          int(stack));
 }
 
@@ -885,7 +920,7 @@ void CudaExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, co
       ints_[size_t(2 * r + 1)] = ref.vertex;
     }
     const float scale = options_.training ? float(1.0 / (1.0 - node.rate)) : 1.0f;
-    launch(dropout_fn_, rows.count * width, int64_t(rows.count), width, a.data, a.ld, out.data, out.ld,
+    launch(Primitive::Elementwise, dropout_fn_, rows.count * width, int64_t(rows.count), width, a.data, a.ld, out.data, out.ld,
            stage(ints_.data(), ints_.size()), uint64_t(options_.seed), int(node.dropout_key), double(node.rate), scale,
            int(options_.training));
     return;
@@ -895,7 +930,7 @@ void CudaExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, co
   auto count = [&](ValueId arg) { return f[arg].shape == node.shape ? width : f[arg].shape.numel(); };
   const bool unary = ir::op_kind(node.op) == ir::OpKind::Unary;
   const View b = unary ? View{} : views[size_t(node.args[1])];
-  launch(elementwise_fn_, rows.count * width, int(node.op), int64_t(rows.count), width, a.data, a.ld,
+  launch(Primitive::Elementwise, elementwise_fn_, rows.count * width, int(node.op), int64_t(rows.count), width, a.data, a.ld,
          count(node.args[0]), b.data, b.ld, unary ? int64_t(1) : count(node.args[1]), float(ir::unary_constant(node)),
          out.data, out.ld);
 }
@@ -919,7 +954,7 @@ void CudaExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, c
     }
     case Op::Pad: {
       const View& src = views[size_t(node.args[0])];
-      launch(fill_rows_fn_, R * width, R, width, 0.0f, out.data, out.ld);
+      launch(Primitive::Fill, fill_rows_fn_, R * width, R, width, 0.0f, out.data, out.ld);
       copy_rows(R, f[node.args[0]].shape.numel(), src.data, src.ld, at(out.data, node.start), out.ld);
       return;
     }
@@ -927,13 +962,13 @@ void CudaExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, c
     case Op::BroadcastRows: {
       const View& src = views[size_t(node.args[0])];
       const int64_t mod = node.op == Op::Broadcast ? 0 : node.shape.dims[1];
-      launch(broadcast_fn_, R * width, R, width, src.data, src.ld, mod, out.data, out.ld);
+      launch(Primitive::MoveRows, broadcast_fn_, R * width, R, width, src.data, src.ld, mod, out.data, out.ld);
       return;
     }
     case Op::Sum:
     case Op::SumRows: {
       const View& src = views[size_t(node.args[0])];
-      launch(sum_mod_fn_, R * width, R, width, f[node.args[0]].shape.numel(), src.data, src.ld, out.data, out.ld);
+      launch(Primitive::Reduce, sum_mod_fn_, R * width, R, width, f[node.args[0]].shape.numel(), src.data, src.ld, out.data, out.ld);
       return;
     }
     default: break;
@@ -976,7 +1011,7 @@ void CudaExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const V
   const PerVertexProduct p = per_vertex_product(node, sa, sb);
   stats_.gemm_calls += R;
   stats_.gemm_flops += p.flops() * double(R);
-  launch(batched_matmul_fn_, R * p.m * p.n, R, p.m, p.n, p.k, a.data, a.ld, p.lda, int(node.trans_a), b.data, b.ld,
+  launch(Primitive::VertexProducts, batched_matmul_fn_, R * p.m * p.n, R, p.m, p.n, p.k, a.data, a.ld, p.lda, int(node.trans_a), b.data, b.ld,
          p.ldb, int(node.trans_b), out.data, out.ld);
 }
 
@@ -988,7 +1023,7 @@ void CudaExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, con
   const View upstream = gradient ? views_[int(pass)][size_t(node.args[1])] : View{};
   ints_.resize(size_t(rows.count));
   for (int64_t r = 0; r < rows.count; ++r) ints_[size_t(r)] = graph.label(rows.vertices[r]);
-  launch(softmax_fn_, rows.count, int64_t(rows.count), classes, logits.data, logits.ld,
+  launch(Primitive::SoftmaxCE, softmax_fn_, rows.count, int64_t(rows.count), classes, logits.data, logits.ld,
          stage(ints_.data(), ints_.size()), upstream.data, upstream.ld, int(gradient), out.data, out.ld);
 }
 
@@ -1008,7 +1043,7 @@ void CudaExecutor::sink(Pass pass, const Rows& rows, const Node& node) {
       move_rows(pairs_, width, kMoveCopy);
       return;
     }
-    case Op::Loss: launch(loss_sum_fn_, rows.count, int64_t(rows.count), x.data, x.ld, objective_); return;
+    case Op::Loss: launch(Primitive::Reduce, loss_sum_fn_, rows.count, int64_t(rows.count), x.data, x.ld, objective_); return;
     case Op::EmbeddingGrad: {
       pairs_.clear();
       for (int64_t r = 0; r < rows.count; ++r) {
@@ -1042,7 +1077,7 @@ void CudaExecutor::param_grad(Pass pass, const Rows& rows, const Node& node) {
   }
   const View& x = views[size_t(term)];
   const int64_t width = f[term].shape.numel();
-  launch(sum_columns_fn_, width, int64_t(rows.count), width, x.data, x.ld, grad);
+  launch(Primitive::Reduce, sum_columns_fn_, width, int64_t(rows.count), width, x.data, x.ld, grad);
 }
 
 void CudaExecutor::gather_grad(const Rows& rows, const Node& node, const View& g) {

@@ -109,6 +109,8 @@ class CudaExecutor final : public Executor {
   OptimizerState optimizer_state() override;
   void set_optimizer_state(OptimizerState state) override;
   ExecStats take_stats() override;
+  void record_primitives(bool on) override { primitives_.log = on ? &primitive_log_ : nullptr; }
+  std::vector<PrimitiveRecord> take_primitive_log() override;
 
  private:
   struct View {
@@ -136,8 +138,14 @@ class CudaExecutor final : public Executor {
   // the stream, and returns their device address.
   template <typename T>
   DevicePtr stage(const T* data, size_t count);
+  // Launches one of the module's own kernels, `kind` of primitive, over `elements` threads.
   template <typename... Args>
-  void launch(void* fn, int64_t elements, Args... args);
+  void launch(Primitive kind, void* fn, int64_t elements, Args... args);
+  // The device's copies and fills, counted as primitives.
+  void zero(DevicePtr dst, size_t bytes);
+  void download(void* dst, DevicePtr src, size_t bytes);
+  void upload(DevicePtr dst, const void* src, size_t bytes);
+  void issue(Primitive kind) { primitives_.issue(stats_.primitives, kind); }
   void move_rows(const std::vector<uint64_t>& pairs, int64_t width, int mode);
   void copy_rows(int64_t rows, int64_t width, DevicePtr src, int64_t sld, DevicePtr dst, int64_t dld);
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, DevicePtr a, int64_t lda, DevicePtr b, int64_t ldb,
@@ -188,6 +196,8 @@ class CudaExecutor final : public Executor {
   PoolParallelFor parallel_;
   CudaParameterStore store_;
   ExecStats stats_;
+  PrimitiveRecorder primitives_;
+  std::vector<PrimitiveRecord> primitive_log_;  // VJIT_LOG=primitives: since the last take_primitive_log()
   void* module_ = nullptr;
   std::vector<void*> fused_fn_[2];  // per type·fused index, flattened: [pass][fused_begin[type] + i]
   std::vector<size_t> fused_begin_[2];

@@ -15,6 +15,7 @@
 #include "runtime/memplan.h"
 #include "scheduler/schedule.h"
 #include "vjit/optimizer.h"
+#include "vjit/primitive.h"
 #include "vjit/program.h"
 #include "vjit/reference.h"
 
@@ -33,6 +34,7 @@ struct ExecStats {
   int64_t gather_views = 0;      // (task, slot) gathers read in place, without a copy
   int64_t pretransposed_weights = 0;  // weights copied transposed for the GEMMs (VJIT_PRETRANSPOSE)
   double copy_s = 0, gemm_s = 0, elementwise_s = 0;
+  PrimitiveCounts primitives;  // what the device ran, by kind
 
   ExecStats& operator+=(const ExecStats& o) {
     tasks += o.tasks;
@@ -49,7 +51,39 @@ struct ExecStats {
     copy_s += o.copy_s;
     gemm_s += o.gemm_s;
     elementwise_s += o.elementwise_s;
+    primitives += o.primitives;
     return *this;
+  }
+};
+
+// One primitive an executor issued (VJIT_LOG=primitives): its kind, where in
+// the plan it came from (pass, vertex type, task; -1 where none: a pass's
+// zeroed gradients, the optimizer's update) and what ran — a fused kernel's
+// name, an op's name or the executor's word for it ("zero gradients").
+struct PrimitiveRecord {
+  Primitive kind = Primitive::Gemm;
+  Pass pass = Pass::Forward;
+  int type = -1;
+  int task = -1;
+  int64_t rows = 0;
+  std::string_view what;  // a literal, an op's name or a kernel name of the plan
+};
+
+// Counts the primitives an executor issues and, while VJIT_LOG=primitives
+// records them (log not null), lists each with where it came from.
+struct PrimitiveRecorder {
+  PrimitiveRecord step;  // where the primitives issued next come from
+  std::vector<PrimitiveRecord>* log = nullptr;
+
+  void at(Pass pass, int type, int task, int64_t rows, std::string_view what) {
+    step = {Primitive::Gemm, pass, type, task, rows, what};
+  }
+  void issue(PrimitiveCounts& counts, Primitive kind) {
+    counts.add(kind);
+    if (log != nullptr) [[unlikely]] {
+      log->push_back(step);
+      log->back().kind = kind;
+    }
   }
 };
 
@@ -145,6 +179,11 @@ class Executor {
   virtual void set_optimizer_state(OptimizerState state) = 0;
   // Counters since the last take_stats(), which resets them.
   virtual ExecStats take_stats() = 0;
+  // VJIT_LOG=primitives: while on, every primitive issued is also recorded,
+  // in the order issued; take_primitive_log() hands the records over and
+  // starts a new list.
+  virtual void record_primitives(bool on) = 0;
+  virtual std::vector<PrimitiveRecord> take_primitive_log() = 0;
   // Per step of the plans, when the executor was asked to profile (VJIT_PROFILE);
   // empty otherwise. Costliest first.
   virtual std::vector<StepTime> step_profile() const { return {}; }

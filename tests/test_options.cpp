@@ -223,7 +223,7 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
       {"VJIT_ISA", "auto, avx512, avx2, scalar"},
       {"VJIT_GEMM", "auto, onednn, openblas, blis, libxsmm, onednn_bf16, reference"},
       {"VJIT_VERTEX_GEMM", "auto, same, onednn, openblas, blis, libxsmm, reference"},
-      {"VJIT_LOG", "off, passes, schedule, kernels, all"},
+      {"VJIT_LOG", "off, passes, schedule, kernels, primitives, all"},
   };
   for (const auto& [variable, valid] : cases) {
     set(variable, "bogus");

@@ -1,6 +1,7 @@
 // Looking inside a run: the Chrome trace of VJIT_TRACE (loaded back and
 // checked field by field), the perf map of VJIT_PERF_MAP for an engine's
-// kernels, and the summary table of VJIT_PROFILE.
+// kernels, the summary table of VJIT_PROFILE, and the primitives a step
+// issues (EngineStats::primitives, VJIT_LOG=primitives).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -320,6 +321,116 @@ TEST(Profile, NothingPrintedWhenOff) {
     engine.infer(models::make_batch(bundle.train, range(0, 4)));
   }
   EXPECT_EQ(::testing::internal::GetCapturedStderr().find("[vjit profile]"), std::string::npos);
+}
+
+TEST(Primitives, EveryKindHasANameOfItsOwn) {
+  std::set<std::string_view> names;
+  for (int k = 0; k < kPrimitiveKinds; ++k) {
+    const std::string_view name = primitive_name(Primitive(k));
+    EXPECT_NE(name, "?") << "kind " << k;
+    EXPECT_TRUE(names.insert(name).second) << name << " twice";
+  }
+}
+
+// What VJIT_LOG=primitives printed: per call, the count its first line gave
+// and the lines listed under it.
+struct LoggedCall {
+  std::string call;
+  int64_t said = 0, listed = 0;
+  std::map<std::string, int64_t> listed_by_kind;
+};
+
+std::vector<LoggedCall> parse_primitive_log(const std::string& text) {
+  std::vector<LoggedCall> calls;
+  const std::regex header(R"(\[vjit primitives\] (Engine::\w+): (\d+)(, .*)?)");
+  const std::regex entry(R"(\[vjit primitives\]   \d+ (forward|backward) (\w+)( type \S+)?( task \d+)?( rows \d+)?: .+)");
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::smatch match;
+    if (std::regex_match(line, match, header)) {
+      calls.push_back({match[1], std::stoll(match[2]), 0, {}});
+    } else if (std::regex_match(line, match, entry)) {
+      EXPECT_FALSE(calls.empty()) << "an entry before any call: " << line;
+      if (calls.empty()) continue;
+      ++calls.back().listed;
+      ++calls.back().listed_by_kind[match[2]];
+    } else {
+      ADD_FAILURE() << "not a line of the primitive log: " << line;
+    }
+  }
+  return calls;
+}
+
+TEST(Primitives, EachCallListsWhatTheStatsCount) {
+  models::Bundle bundle = traced_model();
+  Options options = Options::defaults();
+  options.log = "primitives";
+  options.threads = 2;
+  EngineStats stats;
+  ::testing::internal::CaptureStderr();
+  {
+    Engine engine(*bundle.program, options);
+    Adam adam(1e-3f);
+    for (int step = 0; step < 2; ++step) engine.train_step(models::make_batch(bundle.train, range(0, 16)), adam);
+    engine.infer(models::make_batch(bundle.train, range(16, 24)));
+    stats = engine.stats();
+  }
+  const std::vector<LoggedCall> calls = parse_primitive_log(::testing::internal::GetCapturedStderr());
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].call, "Engine::train_step");
+  EXPECT_EQ(calls[2].call, "Engine::infer");
+  int64_t total = 0;
+  std::map<std::string, int64_t> by_kind;
+  for (const LoggedCall& c : calls) {
+    EXPECT_EQ(c.said, c.listed) << c.call;
+    total += c.listed;
+    for (const auto& [kind, n] : c.listed_by_kind) by_kind[kind] += n;
+  }
+  EXPECT_EQ(total, stats.primitives.total());
+  for (int k = 0; k < kPrimitiveKinds; ++k)
+    EXPECT_EQ(by_kind[std::string(primitive_name(Primitive(k)))], stats.primitives.count[size_t(k)])
+        << primitive_name(Primitive(k));
+  // The same batch, the same primitives: the two training steps agree.
+  EXPECT_EQ(calls[0].listed_by_kind, calls[1].listed_by_kind);
+  // Every GEMM the executor counts is a primitive (the Tree-LSTM has no per-vertex products).
+  EXPECT_EQ(stats.primitives[Primitive::Gemm], stats.gemm_calls);
+  EXPECT_EQ(stats.primitives[Primitive::OptimizerStep], 2);
+  EXPECT_EQ(calls[2].listed_by_kind.count("optimizer_step"), 0u);
+  EXPECT_GT(stats.primitives[Primitive::Fused], 0);
+  EXPECT_GT(stats.primitives[Primitive::SoftmaxCE], 0);
+}
+
+// A gather the layout reads in place, or through row pointers, runs no
+// primitive; copied, it is one.
+TEST(Primitives, GathersReadInPlaceRunNone) {
+  models::Bundle bundle = traced_model();
+  auto move_rows = [&](bool in_place) {
+    Options options = Options::defaults();
+    options.gather_pointers = in_place;
+    options.forward_gathers = in_place;
+    options.gather_slices = in_place;
+    options.accumulate_gradients = in_place;
+    Engine engine(*bundle.program, options);
+    Adam adam(1e-3f);
+    engine.train_step(models::make_batch(bundle.train, range(0, 16)), adam);
+    return engine.stats().primitives[Primitive::MoveRows] + engine.stats().primitives[Primitive::AddRows];
+  };
+  EXPECT_LT(move_rows(true), move_rows(false));
+}
+
+// MV-RNN multiplies a matrix per vertex: those products are their own kind.
+TEST(Primitives, PerVertexProductsAreTheirOwnKind) {
+  models::Config config;
+  config.hidden = 8;
+  config.train_samples = 8;
+  config.test_samples = 0;
+  models::Bundle bundle = models::make_model("mv_rnn", config);
+  Engine engine(*bundle.program, Options::defaults());
+  Adam adam(1e-3f);
+  engine.train_step(models::make_batch(bundle.train, range(0, 8)), adam);
+  EXPECT_GT(engine.stats().primitives[Primitive::VertexProducts], 0);
+  EXPECT_GT(engine.stats().primitives[Primitive::Gemm], 0);
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "vjit/growth.h"
 #include "vjit/optimizer.h"
 #include "vjit/options.h"
+#include "vjit/primitive.h"
 #include "vjit/program.h"
 #include "vjit/run.h"
 
@@ -94,6 +95,10 @@ struct EngineStats {
   // gradients summed over the ranks, and those whose sum started during the
   // backward pass (VJIT_DIST_OVERLAP).
   int64_t dist_buckets = 0, dist_buckets_overlapped = 0;
+  // The primitives the device ran (vjit/primitive.h), by kind: GEMMs, fused
+  // kernels, row copies, ..., optimizer steps. VJIT_LOG=primitives prints
+  // each call's list.
+  PrimitiveCounts primitives;
 };
 
 // What building the engine's plans cost and made.

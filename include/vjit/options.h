@@ -152,11 +152,14 @@
 // |                  |             | value a forward step writes and reports the |              |
 // |                  |             | first NaN/Inf (sample, vertex, type, op);   |              |
 // |                  |             | an error with VJIT_DEVICE=cuda              |              |
-// | VJIT_LOG         | log         | off | passes | schedule | kernels | all    | off          |
+// | VJIT_LOG         | log         | off | passes | schedule | kernels |      | off          |
+// |                  |             | primitives | all                          |              |
 // |                  |             | passes: the IR after each lowering pass;    |              |
 // |                  |             | schedule: the tasks chosen per batch;       |              |
 // |                  |             | kernels: each kernel compiled or found in   |              |
 // |                  |             | the cache (name, ISA, bytes);               |              |
+// |                  |             | primitives: each call's primitives (kind,   |              |
+// |                  |             | pass, vertex type, task, rows, what ran);   |              |
 // |                  |             | all: everything                             |              |
 //
 // Bools accept 0/1/true/false/on/off (any case). Enumerated values match case-
@@ -183,7 +186,7 @@ inline constexpr std::array<std::string_view, 7> gemm{"auto",    "onednn",      
                                                       "libxsmm", "onednn_bf16", "reference"};
 inline constexpr std::array<std::string_view, 7> vertex_gemm{"auto",    "same", "onednn",   "openblas",
                                                              "blis",    "libxsmm", "reference"};
-inline constexpr std::array<std::string_view, 5> log{"off", "passes", "schedule", "kernels", "all"};
+inline constexpr std::array<std::string_view, 6> log{"off", "passes", "schedule", "kernels", "primitives", "all"};
 }  // namespace option_values
 
 struct Options {
@@ -238,7 +241,7 @@ struct Options {
   // One line for logs: "fusion=on lazy=on streaming=on policy=agenda ...".
   std::string describe() const;
 
-  // True when VJIT_LOG asks for `topic` ("passes", "schedule", "kernels"):
+  // True when VJIT_LOG asks for `topic` ("passes", "schedule", "kernels", "primitives"):
   // log == topic or log == "all".
   bool logs(std::string_view topic) const;
 

@@ -15,6 +15,7 @@
 #include "vjit/models.h"
 #include "vjit/optimizer.h"
 #include "vjit/options.h"
+#include "vjit/primitive.h"
 #include "vjit/program.h"
 #include "vjit/random.h"
 #include "vjit/recursive.h"
