@@ -1,13 +1,13 @@
 // PTB bracket trees as in the Stanford Sentiment Treebank, one per line:
 // `(3 (2 It) (4 (2 's) (3 good)))`. The parser is iterative (an explicit stack
 // of open nodes), so a deeply nested line cannot overflow the call stack.
+#include "vjit/data.h"
+
 #include <string_view>
 #include <utility>
 
 #include "data/text.h"
-#include "vjit/data.h"
 #include "vjit/error.h"
-#include "vjit/graph.h"
 
 namespace vjit {
 

@@ -11,6 +11,7 @@
 #include "vjit/batching.h"
 #include "vjit/data.h"
 #include "vjit/graph.h"
+#include "vjit/validate.h"
 
 namespace {
 

@@ -1,10 +1,13 @@
 #pragma once
-// The scalar reference interpreter over one batch (see include/vjit/reference.h).
+// The scalar reference interpreter over one batch (jit/reference.cpp runs it
+// behind vjit::reference_evaluate).
 // Precondition: the batch was validated against the program and `orders` holds
 // each sample's topological order (scheduler: validate_and_order).
 #include <vector>
 
-#include "vjit/reference.h"
+#include "vjit/graph.h"
+#include "vjit/program.h"
+#include "vjit/run.h"
 
 namespace vjit::ir {
 

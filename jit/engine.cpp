@@ -26,6 +26,7 @@
 #include "scheduler/schedule.h"
 #include "vjit/distributed.h"
 #include "vjit/error.h"
+#include "vjit/validate.h"
 
 namespace vjit {
 

@@ -2,6 +2,7 @@
 
 #include "ir/interpreter.h"
 #include "vjit/error.h"
+#include "vjit/validate.h"
 
 namespace vjit {
 

@@ -17,7 +17,7 @@
 #include "vjit/optimizer.h"
 #include "vjit/primitive.h"
 #include "vjit/program.h"
-#include "vjit/reference.h"
+#include "vjit/run.h"
 
 namespace vjit::runtime {
 

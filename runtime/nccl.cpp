@@ -6,7 +6,6 @@
 #include <cstring>
 #include <thread>
 
-#include "vjit/distributed.h"
 #include "vjit/error.h"
 
 #ifdef VJIT_HAVE_NCCL

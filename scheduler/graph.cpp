@@ -1,6 +1,6 @@
 // Checks input graphs against the vertex types of a program and orders each
 // sample's vertices children first (Boost.Graph topological sort).
-#include "vjit/graph.h"
+#include "vjit/validate.h"
 
 #include <algorithm>
 #include <boost/graph/adjacency_list.hpp>

@@ -16,6 +16,10 @@
 # layering.links: scripts/check_layering.sh on the module libraries, as the
 #   build runs it; layering.links_detects: the same script with ir left out
 #   of what jit may use must fail, naming jit, ir and a function.
+# layering.public_headers: scripts/check_public_headers.sh, every module's
+#   includes of include/vjit/ against the folder each public header belongs
+#   to (the folder that implements it); layering.public_headers_detects: with
+#   scheduler left out of what jit may use it must fail, naming a header.
 set(probe_dir ${CMAKE_CURRENT_BINARY_DIR}/layering)
 set(compile ${CMAKE_CXX_COMPILER} ${CMAKE_CXX20_STANDARD_COMPILE_OPTION} -fsyntax-only)
 
@@ -68,3 +72,10 @@ add_test(NAME layering.links_detects
          COMMAND bash ${VJIT_SOURCE_DIR}/scripts/check_layering.sh ${CMAKE_NM}
                  "ir=$<TARGET_FILE:vjit_ir>=" "jit=$<TARGET_FILE:vjit_jit>=runtime,codegen,scheduler")
 set_tests_properties(layering.links_detects PROPERTIES PASS_REGULAR_EXPRESSION "jit may not depend on ir[^\n]*\n  vjit::")
+
+add_test(NAME layering.public_headers
+         COMMAND bash ${VJIT_SOURCE_DIR}/scripts/check_public_headers.sh ${VJIT_SOURCE_DIR} ${VJIT_PUBLIC_HEADER_SPECS})
+add_test(NAME layering.public_headers_detects
+         COMMAND bash ${VJIT_SOURCE_DIR}/scripts/check_public_headers.sh ${VJIT_SOURCE_DIR} "jit=runtime,codegen,ir,io")
+set_tests_properties(layering.public_headers_detects PROPERTIES
+                     PASS_REGULAR_EXPRESSION "jit may not depend on scheduler[^\n]* includes vjit/[a-z_]+[.]h")

@@ -15,6 +15,7 @@
 #include "tests/user_error.h"
 #include "vjit/error.h"
 #include "vjit/graph.h"
+#include "vjit/validate.h"
 #include "vjit/random.h"
 
 namespace vjit {

@@ -10,6 +10,7 @@
 
 #include "vjit/error.h"
 #include "vjit/graph.h"
+#include "vjit/validate.h"
 
 namespace vjit {
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
 // Data sets for the dynamic-network benchmarks: a vocabulary, readers for the
-// public formats (SST bracket trees — see graph.h —, PTB text, WikiNER, ED-Batch
+// public formats (SST bracket trees, PTB text, WikiNER, ED-Batch
 // lattices), deterministic generators of the same structures (so tests and jobs
 // never need the files), and the conversion of bracket trees to a GraphBatch.
 //
@@ -17,6 +17,20 @@
 #include "vjit/graph.h"
 
 namespace vjit {
+
+// Reads trees in PTB bracket form as in the Stanford Sentiment Treebank, one per
+// line: `(3 (2 It) (4 (2 's) (3 good)))`. Every node has a label; leaves hold a
+// word. Malformed text throws UserError with the line and column.
+struct BracketTree {
+  struct Node {
+    int label = -1;
+    std::string word;           // non-empty only at leaves
+    std::vector<int> children;  // node indices
+  };
+  std::vector<Node> nodes;  // children come before their parents; the root is last
+};
+std::vector<BracketTree> parse_bracket_trees(const std::string& text, const std::string& source_name);
+std::vector<BracketTree> read_bracket_file(const std::string& path);
 
 // ---------------------------------------------------------------- vocabulary
 

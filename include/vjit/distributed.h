@@ -72,12 +72,6 @@
 
 namespace vjit {
 
-// A collective that did not complete (a rank died, hung or failed).
-class DistributedError : public UserError {
- public:
-  using UserError::UserError;
-};
-
 // Time and bytes spent in collectives since the communicator was made.
 struct CommStats {
   int64_t collectives = 0;

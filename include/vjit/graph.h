@@ -3,6 +3,8 @@
 // children in slot order (gather(k) reads what child k scattered), and carries
 // its own external inputs: a token id (for pull_embedding), a label (for
 // per-vertex losses; -1 means "no label here") and a feature row (pull).
+// Plain data, used by every layer: checking a batch against a program is
+// vjit/validate.h's, reading treebanks vjit/data.h's.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -61,27 +63,5 @@ struct TypeSignature {
   bool needs_label = false;   // has a per-vertex loss that reads the label
   int num_classes = -1;       // label range for softmax_cross_entropy
 };
-
-// Checks every sample against the program's vertex types and returns, for each
-// sample, its vertices in a topological order (children before parents).
-// Throws UserError naming the sample, vertex and slot for: an unknown type, a
-// child index out of range, an arity the type cannot gather, a child scattering
-// the wrong shape (or nothing), a cycle, a missing token/label/feature row.
-std::vector<std::vector<int>> validate_and_order(const std::vector<TypeSignature>& types,
-                                                 const GraphBatch& batch);
-
-// Reads trees in PTB bracket form as in the Stanford Sentiment Treebank, one per
-// line: `(3 (2 It) (4 (2 's) (3 good)))`. Every node has a label; leaves hold a
-// word. Malformed text throws UserError with the line and column.
-struct BracketTree {
-  struct Node {
-    int label = -1;
-    std::string word;           // non-empty only at leaves
-    std::vector<int> children;  // node indices
-  };
-  std::vector<Node> nodes;  // children come before their parents; the root is last
-};
-std::vector<BracketTree> parse_bracket_trees(const std::string& text, const std::string& source_name);
-std::vector<BracketTree> read_bracket_file(const std::string& path);
 
 }  // namespace vjit

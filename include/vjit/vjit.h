@@ -24,3 +24,4 @@
 #include "vjit/run.h"
 #include "vjit/shape.h"
 #include "vjit/train.h"
+#include "vjit/validate.h"
