@@ -85,7 +85,7 @@ struct Engine::Impl {
     planner = runtime::make_planner(planner_name(), plan, signatures,
                                     {options.inplace_concat, options.pad_wide_rows,
                                      options.gather_slices && options.device != "cuda",
-                                     options.device != "cuda", options.gather_pointers && options.device != "cuda"});
+                                     options.device != "cuda"});
     if (options.device == "cuda")
       executor = std::make_unique<runtime::CudaExecutor>(
           program, plan,
@@ -94,8 +94,8 @@ struct Engine::Impl {
       executor = std::make_unique<runtime::CpuExecutor>(
           program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile,
                                                        options.max_memory, options.check_finite, options.deterministic,
-                                                       trace.get(), options.pretranspose, options.gather_pointers,
-                                                       vertex_gemm, options.param_layout});
+                                                       trace.get(), options.pretranspose, vertex_gemm,
+                                                       options.param_layout});
     executor->record_primitives(options.logs("primitives"));
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;
@@ -391,13 +391,13 @@ struct Engine::Impl {
     kept->plan = jit::lower_program(kept->program, options);
     kept->planner = runtime::make_planner(planner_name(), kept->plan, kept->signatures,
                                           {options.inplace_concat, options.pad_wide_rows, options.gather_slices,
-                                           true, options.gather_pointers});
+                                           true});
     // Not streaming: the scattered rows are read back after the forward.
     kept->executor = std::make_unique<runtime::CpuExecutor>(
         kept->program, kept->plan,
         runtime::CpuExecutor::Config{options.threads, gemm, false, options.profile, options.max_memory,
                                      options.check_finite, options.deterministic, nullptr, options.pretranspose,
-                                     options.gather_pointers, vertex_gemm, options.param_layout});
+                                     vertex_gemm, options.param_layout});
     kept->executor->record_primitives(options.logs("primitives"));
     for (int t = 0; t < kept->program.num_types(); ++t)
       kept->forward_flops.push_back(t < program.num_types() ? forward_flops[size_t(t)] : 0.0);

@@ -57,6 +57,7 @@
 #include "jit/nvrtc.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/forwarding.h"
+#include "runtime/row_placement.h"
 #include "runtime/row_pointers.h"
 #include "vjit/error.h"
 
@@ -520,6 +521,8 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
                         forwarding ? log.into(backward_logs[size_t(t)]) : log, "backward", cuda)});
   }
   if (forwarding) add_forwarded_parts(program, options, backward_logs, plan);
+  plan.placement = std::make_shared<const runtime::RowPlacement>(
+      runtime::place_rows(plan, program.signatures(), !cuda && options.gather_pointers));
   if (cuda) {
     cuda->push_back({"executor", codegen::cuda_runtime_kernels_source() + codegen::cuda_index_kernels_source()});
     const int arch = runtime::CudaDevice::get().info().arch();

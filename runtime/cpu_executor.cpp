@@ -191,187 +191,6 @@ int64_t fixed_row_blocks(int64_t rows, int64_t work_per_row) {
   return std::min(blocks, rows);
 }
 
-// Per value of `f`: the gather slots whose rows the value is a view of (bit k:
-// slot k, bit `fixed_arity`: the variadic sum); `forward` gives the forward
-// function's masks for Fwd (nullptr for a forward function). A Gather read
-// through row pointers (`pointer_parts`, row_pointer_parts of a forward
-// function; nullptr: none) is no view: its table has every row of the batch,
-// so a phase step over all rows reads it as it is (no task by task).
-std::vector<uint64_t> gather_alias_masks(const ir::Function& f, int fixed_arity, const std::vector<uint64_t>* forward,
-                                         const std::vector<int>* pointer_parts) {
-  std::vector<uint64_t> mask(size_t(f.size()), 0);
-  for (ValueId id = 0; id < f.size(); ++id) {
-    const Node& n = f[id];
-    switch (n.op) {
-      case Op::Gather:
-        if (!pointer_parts || (*pointer_parts)[size_t(id)] == 0) mask[size_t(id)] = uint64_t(1) << n.child_slot;
-        break;
-      case Op::GatherSum: mask[size_t(id)] = uint64_t(1) << fixed_arity; break;
-      case Op::Slice:
-      case Op::Reshape: mask[size_t(id)] = mask[size_t(n.args[0])]; break;
-      case Op::Fwd: mask[size_t(id)] = forward ? (*forward)[size_t(n.forward_value)] : 0; break;
-      default: break;
-    }
-  }
-  return mask;
-}
-
-// Whether `id` is computed and read by task-by-task (core) steps only.
-bool within_tasks(const FunctionPlan& fp, ValueId id) {
-  const ir::Function& f = *fp.function;
-  if (fp.phases[size_t(id)] != ir::Phase::Core || fp.folded[size_t(id)] || ir::is_view(f[id].op) || f[id].uniform)
-    return false;
-  for (ValueId user = id + 1; user < f.size(); ++user)
-    if (std::find(f[user].args.begin(), f[user].args.end(), id) != f[user].args.end() &&
-        fp.phases[size_t(user)] != ir::Phase::Core)
-      return false;
-  return true;
-}
-
-// Whether a GatherGrad of target Slot sends the gradient of the child's whole
-// scatter row, not of part of it (ir::gather_slices).
-bool covers_whole_slot(const ir::Function& f, const Node& gather_grad, const TypeSignature& signature) {
-  return gather_grad.start == 0 &&
-         f[gather_grad.args[0]].shape.numel() == signature.slot_shapes[size_t(gather_grad.child_slot)].numel();
-}
-
-// The GatherGrad nodes of a backward whose gradient value (and each value a
-// Concat of it may hold in place) lives within the tasks: read by nothing but
-// the GatherGrad (and the Concat), so it may be placed in the children's
-// scatter-gradient rows. Only a gradient of all of a slot's row: where it
-// covers part of it (ir::gather_slices), the rest of the row is the others'.
-std::vector<ValueId> gather_grads_placeable_in_place(const FunctionPlan& fp, const TypeSignature& signature) {
-  const ir::Function& f = *fp.function;
-  const std::vector<int> readers = ir::reader_counts(f);
-  std::vector<ValueId> out;
-  for (ValueId id = 0; id < f.size(); ++id) {
-    const Node& n = f[id];
-    if (n.op != Op::GatherGrad || n.target == ir::GatherGradTarget::VariadicRows) continue;
-    const ValueId g = n.args[0];
-    if (n.target == ir::GatherGradTarget::Slot && !covers_whole_slot(f, n, signature)) continue;
-    bool ok = readers[size_t(g)] == 1 && within_tasks(fp, g);
-    if (ok && f[g].op == Op::Concat)
-      for (ValueId arg : f[g].args) {
-        const ValueId part = ir::under_reshapes(f, arg);
-        ok = ok && (ir::is_view(f[part].op) || within_tasks(fp, part));
-      }
-    if (ok) out.push_back(id);
-  }
-  return out;
-}
-
-// Bit k for each slot k whose gradient one GatherGrad of the backward sends
-// to the child's whole scatter row (none other of slot k, start 0, the
-// slot's full width).
-uint64_t whole_slot_gather_grads(const ir::Function& f, const TypeSignature& signature) {
-  std::vector<int> per_slot(size_t(signature.fixed_arity), 0);
-  uint64_t whole = 0;
-  for (ValueId id = 0; id < f.size(); ++id) {
-    const Node& n = f[id];
-    if (n.op != Op::GatherGrad || n.target != ir::GatherGradTarget::Slot) continue;
-    ++per_slot[size_t(n.child_slot)];
-    if (covers_whole_slot(f, n, signature)) whole |= uint64_t(1) << n.child_slot;
-  }
-  for (size_t k = 0; k < per_slot.size(); ++k)
-    if (per_slot[k] != 1) whole &= ~(uint64_t(1) << k);
-  return whole;
-}
-
-// Whether node `id` runs as an elementwise node of its own (CpuExecutor::
-// elementwise, row by row: it may write through row pointers): a unary or
-// binary op other than dropout, none of whose operands is uniform (a bias
-// add) or a product folded into it (the GEMM's epilogue writes it).
-bool writes_elementwise_rows(const FunctionPlan& fp, ValueId id) {
-  const ir::Function& f = *fp.function;
-  const Node& n = f[id];
-  const ir::OpKind kind = ir::op_kind(n.op);
-  if ((kind != ir::OpKind::Unary && kind != ir::OpKind::Binary) || n.op == Op::Dropout) return false;
-  for (ValueId arg : n.args)
-    if (f[arg].uniform || fp.folded[size_t(arg)]) return false;
-  return true;
-}
-
-// VJIT_GATHER_POINTERS, in the backward: a whole-slot GatherGrad whose
-// gradient per-vertex products or fused kernels write (MV-RNN's [dB·a; dA],
-// each part a product vertex by vertex, or the add that computes its rows of
-// W_Mᵀ·dP; a Tree-LSTM's dc of a child, a fused kernel's output) has them
-// write each row straight into the child's scatter-gradient
-// row where that row's one contribution is this GatherGrad
-// (find_rows_assigned_once), else into the gradient's own buffer, which the
-// GatherGrad then adds. Per backward value: the gradient whose row pointers
-// it is written through and its column there (gradient -1: rows of its own).
-std::vector<GradientPointer> gradient_pointers(const FunctionPlan& fp, const TypeSignature& signature) {
-  const ir::Function& f = *fp.function;
-  const std::vector<int> readers = ir::reader_counts(f);
-  const uint64_t whole_slots = whole_slot_gather_grads(f, signature);
-  auto writes_rows_by_pointer = [&](ValueId id) {
-    const Node& n = f[id];
-    if (fp.folded[size_t(id)] || fp.phases[size_t(id)] != ir::Phase::Core || readers[size_t(id)] != 1) return false;
-    if (fp.in_fused_step(id)) return true;  // an output of a fused kernel (run_fused: row tables)
-    if (writes_elementwise_rows(fp, id)) return true;
-    if (n.op == Op::MatMul) return !f[n.args[0]].uniform && !f[n.args[1]].uniform;  // one product per vertex
-    if (n.op != Op::Add) return false;
-    for (int side : {0, 1}) {  // the add that computes its rows of a folded product (product_rows_plus_outer)
-      const Node& outer = f[n.args[size_t(side)]];
-      const Node& slice = f[n.args[size_t(1 - side)]];
-      if (outer.op == Op::Outer && fp.folded[size_t(n.args[size_t(side)])] && slice.op == Op::Slice &&
-          fp.folded[size_t(slice.args[0])])
-        return true;
-    }
-    return false;
-  };
-  std::vector<GradientPointer> out(size_t(f.size()));
-  for (ValueId g = 0; g < f.size(); ++g) {
-    const Node& gg = f[g];
-    if (gg.op != Op::GatherGrad || gg.target != ir::GatherGradTarget::Slot || !(whole_slots >> gg.child_slot & 1))
-      continue;  // not the one GatherGrad of its slot, covering the child's whole row
-    const ValueId gradient = gg.args[0];
-    if (readers[size_t(gradient)] != 1 || fp.phases[size_t(gradient)] != ir::Phase::Core || f[gradient].uniform)
-      continue;
-    const std::vector<ValueId> parts =
-        f[gradient].op == Op::Concat ? f[gradient].args : std::vector<ValueId>{gradient};
-    std::vector<std::pair<ValueId, int64_t>> written;  // value, column
-    bool ok = true;
-    int64_t column = 0;
-    for (ValueId part : parts) {
-      ValueId id = part;
-      for (; f[id].op == Op::Reshape && readers[size_t(id)] == 1; id = f[id].args[0]) written.emplace_back(id, column);
-      ok = ok && writes_rows_by_pointer(id);
-      written.emplace_back(id, column);
-      column += f[part].shape.numel();
-    }
-    if (!ok) continue;
-    out[size_t(gradient)] = {gradient, 0};
-    for (auto [id, at] : written) out[size_t(id)] = {gradient, at};
-  }
-  return out;
-}
-
-// The gather slots a step reads in place: its inputs' masks, looking through
-// nodes folded into it (a weight gradient's outer product, a biased product,
-// the rows of a product an add computes).
-uint64_t step_reads(const FunctionPlan& fp, const std::vector<uint64_t>& alias, const Step& step) {
-  if (step.fused >= 0) {
-    uint64_t mask = 0;
-    for (ValueId in : fp.fused[size_t(step.fused)].inputs) mask |= alias[size_t(in)];
-    return mask;
-  }
-  uint64_t mask = 0;
-  std::vector<ValueId> pending{step.node};
-  while (!pending.empty()) {
-    ValueId id = pending.back();
-    pending.pop_back();
-    for (ValueId arg : (*fp.function)[id].args) {
-      mask |= alias[size_t(arg)];
-      const Node& n = (*fp.function)[arg];
-      const bool slice_of_folded = n.op == Op::Slice && fp.folded[size_t(n.args[0])];  // product_rows_plus_outer
-      if (fp.folded[size_t(arg)] || slice_of_folded) pending.push_back(arg);
-    }
-  }
-  return mask;
-}
-
-
 // y[m] = op(A)[m, k] · x[k] for one vertex, A's rows lda floats apart (op =
 // transpose when `trans`: A stored [k, m]). A per-vertex matrix-vector product
 // (MV-RNN's A b, the bilinear form's contraction) is too small for a library
@@ -509,40 +328,13 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       push_index_[t][size_t(id)] = int(push_widths_[t].size());
       push_widths_[t].push_back(f[f[id].args[0]].shape.numel());
     }
-    const int fixed = program.signature(int(t)).fixed_arity;
-    row_pointer_parts_.push_back(config.gather_pointers
-                                     ? row_pointer_parts(plan.types[t].forward, plan.types[t].backward)
-                                     : std::vector<int>(f.nodes.size(), 0));
-    std::vector<uint64_t> forward_alias = gather_alias_masks(f, fixed, nullptr, &row_pointer_parts_.back());
-    std::vector<std::pair<ValueId, int>>& view_gathers = view_gathers_.emplace_back();
-    for (ValueId id = 0; id < f.size(); ++id)
-      if (forward_alias[size_t(id)] != 0 && (f[id].op == Op::Gather || f[id].op == Op::GatherSum))
-        view_gathers.push_back({id, f[id].op == Op::Gather ? f[id].child_slot : fixed});
-    std::vector<uint64_t> backward_alias =
-        gather_alias_masks(*plan.types[t].backward.function, fixed, &forward_alias, nullptr);
-    gradient_pointers_.push_back(
-        config.gather_pointers ? gradient_pointers(plan.types[t].backward, program.signature(int(t)))
-                               : std::vector<GradientPointer>(plan.types[t].backward.function->nodes.size()));
-    const ir::Function& df = *plan.types[t].backward.function;
-    pointer_gather_grads_.emplace_back();
-    for (ValueId id = 0; id < df.size(); ++id)
-      if (df[id].op == Op::GatherGrad && gradient_pointers_.back()[size_t(df[id].args[0])].gradient == df[id].args[0])
-        pointer_gather_grads_.back().push_back(id);
-    in_place_gather_grads_.push_back(gather_grads_placeable_in_place(plan.types[t].backward, program.signature(int(t))));
-    whole_slot_gather_grads_.push_back(
-        whole_slot_gather_grads(*plan.types[t].backward.function, program.signature(int(t))));
     for (Pass pass : {Pass::Forward, Pass::Backward}) {
       const FunctionPlan& fp = pass == Pass::Forward ? plan.types[t].forward : plan.types[t].backward;
-      const std::vector<uint64_t>& alias = pass == Pass::Forward ? forward_alias : backward_alias;
       stacked_views_[int(pass)].emplace_back(fp.function->nodes.size(), nullptr);
-      eager_reads_[int(pass)].emplace_back();
-      lazy_reads_[int(pass)].emplace_back();
-      for (const Step& step : fp.eager) eager_reads_[int(pass)].back().push_back(step_reads(fp, alias, step));
-      for (const Step& step : fp.lazy) lazy_reads_[int(pass)].back().push_back(step_reads(fp, alias, step));
     }
   }
-  forward_targets_ = forward_targets(plan, program.signatures(), row_pointer_parts_);
-  find_accumulated_parts(plan);
+  VJIT_INTERNAL_CHECK(plan.placement && plan.placement->types.size() == plan.types.size(),
+                      "the plan was lowered without its row placement (jit::lower_program)");
   // Fused steps split rows over the pool: one set of pointers per block.
   size_t blocks = size_t(pool_.size());
   for (Frame* frame : {&frame_, &stream_frame_}) {
@@ -653,7 +445,7 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
     // scatter-gradient rows, with what is laid out in them.
     const bool in_place_grads = p == Pass::Backward && rows.task >= 0;
     if (in_place_grads) {
-      for (ValueId gg : in_place_gather_grads_[size_t(rows.type)])
+      for (ValueId gg : placed(rows.type).in_place_gather_grads)
         if (in_place_gather(rows, f[gg])) in_place_target_[size_t(f[gg].args[0])] = gg;
       bind_gradient_rows(rows);
     }
@@ -705,19 +497,19 @@ void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
           break;
         default: break;
       }
-      if (p == Pass::Forward && row_pointer_parts_[size_t(rows.type)][size_t(id)] > 0) {
-        const int64_t parts = row_pointer_parts_[size_t(rows.type)][size_t(id)];
+      if (p == Pass::Forward && placed(rows.type).row_pointer_parts[size_t(id)] > 0) {
+        const int64_t parts = placed(rows.type).row_pointer_parts[size_t(id)];
         view = {nullptr, 0, row_pointers_[size_t(rows.type)][size_t(id)].data() + rows.begin * parts, parts};
       }
       if (p == Pass::Backward) {
-        const GradientPointer& to = gradient_pointers_[size_t(rows.type)][size_t(id)];
+        const GradientPointer& to = placed(rows.type).gradient_pointers[size_t(id)];
         if (to.gradient >= 0 && gradient_rows_bound_[size_t(to.gradient)])
           view = {nullptr, 0, gradient_rows_[size_t(rows.type)][size_t(to.gradient)].data() + rows.begin, 1, to.column};
       }
     }
     if (in_place_grads) {
-      for (ValueId gg : in_place_gather_grads_[size_t(rows.type)]) in_place_target_[size_t(f[gg].args[0])] = -1;
-      for (ValueId gg : pointer_gather_grads_[size_t(rows.type)]) gradient_rows_bound_[size_t(f[gg].args[0])] = 0;
+      for (ValueId gg : placed(rows.type).in_place_gather_grads) in_place_target_[size_t(f[gg].args[0])] = -1;
+      for (ValueId gg : placed(rows.type).pointer_gather_grads) gradient_rows_bound_[size_t(f[gg].args[0])] = 0;
     }
   }
 }
@@ -815,25 +607,23 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
 }
 
 void CpuExecutor::size_row_pointers() {
-  row_pointers_.resize(row_pointer_parts_.size());
-  for (size_t t = 0; t < row_pointer_parts_.size(); ++t) {
-    const std::vector<int>& parts = row_pointer_parts_[t];
+  const size_t types = plan_.types.size();
+  row_pointers_.resize(types);
+  accumulated_rows_.resize(types);
+  gradient_rows_.resize(types);
+  for (size_t t = 0; t < types; ++t) {
+    const TypePlacement& placement = placed(int(t));
+    const size_t rows = size_t(batch_.layout->type_rows[t]);
+    const std::vector<int>& parts = placement.row_pointer_parts;
     row_pointers_[t].resize(parts.size());
     for (size_t id = 0; id < parts.size(); ++id)
-      if (parts[id] > 0)
-        row_pointers_[t][id].resize(size_t(batch_.layout->type_rows[t] * parts[id]));
-  }
-  accumulated_rows_.resize(accumulated_parts_.size());
-  for (size_t t = 0; t < accumulated_parts_.size(); ++t) {
-    accumulated_rows_[t].resize(accumulated_parts_[t].size());
-    for (std::vector<float*>& table : accumulated_rows_[t]) table.resize(size_t(batch_.layout->type_rows[t]));
-  }
-  gradient_rows_.resize(gradient_pointers_.size());
-  for (size_t t = 0; t < gradient_pointers_.size(); ++t) {
-    gradient_rows_[t].resize(gradient_pointers_[t].size());
-    for (size_t id = 0; id < gradient_pointers_[t].size(); ++id)
-      if (gradient_pointers_[t][id].gradient == ValueId(id))
-        gradient_rows_[t][id].resize(size_t(batch_.layout->type_rows[t]));
+      if (parts[id] > 0) row_pointers_[t][id].resize(rows * size_t(parts[id]));
+    accumulated_rows_[t].resize(placement.accumulated_parts.size());
+    for (std::vector<float*>& table : accumulated_rows_[t]) table.resize(rows);
+    const std::vector<GradientPointer>& pointers = placement.gradient_pointers;
+    gradient_rows_[t].resize(pointers.size());
+    for (size_t id = 0; id < pointers.size(); ++id)
+      if (pointers[id].gradient == ValueId(id)) gradient_rows_[t][id].resize(rows);
   }
 }
 
@@ -890,14 +680,14 @@ void CpuExecutor::choose_forward_parent(int type, int vertex) {
   }
 }
 
-// The index into forward_targets_ of the gather of `parent`'s `slot` that may
+// The index into forward_targets of the gather of `parent`'s `slot` that may
 // take `part` of a child of type `type` in this batch, or -1. A view the task
 // reads in place needs nothing; one a Concat then copies is worth less than
 // the forwarded rows (the task's gather then drops it: forward_target).
 int CpuExecutor::usable_target(int type, int parent, int slot, const ForwardedPart& part) const {
   const int parent_type = batch_.graph->type(parent);
   const bool view = batch_.layout->gather(task_of_vertex_[size_t(parent)], slot).is_view();
-  const std::vector<ForwardTarget>& targets = forward_targets_[size_t(parent_type)];
+  const std::vector<ForwardTarget>& targets = placed(parent_type).forward_targets;
   for (size_t i = 0; i < targets.size(); ++i) {
     const ForwardTarget& g = targets[i];
     if (g.slot != slot || !g.takes(part, scatter_width_[size_t(type)])) continue;
@@ -913,7 +703,7 @@ float* CpuExecutor::forward_target(int type, int vertex, const ForwardedPart& pa
   const int i = usable_target(type, p, slot, part);
   if (i < 0) return nullptr;
   const int parent_type = batch_.graph->type(p);
-  const ForwardTarget& g = forward_targets_[size_t(parent_type)][size_t(i)];
+  const ForwardTarget& g = placed(parent_type).forward_targets[size_t(i)];
   const int task = task_of_vertex_[size_t(p)];
   if (batch_.layout->gather(task, slot).is_view()) unviewed_targets_[size_t(task)] |= uint64_t(1) << i;
   const ValueLayout& at = batch_.layout->value(Pass::Forward, parent_type, g.gather);
@@ -949,7 +739,7 @@ void CpuExecutor::find_read_view_slots() {
     const uint64_t views = layout.view_slots[size_t(type)];
     if (views == 0) continue;
     const Rows rows = task_rows(t);
-    for (auto [gather, slot] : view_gathers_[size_t(type)])
+    for (auto [gather, slot] : placed(type).view_gathers)
       if ((views >> slot & 1) && layout.gather(t, slot).is_view() && !forwarded_over_view(rows, gather))
         read_view_slots_[size_t(type)] |= uint64_t(1) << slot;
   }
@@ -959,7 +749,7 @@ bool CpuExecutor::forwarded_over_view(const Rows& rows, ValueId gather) const {
   if (forward_parent_.empty() || rows.task < 0) return false;
   const uint64_t unviewed = unviewed_targets_[size_t(rows.task)];
   if (unviewed == 0) return false;
-  const std::vector<ForwardTarget>& targets = forward_targets_[size_t(rows.type)];
+  const std::vector<ForwardTarget>& targets = placed(rows.type).forward_targets;
   for (size_t i = 0; i < targets.size() && i < 64; ++i)
     if (targets[i].gather == gather) return (unviewed >> i & 1) != 0;
   return false;
@@ -981,7 +771,7 @@ bool CpuExecutor::was_forwarded(int child, int parent, int slot, const Node& nod
 void CpuExecutor::bind_gradient_rows(const Rows& rows) {
   const BatchLayout& layout = *batch_.layout;
   const ir::Function& f = function(Pass::Backward, rows.type);
-  for (ValueId g : pointer_gather_grads_[size_t(rows.type)]) {
+  for (ValueId g : placed(rows.type).pointer_gather_grads) {
     const Node& n = f[g];
     if (in_place_gather(rows, n)) continue;
     const ValueId gradient = n.args[0];
@@ -998,89 +788,6 @@ void CpuExecutor::bind_gradient_rows(const Rows& rows) {
   }
 }
 
-// VJIT_ACCUMULATE_GRADIENTS: the steps that run their accumulating kernel,
-// and the gradient parts those add into the children's rows. A GatherGrad
-// whose gradient is written through gradient pointers keeps that path (it
-// assigns the rows where it is their one contribution, no zeroed row needed)
-// where a part of it is no fused kernel's that accumulates (a Tree-LSTM's
-// dh, an elementwise node's), and a step with a part of such a gradient runs
-// its plain kernel; the other GatherGrads leave the pointer path.
-void CpuExecutor::find_accumulated_parts(const ExecPlan& plan) {
-  for (size_t t = 0; t < plan.types.size(); ++t) {
-    const FunctionPlan& fp = plan.types[t].backward;
-    const ir::Function& f = *fp.function;
-    const std::vector<GradientPart> parts = gradient_parts(f);
-    std::vector<ValueId>& pointers = pointer_gather_grads_[t];
-    std::vector<AccumulatedPart>& accumulated = accumulated_parts_.emplace_back();
-    std::vector<uint8_t>& accumulating = accumulating_steps_.emplace_back(fp.fused.size(), 0);
-    std::vector<uint8_t> accumulable(size_t(f.size()), 0);  // per value: an output its step could accumulate
-    for (const FusedStep& step : fp.fused)
-      for (int o : step.accumulated) accumulable[size_t(step.outputs[size_t(o)])] = 1;
-    // keep[gg]: gg stays on the pointer path; grows to a fixed point.
-    std::vector<uint8_t> keep(size_t(f.size()), 0);
-    for (size_t v = 0; v < gradient_pointers_[t].size(); ++v) {
-      const ValueId gradient = gradient_pointers_[t][v].gradient;
-      if (gradient < 0 || accumulable[v]) continue;
-      for (ValueId gg : pointers)
-        if (f[gg].args[0] == gradient && (ValueId(v) != gradient || f[gradient].op != Op::Concat)) keep[size_t(gg)] = 1;
-    }
-    // The GatherGrad that output o of `step` is a part of the gradient of.
-    auto gather_grad_of = [&](const FusedStep& step, int o) { return parts[size_t(step.outputs[size_t(o)])].gather_grad; };
-    auto kept = [&](int o, const FusedStep& step) { return keep[size_t(gather_grad_of(step, o))] != 0; };
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (const FusedStep& step : fp.fused) {
-        if (std::none_of(step.accumulated.begin(), step.accumulated.end(), [&](int o) { return kept(o, step); })) continue;
-        for (int o : step.accumulated) {  // a step that does not accumulate keeps all its parts' GatherGrads
-          const ValueId gg = gather_grad_of(step, o);
-          if (!keep[size_t(gg)] && std::find(pointers.begin(), pointers.end(), gg) != pointers.end())
-            keep[size_t(gg)] = 1, changed = true;
-        }
-      }
-    }
-    for (ValueId gg : std::vector<ValueId>(pointers))
-      if (!keep[size_t(gg)]) {
-        pointers.erase(std::remove(pointers.begin(), pointers.end(), gg), pointers.end());
-        for (GradientPointer& to : gradient_pointers_[t])
-          if (to.gradient == f[gg].args[0]) to = {};
-      }
-    for (size_t s = 0; s < fp.fused.size(); ++s) {
-      const FusedStep& step = fp.fused[s];
-      if (step.accumulated.empty() || std::any_of(step.accumulated.begin(), step.accumulated.end(),
-                                                  [&](int o) { return kept(o, step); }))
-        continue;
-      accumulating[s] = 1;
-      for (int o : step.accumulated) {
-        const ValueId value = step.outputs[size_t(o)];
-        const GradientPart& part = parts[size_t(value)];
-        accumulated.push_back({value, part.gather_grad, part.column, f[value].shape.numel()});
-      }
-    }
-    std::sort(accumulated.begin(), accumulated.end(),
-              [](const AccumulatedPart& a, const AccumulatedPart& b) { return a.gather_grad < b.gather_grad; });
-    uint64_t slots = 0;
-    std::vector<std::vector<std::pair<int64_t, int64_t>>>& rest = accumulated_rest_.emplace_back(size_t(f.size()));
-    for (size_t k = 0; k < accumulated.size(); ++k) {
-      const ValueId gg = accumulated[k].gather_grad;
-      if (f[gg].target == ir::GatherGradTarget::Slot) slots |= uint64_t(1) << f[gg].child_slot;
-      if (k > 0 && accumulated[k - 1].gather_grad == gg) continue;
-      // The columns of gg's gradient that none of its parts covers.
-      std::vector<std::pair<int64_t, int64_t>> covered;
-      for (const AccumulatedPart& part : accumulated)
-        if (part.gather_grad == gg) covered.emplace_back(part.column, part.column + part.width);
-      std::sort(covered.begin(), covered.end());
-      int64_t column = 0;
-      for (auto [begin, end] : covered) {
-        if (begin > column) rest[size_t(gg)].emplace_back(column, begin);
-        column = end;
-      }
-      const int64_t width = f[f[gg].args[0]].shape.numel();
-      if (column < width) rest[size_t(gg)].emplace_back(column, width);
-    }
-    accumulating_slots_.push_back(slots);
-  }
-}
-
 // Points each row of the task's gradient parts at the row its accumulating
 // kernel adds it into: the child's scatter-gradient row (of a Slot, or of an
 // EveryVariadic row with one child), else the part's own row, zeroed, from
@@ -1088,7 +795,7 @@ void CpuExecutor::find_accumulated_parts(const ExecPlan& plan) {
 // children; a child a part of this task already goes to: two rows of one
 // kernel call never add into one row).
 void CpuExecutor::bind_accumulated_rows(const Rows& rows, Frame& frame) {
-  const std::vector<AccumulatedPart>& parts = accumulated_parts_[size_t(rows.type)];
+  const std::vector<AccumulatedPart>& parts = placed(rows.type).accumulated_parts;
   if (parts.empty()) return;
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatBatch& graph = *batch_.graph;
@@ -1130,7 +837,7 @@ void CpuExecutor::bind_accumulated_rows(const Rows& rows, Frame& frame) {
 
 bool CpuExecutor::accumulates(const Rows& rows, ValueId gather_grad, const Frame& frame) const {
   if (rows.task < 0) return false;
-  for (const AccumulatedPart& part : accumulated_parts_[size_t(rows.type)])
+  for (const AccumulatedPart& part : placed(rows.type).accumulated_parts)
     if (part.gather_grad == gather_grad) return frame.views[int(Pass::Backward)][size_t(part.value)].pointers != nullptr;
   return false;
 }
@@ -1167,7 +874,7 @@ void CpuExecutor::find_rows_assigned_once() {
   for (int t = 0; t < schedule.num_tasks(); ++t) {
     const int type = schedule.task_type[size_t(t)];
     const int fixed = program_.signature(type).fixed_arity;
-    uint64_t assigning = whole_slot_gather_grads_[size_t(type)] & ~accumulating_slots_[size_t(type)];
+    uint64_t assigning = placed(type).whole_slot_gather_grads & ~placed(type).accumulating_slots;
     for (int k = 0; k < fixed; ++k)
       if (exclusive_view(t, k)) assigning &= ~(uint64_t(1) << k);  // maybe computed in place
     for (int v : schedule.task(t)) {
@@ -1243,7 +950,7 @@ void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type, Frame& fr
   Rows rows{type, -1, 0, layout.type_rows[size_t(type)], layout.rows_of(type).data()};
   const uint64_t views = read_view_slots_[size_t(type)];
   const std::vector<uint64_t>& reads =
-      (phase == ir::Phase::Eager ? eager_reads_ : lazy_reads_)[int(pass)][size_t(type)];
+      (phase == ir::Phase::Eager ? placed(type).eager_reads : placed(type).lazy_reads)[int(pass)];
   // Runs of steps over every row alternate with runs that read gather views
   // and so run task by task.
   for (size_t begin = 0; begin < steps.size();) {
@@ -1591,7 +1298,7 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
   // VJIT_ACCUMULATE_GRADIENTS: where a task bound the gradient parts to the
   // children's rows, the kernel that adds them there, reading each as an input.
   const bool accumulate = pass == Pass::Backward && rows.task >= 0 && !step.accumulated.empty() &&
-                          accumulating_steps_[size_t(rows.type)][size_t(&step - function_plan(pass, rows.type).fused.data())];
+                          placed(rows.type).accumulating_steps[size_t(&step - function_plan(pass, rows.type).fused.data())];
   const Kernel& kernel = accumulate ? step.accumulating : step.kernel;
   const size_t added = accumulate ? step.accumulated.size() : 0;
   const size_t n_in = step.inputs.size() + added, n_out = step.outputs.size(), n = n_in + n_out;
@@ -2425,7 +2132,7 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *frame.stats;
-  const std::vector<ValueId>& in_place = in_place_gather_grads_[size_t(rows.type)];
+  const std::vector<ValueId>& in_place = placed(rows.type).in_place_gather_grads;
   const ValueId id = ValueId(&node - function(Pass::Backward, rows.type).nodes.data());
   if (in_place_gather(rows, node) && std::find(in_place.begin(), in_place.end(), id) != in_place.end()) {
     ++stats.gather_views;  // bind() placed the gradient in the children's scatter-gradient rows
@@ -2463,7 +2170,7 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
   frame.issue(Primitive::AddRows);
   int64_t child_rows = rows.count;  // rows added into
   if (node.target == ir::GatherGradTarget::Slot) {
-    const bool whole_slot = whole_slot_gather_grads_[size_t(rows.type)] >> node.child_slot & 1;
+    const bool whole_slot = placed(rows.type).whole_slot_gather_grads >> node.child_slot & 1;
     for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
       for (int64_t r = 0; r < rows.count; ++r) {
         RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
@@ -2513,8 +2220,8 @@ void CpuExecutor::add_accumulated_gather_grad(const Rows& rows, const Node& node
   const int64_t width = function(Pass::Backward, rows.type)[node.args[0]].shape.numel();
   const bool slot = node.target == ir::GatherGradTarget::Slot;
   const size_t first_variadic = size_t(program_.signature(rows.type).fixed_arity);
-  const std::vector<std::pair<int64_t, int64_t>>& rest = accumulated_rest_[size_t(rows.type)][size_t(id)];
-  std::span<const AccumulatedPart> all = accumulated_parts_[size_t(rows.type)];
+  const std::vector<std::pair<int64_t, int64_t>>& rest = placed(rows.type).accumulated_rest[size_t(id)];
+  std::span<const AccumulatedPart> all = placed(rows.type).accumulated_parts;
   auto first = std::find_if(all.begin(), all.end(), [&](const AccumulatedPart& p) { return p.gather_grad == id; });
   auto last = std::find_if(first, all.end(), [&](const AccumulatedPart& p) { return p.gather_grad != id; });
   const std::span<const AccumulatedPart> parts(first, last);  // sorted by GatherGrad

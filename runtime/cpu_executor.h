@@ -23,6 +23,7 @@
 #include "runtime/forwarding.h"
 #include "runtime/gemm.h"
 #include "runtime/products.h"
+#include "runtime/row_placement.h"
 #include "runtime/pool_parallel_for.h"
 #include "runtime/thread_pool.h"
 #include "runtime/touched_rows.h"
@@ -63,14 +64,6 @@ class CpuParameterStore final : public ParameterStore {
   TouchedRows touched_;
 };
 
-// A backward value written through the row pointers of a GatherGrad's
-// gradient (VJIT_GATHER_POINTERS): that gradient's value id, and the
-// value's column in its rows; gradient -1: the value has rows of its own.
-struct GradientPointer {
-  ir::ValueId gradient = -1;
-  int64_t column = 0;
-};
-
 class CpuExecutor final : public Executor {
  public:
   struct Config {
@@ -99,8 +92,6 @@ class CpuExecutor final : public Executor {
     TraceRecorder* trace = nullptr;
     // VJIT_PRETRANSPOSE: see WeightTransposes.
     bool pretranspose = true;
-    // VJIT_GATHER_POINTERS: see runtime/row_pointers.h and gradient_pointers (cpu_executor.cpp).
-    bool gather_pointers = true;
     // VJIT_VERTEX_GEMM: the back end of the products run one per vertex
     // (MV-RNN's W_M·[A; B]; unset: `gemm`).
     std::optional<GemmBackend> vertex_gemm;
@@ -376,55 +367,40 @@ class CpuExecutor final : public Executor {
   std::vector<std::vector<int64_t>> push_widths_;  // per type: the width of each push, in function order
   std::vector<std::vector<int>> push_index_;       // per type, per forward value id: which push it is (-1)
   std::vector<int64_t> scatter_width_;             // per type: floats per row of what it scatters (0: none)
-  // Per (pass, type), per step of the eager and lazy phases: the gather slots
-  // whose rows it reads in place (bit k: slot k, bit fixed_arity: the variadic
-  // sum), through views, Fwd and folded nodes.
-  std::vector<std::vector<uint64_t>> eager_reads_[2], lazy_reads_[2];
-  // Per type: the backward's GatherGrad nodes whose gradient may be computed
-  // straight into the children's scatter-gradient rows (when the layout's
-  // gather is an exclusive view): it, and what is laid out in it, are computed
-  // and read within the task only.
-  std::vector<std::vector<ir::ValueId>> in_place_gather_grads_;
+  // The plan's row placement (runtime/row_placement.h), per type.
+  const TypePlacement& placed(int type) const { return plan_.placement->types[size_t(type)]; }
   // The GatherGrad whose gradient the task being bound computes in place, per
   // gradient value (-1: none); bind()'s scratch.
   std::vector<ir::ValueId> in_place_target_;
   const GatherLayout* in_place_gather(const Rows& rows, const ir::Node& gather_grad) const;
   // The gather of (task, slot) when the layout made it a view no other gather shares; else nullptr.
   const GatherLayout* exclusive_view(int task, int slot) const;
-  // Per type: bit k when the backward has one GatherGrad of slot k and it
-  // covers the child's whole row (whole_slot_gather_grads).
-  std::vector<uint64_t> whole_slot_gather_grads_;
   // Per type, per scatter-gradient row of this batch: 1 when the row's one
   // contribution is a parent's whole-slot GatherGrad that is not computed in
   // place. backward() leaves such rows unzeroed and that GatherGrad copies
   // into them instead of adding: the first write is the sum.
   std::vector<std::vector<uint8_t>> assigned_once_;
-  // VJIT_GATHER_POINTERS (runtime/row_pointers.h): per type, per forward value,
-  // the parts each row is read in through row pointers (0: a buffer); and per
-  // type, per such Gather or Concat, this batch's pointers (the type's rows ×
-  // parts), filled by its step in place of a copy.
-  std::vector<std::vector<int>> row_pointer_parts_;
+  // VJIT_GATHER_POINTERS (TypePlacement::row_pointer_parts): per type, per
+  // Gather or Concat read through row pointers, this batch's pointers (the
+  // type's rows × parts), filled by its step in place of a copy.
   std::vector<std::vector<std::vector<float*>>> row_pointers_;
   void size_row_pointers();
-  // VJIT_FORWARD_GATHERS (runtime/forwarding.h): per type, its gathers into
-  // buffers of their own; per type, per forwarded part (FunctionPlan::
-  // forwarded), this batch's row pointers where each row writes the part a
-  // second time (the parent's gather row, or the part's own row again); per
-  // flat vertex, the parent it forwarded to (-1: none) and the parent's slot
-  // it is (a child may fill two), and its task (point_forwarded_parts' scratch).
-  std::vector<std::vector<ForwardTarget>> forward_targets_;
+  // VJIT_FORWARD_GATHERS (TypePlacement::forward_targets): per type, per
+  // forwarded part (FunctionPlan::forwarded), this batch's row pointers where
+  // each row writes the part a second time (the parent's gather row, or the
+  // part's own row again); per flat vertex, the parent it forwarded to (-1:
+  // none) and the parent's slot it is (a child may fill two), and its task
+  // (point_forwarded_parts' scratch).
   std::vector<std::vector<std::vector<float*>>> forward_rows_;
   std::vector<int> forward_parent_, forward_slot_, task_of_vertex_;
-  // Per task: bit i when the layout made its gather forward_targets_[type][i]
+  // Per task: bit i when the layout made its gather forward_targets[i] of its type
   // a view that a Concat copies, and children forwarded into it instead: the
   // task reads its own buffer (forwarded rows, the others copied).
   std::vector<uint64_t> unviewed_targets_;
   bool forwarded_over_view(const Rows& rows, ir::ValueId gather) const;
-  // Per type: the gathers of F that may be views (not read through row
-  // pointers) with their slots; per type, this batch's slots that some task
-  // reads as a view (BatchLayout::view_slots less the gathers forwarded over
-  // their views): the phase steps reading those run task by task.
-  std::vector<std::vector<std::pair<ir::ValueId, int>>> view_gathers_;
+  // Per type, this batch's slots that some task reads as a view
+  // (BatchLayout::view_slots less the gathers forwarded over their views):
+  // the phase steps reading those run task by task.
   std::vector<uint64_t> read_view_slots_;
   void find_read_view_slots();
   void point_forwarded_parts();
@@ -438,36 +414,21 @@ class CpuExecutor final : public Executor {
   int forward_slot_of(int child, int parent) const;
   // Whether the parent `parent`'s gather `node` of `slot` finds its child's parts there already.
   bool was_forwarded(int child, int parent, int slot, const ir::Node& node) const;
-  // And in the backward (gradient_pointers in cpu_executor.cpp): per type, per
-  // backward value, the gradient it is written through (its table: a pointer
-  // per row of the type, filled when a task is bound) and its column there.
-  std::vector<std::vector<GradientPointer>> gradient_pointers_;
+  // And in the backward (TypePlacement::gradient_pointers): per type, per
+  // gradient value written through row pointers, their table (a pointer per
+  // row of the type, filled when a task is bound).
   std::vector<std::vector<std::vector<float*>>> gradient_rows_;  // [type][gradient value]
-  std::vector<std::vector<ir::ValueId>> pointer_gather_grads_;  // per type: the GatherGrads of such gradients
   std::vector<uint8_t> gradient_rows_bound_;  // per backward value: the task being bound writes it through pointers
   void bind_gradient_rows(const Rows& rows);
-  // VJIT_ACCUMULATE_GRADIENTS (FusedStep::accumulating): per type, the
-  // gradient parts its fused kernels add into the children's scatter-gradient
-  // rows (the value, its GatherGrad, its column in the gradient, its width),
-  // GatherGrad by GatherGrad; per type, per such part, this batch's table of
-  // where each row goes (bind_accumulated_rows); per type, bit k when slot k's
-  // GatherGrad has such parts (its children's rows are zeroed, never assigned).
-  struct AccumulatedPart {
-    ir::ValueId value = -1, gather_grad = -1;
-    int64_t column = 0, width = 0;
-  };
-  std::vector<std::vector<AccumulatedPart>> accumulated_parts_;
+  // VJIT_ACCUMULATE_GRADIENTS (TypePlacement::accumulated_parts): per type,
+  // per such part, this batch's table of where each row goes
+  // (bind_accumulated_rows).
   std::vector<std::vector<std::vector<float*>>> accumulated_rows_;  // [type][part]
-  std::vector<uint64_t> accumulating_slots_;
-  std::vector<std::vector<uint8_t>> accumulating_steps_;  // per type, per fused step of ∂F: runs `accumulating`
-  // Per type, per GatherGrad with such parts: the columns [begin, end) of its gradient none covers.
-  std::vector<std::vector<std::vector<std::pair<int64_t, int64_t>>>> accumulated_rest_;
   std::vector<uint8_t> accumulated_to_child_;  // bind_accumulated_rows' scratch, per row
   // Per flat vertex: the last bind that sent a gradient part to it
   // (bind_accumulated_rows' scratch: a second one in a task goes to its own row).
   std::vector<int64_t> accumulated_claim_;
   int64_t accumulate_binds_ = 0;
-  void find_accumulated_parts(const ExecPlan& plan);
   void bind_accumulated_rows(const Rows& rows, Frame& frame);
   // Whether the rows being run add their gradient parts into the children's
   // rows (bound by run_task_steps), for GatherGrad `gather_grad`.

@@ -118,8 +118,15 @@ struct CudaModule {
   std::string image;  // what cuModuleLoadData takes; empty: the plan is for the CPU
 };
 
+enum class Pass : uint8_t { Forward, Backward };
+
+struct RowPlacement;  // runtime/row_placement.h
+
 struct ExecPlan {
   std::vector<TypePlan> types;
+  // Where rows are read and written, decided once for the whole program
+  // (runtime/row_placement.h); set by jit::lower_program.
+  std::shared_ptr<const RowPlacement> placement;
   // The lowered F and ∂F of every type (FunctionPlan::function points into them).
   std::vector<std::shared_ptr<const ir::Function>> functions;
   // exp, vectorised: the softmax of the loss ops runs through it (a std::exp

@@ -5,7 +5,7 @@
 
 #include "ir/passes.h"
 #include "layout/aligned_order.h"
-#include "runtime/row_pointers.h"
+#include "runtime/row_placement.h"
 #include "vjit/error.h"
 
 namespace vjit::runtime {
@@ -127,9 +127,7 @@ class RowPlanner : public Planner {
     const bool inplace_concat = options.inplace_concat;
     view_ok_.resize(plan.types.size());
     for (size_t t = 0; t < plan.types.size(); ++t) {
-      pointers_[int(Pass::Forward)].push_back(options.row_pointers
-                                                  ? row_pointer_parts(plan.types[t].forward, plan.types[t].backward)
-                                                  : std::vector<int>{});
+      pointers_[int(Pass::Forward)].push_back(plan.placement->types[t].row_pointer_parts);
       pointers_[int(Pass::Backward)].emplace_back();
       for (Pass pass : {Pass::Forward, Pass::Backward}) {
         const FunctionPlan& fp = function_plan(pass, t);

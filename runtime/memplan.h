@@ -56,8 +56,6 @@
 
 namespace vjit::runtime {
 
-enum class Pass : uint8_t { Forward, Backward };
-
 // Where one value of one vertex type lives: row r at arena + offset + r·ld.
 // offset < 0: the value has no buffer of its own (a view of another value, a
 // parameter, a sink, or folded into another step).
@@ -210,10 +208,9 @@ struct PlannerOptions {
   bool pad_wide_rows = true;      // rows of a multiple of 256 floats get 16 more (above)
   bool gathers_in_concat = true;  // with inplace_concat, gathers too (VJIT_GATHER_SLICES, CPU executor only)
   bool nested_concats = true;     // with inplace_concat, a Concat inside another too (CPU executor only)
-  // Forward values the executor reads through row pointers get no buffer
-  // (VJIT_GATHER_POINTERS, CPU executor only; runtime/row_pointers.h).
-  bool row_pointers = true;
 };
+// Forward values the executor reads through row pointers get no buffer
+// (VJIT_GATHER_POINTERS: ExecPlan::placement, runtime/row_placement.h).
 
 std::unique_ptr<Planner> make_planner(const std::string& name, const ExecPlan& plan,
                                       const std::vector<TypeSignature>& signatures,
