@@ -14,7 +14,7 @@
 #include "ir/dropout.h"
 #include "ir/passes.h"
 #include "runtime/kernels.h"
-#include "runtime/row_pointers.h"
+#include "runtime/batch_rows.h"
 #include "runtime/vector_clones.h"
 #include "vjit/error.h"
 
@@ -592,7 +592,6 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   stats_.tasks += batch.schedule->num_tasks();
   size_row_pointers();
   point_forwarded_parts();
-  find_read_view_slots();
   ++transposes_.pass;  // the weights' transposed copies are made again
   fill_uniform_values(Pass::Forward);
   if (streaming_) {
@@ -628,98 +627,40 @@ void CpuExecutor::size_row_pointers() {
 }
 
 // VJIT_FORWARD_GATHERS: for each vertex whose type forwards parts, where each
-// part is written a second time: into the gather row of the parent chosen by
-// choose_forward_parent, where one of its gathers takes the part
-// (usable_target), else into the part's own row again.
+// part is written a second time: into the gather row of the parent the
+// planner chose (BatchLayout::forward_parent), where one of its gathers takes
+// the part (usable_forward_target), else into the part's own row again.
 void CpuExecutor::point_forwarded_parts() {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const scheduler::FlatSchedule& schedule = *batch_.schedule;
   const BatchLayout& layout = *batch_.layout;
-  forward_parent_.clear();
-  bool any = false;
-  for (const TypePlan& t : plan_.types) any = any || !t.forward.forwarded.empty();
-  if (!any) return;
-  forward_parent_.assign(size_t(graph.num_vertices()), -1);
-  forward_slot_.resize(size_t(graph.num_vertices()));
-  unviewed_targets_.assign(size_t(schedule.num_tasks()), 0);
-  task_of_vertex_.resize(size_t(graph.num_vertices()));
-  for (int t = 0; t < schedule.num_tasks(); ++t)
-    for (int v : schedule.task(t)) task_of_vertex_[size_t(v)] = t;
+  if (layout.forward_parent.empty()) return;
   forward_rows_.resize(plan_.types.size());
   for (size_t c = 0; c < plan_.types.size(); ++c) {
     const std::vector<ForwardedPart>& parts = plan_.types[c].forward.forwarded;
     forward_rows_[c].resize(parts.size());
     for (std::vector<float*>& to : forward_rows_[c]) to.resize(size_t(layout.type_rows[c]));
-    if (parts.empty()) continue;
     for (int r = 0; r < layout.type_rows[c]; ++r) {
       const int v = layout.rows_of(int(c))[size_t(r)];
-      choose_forward_parent(int(c), v);
       for (size_t j = 0; j < parts.size(); ++j) {
-        float* target = forward_parent_[size_t(v)] >= 0 ? forward_target(int(c), v, parts[j]) : nullptr;
+        float* target = forward_target(int(c), v, parts[j]);
         forward_rows_[c][j][size_t(r)] = target ? target : buffer_view(Pass::Forward, int(c), parts[j].value, r).data;
       }
     }
   }
 }
 
-// The parent that takes most of what `vertex` forwards (the first on a tie),
-// into forward_parent_ and forward_slot_; -1: none takes any.
-void CpuExecutor::choose_forward_parent(int type, int vertex) {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  int64_t most = 0;
-  for (int p : graph.parents(vertex)) {
-    const int slot = forward_slot_of(vertex, p);
-    if (slot < 0) continue;
-    int64_t taken = 0;
-    for (const ForwardedPart& part : plan_.types[size_t(type)].forward.forwarded)
-      if (usable_target(type, p, slot, part) >= 0) taken += part.width;
-    if (taken <= most) continue;
-    most = taken;
-    forward_parent_[size_t(vertex)] = p;
-    forward_slot_[size_t(vertex)] = slot;
-  }
-}
-
-// The index into forward_targets of the gather of `parent`'s `slot` that may
-// take `part` of a child of type `type` in this batch, or -1. A view the task
-// reads in place needs nothing; one a Concat then copies is worth less than
-// the forwarded rows (the task's gather then drops it: forward_target).
-int CpuExecutor::usable_target(int type, int parent, int slot, const ForwardedPart& part) const {
-  const int parent_type = batch_.graph->type(parent);
-  const bool view = batch_.layout->gather(task_of_vertex_[size_t(parent)], slot).is_view();
-  const std::vector<ForwardTarget>& targets = placed(parent_type).forward_targets;
-  for (size_t i = 0; i < targets.size(); ++i) {
-    const ForwardTarget& g = targets[i];
-    if (g.slot != slot || !g.takes(part, scatter_width_[size_t(type)])) continue;
-    const bool in_concat = batch_.layout->value(Pass::Forward, parent_type, g.gather).in_concat >= 0;
-    return view && (!in_concat || i >= 64) ? -1 : int(i);
-  }
-  return -1;
-}
-
-// Where `part` of `vertex` is written a second time: its chosen parent's gather row, or nullptr.
+// Where `part` of `vertex` is written a second time: the gather row of the
+// parent the planner chose (BatchLayout::forward_parent), or nullptr.
 float* CpuExecutor::forward_target(int type, int vertex, const ForwardedPart& part) {
-  const int p = forward_parent_[size_t(vertex)], slot = forward_slot_[size_t(vertex)];
-  const int i = usable_target(type, p, slot, part);
+  const BatchLayout& layout = *batch_.layout;
+  const int p = layout.forward_parent[size_t(vertex)];
+  if (p < 0) return nullptr;
+  const int i = usable_forward_target(plan_, layout, *batch_.graph, p, layout.forward_slot[size_t(vertex)], part,
+                                      scatter_width_[size_t(type)]);
   if (i < 0) return nullptr;
   const int parent_type = batch_.graph->type(p);
   const ForwardTarget& g = placed(parent_type).forward_targets[size_t(i)];
-  const int task = task_of_vertex_[size_t(p)];
-  if (batch_.layout->gather(task, slot).is_view()) unviewed_targets_[size_t(task)] |= uint64_t(1) << i;
-  const ValueLayout& at = batch_.layout->value(Pass::Forward, parent_type, g.gather);
-  return arena(Pass::Forward) + at.offset + int64_t(batch_.layout->vertex_row[size_t(p)]) * at.ld +
-         (part.start - g.start);
-}
-
-// The slot of `parent` that reads `child` and may take what it forwards: its
-// fixed slot, or the variadic one (the fixed arity) where the child is the
-// parent's one variadic child (a sum of one); -1 otherwise.
-int CpuExecutor::forward_slot_of(int child, int parent) const {
-  std::span<const int> children = batch_.graph->children(parent);
-  const int fixed = program_.signature(batch_.graph->type(parent)).fixed_arity;
-  const int slot = int(std::find(children.begin(), children.begin() + fixed, child) - children.begin());
-  if (slot < fixed) return slot;
-  return children.size() == size_t(fixed) + 1 && children[size_t(fixed)] == child ? fixed : -1;
+  const ValueLayout& at = layout.value(Pass::Forward, parent_type, g.gather);
+  return arena(Pass::Forward) + at.offset + int64_t(layout.vertex_row[size_t(p)]) * at.ld + (part.start - g.start);
 }
 
 CpuExecutor::View CpuExecutor::forwarded_rows(const Rows& rows, ValueId value) {
@@ -729,34 +670,13 @@ CpuExecutor::View CpuExecutor::forwarded_rows(const Rows& rows, ValueId value) {
   VJIT_INTERNAL_CHECK(false, "a fused step repeats an output that is not a forwarded part");
 }
 
-void CpuExecutor::find_read_view_slots() {
-  const BatchLayout& layout = *batch_.layout;
-  const scheduler::FlatSchedule& schedule = *batch_.schedule;
-  read_view_slots_.assign(plan_.types.size(), 0);
-  if (layout.view_slots.empty()) return;
-  for (int t = 0; t < schedule.num_tasks(); ++t) {
-    const int type = schedule.task_type[size_t(t)];
-    const uint64_t views = layout.view_slots[size_t(type)];
-    if (views == 0) continue;
-    const Rows rows = task_rows(t);
-    for (auto [gather, slot] : placed(type).view_gathers)
-      if ((views >> slot & 1) && layout.gather(t, slot).is_view() && !forwarded_over_view(rows, gather))
-        read_view_slots_[size_t(type)] |= uint64_t(1) << slot;
-  }
-}
-
 bool CpuExecutor::forwarded_over_view(const Rows& rows, ValueId gather) const {
-  if (forward_parent_.empty() || rows.task < 0) return false;
-  const uint64_t unviewed = unviewed_targets_[size_t(rows.task)];
-  if (unviewed == 0) return false;
-  const std::vector<ForwardTarget>& targets = placed(rows.type).forward_targets;
-  for (size_t i = 0; i < targets.size() && i < 64; ++i)
-    if (targets[i].gather == gather) return (unviewed >> i & 1) != 0;
-  return false;
+  return runtime::forwarded_over_view(plan_, *batch_.layout, rows.type, rows.task, gather);
 }
 
 bool CpuExecutor::was_forwarded(int child, int parent, int slot, const Node& node) const {
-  if (forward_parent_[size_t(child)] != parent || forward_slot_[size_t(child)] != slot) return false;
+  const BatchLayout& layout = *batch_.layout;
+  if (layout.forward_parent[size_t(child)] != parent || layout.forward_slot[size_t(child)] != slot) return false;
   // The parts forwarded into the node's columns must cover them.
   int64_t covered = 0;
   for (const ForwardedPart& part : plan_.types[size_t(batch_.graph->type(child))].forward.forwarded)
@@ -781,7 +701,7 @@ void CpuExecutor::bind_gradient_rows(const Rows& rows) {
     for (int64_t r = 0; r < rows.count; ++r) {
       RowRef child = gather_source(layout, *batch_.graph, rows.task, n.child_slot, rows.vertices, r);
       const ValueLayout& s = layout.scatter_grad[size_t(child.type)];
-      table[r] = assigned_once_[size_t(child.type)][size_t(child.row)]
+      table[r] = batch_.layout->assigned_once[size_t(child.type)][size_t(child.row)]
                      ? arena(Pass::Backward) + s.offset + int64_t(child.row) * s.ld + n.start
                      : arena(Pass::Backward) + own.offset + (rows.begin + r) * own.ld;
     }
@@ -850,7 +770,6 @@ void CpuExecutor::backward() {
   frame_.issue(Primitive::Fill);
   const BatchLayout& layout = *batch_.layout;
   reserve_backward_arena(layout.arena_floats[int(Pass::Backward)]);
-  find_rows_assigned_once();
   zero_scatter_gradients();
   fill_uniform_values(Pass::Backward);
   run_phase(Pass::Backward, ir::Phase::Eager, frame_);
@@ -860,36 +779,6 @@ void CpuExecutor::backward() {
   run_phase(Pass::Backward, ir::Phase::Lazy, frame_);
   if (observer_) tell_gradients_final(int(final_at_point_.size()) - 1);
   store_.finish_touched();
-}
-
-// Counts each vertex's contributions to its scatter gradient: one per parent
-// slot whose whole-slot GatherGrad writes it outside an in-place gather, two
-// (never assigned) for any other (a variadic child, a partial or in-place
-// gradient).
-void CpuExecutor::find_rows_assigned_once() {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const scheduler::FlatSchedule& schedule = *batch_.schedule;
-  const BatchLayout& layout = *batch_.layout;
-  contributions_.assign(size_t(graph.num_vertices()), 0);
-  for (int t = 0; t < schedule.num_tasks(); ++t) {
-    const int type = schedule.task_type[size_t(t)];
-    const int fixed = program_.signature(type).fixed_arity;
-    uint64_t assigning = placed(type).whole_slot_gather_grads & ~placed(type).accumulating_slots;
-    for (int k = 0; k < fixed; ++k)
-      if (exclusive_view(t, k)) assigning &= ~(uint64_t(1) << k);  // maybe computed in place
-    for (int v : schedule.task(t)) {
-      std::span<const int> children = graph.children(v);
-      for (size_t k = 0; k < children.size(); ++k) {
-        const bool assigns = int(k) < fixed && (assigning >> k & 1);
-        uint8_t& count = contributions_[size_t(children[k])];
-        count = uint8_t(std::min(2, count + (assigns ? 1 : 2)));
-      }
-    }
-  }
-  assigned_once_.resize(size_t(program_.num_types()));
-  for (int t = 0; t < program_.num_types(); ++t) assigned_once_[size_t(t)].assign(size_t(layout.type_rows[size_t(t)]), 0);
-  for (int v = 0; v < graph.num_vertices(); ++v)
-    if (contributions_[size_t(v)] == 1) assigned_once_[size_t(graph.type(v))][size_t(layout.vertex_row[size_t(v)])] = 1;
 }
 
 // The scatter gradients are sums over the parents' gathers, so they start at
@@ -904,7 +793,7 @@ void CpuExecutor::zero_scatter_gradients() {
     float* rows = arena(Pass::Backward) + g.offset;
     frame_.at(Pass::Backward, int(t), -1, layout.type_rows[t], "zero scatter gradients");
     frame_.issue(Primitive::Fill);
-    const std::vector<uint8_t>& assigned = assigned_once_[t];
+    const std::vector<uint8_t>& assigned = layout.assigned_once[t];
     const int64_t width = scatter_width_[t];
     for_row_blocks(frame_, layout.type_rows[t], g.ld, [&](int64_t begin, int64_t count, int) {
       for (int64_t r = begin; r < begin + count; ++r) {
@@ -948,7 +837,7 @@ void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type, Frame& fr
   const std::vector<Step>& steps = phase == ir::Phase::Eager ? fp.eager : fp.lazy;
   if (steps.empty()) return;
   Rows rows{type, -1, 0, layout.type_rows[size_t(type)], layout.rows_of(type).data()};
-  const uint64_t views = read_view_slots_[size_t(type)];
+  const uint64_t views = batch_.layout->read_view_slots[size_t(type)];
   const std::vector<uint64_t>& reads =
       (phase == ir::Phase::Eager ? placed(type).eager_reads : placed(type).lazy_reads)[int(pass)];
   // Runs of steps over every row alternate with runs that read gather views
@@ -1002,8 +891,7 @@ bool CpuExecutor::views_continue(const Rows& rows, int next) const {
   // The pqtree order may place a type's tasks in another order than the schedule's.
   if (layout.task_first_row[size_t(next)] != rows.begin + rows.count) return false;
   // A gather one task reads from its buffer (forwarded_over_view), the other as a view.
-  if (!unviewed_targets_.empty() && !forward_parent_.empty() &&
-      unviewed_targets_[size_t(rows.task)] != unviewed_targets_[size_t(next)])
+  if (!layout.forward_parent.empty() && layout.unviewed_targets[size_t(rows.task)] != layout.unviewed_targets[size_t(next)])
     return false;
   const uint64_t views = layout.view_slots[size_t(rows.type)];
   const int slots = program_.signature(rows.type).fixed_arity + 1;  // the fixed slots and the variadic sum
@@ -1454,7 +1342,7 @@ void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Fr
   }
   const int64_t width = node.shape.numel();
   // Rows a child's kernel already wrote here (VJIT_FORWARD_GATHERS) are skipped.
-  const bool forwarded = !forward_parent_.empty();
+  const bool forwarded = !layout.forward_parent.empty();
   std::atomic<int64_t> copied{0};
   // Each row is written once: blocks of rows copy on the pool's threads.
   for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
@@ -1490,7 +1378,7 @@ void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View
   ++stats.copy_calls;
   frame.issue(node.op == Op::GatherAll ? Primitive::MoveRows : Primitive::AddRows);
   const int64_t width = node.op == Op::GatherAll ? node.shape.dims[1] : node.shape.numel();
-  const bool forwarded = node.op == Op::GatherSum && !forward_parent_.empty();
+  const bool forwarded = node.op == Op::GatherSum && !layout.forward_parent.empty();
   for (int64_t r = 0; r < rows.count; ++r) {
     float* dst = out.data + r * out.ld;
     std::span<const int> children = graph.children(rows.vertices[r]);
@@ -2157,7 +2045,7 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
     int64_t added = 0;
     for (int64_t r = 0; r < rows.count; ++r) {
       RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-      if (assigned_once_[size_t(dst.type)][size_t(dst.row)]) continue;
+      if (batch_.layout->assigned_once[size_t(dst.type)][size_t(dst.row)]) continue;
       add_row(g.pointers[r], grad_row(dst.type, dst.row) + node.start, width);
       ++added;
     }
@@ -2176,7 +2064,7 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
         RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
         const float* part = g.data + r * g.ld + first;
         float* into = grad_row(dst.type, dst.row) + node.start + first;
-        if (whole_slot && assigned_once_[size_t(dst.type)][size_t(dst.row)]) std::copy_n(part, count, into);
+        if (whole_slot && batch_.layout->assigned_once[size_t(dst.type)][size_t(dst.row)]) std::copy_n(part, count, into);
         else add_row(part, into, count);
       }
     });

@@ -375,43 +375,25 @@ class CpuExecutor final : public Executor {
   const GatherLayout* in_place_gather(const Rows& rows, const ir::Node& gather_grad) const;
   // The gather of (task, slot) when the layout made it a view no other gather shares; else nullptr.
   const GatherLayout* exclusive_view(int task, int slot) const;
-  // Per type, per scatter-gradient row of this batch: 1 when the row's one
-  // contribution is a parent's whole-slot GatherGrad that is not computed in
-  // place. backward() leaves such rows unzeroed and that GatherGrad copies
-  // into them instead of adding: the first write is the sum.
-  std::vector<std::vector<uint8_t>> assigned_once_;
   // VJIT_GATHER_POINTERS (TypePlacement::row_pointer_parts): per type, per
   // Gather or Concat read through row pointers, this batch's pointers (the
   // type's rows × parts), filled by its step in place of a copy.
   std::vector<std::vector<std::vector<float*>>> row_pointers_;
   void size_row_pointers();
-  // VJIT_FORWARD_GATHERS (TypePlacement::forward_targets): per type, per
-  // forwarded part (FunctionPlan::forwarded), this batch's row pointers where
-  // each row writes the part a second time (the parent's gather row, or the
-  // part's own row again); per flat vertex, the parent it forwarded to (-1:
-  // none) and the parent's slot it is (a child may fill two), and its task
-  // (point_forwarded_parts' scratch).
+  // VJIT_FORWARD_GATHERS: per type, per forwarded part (FunctionPlan::
+  // forwarded), this batch's row pointers where each row writes the part a
+  // second time: the gather row of the parent the planner chose
+  // (BatchLayout::forward_parent), or the part's own row again.
   std::vector<std::vector<std::vector<float*>>> forward_rows_;
-  std::vector<int> forward_parent_, forward_slot_, task_of_vertex_;
-  // Per task: bit i when the layout made its gather forward_targets[i] of its type
-  // a view that a Concat copies, and children forwarded into it instead: the
-  // task reads its own buffer (forwarded rows, the others copied).
-  std::vector<uint64_t> unviewed_targets_;
+  // Whether children forward over the task's gather `gather`, a view the task
+  // then reads from its own buffer (BatchLayout::unviewed_targets).
   bool forwarded_over_view(const Rows& rows, ir::ValueId gather) const;
-  // Per type, this batch's slots that some task reads as a view
-  // (BatchLayout::view_slots less the gathers forwarded over their views):
-  // the phase steps reading those run task by task.
-  std::vector<uint64_t> read_view_slots_;
-  void find_read_view_slots();
   void point_forwarded_parts();
-  void choose_forward_parent(int type, int vertex);
-  int usable_target(int type, int parent, int slot, const ForwardedPart& part) const;
   // The parent gather row the child `vertex` of type `type` writes its part
   // (start, width) into, or nullptr.
   float* forward_target(int type, int vertex, const ForwardedPart& part);
   // The view a fused step's repeated output `value` is written through.
   View forwarded_rows(const Rows& rows, ir::ValueId value);
-  int forward_slot_of(int child, int parent) const;
   // Whether the parent `parent`'s gather `node` of `slot` finds its child's parts there already.
   bool was_forwarded(int child, int parent, int slot, const ir::Node& node) const;
   // And in the backward (TypePlacement::gradient_pointers): per type, per
@@ -435,8 +417,6 @@ class CpuExecutor final : public Executor {
   bool accumulates(const Rows& rows, ir::ValueId gather_grad, const Frame& frame) const;
   void add_accumulated_gather_grad(const Rows& rows, const ir::Node& node, ir::ValueId id, const View& g,
                                    Frame& frame);
-  std::vector<uint8_t> contributions_;  // per vertex; find_rows_assigned_once()'s scratch
-  void find_rows_assigned_once();
   void zero_scatter_gradients();
 
   // Which parameters' gradients each point of the backward makes final (a

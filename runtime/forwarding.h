@@ -7,7 +7,7 @@
 // part as a second output (jit/pipeline.cpp), which the executor points, row
 // by row, at the parent's row, and the parent's gather copies nothing for
 // that child. A child with several parents forwards to the one whose gathers
-// take most of its parts (CpuExecutor::choose_forward_parent); a gather_sum
+// take most of its parts (BatchLayout::forward_parent, runtime/batch_rows.h); a gather_sum
 // takes a child only where its row has that one child. A gather that is read
 // through row pointers (runtime/row_pointers.h) has no buffer to forward to;
 // one the layout makes a view takes a part only where a Concat would copy it.

@@ -5,6 +5,7 @@
 
 #include "ir/passes.h"
 #include "layout/aligned_order.h"
+#include "runtime/batch_rows.h"
 #include "runtime/row_placement.h"
 #include "vjit/error.h"
 
@@ -168,6 +169,7 @@ class RowPlanner : public Planner {
     assign_buffers(Pass::Forward, out);
     assign_buffers(Pass::Backward, out);
     assign_gathers(*input.graph, *input.schedule, out);
+    place_batch_rows(plan_, signatures_, input, out);
   }
 
  private:

@@ -124,6 +124,24 @@ struct BatchLayout {
   // make a view) and how many of them hold in its order; 0 for the others.
   int aligned_batches = 0, aligned_satisfied = 0;
 
+  // Row placement decided per batch, once the rows and buffers are laid out
+  // (runtime/batch_rows.h, every planner).
+  std::vector<int> vertex_task;  // per flat vertex: its task
+  // VJIT_FORWARD_GATHERS, per flat vertex: the parent its kernels write its
+  // forwarded parts into (-1: none), and that parent's slot it fills; empty
+  // when no type forwards. Per task: bit i when its gather forward_targets[i]
+  // (TypePlacement) was a view a Concat would copy, which the children
+  // forward into instead: the task reads its own buffer.
+  std::vector<int> forward_parent, forward_slot;
+  std::vector<uint64_t> unviewed_targets;
+  // Per type: the gather slots some task reads as a view (view_slots less the
+  // gathers forwarded over): the phase steps reading those run task by task.
+  std::vector<uint64_t> read_view_slots;
+  // Per type, per scatter-gradient row: 1 when the row's one contribution is a
+  // parent's whole-slot GatherGrad that is not computed in place; the backward
+  // leaves such a row unzeroed and that GatherGrad assigns it.
+  std::vector<std::vector<uint8_t>> assigned_once;
+
   const ValueLayout& value(Pass pass, int type, ir::ValueId id) const {
     return values[int(pass)][size_t(value_begin[int(pass)][size_t(type)] + id)];
   }

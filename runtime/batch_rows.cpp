@@ -1,0 +1,160 @@
+#include "runtime/batch_rows.h"
+
+#include <algorithm>
+
+namespace vjit::runtime {
+
+using ir::ValueId;
+
+namespace {
+
+int64_t scatter_width(const ExecPlan& plan, int type) {
+  const FunctionPlan& fp = plan.types[size_t(type)].forward;
+  return fp.scatter_value >= 0 ? (*fp.function)[fp.scatter_value].shape.numel() : 0;
+}
+
+// The slot of `parent` that reads `child` and may take what it forwards: its
+// fixed slot, or the variadic one (the fixed arity) where the child is the
+// parent's one variadic child (a sum of one); -1 otherwise.
+int forward_slot_of(const scheduler::FlatBatch& graph, const std::vector<TypeSignature>& signatures, int child,
+                    int parent) {
+  std::span<const int> children = graph.children(parent);
+  const int fixed = signatures[size_t(graph.type(parent))].fixed_arity;
+  const int slot = int(std::find(children.begin(), children.begin() + fixed, child) - children.begin());
+  if (slot < fixed) return slot;
+  return children.size() == size_t(fixed) + 1 && children[size_t(fixed)] == child ? fixed : -1;
+}
+
+// The parent that takes most of what `vertex` (of type `type`) forwards, the
+// first on a tie, into layout.forward_parent and forward_slot (-1: none takes
+// any); marks the views its parts go to instead (unviewed_targets).
+void choose_forward_parent(const ExecPlan& plan, const std::vector<TypeSignature>& signatures,
+                           const scheduler::FlatBatch& graph, int type, int vertex, BatchLayout& layout) {
+  const std::vector<ForwardedPart>& parts = plan.types[size_t(type)].forward.forwarded;
+  const int64_t width = scatter_width(plan, type);
+  int64_t most = 0;
+  for (int p : graph.parents(vertex)) {
+    const int slot = forward_slot_of(graph, signatures, vertex, p);
+    if (slot < 0) continue;
+    int64_t taken = 0;
+    for (const ForwardedPart& part : parts)
+      if (usable_forward_target(plan, layout, graph, p, slot, part, width) >= 0) taken += part.width;
+    if (taken <= most) continue;
+    most = taken;
+    layout.forward_parent[size_t(vertex)] = p;
+    layout.forward_slot[size_t(vertex)] = slot;
+  }
+  const int parent = layout.forward_parent[size_t(vertex)];
+  if (parent < 0) return;
+  const int task = layout.vertex_task[size_t(parent)], slot = layout.forward_slot[size_t(vertex)];
+  if (!layout.gather(task, slot).is_view()) return;
+  for (const ForwardedPart& part : parts) {
+    const int i = usable_forward_target(plan, layout, graph, parent, slot, part, width);
+    if (i >= 0) layout.unviewed_targets[size_t(task)] |= uint64_t(1) << i;
+  }
+}
+
+void choose_forward_parents(const ExecPlan& plan, const std::vector<TypeSignature>& signatures,
+                            const scheduler::FlatBatch& graph, BatchLayout& layout) {
+  layout.forward_parent.clear();
+  layout.forward_slot.clear();
+  layout.unviewed_targets.clear();
+  if (std::none_of(plan.types.begin(), plan.types.end(), [](const TypePlan& t) { return !t.forward.forwarded.empty(); }))
+    return;
+  layout.forward_parent.assign(size_t(graph.num_vertices()), -1);
+  layout.forward_slot.assign(size_t(graph.num_vertices()), -1);
+  layout.unviewed_targets.assign(layout.task_first_row.size(), 0);
+  for (size_t c = 0; c < plan.types.size(); ++c)
+    if (!plan.types[c].forward.forwarded.empty())
+      for (int v : layout.rows_of(int(c))) choose_forward_parent(plan, signatures, graph, int(c), v, layout);
+}
+
+// Per type, the gather slots some task reads as a view, the gathers children
+// forward over excepted.
+void find_read_view_slots(const ExecPlan& plan, const scheduler::FlatSchedule& schedule, BatchLayout& layout) {
+  layout.read_view_slots.assign(plan.types.size(), 0);
+  if (layout.view_slots.empty()) return;
+  for (int t = 0; t < schedule.num_tasks(); ++t) {
+    const int type = schedule.task_type[size_t(t)];
+    const uint64_t views = layout.view_slots[size_t(type)];
+    if (views == 0) continue;
+    for (auto [gather, slot] : plan.placement->types[size_t(type)].view_gathers)
+      if ((views >> slot & 1) && layout.gather(t, slot).is_view() && !forwarded_over_view(plan, layout, type, t, gather))
+        layout.read_view_slots[size_t(type)] |= uint64_t(1) << slot;
+  }
+}
+
+// Counts each vertex's contributions to its scatter gradient, in its own
+// place of assigned_once: one per parent slot whose whole-slot GatherGrad
+// writes it outside an in-place gather (an exclusive view), two (never
+// assigned) for any other (a variadic child, a partial, accumulated or
+// in-place gradient); a row of one is assigned. (The counts live where the
+// answer goes: a steady state allocates nothing.)
+void find_rows_assigned_once(const ExecPlan& plan, const std::vector<TypeSignature>& signatures,
+                             const PlanInput& input, BatchLayout& layout) {
+  const scheduler::FlatBatch& graph = *input.graph;
+  const scheduler::FlatSchedule& schedule = *input.schedule;
+  layout.assigned_once.resize(plan.types.size());
+  for (size_t t = 0; t < plan.types.size(); ++t) layout.assigned_once[t].assign(size_t(layout.type_rows[t]), 0);
+  auto count_of = [&](int v) -> uint8_t& {
+    return layout.assigned_once[size_t(graph.type(v))][size_t(layout.vertex_row[size_t(v)])];
+  };
+  for (int t = 0; t < schedule.num_tasks(); ++t) {
+    const int type = schedule.task_type[size_t(t)];
+    const int fixed = signatures[size_t(type)].fixed_arity;
+    const TypePlacement& placed = plan.placement->types[size_t(type)];
+    uint64_t assigning = placed.whole_slot_gather_grads & ~placed.accumulating_slots;
+    for (int k = 0; k < fixed; ++k)
+      if (layout.gather(t, k).is_view() && layout.gather(t, k).exclusive)
+        assigning &= ~(uint64_t(1) << k);  // maybe computed in place
+    for (int v : schedule.task(t)) {
+      std::span<const int> children = graph.children(v);
+      for (size_t k = 0; k < children.size(); ++k) {
+        const bool assigns = int(k) < fixed && (assigning >> k & 1);
+        uint8_t& count = count_of(children[k]);
+        count = uint8_t(std::min(2, count + (assigns ? 1 : 2)));
+      }
+    }
+  }
+  for (std::vector<uint8_t>& rows : layout.assigned_once)
+    for (uint8_t& row : rows) row = row == 1 ? 1 : 0;
+}
+
+}  // namespace
+
+void place_batch_rows(const ExecPlan& plan, const std::vector<TypeSignature>& signatures, const PlanInput& input,
+                      BatchLayout& layout) {
+  const scheduler::FlatSchedule& schedule = *input.schedule;
+  layout.vertex_task.assign(size_t(input.graph->num_vertices()), -1);
+  for (int t = 0; t < schedule.num_tasks(); ++t)
+    for (int v : schedule.task(t)) layout.vertex_task[size_t(v)] = t;
+  choose_forward_parents(plan, signatures, *input.graph, layout);
+  find_read_view_slots(plan, schedule, layout);
+  find_rows_assigned_once(plan, signatures, input, layout);
+}
+
+int usable_forward_target(const ExecPlan& plan, const BatchLayout& layout, const scheduler::FlatBatch& graph,
+                          int parent, int slot, const ForwardedPart& part, int64_t child_row_width) {
+  const int parent_type = graph.type(parent);
+  const bool view = layout.gather(layout.vertex_task[size_t(parent)], slot).is_view();
+  const std::vector<ForwardTarget>& targets = plan.placement->types[size_t(parent_type)].forward_targets;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const ForwardTarget& g = targets[i];
+    if (g.slot != slot || !g.takes(part, child_row_width)) continue;
+    const bool in_concat = layout.value(Pass::Forward, parent_type, g.gather).in_concat >= 0;
+    return view && (!in_concat || i >= 64) ? -1 : int(i);
+  }
+  return -1;
+}
+
+bool forwarded_over_view(const ExecPlan& plan, const BatchLayout& layout, int type, int task, ValueId gather) {
+  if (layout.forward_parent.empty() || task < 0) return false;
+  const uint64_t unviewed = layout.unviewed_targets[size_t(task)];
+  if (unviewed == 0) return false;
+  const std::vector<ForwardTarget>& targets = plan.placement->types[size_t(type)].forward_targets;
+  for (size_t i = 0; i < targets.size() && i < 64; ++i)
+    if (targets[i].gather == gather) return (unviewed >> i & 1) != 0;
+  return false;
+}
+
+}  // namespace vjit::runtime

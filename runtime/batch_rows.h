@@ -1,0 +1,39 @@
+#pragma once
+// Row placement, the half decided per batch (the other half is the program's:
+// runtime/row_placement.h). Once a planner has laid a batch out, place_batch_rows
+// decides, into the BatchLayout:
+//   forward_parent  which parent each child's kernel writes its forwarded
+//                   parts into (VJIT_FORWARD_GATHERS; the one whose gathers
+//                   take most of them), and through which of its slots;
+//   unviewed_targets per task, the gathers the layout made views that a Concat
+//                   would copy, which the children forward into instead;
+//   read_view_slots per type, the gather slots some task reads as a view: the
+//                   phase steps that read them run task by task;
+//   assigned_once   per scatter-gradient row, whether its one contribution is
+//                   a parent's whole-slot GatherGrad (assigned, not summed).
+// The executors follow these; none of them decides a row's place.
+#include <cstdint>
+#include <vector>
+
+#include "runtime/memplan.h"
+#include "runtime/row_placement.h"
+
+namespace vjit::runtime {
+
+// Fills the per-batch row placement of `layout` (laid out for `input`).
+void place_batch_rows(const ExecPlan& plan, const std::vector<TypeSignature>& signatures, const PlanInput& input,
+                      BatchLayout& layout);
+
+// The index into the forward targets of `parent`'s type of the gather of its
+// `slot` that may take `part` of a child of type `child_type` (scattering
+// rows `child_row_width` wide) in this layout, or -1. A view the task reads in
+// place needs nothing; one a Concat then copies is worth less than the
+// forwarded rows.
+int usable_forward_target(const ExecPlan& plan, const BatchLayout& layout, const scheduler::FlatBatch& graph,
+                          int parent, int slot, const ForwardedPart& part, int64_t child_row_width);
+
+// Whether the task's gather `gather` (of type `type`) was a view that children
+// forward over: the task then reads its own buffer.
+bool forwarded_over_view(const ExecPlan& plan, const BatchLayout& layout, int type, int task, ir::ValueId gather);
+
+}  // namespace vjit::runtime
