@@ -1,0 +1,67 @@
+#pragma once
+// The driver double: libcuda.so.1 and libcublasLt.so.N built from
+// tests/cuda_double/, which answer the entry points vjit resolves with success,
+// report one fake device and record every call, so the CUDA device's host code
+// runs the whole engine on a machine with no GPU (tests/test_cuda_double.cpp).
+//
+// Nothing runs on a device: a launch is recorded, not executed. Memory is host
+// memory (cuMemAlloc callocs, so memory never written reads as zeros), and
+// copies and memsets really move bytes, checked against the live allocations.
+// Handles are checked too (a destroyed event, a stream never created, a
+// function of no loaded module): a bad one is the driver's error, as on a GPU,
+// and is recorded with its status.
+//
+// The log is reached through the C functions below, looked up with dlsym on
+// the loaded libcuda.so.1 (dlopen with RTLD_NOLOAD), so the library stays a
+// drop-in for the real one. This header is C, shared by the doubles and the tests.
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { VJIT_DOUBLE_MAX_PARAMS = 64 };
+
+// One call, as the double saw it. Handles and device pointers are integers.
+typedef struct VjitDoubleCall {
+  char name[40];      // "cuLaunchKernel", "cublasLtMatmul", ...
+  int status;         // what the double returned (CUresult or cublasStatus_t; 0 = success)
+  uint64_t args[6];   // the call's leading arguments, as integers (see each entry point)
+  // cuLaunchKernel: the function's name (as given to cuModuleGetFunction), its
+  // module, grid, block, shared memory and stream, and the argument block.
+  char function[96];
+  uint64_t module;
+  unsigned grid[3], block[3], shared_bytes;
+  uint64_t stream;
+  int params_null;       // kernelParams was NULL
+  int param_count;       // from the kernel's signature in the module image; -1 when unknown
+  uint64_t params[VJIT_DOUBLE_MAX_PARAMS];  // each argument's bytes, zero-extended
+  // cublasLtMatmul, column-major as cuBLASLt sees it: D = alpha·op(A)·op(B) + beta·C.
+  int64_t m, n, k, lda, ldb, ldc;
+  int trans_a, trans_b, compute_type;
+  float alpha, beta;
+} VjitDoubleCall;
+
+// The calls recorded since the last reset, oldest first; *count their number.
+// The array stays valid until the next call into the double from any thread:
+// copy what you need.
+typedef const VjitDoubleCall* (*VjitDoubleCallsFn)(size_t* count);
+const VjitDoubleCall* vjit_double_calls(size_t* count);
+void vjit_double_reset(void);
+// What is alive now: device allocations (cuMemAlloc not yet freed) and their
+// bytes, pinned host allocations, host registrations, events, modules.
+typedef struct VjitDoubleLive {
+  size_t allocations, allocated_bytes, pinned, registered, events, streams, modules;
+} VjitDoubleLive;
+VjitDoubleLive vjit_double_live(void);
+// The bytes of a device allocation range [pointer, pointer + bytes) are in
+// one live allocation.
+int vjit_double_is_device_range(uint64_t pointer, size_t bytes);
+
+// For the cuBLASLt double: appends a call to the driver double's log.
+void vjit_double_record(const VjitDoubleCall* call);
+
+#ifdef __cplusplus
+}
+#endif

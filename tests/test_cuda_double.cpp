@@ -1,0 +1,441 @@
+// The CUDA device's host code, run end to end on the driver double
+// (tests/cuda_double/driver_double.h) on machines with no GPU: engines of the
+// example models train, infer, checkpoint and are dropped on device=cuda, with
+// real NVRTC modules, and every driver and cuBLASLt call they make is checked:
+// launches have sane grids, blocks and argument blocks of the kernel's
+// signature, on streams that exist, of functions of loaded modules; events are
+// alive when recorded and waited for; copies stay inside allocations; a step
+// repeats the same launches and products; memory, events and modules made by
+// an engine go with it.
+//
+// Nothing runs on a device, so no value computed is checked. The engine reads
+// device results back (the objective, pushed values, the optimizer's norm and
+// its non-finite flag): memory never written reads as zeros (the double
+// callocs), which the host takes for a finite loss of 0 and an update with no
+// non-finite value, so a step goes through as on a GPU.
+#include <dlfcn.h>
+#include <unistd.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda_double/driver_double.h"
+#include "engine_check.h"
+#include "jit/nvrtc.h"
+#include "runtime/cuda_driver.h"
+#include "vjit/models.h"
+#include "vjit/vjit.h"
+
+namespace vjit {
+namespace {
+
+// The double's log, from the libcuda.so.1 this process loaded.
+struct DoubleApi {
+  VjitDoubleCallsFn calls = nullptr;
+  void (*reset)() = nullptr;
+  VjitDoubleLive (*live)() = nullptr;
+  std::string error;  // why the double is not there
+};
+
+// Loads the double by path before anything asks for the driver: vjit's
+// dlopen("libcuda.so.1") (and of cuBLASLt's soname) then finds it loaded.
+DoubleApi load_double() {
+  DoubleApi api;
+#ifdef VJIT_CUDA_DOUBLE_DIR
+  for (const char* file : {"libcuda.so.1", VJIT_CUDA_DOUBLE_CUBLASLT}) {
+    const std::string path = std::string(VJIT_CUDA_DOUBLE_DIR) + "/" + file;
+    if (::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
+      api.error = "cannot load the driver double: " + std::string(::dlerror());
+      return api;
+    }
+  }
+  void* driver = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (driver == nullptr) {
+    api.error = "libcuda.so.1 is not the loaded double";
+    return api;
+  }
+  api.calls = reinterpret_cast<VjitDoubleCallsFn>(::dlsym(driver, "vjit_double_calls"));
+  api.reset = reinterpret_cast<void (*)()>(::dlsym(driver, "vjit_double_reset"));
+  api.live = reinterpret_cast<VjitDoubleLive (*)()>(::dlsym(driver, "vjit_double_live"));
+  if (!api.calls || !api.reset || !api.live) api.error = "libcuda.so.1 lacks the double's log functions";
+#else
+  api.error = "skipped: vjit was built without the CUDA back end, so there is no driver double";
+#endif
+  return api;
+}
+
+const DoubleApi& double_api() {
+  static const DoubleApi api = load_double();
+  return api;
+}
+
+bool runtime_has_cuda() {
+#ifdef VJIT_CUDA_DOUBLE_DIR
+  return true;
+#else
+  return false;
+#endif
+}
+
+// Without the CUDA back end: skips. With it, the double must load and be the
+// device vjit finds; without NVRTC (which compiles the modules for real) skips.
+#define VJIT_USE_THE_DOUBLE()                                                                              \
+  do {                                                                                                     \
+    if (!runtime_has_cuda()) GTEST_SKIP() << double_api().error;                                           \
+    ASSERT_TRUE(double_api().error.empty()) << double_api().error;                                         \
+    const runtime::CudaProbe& probe = runtime::probe_cuda();                                               \
+    ASSERT_TRUE(probe.ok) << probe.reason;                                                                 \
+    ASSERT_EQ(probe.info.name, "vjit driver double");                                                      \
+    const std::string nvrtc = jit::nvrtc_unavailable_reason();                                             \
+    if (!nvrtc.empty()) GTEST_SKIP() << "skipped: NVRTC, which compiles the modules, is missing: " << nvrtc; \
+  } while (0)
+
+std::string describe(const VjitDoubleCall& call) {
+  std::ostringstream out;
+  out << call.name << " status " << call.status;
+  if (call.function[0]) out << " " << call.function;
+  if (std::strcmp(call.name, "cuLaunchKernel") == 0)
+    out << " grid " << call.grid[0] << "," << call.grid[1] << "," << call.grid[2] << " block " << call.block[0] << ","
+        << call.block[1] << "," << call.block[2] << " params " << call.param_count;
+  if (std::strcmp(call.name, "cublasLtMatmul") == 0)
+    out << " m " << call.m << " n " << call.n << " k " << call.k << (call.trans_a ? " Aᵀ" : "")
+        << (call.trans_b ? " Bᵀ" : "") << " ld " << call.lda << "," << call.ldb << "," << call.ldc << " alpha "
+        << call.alpha << " beta " << call.beta;
+  return out.str();
+}
+
+bool is(const VjitDoubleCall& call, const char* name) { return std::strcmp(call.name, name) == 0; }
+
+// The handles the double handed out, followed call by call over the whole
+// process (the device's streams are made once, by the first engine), and the
+// checks each call must pass.
+class HandleBook {
+ public:
+  void follow(const VjitDoubleCall& call) {
+    // NVRTC asks a loaded driver for its private tables and compiles without them.
+    if (is(call, "cuGetExportTable")) return;
+    EXPECT_EQ(call.status, 0) << "the double refused " << describe(call);
+    if (call.status != 0) return;
+    if (is(call, "cuStreamCreate")) streams_.insert(call.args[1]);
+    if (is(call, "cuEventCreate")) events_.insert(call.args[1]);
+    if (is(call, "cuEventDestroy")) {
+      EXPECT_EQ(events_.erase(call.args[0]), 1u) << describe(call);
+    }
+    if (is(call, "cuEventRecord")) expect_event_and_stream(call, call.args[0], call.args[1]);
+    if (is(call, "cuStreamWaitEvent")) expect_event_and_stream(call, call.args[1], call.args[0]);
+    if (is(call, "cuModuleLoadData")) modules_.insert(call.args[1]);
+    if (is(call, "cuModuleUnload")) modules_.erase(call.args[0]);
+    if (is(call, "cuModuleGetFunction")) {
+      EXPECT_TRUE(modules_.count(call.args[0])) << describe(call);
+      function_module_[call.args[1]] = call.args[0];
+    }
+    if (is(call, "cuMemcpyHtoDAsync") || is(call, "cuMemcpyDtoHAsync") || is(call, "cuMemsetD8Async")) {
+      EXPECT_TRUE(is_stream(call.args[3])) << describe(call) << ": on a stream never created";
+    }
+    if (is(call, "cuLaunchKernel")) check_launch(call);
+    if (is(call, "cublasLtMatmul")) check_gemm(call);
+  }
+  size_t events() const { return events_.size(); }
+
+ private:
+  bool is_stream(uint64_t stream) const { return stream == 0 || streams_.count(stream) > 0; }
+
+  void expect_event_and_stream(const VjitDoubleCall& call, uint64_t event, uint64_t stream) {
+    EXPECT_TRUE(events_.count(event)) << describe(call) << ": an event not alive";
+    EXPECT_TRUE(is_stream(stream)) << describe(call) << ": a stream never created";
+  }
+
+  void check_launch(const VjitDoubleCall& call) {
+    auto module = function_module_.find(call.args[0]);
+    EXPECT_TRUE(module != function_module_.end() && modules_.count(module->second))
+        << describe(call) << ": a function of no loaded module";
+    for (int d = 0; d < 3; ++d) {
+      EXPECT_GE(call.grid[d], 1u) << describe(call);
+      EXPECT_GE(call.block[d], 1u) << describe(call);
+    }
+    EXPECT_LE(call.grid[0], 65535u) << describe(call) << ": more blocks than grid_for hands out";
+    EXPECT_LE(call.block[0] * call.block[1] * call.block[2], 1024u) << describe(call);
+    EXPECT_EQ(call.params_null, 0) << describe(call);
+    EXPECT_GE(call.param_count, 1) << describe(call) << ": no signature read from the module image";
+    if (std::strncmp(call.function, "vjit_fused_", 11) == 0) {  // rows, then (data, ld) per operand
+      EXPECT_EQ(call.param_count % 2, 1) << describe(call);
+    }
+    EXPECT_TRUE(is_stream(call.stream)) << describe(call) << ": on a stream never created";
+  }
+
+  void check_gemm(const VjitDoubleCall& call) {
+    EXPECT_TRUE(call.m >= 1 && call.n >= 1 && call.k >= 1) << describe(call);
+    EXPECT_TRUE(call.lda >= 1 && call.ldb >= 1 && call.ldc >= call.m) << describe(call);
+    EXPECT_EQ(call.alpha, 1.0f) << describe(call);
+    EXPECT_TRUE(call.beta == 0.0f || call.beta == 1.0f) << describe(call);
+    EXPECT_TRUE(is_stream(call.stream)) << describe(call) << ": on a stream never created";
+  }
+
+  std::set<uint64_t> streams_, events_, modules_;
+  std::map<uint64_t, uint64_t> function_module_;  // function -> its module
+};
+
+HandleBook& handle_book() {
+  static HandleBook book;
+  return book;
+}
+
+// The calls since the last take, each checked by the book; the log is emptied.
+std::vector<VjitDoubleCall> take_calls() {
+  size_t count = 0;
+  const VjitDoubleCall* calls = double_api().calls(&count);
+  std::vector<VjitDoubleCall> taken(calls, calls + count);
+  double_api().reset();
+  for (const VjitDoubleCall& call : taken) handle_book().follow(call);
+  return taken;
+}
+
+bool zeroes_rows(const VjitDoubleCall& call) {
+  constexpr uint64_t kMoveZero = 2;  // vjit_move_rows(rows, width, pairs, mode)
+  return is(call, "cuLaunchKernel") && std::strcmp(call.function, "vjit_move_rows") == 0 &&
+         call.param_count == 4 && call.params[3] == kMoveZero;
+}
+
+// What a step queued on the device, in order: a launch as its kernel, grid
+// and block, a product as its shape. Without `zeroing`, no launch that zeroes
+// rows (a backward zeroes the embedding gradient's rows of the step before).
+std::vector<std::string> device_work(const std::vector<VjitDoubleCall>& calls, bool zeroing = true) {
+  std::vector<std::string> work;
+  for (const VjitDoubleCall& call : calls)
+    if ((is(call, "cuLaunchKernel") || is(call, "cublasLtMatmul")) && (zeroing || !zeroes_rows(call)))
+      work.push_back(describe(call));
+  return work;
+}
+
+int count_of(const std::vector<VjitDoubleCall>& calls, const char* name) {
+  return int(std::count_if(calls.begin(), calls.end(), [&](const VjitDoubleCall& c) { return is(c, name); }));
+}
+
+int launches_of(const std::vector<VjitDoubleCall>& calls, const char* function) {
+  return int(std::count_if(calls.begin(), calls.end(), [&](const VjitDoubleCall& c) {
+    return is(c, "cuLaunchKernel") && std::strcmp(c.function, function) == 0;
+  }));
+}
+
+std::vector<int> first_indices(int n) {
+  std::vector<int> indices(size_t(n), 0);
+  for (int i = 0; i < n; ++i) indices[size_t(i)] = i;
+  return indices;
+}
+
+Options cuda_options() {
+  Options options = Options::defaults();
+  options.device = "cuda";
+  return options;
+}
+
+// An engine's first module: NVRTC's real image for the double's sm_90, every
+// kernel the executor needs found in it by name, as a GPU's driver would.
+TEST(CudaDouble, EnginesLoadRealModulesAndFindTheirKernels) {
+  VJIT_USE_THE_DOUBLE();
+  EXPECT_EQ(runtime::probe_cuda().info.arch(), 90);
+  take_calls();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  Options options = cuda_options();
+  // A cache of its own: NVRTC compiles the module, unless this process did already.
+  const std::string cache = ::testing::TempDir() + "vjit-cuda-double-cache-" + std::to_string(::getpid());
+  options.cache_dir = cache;
+  std::optional<Engine> engine(std::in_place, *bundle.program, options);
+  const std::vector<VjitDoubleCall> calls = take_calls();
+  engine.reset();
+  std::filesystem::remove_all(cache);
+  ASSERT_EQ(count_of(calls, "cuModuleLoadData"), 1);
+  const auto load = std::find_if(calls.begin(), calls.end(), [](const auto& c) { return is(c, "cuModuleLoadData"); });
+  EXPECT_GT(load->args[2], 1000u) << "the image's bytes";
+  std::set<std::string> found;
+  for (const VjitDoubleCall& call : calls)
+    if (is(call, "cuModuleGetFunction") && call.status == 0) found.insert(call.function);
+  for (const char* kernel : {"vjit_move_rows", "vjit_copy_rows", "vjit_softmax_ce", "vjit_loss_sum",
+                             "vjit_optimizer_update", "vjit_sum_squares"})
+    EXPECT_TRUE(found.count(kernel)) << kernel << " was not looked up";
+}
+
+// A launch's argument block is read as the kernel's signature in the image
+// says: vjit_move_rows(long long rows, long long width, const unsigned long
+// long* pairs, int mode), its grid CudaDevice::grid_for(rows · width).
+TEST(CudaDouble, LaunchesCarryTheirKernelsArguments) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  Engine engine(*bundle.program, cuda_options());
+  Adam adam(0.01f);
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
+  take_calls();
+  engine.train_step(batch, adam);
+  int checked = 0;
+  for (const VjitDoubleCall& call : take_calls()) {
+    if (!is(call, "cuLaunchKernel") || std::strcmp(call.function, "vjit_move_rows") != 0) continue;
+    ASSERT_EQ(call.param_count, 4) << describe(call);
+    const int64_t rows = int64_t(call.params[0]), width = int64_t(call.params[1]);
+    EXPECT_GE(rows, 1);
+    EXPECT_GE(width, 1);
+    EXPECT_LE(call.params[3], 2u) << "mode: copy, add or zero";
+    EXPECT_EQ(call.grid[0], runtime::CudaDevice::grid_for(rows * width));
+    EXPECT_EQ(call.block[0], 256u);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no vjit_move_rows launch in a Tree-LSTM step";
+}
+
+// The models of three shapes of graph (trees, chains, lattices): each train
+// step on the same batch queues the same launches and products, in the same
+// order, with one stream and with streaming; Adam updates on the device; infer
+// queues no update.
+class CudaDoubleModel : public ::testing::TestWithParam<std::string> {};
+
+std::string first_difference(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (a[i] != b[i]) return "item " + std::to_string(i) + ": " + a[i] + " vs " + b[i];
+  return a.size() == b.size() ? "" : "lengths " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+}
+
+TEST_P(CudaDoubleModel, TrainStepsRepeatTheirDeviceWork) {
+  VJIT_USE_THE_DOUBLE();
+  for (bool streaming : {false, true}) {
+    const std::string what = GetParam() + (streaming ? " streaming" : "");
+    models::Bundle bundle = models::make_model(GetParam(), testing::small_config(16));
+    Options options = cuda_options();
+    options.streaming = streaming;
+    Engine engine(*bundle.program, options);
+    Adam adam(0.01f);
+    GraphBatch batch = models::make_batch(bundle.train, first_indices(6));
+    take_calls();
+    std::vector<std::vector<std::string>> steps, first_two;
+    for (int step = 0; step < 3; ++step) {
+      EXPECT_TRUE(std::isfinite(engine.train_step(batch, adam))) << what;
+      const std::vector<VjitDoubleCall> calls = take_calls();
+      EXPECT_GT(count_of(calls, "cublasLtMatmul"), 0) << what;
+      EXPECT_GT(launches_of(calls, "vjit_optimizer_update"), 0) << what << ": Adam runs on the device";
+      if (streaming) {
+        EXPECT_GT(count_of(calls, "cuStreamWaitEvent"), 0) << what;
+      }
+      steps.push_back(device_work(calls));
+      if (step < 2) first_two.push_back(device_work(calls, /*zeroing=*/false));
+    }
+    EXPECT_EQ(first_difference(steps[1], steps[2]), "") << what << ": steps 2 and 3 differ";
+    // The first step has no rows of a step before to zero; otherwise the same.
+    EXPECT_EQ(first_difference(first_two[0], first_two[1]), "") << what << ": steps 1 and 2 differ";
+    engine.infer(batch);
+    const std::vector<VjitDoubleCall> inferred = take_calls();
+    EXPECT_GT(count_of(inferred, "cuLaunchKernel"), 0) << what;
+    EXPECT_EQ(launches_of(inferred, "vjit_optimizer_update"), 0) << what;
+    engine.infer(batch);
+    EXPECT_EQ(first_difference(device_work(take_calls()), device_work(inferred)), "") << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaDoubleModel, ::testing::Values("tree_lstm", "var_lstm", "lattice_lstm"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// Engines made and dropped give back what they took: device memory (every
+// cuMemAlloc of theirs freed), pinned and registered host memory and events.
+// The device's own (its streams, events and arena, where cuBLASLt's
+// workspaces live) are made by the first engine and kept: the baseline is
+// taken after one engine came and went.
+TEST(CudaDouble, DroppedEnginesGiveBackWhatTheyTook) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(5));
+  auto use_an_engine = [&](bool streaming) {
+    Options options = cuda_options();
+    options.streaming = streaming;
+    Engine engine(*bundle.program, options);
+    Adam adam(0.01f);
+    engine.train_step(batch, adam);
+    engine.infer(batch);
+  };
+  use_an_engine(false);
+  take_calls();
+  const VjitDoubleLive before = double_api().live();
+  const size_t events_before = handle_book().events();
+  for (bool streaming : {false, true}) use_an_engine(streaming);
+  const std::vector<VjitDoubleCall> calls = take_calls();
+  const VjitDoubleLive after = double_api().live();
+  EXPECT_GT(count_of(calls, "cuMemAlloc"), 0);
+  EXPECT_EQ(count_of(calls, "cuMemAlloc"), count_of(calls, "cuMemFree"));
+  EXPECT_EQ(after.allocations, before.allocations);
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(after.pinned, before.pinned);
+  EXPECT_EQ(after.registered, before.registered);
+  EXPECT_GT(count_of(calls, "cuEventCreate"), 0) << "the streaming engine's events";
+  EXPECT_EQ(after.events, before.events);
+  EXPECT_EQ(handle_book().events(), events_before);
+}
+
+// A checkpoint of a GPU engine goes through device memory both ways: values
+// set by hand and uploaded, and optimizer slots handed to the engine, are
+// what the device holds (no kernel changes them here), come back in the
+// saver's Model after a step, are saved, and after a load are what the
+// loader's device gives back after a step of its own.
+TEST(CudaDouble, CheckpointsRoundTripThroughDeviceMemory) {
+  VJIT_USE_THE_DOUBLE();
+  const std::string path = ::testing::TempDir() + "vjit-cuda-double.safetensors";
+  models::Bundle saved = models::make_model("tree_lstm", testing::small_config(16));
+  models::Bundle resumed = models::make_model("tree_lstm", testing::small_config(16));
+  Engine saver(*saved.program, cuda_options()), loader(*resumed.program, cuda_options());
+  Adam saver_adam(0.01f), loader_adam(0.01f);
+  GraphBatch batch = models::make_batch(saved.train, first_indices(4));
+  saver.train_step(batch, saver_adam);
+  for (int p = 0; p < saved.model->size(); ++p)
+    for (size_t i = 0; i < saved.model->param(p).value.size(); ++i) saved.model->param(p).value[i] = float(p) + 1e-3f * float(i);
+  saver.upload_parameters();
+  OptimizerState state = saver.optimizer_state();
+  for (auto& slots : state.slots)
+    for (auto& slot : slots)
+      for (size_t i = 0; i < slot.size(); ++i) slot[i] = 0.5f + 1e-4f * float(i);
+  saver.set_optimizer_state(state);
+  std::vector<std::vector<float>> values;
+  for (int p = 0; p < saved.model->size(); ++p) values.push_back(saved.model->param(p).value);
+  saver.train_step(batch, saver_adam);
+  // An embedding table's touched rows come back through a gather kernel, which
+  // does not run here: only dense parameters come back whole from the device.
+  std::vector<int> dense;
+  for (int p = 0; p < saved.model->size(); ++p)
+    if (saver.gradient_rows()[size_t(p)].all) dense.push_back(p);
+  ASSERT_FALSE(dense.empty());
+  for (int p : dense) EXPECT_EQ(saved.model->param(p).value, values[size_t(p)]) << saved.model->param(p).name;
+  save_checkpoint(path, saver, &saver_adam);
+  EXPECT_EQ(saver.optimizer_state().slots, state.slots);
+  load_checkpoint(path, loader, &loader_adam);
+  loader.train_step(batch, loader_adam);
+  for (int p : dense) EXPECT_EQ(resumed.model->param(p).value, values[size_t(p)]) << resumed.model->param(p).name;
+  EXPECT_EQ(loader.optimizer_state().slots, state.slots);
+  EXPECT_EQ(loader.optimizer_state().steps, saver.optimizer_state().steps + 1);
+  take_calls();
+  std::remove(path.c_str());
+}
+
+// The launch list of one Tree-LSTM training step on two trees, printed: what
+// the host queues, in order (kernels with grid and block, products with shape).
+TEST(CudaDouble, PrintsTheLaunchListOfOneStep) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  Engine engine(*bundle.program, cuda_options());
+  SGD sgd(0.1f);
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(2));
+  engine.train_step(batch, sgd);
+  take_calls();
+  engine.train_step(batch, sgd);
+  const std::vector<std::string> work = device_work(take_calls());
+  ASSERT_FALSE(work.empty());
+  std::cout << "one tree_lstm train_step on 2 trees: " << work.size() << " launches and products\n";
+  for (const std::string& item : work) std::cout << "  " << item << "\n";
+}
+
+}  // namespace
+}  // namespace vjit
