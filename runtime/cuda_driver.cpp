@@ -63,9 +63,9 @@ namespace {
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                    \
   X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)              \
   X(cuStreamCreate) X(cuMemAlloc) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemsetD8Async)            \
-  X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamSynchronize) X(cuCtxSynchronize) \
-  X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuStreamWaitEvent)      \
-  X(cuEventDestroy) X(cuEventQuery)                                                                       \
+  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamSynchronize)    \
+  X(cuCtxSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)        \
+  X(cuStreamWaitEvent) X(cuEventDestroy) X(cuEventQuery)                                                  \
   X(cuGetErrorString) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemFree)
 
 struct Driver {
@@ -326,6 +326,10 @@ void* CudaDevice::load_module(const std::string& image) {
   return module;
 }
 
+void CudaDevice::unload_module(void* module) {
+  if (module) driver().cuModuleUnload(static_cast<CUmodule>(module));  // an error here leaves nothing to recover
+}
+
 void* CudaDevice::function(void* module, const std::string& name) {
   CUfunction fn = nullptr;
   CUresult result = driver().cuModuleGetFunction(&fn, static_cast<CUmodule>(module), name.c_str());
@@ -473,6 +477,7 @@ void CudaDevice::free_pinned(void*) {}
 bool CudaDevice::pin(void*, size_t) { return false; }
 void CudaDevice::unpin(void*) {}
 void* CudaDevice::load_module(const std::string&) { return nullptr; }
+void CudaDevice::unload_module(void*) {}
 void* CudaDevice::function(void*, const std::string&) { return nullptr; }
 unsigned CudaDevice::grid_for(int64_t) { return 1; }
 void CudaDevice::launch(void*, unsigned, unsigned, void**, int) {}

@@ -83,8 +83,10 @@ class CudaDevice {
   bool pin(void* p, size_t bytes);
   void unpin(void* p);
 
-  // Modules and launches. `image` is a cubin or PTX (jit/nvrtc.h).
+  // Modules and launches. `image` is a cubin or PTX (jit/nvrtc.h); a module
+  // is unloaded once no queued work runs its kernels (see DeviceModule).
   void* load_module(const std::string& image);
+  void unload_module(void* module);
   void* function(void* module, const std::string& name);
   void launch(void* function, unsigned grid, unsigned block, void** params, int stream = 0);
   // A grid for a grid-stride loop over `elements` with 256 threads a block.
@@ -156,6 +158,39 @@ class DeviceBuffer {
   }
   CudaDevice* device_ = nullptr;
   DevicePtr ptr_ = 0;
+};
+
+// A module loaded for one object (an executor's kernels), unloaded with it:
+// engines made and dropped in one process give their code's memory back.
+// Movable, not copyable.
+class DeviceModule {
+ public:
+  DeviceModule() = default;
+  DeviceModule(CudaDevice& device, const std::string& image) : device_(&device), module_(device.load_module(image)) {}
+  DeviceModule(DeviceModule&& other) noexcept : device_(other.device_), module_(other.module_) {
+    other.module_ = nullptr;
+  }
+  DeviceModule& operator=(DeviceModule&& other) noexcept {
+    if (this != &other) {
+      release();
+      device_ = other.device_;
+      module_ = other.module_;
+      other.module_ = nullptr;
+    }
+    return *this;
+  }
+  DeviceModule(const DeviceModule&) = delete;
+  DeviceModule& operator=(const DeviceModule&) = delete;
+  ~DeviceModule() { release(); }
+  void* get() const { return module_; }
+
+ private:
+  void release() {
+    if (module_) device_->unload_module(module_);
+    module_ = nullptr;
+  }
+  CudaDevice* device_ = nullptr;
+  void* module_ = nullptr;
 };
 
 }  // namespace vjit::runtime

@@ -139,8 +139,8 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
       store_(*this, device_, program.model(), plan) {
   check_cuda_supports(program);
   VJIT_INTERNAL_CHECK(!plan.cuda.image.empty(), "the CUDA executor needs a plan lowered for VJIT_DEVICE=cuda");
-  module_ = device_.load_module(plan.cuda.image);
-  auto fn = [&](const char* name) { return device_.function(module_, name); };
+  module_ = DeviceModule(device_, plan.cuda.image);
+  auto fn = [&](const char* name) { return device_.function(module_.get(), name); };
   move_rows_fn_ = fn("vjit_move_rows");
   copy_rows_fn_ = fn("vjit_copy_rows");
   elementwise_fn_ = fn("vjit_elementwise");

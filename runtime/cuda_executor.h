@@ -198,7 +198,7 @@ class CudaExecutor final : public Executor {
   ExecStats stats_;
   PrimitiveRecorder primitives_;
   std::vector<PrimitiveRecord> primitive_log_;  // VJIT_LOG=primitives: since the last take_primitive_log()
-  void* module_ = nullptr;
+  DeviceModule module_;  // the plan's kernels; unloaded after the destructor's synchronize()
   std::vector<void*> fused_fn_[2];  // per type·fused index, flattened: [pass][fused_begin[type] + i]
   std::vector<size_t> fused_begin_[2];
   void *move_rows_fn_ = nullptr, *copy_rows_fn_ = nullptr, *elementwise_fn_ = nullptr, *dropout_fn_ = nullptr,

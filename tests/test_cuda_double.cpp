@@ -343,7 +343,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaDoubleModel, ::testing::Values("tree_lstm",
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // Engines made and dropped give back what they took: device memory (every
-// cuMemAlloc of theirs freed), pinned and registered host memory and events.
+// cuMemAlloc of theirs freed), pinned and registered host memory, events and
+// their module.
 // The device's own (its streams, events and arena, where cuBLASLt's
 // workspaces live) are made by the first engine and kept: the baseline is
 // taken after one engine came and went.
@@ -375,6 +376,8 @@ TEST(CudaDouble, DroppedEnginesGiveBackWhatTheyTook) {
   EXPECT_GT(count_of(calls, "cuEventCreate"), 0) << "the streaming engine's events";
   EXPECT_EQ(after.events, before.events);
   EXPECT_EQ(handle_book().events(), events_before);
+  EXPECT_EQ(count_of(calls, "cuModuleUnload"), count_of(calls, "cuModuleLoadData"));
+  EXPECT_EQ(after.modules, before.modules) << "an engine's module outlives it";
 }
 
 // A checkpoint of a GPU engine goes through device memory both ways: values
