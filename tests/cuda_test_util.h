@@ -25,6 +25,20 @@
 
 namespace vjit::testing {
 
+// The samples 0 .. n-1.
+inline std::vector<int> first_indices(int n) {
+  std::vector<int> indices(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) indices[size_t(i)] = i;
+  return indices;
+}
+
+// The options of the environment with VJIT_DEVICE=cuda.
+inline Options cuda_options() {
+  Options options = Options::defaults();
+  options.device = "cuda";
+  return options;
+}
+
 // The fused groups of F and ∂F of every example model (small config), each
 // spec once. With isa=scalar every fused kernel is the reference kernel, whose
 // context is its spec (jit/kernel_cache.h).

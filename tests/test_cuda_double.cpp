@@ -4,9 +4,11 @@
 // real NVRTC modules, and every driver and cuBLASLt call they make is checked:
 // launches have sane grids, blocks and argument blocks of the kernel's
 // signature, on streams that exist, of functions of loaded modules; events are
-// alive when recorded and waited for; copies stay inside allocations; a step
-// repeats the same launches and products; memory, events and modules made by
-// an engine go with it.
+// alive when recorded and waited for, and recorded before a wait; copies and
+// GEMM operands stay inside allocations; a step repeats the same launches and
+// products; memory, events and modules made by an engine go with it. The
+// program loads the double itself: it runs by hand as under ctest, with no
+// environment to set, and uses the real driver nowhere.
 //
 // Nothing runs on a device, so no value computed is checked. The engine reads
 // device results back (the objective, pushed values, the optimizer's norm and
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "cuda_double/driver_double.h"
+#include "cuda_test_util.h"
 #include "engine_check.h"
 #include "jit/nvrtc.h"
 #include "runtime/cuda_driver.h"
@@ -99,6 +102,7 @@ bool runtime_has_cuda() {
     ASSERT_EQ(probe.info.name, "vjit driver double");                                                      \
     const std::string nvrtc = jit::nvrtc_unavailable_reason();                                             \
     if (!nvrtc.empty()) GTEST_SKIP() << "skipped: NVRTC, which compiles the modules, is missing: " << nvrtc; \
+    runtime::CudaDevice::get(); /* the device's own streams and events, made once, before any baseline */ \
   } while (0)
 
 std::string describe(const VjitDoubleCall& call) {
@@ -239,17 +243,8 @@ int launches_of(const std::vector<VjitDoubleCall>& calls, const char* function) 
   }));
 }
 
-std::vector<int> first_indices(int n) {
-  std::vector<int> indices(size_t(n), 0);
-  for (int i = 0; i < n; ++i) indices[size_t(i)] = i;
-  return indices;
-}
-
-Options cuda_options() {
-  Options options = Options::defaults();
-  options.device = "cuda";
-  return options;
-}
+using testing::cuda_options;
+using testing::first_indices;
 
 // An engine's first module: NVRTC's real image for the double's sm_90, every
 // kernel the executor needs found in it by name, as a GPU's driver would.
@@ -399,7 +394,8 @@ TEST(CudaDouble, ARefusedEngineGivesBackWhatItTook) {
   take_calls();
   const VjitDoubleLive before = double_api().live();
   EXPECT_THROW(Engine(*bundle.program, cuda_options()), UserError);
-  take_calls();
+  const std::vector<VjitDoubleCall> calls = take_calls();
+  EXPECT_GT(count_of(calls, "cuMemAlloc"), 0) << "refused before its parameter store was made";
   const VjitDoubleLive after = double_api().live();
   EXPECT_EQ(after.allocations, before.allocations);
   EXPECT_EQ(after.pinned, before.pinned);

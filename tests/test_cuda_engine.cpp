@@ -27,17 +27,8 @@ namespace {
 
 constexpr double kTolerance = 1e-4;
 
-std::vector<int> first_indices(int n) {
-  std::vector<int> indices(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) indices[size_t(i)] = i;
-  return indices;
-}
-
-Options cuda_options() {
-  Options options = Options::defaults();
-  options.device = "cuda";
-  return options;
-}
+using testing::cuda_options;
+using testing::first_indices;
 
 class CudaEngine : public ::testing::TestWithParam<std::string> {};
 

@@ -50,6 +50,13 @@ State& state() {
   return *s;
 }
 
+// A new handle, alive in `live` until destroyed.
+uint64_t make_handle(State& s, std::set<uint64_t>& live) {
+  const uint64_t h = s.new_handle();
+  live.insert(h);
+  return h;
+}
+
 VjitDoubleCall make_call(const char* name, std::initializer_list<uint64_t> args) {
   VjitDoubleCall call{};
   std::strncpy(call.name, name, sizeof call.name - 1);
@@ -330,8 +337,7 @@ CUresult cuMemHostUnregister(void* pointer) {
 CUresult cuStreamCreate(CUstream* stream, unsigned flags) {
   State& s = state();
   Lock lock(s.mutex);
-  const uint64_t h = s.new_handle();
-  s.streams.insert(h);
+  const uint64_t h = make_handle(s, s.streams);
   *stream = reinterpret_cast<CUstream>(h);
   return record(s, "cuStreamCreate", {flags, h}, CUDA_SUCCESS);
 }
@@ -354,8 +360,7 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned flags) {
 CUresult cuEventCreate(CUevent* event, unsigned flags) {
   State& s = state();
   Lock lock(s.mutex);
-  const uint64_t h = s.new_handle();
-  s.events.insert(h);
+  const uint64_t h = make_handle(s, s.events);
   *event = reinterpret_cast<CUevent>(h);
   return record(s, "cuEventCreate", {flags, h}, CUDA_SUCCESS);
 }
