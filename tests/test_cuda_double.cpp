@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "cuda_double/driver_double.h"
+#include "cuda_double/kernel_image.h"
 #include "cuda_test_util.h"
 #include "engine_check.h"
 #include "jit/nvrtc.h"
@@ -270,6 +271,52 @@ TEST(CudaDouble, EnginesLoadRealModulesAndFindTheirKernels) {
   for (const char* kernel : {"vjit_move_rows", "vjit_copy_rows", "vjit_softmax_ce", "vjit_loss_sum",
                              "vjit_optimizer_update", "vjit_sum_squares"})
     EXPECT_TRUE(found.count(kernel)) << kernel << " was not looked up";
+}
+
+// How the double reads a kernel's parameters (cuda_double/kernel_image.h): from
+// the cubin NVRTC makes for a known architecture and from the PTX it makes for
+// one newer than it knows, the same sizes in the same order.
+TEST(CudaDouble, ReadsKernelSignaturesFromCubinAndPtx) {
+  VJIT_USE_THE_DOUBLE();
+  const std::string source =
+      "extern \"C\" __global__ void vjit_probe(long long rows, float value, const float* x, int mode) {}\n";
+  const int newer = jit::nvrtc_supported_archs().back() + 10;
+  for (int arch : {90, newer}) {
+    const jit::CudaModuleImage module = jit::compile_cuda_module(source, arch, "", "the signature probe");
+    EXPECT_EQ(module.ptx, arch == newer);
+    const std::optional<std::string> image = vjit_double::copy_module_image(module.image.data());
+    ASSERT_TRUE(image.has_value()) << "sm_" << arch;
+    EXPECT_LE(image->size(), module.image.size()) << "the image's own length, not past it";
+    std::optional<vjit_double::KernelSignature> signature = vjit_double::find_kernel(*image, "vjit_probe");
+    ASSERT_TRUE(signature.has_value()) << "sm_" << arch;
+    EXPECT_TRUE(signature->params_known) << "sm_" << arch;
+    EXPECT_EQ(signature->param_bytes, (std::vector<int>{8, 4, 8, 4})) << "sm_" << arch;
+    EXPECT_FALSE(vjit_double::find_kernel(*image, "vjit_probe_absent").has_value()) << "sm_" << arch;
+  }
+}
+
+// The double refuses what a driver would, so the book's status checks have
+// teeth: a copy past an allocation, an event used after it was destroyed, a
+// pointer freed twice.
+TEST(CudaDouble, RefusesWhatADriverWould) {
+  VJIT_USE_THE_DOUBLE();
+  runtime::CudaDevice& device = runtime::CudaDevice::get();
+  take_calls();
+  const runtime::DevicePtr memory = device.alloc_owned(1024);
+  std::vector<char> bytes(2048, 1);
+  EXPECT_ANY_THROW(device.upload(memory, bytes.data(), bytes.size()));
+  void* event = device.create_event();
+  device.destroy_event(event);
+  EXPECT_ANY_THROW(device.record(event, 0));
+  device.free_owned(memory);
+  device.free_owned(memory);  // ignored by CudaDevice: the driver's answer is in the log
+  size_t count = 0;
+  const VjitDoubleCall* calls = double_api().calls(&count);
+  std::map<std::string, int> refused;
+  for (size_t i = 0; i < count; ++i)
+    if (calls[i].status != 0) ++refused[calls[i].name];
+  double_api().reset();  // not through the book: these refusals are the point
+  EXPECT_EQ(refused, (std::map<std::string, int>{{"cuMemcpyHtoDAsync", 1}, {"cuEventRecord", 1}, {"cuMemFree", 1}}));
 }
 
 // A launch's argument block is read as the kernel's signature in the image
