@@ -44,6 +44,27 @@ constexpr int kMoveCopy = 0, kMoveAdd = 1, kMoveZero = 2;
 // The device address `floats` floats past `base`.
 DevicePtr at(DevicePtr base, int64_t floats) { return base + DevicePtr(floats) * sizeof(float); }
 
+// Work that is no pass's (an optimizer step, gradients downloaded): what it
+// launches and copies is left out of the pass counters (EngineStats::kernels,
+// copy_calls, ...: the forward's and backward's node work, as on the CPU),
+// which the engine would otherwise add to the next call's. Its primitives
+// stay counted: they are work the device ran.
+class UncountedWork {
+ public:
+  explicit UncountedWork(ExecStats& stats) : stats_(stats), saved_(stats) {}
+  ~UncountedWork() {
+    const PrimitiveCounts issued = stats_.primitives;
+    stats_ = saved_;
+    stats_.primitives = issued;
+  }
+  UncountedWork(const UncountedWork&) = delete;
+  UncountedWork& operator=(const UncountedWork&) = delete;
+
+ private:
+  ExecStats& stats_;
+  ExecStats saved_;
+};
+
 int64_t bytes_of(int64_t floats) { return floats * int64_t(sizeof(float)); }
 
 }  // namespace
@@ -498,6 +519,7 @@ void CudaExecutor::download_touched(Source&& source, Dense&& dense, Put&& put) {
 // zeroed before this one's are written.
 void CudaExecutor::fetch_gradients() {
   CudaDevice::get();
+  UncountedWork uncounted(stats_);
   staging_used_ = 0;
   for (int p = 0; p < store_.model().size(); ++p) {
     if (store_.touched_.of(p).all) continue;
@@ -585,6 +607,7 @@ void CudaExecutor::download_updated() {
 // touched rows — summed, then updated by the rule's kernel.
 void CudaExecutor::update(Optimizer& optimizer) {
   CudaDevice::get();
+  UncountedWork uncounted(stats_);
   primitives_.at(Pass::Backward, -1, -1, 0, "optimizer step");
   DeviceUpdate rule = optimizer.device_rule();
   if (rule.kind == DeviceUpdate::Kind::None || optimizer.dense_updates()) return update_on_host(optimizer);

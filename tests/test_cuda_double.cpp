@@ -345,6 +345,40 @@ TEST(CudaDouble, LaunchesCarryTheirKernelsArguments) {
   EXPECT_GT(checked, 0) << "no vjit_move_rows launch in a Tree-LSTM step";
 }
 
+// EngineStats::kernels counts the launches of the forward and backward passes
+// of the calls since reset_stats() (node work, as on the CPU), and only those:
+// an optimizer step's launches, and the gathers that download gradients, are
+// no pass's, neither in their own call's count nor in the next one's.
+TEST(CudaDouble, StatsCountTheLaunchesOfTheirOwnPasses) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  Engine engine(*bundle.program, cuda_options());
+  Adam adam(0.01f);
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(5));
+  auto counted = [&](auto&& calls) {
+    engine.reset_stats();
+    take_calls();
+    calls();
+    const int launches = count_of(take_calls(), "cuLaunchKernel");
+    return std::pair{engine.stats().kernels, launches};
+  };
+  auto passes = [&] {
+    engine.forward(batch);
+    engine.backward();
+  };
+  passes();  // from here on, each backward zeroes the embedding gradient's rows of the one before
+  const auto [pass_kernels, pass_launches] = counted(passes);
+  EXPECT_EQ(pass_kernels, pass_launches);
+  engine.gradients();  // an embedding table's rows downloaded through a gather kernel
+  const auto [infer_kernels, infer_launches] = counted([&] { engine.infer(batch); });
+  EXPECT_EQ(infer_kernels, infer_launches) << "infer after reading the gradients";
+  const auto [step_kernels, step_launches] = counted([&] { engine.train_step(batch, adam); });
+  EXPECT_GT(step_launches, pass_launches) << "the optimizer launches kernels";
+  EXPECT_EQ(step_kernels, pass_kernels) << "a train step's kernels are its passes'";
+  const auto [after_kernels, after_launches] = counted([&] { engine.infer(batch); });
+  EXPECT_EQ(after_kernels, after_launches) << "infer after a train step";
+}
+
 // The models of three shapes of graph (trees, chains, lattices): each train
 // step on the same batch queues the same launches and products, in the same
 // order, with one stream and with streaming; Adam updates on the device; infer
