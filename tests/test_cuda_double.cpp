@@ -379,6 +379,25 @@ TEST(CudaDouble, StatsCountTheLaunchesOfTheirOwnPasses) {
   EXPECT_EQ(after_kernels, after_launches) << "infer after a train step";
 }
 
+// Batches growing past the arenas (the staging buffer's first 4 MiB hold
+// these batches' index lists): the old buffers go
+// (after the device is idle) and no copy or launch reaches them afterwards
+// (a copy into freed memory is the double's error; the book checks every call).
+TEST(CudaDouble, GrowingBatchesReplaceTheirBuffers) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(64));
+  for (bool streaming : {false, true}) {
+    Options options = cuda_options();
+    options.streaming = streaming;
+    Engine engine(*bundle.program, options);
+    Adam adam(0.01f);
+    take_calls();
+    for (int samples : {2, 64, 3, 64}) engine.train_step(models::make_batch(bundle.train, first_indices(samples)), adam);
+    const std::vector<VjitDoubleCall> calls = take_calls();
+    EXPECT_GT(count_of(calls, "cuMemFree"), 0) << "no arena was replaced";
+  }
+}
+
 // The models of three shapes of graph (trees, chains, lattices): each train
 // step on the same batch queues the same launches and products, in the same
 // order, with one stream and with streaming; Adam updates on the device; infer
