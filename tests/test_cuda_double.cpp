@@ -379,6 +379,31 @@ TEST(CudaDouble, StatsCountTheLaunchesOfTheirOwnPasses) {
   EXPECT_EQ(after_kernels, after_launches) << "infer after a train step";
 }
 
+// EngineStats::primitives counts what a call had the device run, that call's
+// alone: a train_step's own optimizer steps (not the next call's), GEMMs and
+// fused kernels as the driver double saw them.
+TEST(CudaDouble, PrimitivesAreTheirOwnCallsWork) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  Engine engine(*bundle.program, cuda_options());
+  Adam adam(0.01f);
+  GraphBatch batch = models::make_batch(bundle.train, first_indices(5));
+  engine.train_step(batch, adam);
+  take_calls();
+  engine.reset_stats();
+  engine.train_step(batch, adam);
+  const std::vector<VjitDoubleCall> calls = take_calls();
+  const PrimitiveCounts step = engine.stats().primitives;
+  EXPECT_EQ(step[Primitive::OptimizerStep], launches_of(calls, "vjit_optimizer_update"));
+  EXPECT_EQ(step[Primitive::Gemm], count_of(calls, "cublasLtMatmul"));
+  int fused = 0;
+  for (const VjitDoubleCall& call : calls) fused += is(call, "cuLaunchKernel") && std::strncmp(call.function, "vjit_fused_", 11) == 0;
+  EXPECT_EQ(step[Primitive::Fused], fused);
+  engine.reset_stats();
+  engine.infer(batch);
+  EXPECT_EQ(engine.stats().primitives[Primitive::OptimizerStep], 0) << "the step before's update counted in infer";
+}
+
 // Batches growing past the arenas (the staging buffer's first 4 MiB hold
 // these batches' index lists): the old buffers go
 // (after the device is idle) and no copy or launch reaches them afterwards
