@@ -122,6 +122,9 @@ std::string describe(const VjitDoubleCall& call) {
 
 bool is(const VjitDoubleCall& call, const char* name) { return std::strcmp(call.name, name) == 0; }
 
+// A launch of one of the plan's fused kernels (codegen/cuda_source.h names them).
+bool is_fused(const VjitDoubleCall& call) { return std::strncmp(call.function, "vjit_fused_", 11) == 0; }
+
 // The handles the double handed out, followed call by call over the whole
 // process (the device's streams are made once, by the first engine), and the
 // checks each call must pass.
@@ -184,7 +187,7 @@ class HandleBook {
     EXPECT_LE(call.block[0] * call.block[1] * call.block[2], 1024u) << describe(call);
     EXPECT_EQ(call.params_null, 0) << describe(call);
     EXPECT_GE(call.param_count, 1) << describe(call) << ": no signature read from the module image";
-    if (std::strncmp(call.function, "vjit_fused_", 11) == 0) {  // rows, then (data, ld) per operand
+    if (is_fused(call)) {  // rows, then (data, ld) per operand
       EXPECT_EQ(call.param_count % 2, 1) << describe(call);
     }
     EXPECT_TRUE(is_stream(call.stream)) << describe(call) << ": on a stream never created";
@@ -246,6 +249,18 @@ int launches_of(const std::vector<VjitDoubleCall>& calls, const char* function) 
 
 using testing::cuda_options;
 using testing::first_indices;
+
+// A small Tree-LSTM, an engine for it on device=cuda and a batch of its
+// first `samples` samples: what most tests below run.
+struct TreeLstmOnCuda {
+  explicit TreeLstmOnCuda(int samples)
+      : bundle(models::make_model("tree_lstm", testing::small_config(16))),
+        engine(*bundle.program, cuda_options()),
+        batch(models::make_batch(bundle.train, first_indices(samples))) {}
+  models::Bundle bundle;
+  Engine engine;
+  GraphBatch batch;
+};
 
 // An engine's first module: NVRTC's real image for the double's sm_90, every
 // kernel the executor needs found in it by name, as a GPU's driver would.
@@ -324,10 +339,10 @@ TEST(CudaDouble, RefusesWhatADriverWould) {
 // long* pairs, int mode), its grid CudaDevice::grid_for(rows · width).
 TEST(CudaDouble, LaunchesCarryTheirKernelsArguments) {
   VJIT_USE_THE_DOUBLE();
-  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
-  Engine engine(*bundle.program, cuda_options());
+  TreeLstmOnCuda tree(4);
+  Engine& engine = tree.engine;
+  const GraphBatch& batch = tree.batch;
   Adam adam(0.01f);
-  GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
   take_calls();
   engine.train_step(batch, adam);
   int checked = 0;
@@ -351,10 +366,10 @@ TEST(CudaDouble, LaunchesCarryTheirKernelsArguments) {
 // no pass's, neither in their own call's count nor in the next one's.
 TEST(CudaDouble, StatsCountTheLaunchesOfTheirOwnPasses) {
   VJIT_USE_THE_DOUBLE();
-  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
-  Engine engine(*bundle.program, cuda_options());
+  TreeLstmOnCuda tree(5);
+  Engine& engine = tree.engine;
+  const GraphBatch& batch = tree.batch;
   Adam adam(0.01f);
-  GraphBatch batch = models::make_batch(bundle.train, first_indices(5));
   auto counted = [&](auto&& calls) {
     engine.reset_stats();
     take_calls();
@@ -384,10 +399,10 @@ TEST(CudaDouble, StatsCountTheLaunchesOfTheirOwnPasses) {
 // fused kernels as the driver double saw them.
 TEST(CudaDouble, PrimitivesAreTheirOwnCallsWork) {
   VJIT_USE_THE_DOUBLE();
-  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
-  Engine engine(*bundle.program, cuda_options());
+  TreeLstmOnCuda tree(5);
+  Engine& engine = tree.engine;
+  const GraphBatch& batch = tree.batch;
   Adam adam(0.01f);
-  GraphBatch batch = models::make_batch(bundle.train, first_indices(5));
   engine.train_step(batch, adam);
   take_calls();
   engine.reset_stats();
@@ -397,7 +412,7 @@ TEST(CudaDouble, PrimitivesAreTheirOwnCallsWork) {
   EXPECT_EQ(step[Primitive::OptimizerStep], launches_of(calls, "vjit_optimizer_update"));
   EXPECT_EQ(step[Primitive::Gemm], count_of(calls, "cublasLtMatmul"));
   int fused = 0;
-  for (const VjitDoubleCall& call : calls) fused += is(call, "cuLaunchKernel") && std::strncmp(call.function, "vjit_fused_", 11) == 0;
+  for (const VjitDoubleCall& call : calls) fused += is(call, "cuLaunchKernel") && is_fused(call);
   EXPECT_EQ(step[Primitive::Fused], fused);
   engine.reset_stats();
   engine.infer(batch);
@@ -417,7 +432,8 @@ TEST(CudaDouble, GrowingBatchesReplaceTheirBuffers) {
     Engine engine(*bundle.program, options);
     Adam adam(0.01f);
     take_calls();
-    for (int samples : {2, 64, 3, 64}) engine.train_step(models::make_batch(bundle.train, first_indices(samples)), adam);
+    for (int samples : {2, 64, 3, 64})
+      engine.train_step(models::make_batch(bundle.train, first_indices(samples)), adam);
     const std::vector<VjitDoubleCall> calls = take_calls();
     EXPECT_GT(count_of(calls, "cuMemFree"), 0) << "no arena was replaced";
   }
@@ -535,9 +551,9 @@ TEST(CudaDouble, ARefusedEngineGivesBackWhatItTook) {
 // TF32 tensor cores. Every call passes the book's checks.
 TEST(CudaDouble, EveryUpdatePathRunsOnTheDouble) {
   VJIT_USE_THE_DOUBLE();
-  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
-  Engine engine(*bundle.program, cuda_options());
-  GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
+  TreeLstmOnCuda tree(4);
+  Engine& engine = tree.engine;
+  const GraphBatch& batch = tree.batch;
   Adam adam(0.01f);
   SGD sgd(0.05f, 0.9f, 0.01f, 0.5f);
   auto compute_types = [](const std::vector<VjitDoubleCall>& calls) {
@@ -559,11 +575,11 @@ TEST(CudaDouble, EveryUpdatePathRunsOnTheDouble) {
   EXPECT_GT(launches_of(take_calls(), "vjit_sum_squares"), 0) << "clipping sums the gradients' squares";
   engine.forward(batch);  // RunOptions::backward is on by default
   engine.backward();
-  EXPECT_EQ(engine.gradients().size(), size_t(bundle.model->size()));
+  EXPECT_EQ(engine.gradients().size(), size_t(tree.bundle.model->size()));
   take_calls();
   Options tf32 = cuda_options();
   tf32.tf32 = true;
-  Engine on_tf32(*bundle.program, tf32);
+  Engine on_tf32(*tree.bundle.program, tf32);
   on_tf32.infer(batch);
   const std::set<int> fp32_types = compute_types(first), tf32_types = compute_types(take_calls());
   EXPECT_EQ(fp32_types.size(), 1u);
@@ -586,7 +602,8 @@ TEST(CudaDouble, CheckpointsRoundTripThroughDeviceMemory) {
   GraphBatch batch = models::make_batch(saved.train, first_indices(4));
   saver.train_step(batch, saver_adam);
   for (int p = 0; p < saved.model->size(); ++p)
-    for (size_t i = 0; i < saved.model->param(p).value.size(); ++i) saved.model->param(p).value[i] = float(p) + 1e-3f * float(i);
+    for (size_t i = 0; i < saved.model->param(p).value.size(); ++i)
+      saved.model->param(p).value[i] = float(p) + 1e-3f * float(i);
   saver.upload_parameters();
   OptimizerState state = saver.optimizer_state();
   for (auto& slots : state.slots)
@@ -618,10 +635,10 @@ TEST(CudaDouble, CheckpointsRoundTripThroughDeviceMemory) {
 // the host queues, in order (kernels with grid and block, products with shape).
 TEST(CudaDouble, PrintsTheLaunchListOfOneStep) {
   VJIT_USE_THE_DOUBLE();
-  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
-  Engine engine(*bundle.program, cuda_options());
+  TreeLstmOnCuda tree(2);
+  Engine& engine = tree.engine;
+  const GraphBatch& batch = tree.batch;
   SGD sgd(0.1f);
-  GraphBatch batch = models::make_batch(bundle.train, first_indices(2));
   engine.train_step(batch, sgd);
   take_calls();
   engine.train_step(batch, sgd);
