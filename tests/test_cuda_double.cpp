@@ -49,6 +49,7 @@ struct DoubleApi {
   VjitDoubleCallsFn calls = nullptr;
   void (*reset)() = nullptr;
   VjitDoubleLive (*live)() = nullptr;
+  void (*fail_next)(const char*, int) = nullptr;
   std::string error;  // why the double is not there
 };
 
@@ -72,7 +73,9 @@ DoubleApi load_double() {
   api.calls = reinterpret_cast<VjitDoubleCallsFn>(::dlsym(driver, "vjit_double_calls"));
   api.reset = reinterpret_cast<void (*)()>(::dlsym(driver, "vjit_double_reset"));
   api.live = reinterpret_cast<VjitDoubleLive (*)()>(::dlsym(driver, "vjit_double_live"));
-  if (!api.calls || !api.reset || !api.live) api.error = "libcuda.so.1 lacks the double's log functions";
+  api.fail_next = reinterpret_cast<void (*)(const char*, int)>(::dlsym(driver, "vjit_double_fail_next"));
+  if (!api.calls || !api.reset || !api.live || !api.fail_next)
+    api.error = "libcuda.so.1 lacks the double's log functions";
 #else
   api.error = "skipped: vjit was built without the CUDA back end, so there is no driver double";
 #endif
@@ -132,7 +135,7 @@ class HandleBook {
  public:
   void follow(const VjitDoubleCall& call) {
     // NVRTC asks a loaded driver for its private tables and compiles without them.
-    if (is(call, "cuGetExportTable")) return;
+    if (is(call, "cuGetExportTable") || call.injected) return;
     // Two engines over one Model both try to pin its values; the second is
     // refused and copies from pageable memory (CudaDevice::pin returns false).
     constexpr int kAlreadyRegistered = 712;  // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
@@ -525,6 +528,50 @@ TEST(CudaDouble, DroppedEnginesGiveBackWhatTheyTook) {
   EXPECT_EQ(handle_book().events(), events_before);
   EXPECT_EQ(count_of(calls, "cuModuleUnload"), count_of(calls, "cuModuleLoadData"));
   EXPECT_EQ(after.modules, before.modules) << "an engine's module outlives it";
+}
+
+// Driver failures anywhere in an engine's life: each of its allocations in
+// turn refused (the UserError naming the bytes), and launches failing at
+// points through a training step (the InternalError of the failed call). The
+// engine, made or half made, gives back all it took when it goes.
+TEST(CudaDouble, DriverFailuresLeaveNothingBehind) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  const GraphBatch batch = models::make_batch(bundle.train, first_indices(5));
+  auto an_engines_life = [&] {
+    Engine engine(*bundle.program, cuda_options());
+    Adam adam(0.01f);
+    engine.train_step(batch, adam);
+    engine.infer(batch);
+  };
+  an_engines_life();  // the device's own memory (cuBLASLt's workspaces) is made once
+  take_calls();
+  const VjitDoubleLive before = double_api().live();
+  auto fails_at = [&](const char* call, int nth) {
+    double_api().fail_next(call, nth);
+    bool failed = false;
+    try {
+      an_engines_life();
+    } catch (const std::exception& e) {
+      failed = true;
+      EXPECT_NE(std::string(e.what()).find(std::strncmp(call, "cuMemAlloc", 10) == 0 ? "cannot allocate" : call),
+                std::string::npos) << e.what();
+    }
+    double_api().fail_next(call, 0);
+    take_calls();
+    const VjitDoubleLive after = double_api().live();
+    EXPECT_EQ(after.allocations, before.allocations) << call << " " << nth;
+    EXPECT_EQ(after.pinned, before.pinned) << call << " " << nth;
+    EXPECT_EQ(after.registered, before.registered) << call << " " << nth;
+    EXPECT_EQ(after.modules, before.modules) << call << " " << nth;
+    EXPECT_EQ(after.events, before.events) << call << " " << nth;
+    return failed;
+  };
+  int allocations = 0;
+  while (fails_at("cuMemAlloc", allocations + 1)) ++allocations;
+  EXPECT_GE(allocations, 5) << "parameters, gradients, scalars, arenas, staging";
+  EXPECT_TRUE(fails_at("cuMemAllocHost", 1)) << "the pinned staging buffer";
+  for (int nth : {1, 2, 10, 40, 80, 120}) EXPECT_TRUE(fails_at("cuLaunchKernel", nth)) << nth;
 }
 
 // An engine the CUDA back end refuses (ops with no CUDA kernel) gives back

@@ -43,6 +43,8 @@ struct State {
   std::map<uint64_t, Function> functions;
   uint64_t next_handle = 0x7e000000;  // handles: distinct, never dereferenced, of no kind's memory
   uint64_t new_handle() { return next_handle += 0x40; }
+  std::string fail_name;  // vjit_double_fail_next: the call to fail, after fail_countdown - 1 more
+  int fail_countdown = 0;
 };
 
 State& state() {
@@ -78,6 +80,18 @@ CUresult record(State& s, const char* name, std::initializer_list<uint64_t> args
 }
 
 uint64_t as_int(const void* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); }
+
+// Whether this call of `name` is the one vjit_double_fail_next asked to fail.
+bool fails_now(State& s, const char* name) {
+  if (s.fail_countdown <= 0 || s.fail_name != name) return false;
+  return --s.fail_countdown == 0;
+}
+
+CUresult record_injected(State& s, const char* name, CUresult status) {
+  VjitDoubleCall call = make_call(name, {});
+  call.injected = 1;
+  return record(s, call, status);
+}
 
 // Whether [pointer, pointer + bytes) lies in one live device allocation.
 bool in_allocation(const State& s, uint64_t pointer, size_t bytes) {
@@ -125,6 +139,13 @@ int vjit_double_is_device_range(uint64_t pointer, size_t bytes) {
   State& s = state();
   Lock lock(s.mutex);
   return in_allocation(s, pointer, bytes) ? 1 : 0;
+}
+
+void vjit_double_fail_next(const char* name, int nth) {
+  State& s = state();
+  Lock lock(s.mutex);
+  s.fail_name = name;
+  s.fail_countdown = nth;
 }
 
 void vjit_double_record(const VjitDoubleCall* call) {
@@ -245,6 +266,7 @@ extern "C" {
 CUresult cuMemAlloc(CUdeviceptr* pointer, size_t bytes) {
   State& s = state();
   Lock lock(s.mutex);
+  if (fails_now(s, "cuMemAlloc")) return record_injected(s, "cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
   if (bytes == 0) return record(s, "cuMemAlloc", {bytes}, CUDA_ERROR_INVALID_VALUE);
   void* memory = s.allocated_bytes + bytes > kDeviceMemory ? nullptr : std::calloc(1, bytes);
   if (memory == nullptr) return record(s, "cuMemAlloc", {bytes}, CUDA_ERROR_OUT_OF_MEMORY);
@@ -295,6 +317,7 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, CUs
 CUresult cuMemAllocHost(void** pointer, size_t bytes) {
   State& s = state();
   Lock lock(s.mutex);
+  if (fails_now(s, "cuMemAllocHost")) return record_injected(s, "cuMemAllocHost", CUDA_ERROR_OUT_OF_MEMORY);
   *pointer = bytes == 0 ? nullptr : std::calloc(1, bytes);
   if (*pointer == nullptr) return record(s, "cuMemAllocHost", {bytes}, CUDA_ERROR_OUT_OF_MEMORY);
   s.pinned.insert(*pointer);
@@ -481,6 +504,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned
                         void** extra) {
   State& s = state();
   Lock lock(s.mutex);
+  if (fails_now(s, "cuLaunchKernel")) return record_injected(s, "cuLaunchKernel", CUDA_ERROR_LAUNCH_FAILED);
   VjitDoubleCall call = make_call("cuLaunchKernel", {as_int(f), as_int(extra)});
   call.grid[0] = grid_x, call.grid[1] = grid_y, call.grid[2] = grid_z;
   call.block[0] = block_x, call.block[1] = block_y, call.block[2] = block_z;

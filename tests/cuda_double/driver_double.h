@@ -27,6 +27,7 @@ enum { VJIT_DOUBLE_MAX_PARAMS = 64 };
 typedef struct VjitDoubleCall {
   char name[40];      // "cuLaunchKernel", "cublasLtMatmul", ...
   int status;         // what the double returned (CUresult or cublasStatus_t; 0 = success)
+  int injected;       // 1: a failure vjit_double_fail_next asked for
   uint64_t args[6];   // the call's leading arguments, as integers (see each entry point)
   // cuLaunchKernel: the function's name (as given to cuModuleGetFunction), its
   // module, grid, block, shared memory and stream, and the argument block.
@@ -58,6 +59,11 @@ VjitDoubleLive vjit_double_live(void);
 // The bytes of a device allocation range [pointer, pointer + bytes) are in
 // one live allocation.
 int vjit_double_is_device_range(uint64_t pointer, size_t bytes);
+
+// Makes the `nth` next call (1 = the next) of `name` fail as a driver would:
+// cuMemAlloc and cuMemAllocHost with CUDA_ERROR_OUT_OF_MEMORY, cuLaunchKernel with
+// CUDA_ERROR_LAUNCH_FAILED; the call does nothing else. nth 0 cancels.
+void vjit_double_fail_next(const char* name, int nth);
 
 // For the cuBLASLt double: appends a call to the driver double's log.
 void vjit_double_record(const VjitDoubleCall* call);
