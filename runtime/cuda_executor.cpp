@@ -260,11 +260,13 @@ const FunctionPlan& CudaExecutor::function_plan(Pass pass, int type) const {
 // a millisecond or more at these sizes, so batches a little larger than the
 // first must not each pay it. The old buffer goes once no queued work reads it
 // (a pass reserves before it queues anything, so the wait finds the device idle).
+// When the new buffer cannot be had, the arena stays as it was.
 DevicePtr CudaExecutor::reserve(Arena& arena, int64_t floats) {
   if (floats > arena.capacity) {
     device_.synchronize();
-    arena.capacity = std::max(floats + floats / 2, 2 * arena.capacity);
-    arena.buffer = DeviceBuffer(device_, size_t(bytes_of(arena.capacity)));
+    const int64_t capacity = std::max(floats + floats / 2, 2 * arena.capacity);
+    arena.buffer = DeviceBuffer(device_, size_t(bytes_of(capacity)));
+    arena.capacity = capacity;
     arena.data = arena.buffer.get();
   }
   return arena.data;
@@ -278,12 +280,7 @@ DevicePtr CudaExecutor::stage(const T* data, size_t count) {
     // Everything staged so far must have reached the device, and the kernels
     // reading it run, before either buffer goes.
     device_.synchronize();
-    device_.free_pinned(staging_host_);
-    staging_capacity_ = std::max(aligned, 2 * staging_capacity_ + (size_t(4) << 20));
-    staging_host_ = static_cast<char*>(device_.alloc_pinned(staging_capacity_));
-    staging_buffer_ = DeviceBuffer(device_, staging_capacity_);
-    staging_device_ = staging_buffer_.get();
-    staging_used_ = 0;
+    grow_staging(std::max(aligned, 2 * staging_capacity_ + (size_t(4) << 20)));
   }
   std::memcpy(staging_host_ + staging_used_, data, bytes);
   DevicePtr dst = staging_device_ + staging_used_;
@@ -291,6 +288,19 @@ DevicePtr CudaExecutor::stage(const T* data, size_t count) {
   device_.upload(dst, staging_host_ + staging_used_, bytes, stream_);
   staging_used_ += aligned;
   return dst;
+}
+
+// Both new buffers are made before the old ones go: when either cannot be
+// had, the staging buffers stay as they were.
+void CudaExecutor::grow_staging(size_t capacity) {
+  DeviceBuffer on_device(device_, capacity);
+  char* pinned = static_cast<char*>(device_.alloc_pinned(capacity));
+  device_.free_pinned(staging_host_);
+  staging_host_ = pinned;
+  staging_buffer_ = std::move(on_device);
+  staging_device_ = staging_buffer_.get();
+  staging_capacity_ = capacity;
+  staging_used_ = 0;
 }
 
 template <typename... Args>

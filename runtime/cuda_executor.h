@@ -138,6 +138,8 @@ class CudaExecutor final : public Executor {
   // the stream, and returns their device address.
   template <typename T>
   DevicePtr stage(const T* data, size_t count);
+  // Replaces the staging buffers (host and device) by ones of `capacity` bytes; the device is idle.
+  void grow_staging(size_t capacity);
   // Launches one of the module's own kernels, `kind` of primitive, over `elements` threads.
   template <typename... Args>
   void launch(Primitive kind, void* fn, int64_t elements, Args... args);

@@ -574,6 +574,32 @@ TEST(CudaDouble, DriverFailuresLeaveNothingBehind) {
   for (int nth : {1, 2, 10, 40, 80, 120}) EXPECT_TRUE(fails_at("cuLaunchKernel", nth)) << nth;
 }
 
+// A buffer that cannot grow (the driver refuses the memory) is left as it
+// was: the step fails with the error that says so, and the same step, run
+// again once memory is there, grows it and runs within it; when the engine
+// goes, each buffer is freed once. The arenas grow for a batch of 64 trees
+// after one of 4; the staging buffer's first 4 MiB hold the index lists of
+// a few thousand trees, not of 8000.
+TEST(CudaDouble, AFailedGrowthLeavesTheBuffersAsTheyWere) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(8000));
+  const GraphBatch small = models::make_batch(bundle.train, first_indices(4));
+  const GraphBatch arenas = models::make_batch(bundle.train, first_indices(64));
+  const GraphBatch staging = models::make_batch(bundle.train, first_indices(8000));
+  for (auto [call, batch] : {std::pair{"cuMemAlloc", &arenas}, std::pair{"cuMemAllocHost", &staging}}) {
+    Engine engine(*bundle.program, cuda_options());
+    Adam adam(0.01f);
+    engine.train_step(small, adam);
+    take_calls();
+    double_api().fail_next(call, 1);
+    EXPECT_THROW(engine.train_step(*batch, adam), UserError) << call;
+    double_api().fail_next(call, 0);
+    EXPECT_NO_THROW(engine.train_step(*batch, adam)) << call;
+    EXPECT_NO_THROW(engine.train_step(small, adam)) << call;
+  }
+  take_calls();  // the book: nothing freed twice, no copy or product past its buffer
+}
+
 // An engine the CUDA back end refuses (ops with no CUDA kernel) gives back
 // what it took before it refused.
 TEST(CudaDouble, ARefusedEngineGivesBackWhatItTook) {
