@@ -7,6 +7,7 @@
 #include <span>
 #include <thread>
 
+#include "jit/options_doc.h"
 #include "vjit/error.h"
 
 namespace vjit {
@@ -25,6 +26,13 @@ struct Spec {
   int Options::*int_field;
   std::string Options::*string_field;
   int64_t Options::*bytes_field;
+  // What docs/options.md says (options_markdown): the devices that honour the
+  // option, what it does, and, for a number or a string, its values and,
+  // where the field's default is not what to show, the default.
+  const char* devices = "";  // the devices that honour it: "cpu", "cuda" or "cpu, cuda"
+  const char* doc = "";
+  const char* values = nullptr;
+  const char* shown_default = nullptr;
 };
 
 constexpr Spec bool_spec(const char* name, const char* env, bool Options::*field) {
@@ -35,45 +43,273 @@ constexpr Spec choice_spec(const char* name, const char* env, std::span<const st
   return Spec{name, env, Kind::Choice, choices, nullptr, nullptr, field, nullptr};
 }
 
+constexpr Spec documented(Spec spec, const char* devices, const char* doc, const char* values = nullptr,
+                          const char* shown_default = nullptr) {
+  spec.devices = devices;
+  spec.doc = doc;
+  spec.values = values;
+  spec.shown_default = shown_default;
+  return spec;
+}
+
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 
 const std::array<Spec, 35>& specs() {
   static const std::array<Spec, 35> table{
-      bool_spec("fusion", "VJIT_FUSION", &Options::fusion),
-      bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases),
-      bool_spec("lazy", "VJIT_LAZY", &Options::lazy),
-      bool_spec("streaming", "VJIT_STREAMING", &Options::streaming),
-      bool_spec("merge_matmuls", "VJIT_MERGE_MATMULS", &Options::merge_matmuls),
-      bool_spec("inplace_concat", "VJIT_INPLACE_CONCAT", &Options::inplace_concat),
-      bool_spec("epilogue", "VJIT_EPILOGUE", &Options::epilogue),
-      bool_spec("pad_wide_rows", "VJIT_PAD_WIDE_ROWS", &Options::pad_wide_rows),
-      bool_spec("pretranspose", "VJIT_PRETRANSPOSE", &Options::pretranspose),
-      bool_spec("infer_kernels", "VJIT_INFER_KERNELS", &Options::infer_kernels),
-      bool_spec("gather_slices", "VJIT_GATHER_SLICES", &Options::gather_slices),
-      bool_spec("gather_pointers", "VJIT_GATHER_POINTERS", &Options::gather_pointers),
-      bool_spec("forward_gathers", "VJIT_FORWARD_GATHERS", &Options::forward_gathers),
-      bool_spec("accumulate_gradients", "VJIT_ACCUMULATE_GRADIENTS", &Options::accumulate_gradients),
-      bool_spec("param_layout", "VJIT_PARAM_LAYOUT", &Options::param_layout),
-      choice_spec("policy", "VJIT_POLICY", option_values::policy, &Options::policy),
-      choice_spec("memplan", "VJIT_MEMPLAN", option_values::memplan, &Options::memplan),
-      choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device),
-      bool_spec("tf32", "VJIT_TF32", &Options::tf32),
-      Spec{"threads", "VJIT_THREADS", Kind::Int, {}, nullptr, &Options::threads, nullptr, nullptr},
-      Spec{"infer_shards", "VJIT_INFER_SHARDS", Kind::Int, {}, nullptr, &Options::infer_shards, nullptr, nullptr},
-      Spec{"max_memory", "VJIT_MAX_MEMORY", Kind::Bytes, {}, nullptr, nullptr, nullptr, &Options::max_memory},
-      bool_spec("deterministic", "VJIT_DETERMINISTIC", &Options::deterministic),
-      choice_spec("isa", "VJIT_ISA", option_values::isa, &Options::isa),
-      choice_spec("gemm", "VJIT_GEMM", option_values::gemm, &Options::gemm),
-      choice_spec("vertex_gemm", "VJIT_VERTEX_GEMM", option_values::vertex_gemm, &Options::vertex_gemm),
-      Spec{"cache_dir", "VJIT_CACHE_DIR", Kind::String, {}, nullptr, nullptr, &Options::cache_dir, nullptr},
-      Spec{"dist_timeout", "VJIT_DIST_TIMEOUT", Kind::Int, {}, nullptr, &Options::dist_timeout, nullptr, nullptr},
-      bool_spec("dist_nccl", "VJIT_DIST_NCCL", &Options::dist_nccl),
-      bool_spec("dist_overlap", "VJIT_DIST_OVERLAP", &Options::dist_overlap),
-      bool_spec("profile", "VJIT_PROFILE", &Options::profile),
-      bool_spec("perf_map", "VJIT_PERF_MAP", &Options::perf_map),
-      Spec{"trace", "VJIT_TRACE", Kind::String, {}, nullptr, nullptr, &Options::trace_path, nullptr},
-      bool_spec("check_finite", "VJIT_CHECK_FINITE", &Options::check_finite),
-      choice_spec("log", "VJIT_LOG", option_values::log, &Options::log),
+      documented(bool_spec("fusion", "VJIT_FUSION", &Options::fusion), "cpu, cuda",
+          "fuse chains of elementwise ops (union-find) into JIT kernels; an elementwise op left alone joins "
+          "a kernel that already reads all its operands, as one more output (`ir/fusion.h`)"),
+      documented(bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases), "cpu, cuda",
+          "an eager elementwise node that only the tasks read (in ∂F, an activation's derivative such as "
+          "`σ(1 − σ)`) moves into the tasks' fused kernel instead of a separate pass over every vertex "
+          "(`ir::sink_elementwise_into_core`); needs `VJIT_FUSION`"),
+      documented(bool_spec("lazy", "VJIT_LAZY", &Options::lazy), "cpu, cuda",
+          "lazy batching: one GEMM per parameter gradient per batch"),
+      documented(bool_spec("streaming", "VJIT_STREAMING", &Options::streaming), "cpu, cuda",
+          "run the eager forward steps on a second thread while the tasks run (Cavs §3.4), on the GPU on a "
+          "second stream with events for the dependencies; off by default because on two cores the GEMMs "
+          "already use both and it measured no gain (see the ablation), nor on an H100 (see the GPU back "
+          "end)"),
+      documented(bool_spec("merge_matmuls", "VJIT_MERGE_MATMULS", &Options::merge_matmuls), "cpu, cuda",
+          "matmul merging: products of one operand by several parameter matrices (`W_i·x, W_f·x, ...`) "
+          "become one GEMM over the stacked weights (`ir/merge_matmuls.h`)"),
+      documented(bool_spec("inplace_concat", "VJIT_INPLACE_CONCAT", &Options::inplace_concat), "cpu, cuda",
+          "concat in place: a value that one `concat` reads is computed straight into its columns of the "
+          "concat's buffer (the gate gradients before a weight-gradient GEMM, the `h, c` a Tree-LSTM cell "
+          "scatters), so the concat copies nothing; on the CPU a `concat` may itself lie in another "
+          "(Lattice-LSTM's gate gradients inside `[d_gate; d_gates]`, 13 MB a training step at batch 64, "
+          "hidden 256) (`runtime/memplan.h`)"),
+      documented(bool_spec("epilogue", "VJIT_EPILOGUE", &Options::epilogue), "cpu, cuda",
+          "GEMM epilogue: a bias add that follows a product of a weight and a per-vertex vector (`W·x + b`, "
+          "not fused with other work) is done by the GEMM itself (its output rows start as `b`, beta = 1), "
+          "saving a pass over the product (`ir::fold_bias_adds`); on the CPU also an outer product added to "
+          "a per-vertex matrix (`x + u·vᵀ`, MV-RNN's matrix gradients), done by the add in one pass without "
+          "writing the outer product, and where `x` is whole rows of a per-vertex matrix product read by "
+          "nothing else (MV-RNN's W_Mᵀ·dP), the add computes those rows itself (a GEMM into its output, "
+          "then u·vᵀ added), so the product is never written whole"),
+      documented(bool_spec("pad_wide_rows", "VJIT_PAD_WIDE_ROWS", &Options::pad_wide_rows), "cpu, cuda",
+          "a batched value whose rows are a multiple of 256 floats wide gets a leading dimension 16 floats "
+          "longer, so consecutive rows do not share cache sets; GEMMs over such buffers (hidden 512 and up) "
+          "measured up to 2× faster (`runtime/memplan.h`)"),
+      documented(bool_spec("pretranspose", "VJIT_PRETRANSPOSE", &Options::pretranspose), "cpu",
+          "CPU: a weight that per-task products multiply transposed (Y = X·Wᵀ, every forward product of a "
+          "weight) is copied transposed once per forward pass and those GEMMs read the copy: oneDNN's sgemm "
+          "runs X·Wᵀ up to 25% slower than X·B on AVX-512 CPUs. Only for products of at most 2048 rows and "
+          "16 outputs or more, where the type multiplies at least 128 rows by the weight in the batch "
+          "(`runtime/cpu_executor.h`); results equal to off within rounding. Not with "
+          "`VJIT_GEMM=onednn_bf16`, whose matmul reads Wᵀ through its strides (the copies measured slower "
+          "there)"),
+      documented(bool_spec("infer_kernels", "VJIT_INFER_KERNELS", &Options::infer_kernels), "cpu",
+          "CPU: a forward pass that no backward follows (`Engine::infer`, `forward` with "
+          "`RunOptions::backward` off) runs, for each fused kernel of F, a second kernel compiled beside it "
+          "that writes only the outputs a forward step reads and computes only what they need: the values "
+          "kept for the backward alone (a Tree-LSTM cell's six gate activations, written beside its `h` and "
+          "`c`) are neither computed into memory nor written. `CompileInfo::inference_kernels` counts the "
+          "kernels that differ (`jit/pipeline.cpp`, `ir::forward_only_part`); results equal off bitwise. "
+          "The CUDA executor runs the full kernels"),
+      documented(bool_spec("gather_slices", "VJIT_GATHER_SLICES", &Options::gather_slices), "cpu",
+          "CPU: a gathered child state that a vertex reads only in slices (a Tree-LSTM's `h` and `c`, "
+          "MV-RNN's vector and matrix) is gathered slice by slice (`ir::gather_slices`: a `gather` with a "
+          "start), and a gather that a `concat` reads is copied straight into the concat's buffer (with "
+          "`VJIT_INPLACE_CONCAT`), so `[h_l; h_r]` and MV-RNN's `[A; B]` are never copied a second time; "
+          "where the layout makes a gather a view of the children's rows the concat copies it as before. "
+          "The slices' gradients of one slot are joined again into one add per row "
+          "(`ir::join_gather_grads`). Only copies change: the test checks that the objective equals off's "
+          "bit for bit. With `VJIT_DEVICE=cuda` it does nothing (the CUDA executor reads whole gathers)"),
+      documented(bool_spec("gather_pointers", "VJIT_GATHER_POINTERS", &Options::gather_pointers), "cpu",
+          "CPU: a gathered child value that only per-vertex products and fused elementwise kernels read "
+          "(MV-RNN's A and B; a Tree-LSTM's children's `c`, through reshapes, slices and the backward's "
+          "reads of forward values) is not copied: the gather records where each child's row lies, a "
+          "pointer per row, and the products read it there, the kernels through a table of row addresses "
+          "(`KernelArgs::row_tables`, one call per block of rows); a `concat` of such gathers that a "
+          "product takes as its right operand, or a weight gradient sums against (MV-RNN's W_M·[A; B] and Σ "
+          "dP·[A; B]ᵀ), is read in its parts (the product splits its inner dimension). Such values get no "
+          "buffer (MV-RNN's forward values of a batch: about half the bytes). A gather with any other "
+          "reader (an elementwise op outside a fused kernel, a GEMM over the rows of a weight) is copied as "
+          "before (`runtime/row_pointers.h`). In the backward, a child's whole gradient that per-vertex "
+          "products, fused kernels or elementwise nodes compute (MV-RNN's gradients of a child's vector and "
+          "matrix; a Tree-LSTM's `dh` and `dc` of a child) is written by them straight into the child's "
+          "scatter-gradient row where that row has no other contribution (a tree's vertex), and into its "
+          "own row, then added by the `GatherGrad`, where it has (a shared child; `gradient_pointers`, both "
+          "decided once per program in `runtime/row_placement.cpp`). Results equal the reference to float "
+          "rounding, not off's bits (a product split in its inner dimension sums two GEMMs; tested under "
+          "each planner, on one and two threads, with every example model, and with shared children). "
+          "Tree-LSTM training, batch 64, hidden 256: the layout's copies per step 9.9 → 2.5 MB. The CUDA "
+          "executor copies"),
+      documented(bool_spec("forward_gathers", "VJIT_FORWARD_GATHERS", &Options::forward_gathers), "cpu",
+          "CPU: a part of a child's scattered row that a fused kernel computes (a Tree-LSTM's `h`) and that "
+          "a parent gathers into a buffer of its own (the parent's `[h_l; h_r]`, which its GEMM reads; a "
+          "`gather_sum` whose row has this one child: a chain's predecessor, a lattice word's start "
+          "character) is written there by that kernel as well, a second output pointed row by row at the "
+          "parent's row; the parent's gather copies nothing for it. The plan finds such parts once every "
+          "type is lowered (`runtime/forwarding.h`); a child with several parents forwards to the one whose "
+          "gathers take most of its row (the first on a tie), the others copy; a gather the layout made a "
+          "view keeps it unless a `concat` would copy the view. With gather pointers, the Tree-LSTM's and "
+          "Tree-GRU's layouts copy nothing in either pass, and the chains' and lattices' inference copies "
+          "drop 5× and more (see \"Memory layout\"). Tested against the reference with every example model "
+          "under each planner, one and two threads, pointers off and on, and with shared children. The CUDA "
+          "executor copies"),
+      documented(bool_spec("accumulate_gradients", "VJIT_ACCUMULATE_GRADIENTS", &Options::accumulate_gradients), "cpu",
+          "CPU, training: a fused kernel of ∂F that computes part of the gradient a vertex sends to its "
+          "children (a lattice character's `dc` to the previous character, a word's to its start character, "
+          "a Tree-LSTM's `dc_l` and `dc_r`) runs a second kernel, compiled beside it, that adds that part "
+          "straight into each child's scatter-gradient row (`codegen::accumulating_spec`: the row is read "
+          "as one more input); the `GatherGrad` then adds only the rest of the gradient, and the rows a "
+          "kernel could not send (a child that two rows of one task send to, a row with several variadic "
+          "children) from their own rows. A gradient that `VJIT_GATHER_POINTERS` writes whole through "
+          "pointers keeps that path (`place_accumulated_parts`, `runtime/row_placement.cpp`). Off: the "
+          "`GatherGrad` adds every part"),
+      documented(bool_spec("param_layout", "VJIT_PARAM_LAYOUT", &Options::param_layout), "cpu",
+          "CPU: when an engine is built, it lays the Model's parameters out in their one block of memory so "
+          "that the stacked weights of merged products (`VJIT_MERGE_MATMULS`: `[W_i; W_f; W_o; W_u]`) lie "
+          "one right after another in order, and the GEMMs read them there: nothing is copied for them "
+          "(`runtime/param_layout.h`). Each stacked weight asks for its parameters in sequence; the "
+          "sequences that agree join into runs (`layout/param_runs.h`), largest first, and one that "
+          "conflicts with those before it (two types stacking the same weights in different orders) is "
+          "copied every pass, as with off. `CompileInfo::stacked_weights` and `stacked_in_place` count "
+          "them; `EngineStats::stacked_weight_bytes` what is still copied. The Model is laid out only when "
+          "it does not already hold the runs so; values never change, and results equal off bit for bit. "
+          "Off: every stacked weight is copied into the arena once per pass. The CUDA executor stacks its "
+          "own copies on the device"),
+      documented(choice_spec("policy", "VJIT_POLICY", option_values::policy, &Options::policy), "cpu, cuda",
+          "batching policy of the scheduler"),
+      documented(choice_spec("memplan", "VJIT_MEMPLAN", option_values::memplan, &Options::memplan), "cpu, cuda",
+          "the memory planner that lays out each batch (`runtime/memplan.h`): `copy` packs rows and reads a "
+          "gather in place where the children's rows already lie at a constant stride in one buffer (and "
+          "only the task reads the gathered value), copying the others; `padded` is a test layout (every "
+          "row padded past its width, every gather a copy, slower) that proves the executor follows the "
+          "layout; `pqtree` (ED-Batch's PQ-tree layout, planned per batch at run time) orders each type's "
+          "rows so that a task's children in a gather slot are consecutive and in the task's order wherever "
+          "the constraints allow (`layout/aligned_order.h` over a Booth–Lueker PQ-tree, "
+          "`layout/pq_tree.h`): those gathers, and `gather_sum`s whose rows have one variadic child, are "
+          "read in place; steps outside the tasks that read them run task by task; where the children have "
+          "no other parent, the backward computes the gather's gradient straight into their "
+          "scatter-gradient rows. A constraint that conflicts is dropped and costs a copy, never a wrong "
+          "result. CPU executor only (with `VJIT_DEVICE=cuda` it is refused, naming the reason); what it "
+          "measured is under \"Memory layout\" below. `auto` measures instead of assuming: copy and pqtree "
+          "take turns on the engine's first 8 batches (copy first; a batch's time is its planning, forward "
+          "and, when it trains, backward, per vertex; each one's first batch only warms up and is not "
+          "counted), then the one with the lower median lays out every later batch, copy on a tie "
+          "(`Engine::memory_planner()` and vjit-bench's `memory_planner` say which); it needs "
+          "`VJIT_DETERMINISTIC=0`, since a choice made by timing could change the last bits of the weight "
+          "gradients from run to run (otherwise refused, saying so); with `VJIT_DEVICE=cuda` it is copy"),
+      documented(choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device), "cpu, cuda",
+          "where plans run; `cuda` runs them on the GPU (the CUDA executor) or fails naming what is missing "
+          "(driver library, device, NVRTC); `auto` uses the GPU when one can run them, else runs on the CPU "
+          "and says why once"),
+      documented(bool_spec("tf32", "VJIT_TF32", &Options::tf32), "cuda",
+          "GPU matrix products on TF32 tensor cores (10-bit mantissa: about 1e-3 relative per product; the "
+          "Tree-LSTM's gradients within 2e-2 of the reference); FP32 when off"),
+      documented(Spec{"threads", "VJIT_THREADS", Kind::Int, {}, nullptr, &Options::threads, nullptr, nullptr}, "cpu",
+          "CPU worker threads; a thread the system cannot start is an error naming it (and the limit hit), "
+          "not an abort", "positive integer", "hardware threads"),
+      documented(Spec{"infer_shards", "VJIT_INFER_SHARDS", Kind::Int, {}, nullptr, &Options::infer_shards, nullptr, nullptr}, "cpu",
+          "`Engine::infer` on the CPU splits a batch into this many groups of consecutive samples (fewer "
+          "when the batch has fewer samples) and infers them at once, each by an engine of its own (one "
+          "thread, same program, model and options) on a pool of min(groups, `VJIT_THREADS`) threads; the "
+          "groups' pushes, objective, grown batch and counters are put back together in sample order (times "
+          "in `stats()` are then thread-seconds). Every serial part of a call (scheduling, planning, small "
+          "kernels and copies, growth bookkeeping) then runs on all cores at once, where one engine splits "
+          "only its larger kernels; each group's GEMMs are smaller. Each sample's result is that of its "
+          "group inferred as one batch (equal to one engine's to float rounding, tested); errors name the "
+          "sample by its index in the caller's batch. Growth callbacks of different groups run at the same "
+          "time on different threads: they must be safe to call concurrently (`GrowthStep::sample_index` is "
+          "the caller's index). `forward`, `train_step` and the GPU are never split. Measured: greedy "
+          "decoding at hidden 64, batch 64, 2 threads, about 1.2× the samples/s of one engine (table under "
+          "\"Graphs that grow during execution\")", "positive integer", "1"),
+      documented(Spec{"max_memory", "VJIT_MAX_MEMORY", Kind::Bytes, {}, nullptr, nullptr, nullptr, &Options::max_memory}, "cpu, cuda",
+          "bounds the buffers of a batch: the vertex values, and their gradients when it trains. A batch "
+          "that needs more fails before it runs, naming the bytes it needs and the bound, and the engine "
+          "runs the next (smaller) batch; on the CPU the two arenas together never hold more than the bound "
+          "(their growth is capped). Parameters, their gradients and the optimizer state are the model's "
+          "and not counted; the GPU executor is checked per batch but its device arenas still grow with "
+          "slack (to 1.5× a batch's need, or twice their size)", "bytes, with an optional `K` `M` `G` suffix (powers of 1024), e.g. `512M`", "`0` (no bound)"),
+      documented(bool_spec("deterministic", "VJIT_DETERMINISTIC", &Options::deterministic), "cpu",
+          "training and inference on the CPU give bitwise the same parameters, losses and outputs whatever "
+          "`VJIT_THREADS` is (same seed, same data, same back end and machine): each GEMM is cut into "
+          "blocks whose shape depends only on the product's size (`GemmSplit::Fixed`: one block below 0.5 "
+          "MFLOP, else two, or four from 32 MFLOP; each block one single-threaded library call, the same "
+          "blocks on one thread), and the per-vertex products summed into a weight gradient run in fixed "
+          "row blocks added in order; off: blocks follow the thread count (a GEMM can use every thread; "
+          "results change in the last bits with the thread count). Cost of on, 2 threads: see \"Determinism "
+          "across thread counts\""),
+      documented(choice_spec("isa", "VJIT_ISA", option_values::isa, &Options::isa), "cpu",
+          "x86 JIT target (`auto`: best the CPU has)"),
+      documented(choice_spec("gemm", "VJIT_GEMM", option_values::gemm, &Options::gemm), "cpu",
+          "matrix-product back end (`auto`: chosen by measurement, never `onednn_bf16`); `onednn_bf16` runs "
+          "every product on operands rounded to bfloat16 with float accumulation (oneDNN's matmul "
+          "primitive, one per product shape with the row count left to run time, operands converted with "
+          "AVX-512 BF16; CPUs with AVX-512 BF16 or AMX only, elsewhere an error that says so; "
+          "`VJIT_PRETRANSPOSE` does nothing with it): every example model's objective and gradients stay "
+          "within 5e-2 of the reference, Tree-FC's within 0.25 (tested); on a Zen 4 the SST Tree-LSTM ran "
+          "1.27–1.41× the samples/s of `onednn` at hidden 256 and 1.50–1.79× at hidden 512 (see the "
+          "CPU-speed section)"),
+      documented(choice_spec("vertex_gemm", "VJIT_VERTEX_GEMM", option_values::vertex_gemm, &Options::vertex_gemm), "cpu",
+          "CPU: the back end of the products run one per vertex (MV-RNN's W_M·[A; B] and the rows of "
+          "W_Mᵀ·dP; not the weight gradient that sums six vertices per GEMM, nor any product over the rows "
+          "of a weight): `auto` is `libxsmm` (its JIT kernels cost less per call than oneDNN's sgemm at "
+          "64×64) where vjit was built with it and `VJIT_GEMM` is `auto`, else `VJIT_GEMM`'s back end; "
+          "`same` is `VJIT_GEMM`'s back end; a name is that back end (an error naming the variable where it "
+          "cannot be used). Measured: MV-RNN training 1.04× with libxsmm (alternating runs, below)"),
+      documented(Spec{"cache_dir", "VJIT_CACHE_DIR", Kind::String, {}, nullptr, nullptr, &Options::cache_dir, nullptr}, "cpu, cuda",
+          "where learned batching policies (`fsm`) are saved and loaded, per program signature (empty: not "
+          "saved; written atomically and durably, `io/atomic_file.h`; a file that does not load is reported "
+          "once, moved aside to `<file>.rejected` and the policy learned again; a failed save is reported "
+          "and leaves nothing behind), and where compiled CUDA modules are kept (keyed by source, "
+          "architecture and NVRTC version; atomic writes, checksummed; empty: the user's cache directory, "
+          "`$XDG_CACHE_HOME/vjit` or `~/.cache/vjit`); x86 JIT kernels are cached in memory", "directory", "empty"),
+      documented(Spec{"dist_timeout", "VJIT_DIST_TIMEOUT", Kind::Int, {}, nullptr, &Options::dist_timeout, nullptr, nullptr}, "cpu, cuda",
+          "how long a collective of `vjit::Distributed` (data-parallel training over MPI) waits for the "
+          "other ranks before it throws `DistributedError` naming the collective and the rank: a rank that "
+          "died or hangs fails the others in bounded time instead of hanging them "
+          "(`include/vjit/distributed.h`)", "seconds, positive integer", "300"),
+      documented(bool_spec("dist_nccl", "VJIT_DIST_NCCL", &Options::dist_nccl), "cuda",
+          "data-parallel training on GPUs (`VJIT_DEVICE=cuda`) sums the dense gradients with "
+          "`ncclAllReduce` between the GPUs, where vjit was built with NCCL; off (or without NCCL): through "
+          "host memory over MPI, as on the CPU (`jit/gradient_exchange.h`, `runtime/nccl.h`)"),
+      documented(bool_spec("dist_overlap", "VJIT_DIST_OVERLAP", &Options::dist_overlap), "cpu",
+          "data-parallel training on the CPU starts each dense gradient bucket's sum during the backward "
+          "pass, as soon as the last step that writes one of its gradients has run (the lazy "
+          "weight-gradient GEMMs, type by type), polls it between the backward's steps and waits for it "
+          "before the optimizer step; the same sums, bitwise (`jit/gradient_exchange.h`). The CUDA executor "
+          "does not overlap"),
+      documented(bool_spec("profile", "VJIT_PROFILE", &Options::profile), "cpu, cuda",
+          "when an Engine is destroyed, a summary table on stderr (counters since the last `reset_stats`): "
+          "the wall time inside the engine's calls and the phases within it (schedule+plan, forward, "
+          "backward, optimizer; gemm, elementwise and copy as parts of forward+backward), tasks issued "
+          "against the ED-Batch lower bound (on with this option), kernel-cache and FSM-policy-cache hits, "
+          "and the 20 costliest steps (total ms, calls, rows per call, % of the wall time; pass, vertex "
+          "type, phase, op or fused kernel, with the kernel an inference pass runs beside it where "
+          "`VJIT_INFER_KERNELS` makes a smaller one). See \"Profiling a run\""),
+      documented(bool_spec("perf_map", "VJIT_PERF_MAP", &Options::perf_map), "cpu",
+          "append `<start hex> <size hex> vjit_<kernel>` to `/tmp/perf-<pid>.map` for every x86 JIT kernel "
+          "as it is generated, and for a kernel an earlier engine of the process generated (and cached) "
+          "without the option, so `perf report` names JIT code; each kernel once per process"),
+      documented(Spec{"trace", "VJIT_TRACE", Kind::String, {}, nullptr, nullptr, &Options::trace_path, nullptr}, "cpu, cuda",
+          "write a Chrome trace-event JSON file (Perfetto, `chrome://tracing`) of the run: one event per "
+          "engine call, schedule and plan, task, GEMM (M, N, K), fused kernel, copy, other kernel, "
+          "optimizer step and, where a step splits its rows over the pool, row block; args vertex type, "
+          "rows, cols, bytes; one track per thread. The file is written (atomically) when the Engine is "
+          "built (an unwritable path is a `UserError` then), by `Engine::flush_trace()` and when the Engine "
+          "is destroyed; at most 524288 events are kept (later ones are counted in "
+          "`otherData.dropped_events`). CPU executor: every event; CUDA executor: the engine's events only. "
+          "See \"Profiling a run\"", "file path (flag `--trace`)", "empty (off)"),
+      documented(bool_spec("check_finite", "VJIT_CHECK_FINITE", &Options::check_finite), "cpu",
+          "the CPU executor checks every value each forward step writes (row by row, after the step) and "
+          "throws a `UserError` at the first NaN or ±Inf in execution order, naming the sample (index and "
+          "name), the vertex index in the sample, the vertex type, the op (`%12 log`) and the value; a "
+          "fused kernel is named with its ops (only its outputs are stored, so an intermediate that goes "
+          "non-finite and comes back finite, `tanh(log 0)`, is not seen). The engine stays usable. Off "
+          "costs nothing (one branch per step); on, see \"Non-finite values\". With `VJIT_DEVICE=cuda` (or "
+          "`auto` choosing the GPU) the Engine refuses it at construction. Independently of it, an "
+          "optimizer step never writes a non-finite parameter or state value: SGD, Adam and AdaGrad preview "
+          "the update and apply it only when every value stays finite, otherwise the step is an error "
+          "naming the parameter, element, value and step, with the model and optimizer state unchanged"),
+      documented(choice_spec("log", "VJIT_LOG", option_values::log, &Options::log), "cpu, cuda",
+          "to stderr: `passes` the IR after each lowering pass, `schedule` the tasks of each batch (type, "
+          "vertices, policy), `kernels` each kernel compiled or found in the cache (name, ISA, code bytes), "
+          "`primitives` each call's primitives (GEMMs, fused kernels, row copies, ...: kind, pass, vertex "
+          "type, task, rows, what ran) after a line counting them by kind, `all` everything"),
   };
   return table;
 }
@@ -176,7 +412,49 @@ std::string flag_name(const Spec& spec) {
 
 const char* on_off(bool b) { return b ? "on" : "off"; }
 
+// The values column of docs/options.md.
+std::string shown_values(const Spec& spec) {
+  if (spec.kind == Kind::Bool) return "bool";
+  if (spec.kind != Kind::Choice) return spec.values ? spec.values : "";
+  std::string out;
+  for (std::string_view choice : spec.choices) out += (out.empty() ? "`" : " `") + std::string(choice) + "`";
+  return out;
+}
+
+// The default column of docs/options.md: the built-in default.
+std::string shown_default(const Spec& spec) {
+  if (spec.shown_default) return spec.shown_default;
+  const Options defaults = Options::defaults();
+  switch (spec.kind) {
+    case Kind::Bool: return on_off(defaults.*spec.bool_field);
+    case Kind::Choice: return "`" + defaults.*spec.string_field + "`";
+    case Kind::Int: return std::to_string(defaults.*spec.int_field);
+    case Kind::Bytes: return std::to_string(defaults.*spec.bytes_field);
+    case Kind::String: return (defaults.*spec.string_field).empty() ? "empty" : defaults.*spec.string_field;
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string options_markdown() {
+  std::string out =
+      "# Options\n\n"
+      "<!-- Made by the code (jit/options.cpp, options_markdown) with `cmake --build build --target options_doc`;\n"
+      "     the test OptionsDoc.MatchesTheCode fails when this file and the code differ. -->\n\n"
+      "Every optimisation can be switched by an environment variable, read by\n"
+      "`vjit::Options::from_env()` (`include/vjit/options.h`), or set in the `vjit::Options` field of the\n"
+      "same name. Programs also accept the same names as flags (`--policy agenda`, `--policy=agenda`,\n"
+      "`--no-fusion`). An unknown or malformed value is an error that lists the valid values; an empty\n"
+      "value counts as unset. Booleans accept `0/1/true/false/on/off`. The devices column names the\n"
+      "devices that honour an option: on the CUDA device an option only the CPU honours has no effect.\n\n"
+      "| variable | flag | values | default | devices | what |\n"
+      "|---|---|---|---|---|---|\n";
+  for (const Spec& spec : specs())
+    out += std::string("| `") + spec.env + "` | `" + flag_name(spec) + "` | " + shown_values(spec) + " | " +
+           shown_default(spec) + " | " + spec.devices + " | " + spec.doc + " |\n";
+  return out;
+}
 
 int Options::default_threads() {
   const unsigned n = std::thread::hardware_concurrency();

@@ -2,12 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "jit/options_doc.h"
 #include "vjit/error.h"
 
 namespace {
@@ -367,6 +371,35 @@ TEST(Options, LogTopics) {
   o.log = "all";
   EXPECT_TRUE(o.logs("schedule"));
   EXPECT_TRUE(o.logs("kernels"));
+}
+
+// docs/options.md is made from the table the options are parsed by. With
+// VJIT_WRITE_OPTIONS_DOC=<path> (the build target options_doc) this test
+// writes the file instead of comparing.
+TEST(OptionsDoc, MatchesTheCode) {
+  const std::string made = vjit::options_markdown();
+  if (const char* path = std::getenv("VJIT_WRITE_OPTIONS_DOC")) {
+    std::ofstream(path) << made;
+    GTEST_SKIP() << "wrote " << path;
+  }
+  const std::string path = std::string(VJIT_SHIPPED_DATA_DIR) + "/../docs/options.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path << " is missing: cmake --build build --target options_doc";
+  std::ostringstream file;
+  file << in.rdbuf();
+  EXPECT_EQ(file.str(), made) << path << " differs from the options table: cmake --build build --target options_doc";
+}
+
+TEST(OptionsDoc, NamesEveryVariableOnce) {
+  const std::string made = vjit::options_markdown();
+  for (const std::string& name : vjit::option_names()) {
+    std::string env = "VJIT_" + name;
+    for (char& c : env) c = char(std::toupper(static_cast<unsigned char>(c)));
+    const std::string cell = "| `" + env + "` |";
+    const size_t first = made.find(cell);
+    EXPECT_NE(first, std::string::npos) << env;
+    EXPECT_EQ(made.find(cell, first + 1), std::string::npos) << env << " twice";
+  }
 }
 
 }  // namespace
