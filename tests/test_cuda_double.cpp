@@ -27,6 +27,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -719,6 +720,72 @@ TEST(CudaDouble, PrintsTheLaunchListOfOneStep) {
   ASSERT_FALSE(work.empty());
   std::cout << "one tree_lstm train_step on 2 trees: " << work.size() << " launches and products\n";
   for (const std::string& item : work) std::cout << "  " << item << "\n";
+}
+
+// The primitive a driver call is, by the kernel it launches (the module's
+// own kernels, codegen/cuda_source.h) or the copy or fill it queues; empty
+// for a call that is no device work (events, synchronisation, handles).
+std::string primitive_of(const VjitDoubleCall& call) {
+  static const std::map<std::string, std::string> kernels = {
+      {"vjit_copy_rows", "move_rows"},       {"vjit_elementwise", "elementwise"},   {"vjit_dropout", "elementwise"},
+      {"vjit_broadcast", "move_rows"},       {"vjit_sum_mod", "reduce"},            {"vjit_sum_columns_into", "reduce"},
+      {"vjit_loss_sum", "reduce"},           {"vjit_outer", "outer"},               {"vjit_sym_outer", "outer"},
+      {"vjit_sym_outer_grad", "outer"},      {"vjit_batched_matmul", "vertex_products"},
+      {"vjit_softmax_ce", "softmax_ce"},     {"vjit_gather_sum", "add_rows"},       {"vjit_fill_rows", "fill"},
+      {"vjit_sum_squares", "reduce"},        {"vjit_optimizer_update", "optimizer_step"}};
+  if (is(call, "cublasLtMatmul")) return "gemm";
+  if (is(call, "cuMemsetD8Async")) return "fill";
+  if (is(call, "cuMemcpyHtoDAsync")) return "upload";
+  if (is(call, "cuMemcpyDtoHAsync")) return "download";
+  if (!is(call, "cuLaunchKernel")) return "";
+  if (is_fused(call)) return "fused";
+  if (std::strcmp(call.function, "vjit_move_rows") == 0) {
+    constexpr uint64_t kMoveAdd = 1, kMoveZero = 2;  // vjit_move_rows(rows, width, pairs, mode)
+    return call.params[3] == kMoveAdd ? "add_rows" : call.params[3] == kMoveZero ? "fill" : "move_rows";
+  }
+  const auto found = kernels.find(call.function);
+  return found == kernels.end() ? std::string("unknown kernel ") + call.function : found->second;
+}
+
+// VJIT_LOG=primitives lists a call's primitives in the order the runner
+// issues them: the same list, kind by kind, as the driver saw the device
+// work queued, and each fused kernel under its own name.
+TEST(CudaDouble, TheLaunchListIsThePrimitiveList) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  Options options = cuda_options();
+  options.log = "primitives";
+  Engine engine(*bundle.program, options);
+  const GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
+  Adam adam(0.01f);
+  ::testing::internal::CaptureStderr();
+  engine.train_step(batch, adam);
+  take_calls();
+  (void)::testing::internal::GetCapturedStderr();
+  ::testing::internal::CaptureStderr();
+  engine.train_step(batch, adam);
+  const std::vector<VjitDoubleCall> calls = take_calls();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+
+  std::vector<std::string> driver, listed;
+  std::vector<std::string> launched_fused, listed_fused;
+  for (const VjitDoubleCall& call : calls) {
+    const std::string kind = primitive_of(call);
+    if (kind.empty()) continue;
+    driver.push_back(kind);
+    if (kind == "fused") launched_fused.push_back(call.function);
+  }
+  const std::regex entry(R"(\[vjit primitives\]   \d+ (forward|backward) (\w+)( type \S+)?( task \d+)?( rows \d+)?: (.+))");
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch match;
+    if (!std::regex_match(line, match, entry)) continue;
+    listed.push_back(match[2]);
+    if (match[2] == "fused") listed_fused.push_back(match[6]);
+  }
+  ASSERT_FALSE(driver.empty());
+  EXPECT_EQ(listed, driver) << "first difference: " << first_difference(listed, driver);
+  EXPECT_EQ(listed_fused, launched_fused);
 }
 
 }  // namespace
