@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -39,6 +40,10 @@ struct State {
   std::set<void*> pinned;
   std::map<uint64_t, size_t> registered;  // cuMemHostRegister: base -> bytes
   std::set<uint64_t> events, streams, contexts;
+  // Per event, when it was last recorded (host time): work is done at once,
+  // so the time between two events is the host's, and a loop that times
+  // itself with events (a GEMM peak) ends as it would on a device.
+  std::map<uint64_t, std::chrono::steady_clock::time_point> recorded_at;
   std::map<uint64_t, std::string> modules;  // handle -> image
   std::map<uint64_t, Function> functions;
   uint64_t next_handle = 0x7e000000;  // handles: distinct, never dereferenced, of no kind's memory
@@ -392,6 +397,7 @@ CUresult cuEventDestroy(CUevent event) {
   State& s = state();
   Lock lock(s.mutex);
   const bool known = s.events.erase(as_int(event)) > 0;
+  s.recorded_at.erase(as_int(event));
   return record(s, "cuEventDestroy", {as_int(event)}, known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
 }
 
@@ -399,6 +405,7 @@ CUresult cuEventRecord(CUevent event, CUstream stream) {
   State& s = state();
   Lock lock(s.mutex);
   const bool valid = is_stream(s, stream) && s.events.count(as_int(event)) > 0;
+  if (valid) s.recorded_at[as_int(event)] = std::chrono::steady_clock::now();
   return record(s, "cuEventRecord", {as_int(event), as_int(stream)},
                 valid ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
 }
@@ -421,7 +428,7 @@ CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent stop) {
   State& s = state();
   Lock lock(s.mutex);
   const bool valid = s.events.count(as_int(start)) && s.events.count(as_int(stop));
-  if (valid) *ms = 0.0f;
+  if (valid) *ms = std::chrono::duration<float, std::milli>(s.recorded_at[as_int(stop)] - s.recorded_at[as_int(start)]).count();
   return record(s, "cuEventElapsedTime", {as_int(start), as_int(stop)},
                 valid ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
 }
