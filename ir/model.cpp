@@ -37,12 +37,8 @@ Model& Model::operator=(const Model& other) {
   if (this == &other) return *this;
   seed_ = other.seed_;
   params_.clear();
-  params_.resize(other.params_.size());
-  for (size_t p = 0; p < params_.size(); ++p) {
-    params_[p].name = other.params_[p].name;
-    params_[p].shape = other.params_[p].shape;
-    params_[p].frozen = other.params_[p].frozen;
-  }
+  params_.reserve(other.params_.size());
+  for (const ParamData& p : other.params_) params_.push_back(ParamData{p.name, p.shape, {}, p.frozen});
   adopt_block(other.block_, other.offsets());
   return *this;
 }
@@ -84,10 +80,8 @@ Param Model::add(const std::string& name, Shape shape, Init init, float scale) {
                   "Model::add: parameter '" << name << "' needs a non-empty vector or matrix shape, got "
                                             << shape.str());
   const int64_t at = append_values(shape.numel());
-  params_.emplace_back();
+  params_.push_back(ParamData{name, shape, {}, false});
   ParamData& data = params_.back();
-  data.name = name;
-  data.shape = shape;
   point_at(data, at);
   // Each parameter draws from its own stream, so adding one never changes another's values.
   std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + params_.size() + 1);

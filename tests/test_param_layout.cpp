@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "layout/param_runs.h"
@@ -273,6 +274,18 @@ TEST(ParamLayout, TrainingInPlaceEqualsTrainingWithCopiesBitForBit) {
     trained.push_back(values_of(bundle.program->model()));
   }
   EXPECT_EQ(trained[0], trained[1]);
+}
+
+// A parameter's shape is fixed by Model::add: its values, every plan and the
+// reference interpreter are sized by it, so it can be read but not assigned.
+TEST(ParamData, ShapeIsReadOnlyAfterAdd) {
+  Model model;
+  Param w = model.add("W", Shape::mat(2, 3));
+  EXPECT_FALSE((std::is_assignable_v<decltype((model.param(w).shape)), Shape>))
+      << "ParamData::shape can be assigned after Model::add";
+  EXPECT_EQ(model.param(w).shape, Shape::mat(2, 3));
+  Model copy = model;  // copies keep the shapes
+  EXPECT_EQ(copy.param(w).shape, Shape::mat(2, 3));
 }
 
 }  // namespace

@@ -71,7 +71,9 @@ class ParamValues {
 
 struct ParamData {
   std::string name;
-  Shape shape;
+  // Fixed by Model::add: the values, every plan and the reference interpreter
+  // are sized by it, so it is read-only (a new shape is a new parameter).
+  const Shape shape{};
   ParamValues value;
   // Frozen: optimizers never update it (it takes no part in the step's
   // gradient check, norm or clipping either), and vertex types built while it
