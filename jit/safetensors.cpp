@@ -4,6 +4,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -31,7 +32,20 @@ constexpr DType kDTypes[] = {{"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}
                              {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
                              {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8}};
 
+// A directory opens as a stream whose "size" is huge (a buffer of it is
+// std::bad_alloc), a FIFO blocks: only regular files (or links to one) are read.
+void check_regular_file(const std::string& path) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (!std::filesystem::exists(status)) return;  // opening it says why (no such file, permission)
+  VJIT_USER_CHECK(std::filesystem::is_regular_file(status),
+                  "cannot read '" << path << "': it is not a regular file ("
+                                  << (std::filesystem::is_directory(status) ? "a directory" : "a device, FIFO or socket")
+                                  << ")");
+}
+
 std::vector<char> read_whole_file(const std::string& path) {
+  check_regular_file(path);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   VJIT_USER_CHECK(in, "cannot open '" << path << "': " << std::strerror(errno));
   const std::streamsize size = in.tellg();

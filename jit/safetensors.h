@@ -11,7 +11,7 @@
 //   the data  every tensor's values, row-major, little-endian, back to back.
 //
 // Reading validates the file as the reference reader does, before anything
-// is returned: a header no larger than the file (and than 100 MB), valid
+// is returned: a regular file (a directory or FIFO is refused), a header no larger than the file (and than 100 MB), valid
 // JSON of that form, known dtypes, shapes whose size matches the offsets, and
 // offsets that lie inside the data and cover it exactly, without gaps or
 // overlaps. Every error is a UserError naming the file and what is wrong

@@ -724,5 +724,22 @@ TEST(Checkpoint, KilledWritersLeaveAWholeCheckpoint) {
   fs::remove_all(dir);
 }
 
+// A directory is not a checkpoint: refused naming it (it once reached the
+// reader, which sized a buffer by the directory's "length": std::bad_alloc).
+TEST(Checkpoint, ADirectoryIsRefusedNamingIt) {
+  const fs::path dir = fresh_dir("directory");
+  Training run;
+  const Snapshot before(run);
+  Adam adam(0.01f);
+  for (const std::string& message :
+       {user_error_of([&] { load_checkpoint(dir.string(), *run.engine, &adam); }),
+        user_error_of([&] { load_parameters(dir.string(), run.model()); })}) {
+    EXPECT_NE(message.find("'" + dir.string() + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find("not a regular file"), std::string::npos) << message;
+  }
+  EXPECT_TRUE(Snapshot(run) == before);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace vjit

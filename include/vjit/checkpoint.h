@@ -36,8 +36,8 @@
 // the next save to the path removes it. Errors name the path and the system's
 // reason.
 //
-// Loading validates the whole file before it changes anything: the safetensors
-// structure (sizes, JSON, dtypes, byte ranges inside the data, covering it
+// Loading validates the whole file before it changes anything: a regular
+// file (a directory is refused naming it), the safetensors structure (sizes, JSON, dtypes, byte ranges inside the data, covering it
 // without gaps or overlaps), then every tensor against the model (present,
 // F32, same shape, none extra) and, for a checkpoint, its format version, the
 // program's signature (the first line that differs is named), the frozen
