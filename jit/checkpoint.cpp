@@ -4,8 +4,12 @@
 // first write into the Model or the engine.
 #include "vjit/checkpoint.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <set>
 
@@ -28,6 +32,9 @@ constexpr const char* kOptimizerKey = "vjit.optimizer";
 constexpr const char* kSlotsKey = "vjit.optimizer.slots";
 constexpr const char* kFrozenKey = "vjit.frozen";
 constexpr const char* kStepTensor = "optimizer.step";
+constexpr const char* kChecksumKey = "vjit.checksum";
+constexpr const char* kChecksum = "crc32";
+constexpr std::string_view kCrcPrefix = "vjit.crc32.";
 constexpr std::string_view kReservedPrefix = "vjit.";
 constexpr std::string_view kOptimizerPrefix = "optimizer.";
 
@@ -70,6 +77,30 @@ std::string exact(double value) {
   const std::to_chars_result r = double(narrow) == value ? std::to_chars(text, text + sizeof text, narrow)
                                                          : std::to_chars(text, text + sizeof text, value);
   return std::string(text, r.ptr);
+}
+
+// zlib's CRC-32 of `bytes` (Python: f"{zlib.crc32(data):08x}"), 8 hex digits.
+std::string crc32_hex(std::string_view bytes) {
+  const unsigned long crc = crc32_z(0L, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size());
+  char text[9];
+  std::snprintf(text, sizeof text, "%08lx", crc & 0xffffffffUL);
+  return text;
+}
+
+// Records every tensor's checksum in `metadata`, and that the file has them.
+void add_checksums(std::map<std::string, std::string>& metadata, const std::vector<Tensor>& tensors) {
+  metadata[kChecksumKey] = kChecksum;
+  for (const Tensor& t : tensors) metadata[std::string(kCrcPrefix) + t.name] = crc32_hex(t.bytes);
+}
+
+// The index of the first NaN or ±Inf among F32 `bytes`, or -1.
+int64_t first_non_finite(std::string_view bytes) {
+  for (size_t i = 0; i * sizeof(float) < bytes.size(); ++i) {
+    float value;
+    std::memcpy(&value, bytes.data() + i * sizeof(float), sizeof value);
+    if (!std::isfinite(value)) return int64_t(i);
+  }
+  return -1;
 }
 
 void check_user_metadata(const std::string& path, const std::map<std::string, std::string>& metadata) {
@@ -127,7 +158,8 @@ class Loader {
     return it->second;
   }
 
-  // The F32 tensor `name` of `shape`, checked; `role` says what it is for messages.
+  // The F32 tensor `name` of `shape`, checked (checksum, finite values);
+  // `role` says what it is for messages.
   std::string_view f32(const std::string& name, const Shape& shape, const std::string& role) const {
     const Tensor* t = file_.find(name);
     if (!t) fail("it has no tensor '" + name + "' for " + role);
@@ -136,7 +168,37 @@ class Loader {
     if (t->shape != dims_of(shape))
       fail("tensor '" + name + "' (" + role + ") has shape " + jit::safetensors::shape_string(t->shape) +
            " in the file, " + jit::safetensors::shape_string(dims_of(shape)) + " in the model");
+    check_checksum(*t, role);
+    check_finite(*t, role);
     return t->bytes;
+  }
+
+  // A NaN or ±Inf in an F32 tensor would poison every step after the load.
+  void check_finite(const Tensor& t, const std::string& role) const {
+    const int64_t k = first_non_finite(t.bytes);
+    if (k < 0) return;
+    float value;
+    std::memcpy(&value, t.bytes.data() + size_t(k) * sizeof(float), sizeof value);
+    fail("tensor '" + t.name + "' (" + role + ") holds " + std::to_string(value) + " at element " +
+         std::to_string(k) + ", which is not finite; vjit loads finite values only");
+  }
+
+  // A file written with checksums ("vjit.checksum") has one per tensor, which
+  // its data must match. Files without them (written before they existed, or
+  // by other tools) load unverified.
+  void check_checksum(const Tensor& t, const std::string& role) const {
+    if (!file_.metadata.contains(kChecksumKey)) return;
+    if (metadata(kChecksumKey) != kChecksum)
+      fail(std::string("its \"") + kChecksumKey + "\" is '" + metadata(kChecksumKey) + "'; this build checks '" +
+           kChecksum + "'");
+    const auto saved = file_.metadata.find(std::string(kCrcPrefix) + t.name);
+    if (saved == file_.metadata.end())
+      fail("tensor '" + t.name + "' (" + role + ") has no checksum (\"" + std::string(kCrcPrefix) + t.name +
+           "\") in the metadata");
+    const std::string actual = crc32_hex(t.bytes);
+    if (saved->second != actual)
+      fail("tensor '" + t.name + "' (" + role + ") does not match its checksum: CRC-32 " + actual +
+           " of its data, " + saved->second + " in the metadata; the file is damaged");
   }
 
   // Every parameter's values, checked.
@@ -238,6 +300,7 @@ class Loader {
     if (t->dtype != "I64" || !t->shape.empty())
       fail(std::string("tensor '") + kStepTensor + "' is " + t->dtype + " of shape " +
            jit::safetensors::shape_string(t->shape) + ", not an I64 scalar");
+    check_checksum(*t, "the optimizer's step count");
     int64_t steps = 0;
     std::memcpy(&steps, t->bytes.data(), sizeof steps);
     if (steps < 0) fail(std::string("tensor '") + kStepTensor + "' holds " + std::to_string(steps) + " steps");
@@ -302,6 +365,7 @@ void save_checkpoint(const std::string& path, const Engine& engine, const Optimi
                            bytes_of(values.data(), values.size())});
       }
   }
+  add_checksums(metadata, tensors);
   jit::safetensors::write(path, metadata, tensors, "checkpoint");
 }
 
@@ -329,7 +393,10 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Engi
 
 void save_parameters(const std::string& path, const Model& model, const std::map<std::string, std::string>& metadata) {
   check_user_metadata(path, metadata);
-  jit::safetensors::write(path, metadata, parameter_tensors(model), "parameters");
+  const std::vector<Tensor> tensors = parameter_tensors(model);
+  std::map<std::string, std::string> with_checksums = metadata;
+  add_checksums(with_checksums, tensors);
+  jit::safetensors::write(path, with_checksums, tensors, "parameters");
 }
 
 void load_parameters(const std::string& path, Model& model) {

@@ -21,6 +21,7 @@ import os
 import struct
 import subprocess
 import sys
+import zlib
 
 SKIP = 77
 try:
@@ -128,6 +129,11 @@ def main():
     for key, value in description["metadata"].items():
         check(metadata.get(key) == value, f"metadata {key!r}: {metadata.get(key)!r} != {value!r}")
     print(f"(a) spec reader: {len(tensors)} tensors and {len(metadata)} metadata entries match")
+    check(metadata.get("vjit.checksum") == "crc32", "the checkpoint does not say it carries CRC-32 checksums")
+    for name, array in tensors.items():
+        crc = f"{zlib.crc32(array.tobytes()):08x}"
+        check(metadata.get("vjit.crc32." + name) == crc, f"checksum of {name!r}: {metadata.get('vjit.crc32.' + name)!r} != zlib's {crc!r}")
+    print(f"(a) every tensor's vjit.crc32 entry is zlib.crc32 of its data")
 
     parameters = {name: a for name, a in expected.items() if not name.startswith("optimizer.")}
     rng = np.random.default_rng(7)

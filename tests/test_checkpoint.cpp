@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <map>
 #include <random>
@@ -348,8 +349,9 @@ TEST(Checkpoint, ParametersOnlyFilesAsPyTorchWritesThem) {
   Training run;
   save_parameters(path, run.model());
   RawFile raw = RawFile::read(path);
-  EXPECT_FALSE(raw.header.contains("__metadata__"));
-  EXPECT_EQ(raw.header.size(), size_t(run.model().size()));
+  // No metadata but the checksums: "vjit.checksum" and one "vjit.crc32.<name>" per tensor.
+  EXPECT_EQ(raw.header.at("__metadata__").size(), 1 + size_t(run.model().size()));
+  EXPECT_EQ(raw.header.size(), 1 + size_t(run.model().size()));
   for (int p = 0; p < run.model().size(); ++p) EXPECT_EQ(raw.header.at(run.model().param(p).name).at("dtype"), "F32");
 
   // As PyTorch might lay it out: other order, its own metadata.
@@ -738,6 +740,79 @@ TEST(Checkpoint, ADirectoryIsRefusedNamingIt) {
     EXPECT_NE(message.find("not a regular file"), std::string::npos) << message;
   }
   EXPECT_TRUE(Snapshot(run) == before);
+  fs::remove_all(dir);
+}
+
+// The tensor whose data holds byte `offset` of the data region.
+std::string tensor_at(const RawFile& raw, size_t offset) {
+  for (const auto& item : raw.header.items()) {
+    if (item.key() == "__metadata__") continue;
+    const size_t begin = item.value().at("data_offsets")[0], end = item.value().at("data_offsets")[1];
+    if (offset >= begin && offset < end) return item.key();
+  }
+  throw std::logic_error("no tensor holds data byte " + std::to_string(offset));
+}
+
+// Every tensor's CRC-32 is in the metadata: a byte flipped anywhere in the data
+// is refused naming the tensor that holds it (load_parameters reads only the
+// parameters, so it refuses flips in those).
+TEST_F(Rejections, FlippedDataBytesAreRefusedNamingTheTensor) {
+  const std::string good = read_bytes(good_);
+  const RawFile raw = RawFile::read(good_);
+  const size_t data_start = good.size() - raw.data.size();
+  std::mt19937 rng(11);
+  const std::string path = (dir_ / "flipped.safetensors").string();
+  for (int i = 0; i < 24; ++i) {
+    const size_t offset = i == 0 ? 0 : rng() % raw.data.size();  // byte 0: the I64 step count
+    std::string damaged = good;
+    damaged[data_start + offset] = char(damaged[data_start + offset] ^ (1 << (rng() % 8)));
+    write_bytes(path, damaged);
+    const std::string tensor = tensor_at(raw, offset);
+    const bool parameter = !tensor.starts_with("optimizer.");
+    const std::string what = "data byte " + std::to_string(offset) + " of '" + tensor + "' flipped";
+    expect_rejected(path, "tensor '" + tensor + "'", what, parameter);
+    const std::string message = user_error_of([&] { load_checkpoint(path, *run_.engine, &adam_); });
+    EXPECT_NE(message.find("checksum"), std::string::npos) << what << ": " << message;
+  }
+}
+
+// Non-finite values are refused on load, naming the tensor and the element,
+// even in a file whose checksums match (saved from a model that held them).
+TEST_F(Rejections, NonFiniteValuesAreRefused) {
+  Training other;
+  const ParamData& param = other.model().param(1);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    other.model().param(1).value[3] = bad;
+    const std::string path = (dir_ / "non-finite.safetensors").string();
+    save_checkpoint(path, *other.engine, &adam_);
+    expect_rejected(path, "tensor '" + param.name + "'", "a non-finite weight");
+    const std::string message = user_error_of([&] { load_parameters(path, run_.model()); });
+    EXPECT_NE(message.find("element 3"), std::string::npos) << message;
+    EXPECT_NE(message.find("not finite"), std::string::npos) << message;
+  }
+}
+
+// Files written before checksums existed (no "vjit.checksum" in the metadata)
+// still load, unverified.
+TEST(Checkpoint, FilesWithoutChecksumsStillLoad) {
+  const fs::path dir = fresh_dir("no-checksums");
+  const std::string path = (dir / "old.safetensors").string();
+  Training saved;
+  Adam adam(0.01f);
+  saved.train(adam, 0, 2);
+  save_checkpoint(path, *saved.engine, &adam);
+  RawFile raw = RawFile::read(path);
+  ordered_json& meta = raw.header["__metadata__"];
+  EXPECT_EQ(meta.value("vjit.checksum", ""), "crc32");
+  ordered_json kept = ordered_json::object();
+  for (const auto& item : meta.items())
+    if (item.key() != "vjit.checksum" && !item.key().starts_with("vjit.crc32.")) kept[item.key()] = item.value();
+  meta = kept;
+  raw.write(path);
+  Training loaded;
+  Adam other(0.01f);
+  load_checkpoint(path, *loaded.engine, &other);
+  EXPECT_TRUE(same_bits(values_of(loaded.model()), values_of(saved.model())));
   fs::remove_all(dir);
 }
 

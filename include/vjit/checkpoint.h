@@ -23,8 +23,10 @@
 // freezes the same ones), "vjit.optimizer" (Optimizer::kind()),
 // "vjit.optimizer.slots" (its slot names, comma-separated),
 // "vjit.optimizer.<hyper-parameter>" (each of Optimizer::hyper_parameters(),
-// printed to round-trip a float), and the user's own entries, whose keys must
-// not start with "vjit.". In PyTorch:
+// printed to round-trip a float), "vjit.checksum" = "crc32" and, for every
+// tensor, "vjit.crc32.<tensor name>": the CRC-32 of its data bytes as 8
+// lower-case hex digits (Python: f"{zlib.crc32(data):08x}"), and the user's
+// own entries, whose keys must not start with "vjit.". In PyTorch:
 //   from safetensors.torch import load_file
 //   state = load_file("run.safetensors"); model.load_state_dict(
 //       {k: v for k, v in state.items() if not k.startswith("optimizer.")})
@@ -37,14 +39,19 @@
 // reason.
 //
 // Loading validates the whole file before it changes anything: a regular
-// file (a directory is refused naming it), the safetensors structure (sizes, JSON, dtypes, byte ranges inside the data, covering it
-// without gaps or overlaps), then every tensor against the model (present,
-// F32, same shape, none extra) and, for a checkpoint, its format version, the
-// program's signature (the first line that differs is named), the frozen
-// parameters (the first that differs is named) and the
+// file (a directory is refused naming it), the safetensors structure (sizes,
+// JSON, dtypes, byte ranges inside the data, covering it without gaps or
+// overlaps), then every tensor against the model (present, F32, same shape,
+// its checksum, finite values only, none extra) and, for a checkpoint, its
+// format version, the program's signature (the first line that differs is
+// named), the frozen parameters (the first that differs is named) and the
 // optimizer's kind and slots. On any error it throws a UserError naming the
-// file and what differs, and the Model, the engine and the optimizer are left
-// exactly as they were.
+// file and what differs (a checksum that does not match, or a NaN or ±Inf,
+// names the tensor), and the Model, the engine and the optimizer are left
+// exactly as they were. A file without "vjit.checksum" (written before vjit
+// wrote checksums, or by another tool) loads unverified; one with it must have
+// every tensor's checksum. Only the tensors a load reads are verified
+// (load_parameters reads the parameters, not a checkpoint's optimizer state).
 #include <map>
 #include <string>
 
@@ -75,8 +82,9 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Engi
                                                     Optimizer* optimizer = nullptr);
 
 // Parameters only, as PyTorch's safetensors.torch.save_file(model.state_dict())
-// writes them: one F32 tensor per parameter, named and shaped as it, and
-// `metadata` (keys not starting with "vjit.") when given.
+// writes them: one F32 tensor per parameter, named and shaped as it, the
+// checksums ("vjit.checksum", "vjit.crc32.<name>", as above) and `metadata`
+// (keys not starting with "vjit.") when given.
 void save_parameters(const std::string& path, const Model& model,
                      const std::map<std::string, std::string>& metadata = {});
 // Reads the parameters from any safetensors file with exactly one F32 tensor
