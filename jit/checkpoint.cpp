@@ -13,6 +13,7 @@
 #include <cstring>
 #include <set>
 
+#include "jit/engine_access.h"
 #include "jit/safetensors.h"
 #include "vjit/error.h"
 
@@ -322,11 +323,14 @@ void save_checkpoint(const std::string& path, const Engine& engine, const Optimi
                      const std::map<std::string, std::string>& user_metadata) {
   const Model& model = engine.program().model();
   check_user_metadata(path, user_metadata);
+  // The step count, the optimizer state and the weights of one step: no
+  // train_step on another thread runs until the file is written.
+  const jit::EngineAccess locked(engine);
   std::map<std::string, std::string> metadata = user_metadata;
   metadata[kFormatKey] = kFormat;
   metadata[kVersionKey] = kVersion;
   metadata[kSignatureKey] = engine.program().signature_string();
-  metadata[kTrainStepsKey] = std::to_string(engine.train_steps());
+  metadata[kTrainStepsKey] = std::to_string(locked.train_steps());
   metadata[kFrozenKey] = frozen_names(model);
 
   std::vector<Tensor> tensors;
@@ -341,7 +345,7 @@ void save_checkpoint(const std::string& path, const Engine& engine, const Optimi
     for (const auto& [name, value] : optimizer->hyper_parameters()) metadata["vjit.optimizer." + name] = exact(value);
     metadata[kOptimizerKey] = optimizer->kind();
     metadata[kSlotsKey] = join(slots);
-    state = engine.optimizer_state();
+    state = locked.optimizer_state();
     if (!optimizer->made(state)) {  // no step yet: what its first step would make
       state = {};
       for (int p = 0; p < model.size(); ++p)
@@ -384,10 +388,13 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Engi
   for (const auto& [key, value] : loader.file().metadata)
     if (!std::string_view(key).starts_with(kReservedPrefix)) user_metadata[key] = value;
 
+  // Validated without the lock (reading the file is the long part); the
+  // changes under it, so that no infer or train_step sees half of them.
+  jit::EngineAccess locked(engine);
   commit_parameters(model, values);
-  engine.upload_parameters();
-  engine.set_optimizer_state(std::move(state));
-  engine.set_train_steps(train_steps);
+  locked.upload_parameters();
+  locked.set_optimizer_state(std::move(state));
+  locked.set_train_steps(train_steps);
   return user_metadata;
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ir/flops.h"
+#include "jit/engine_access.h"
 #include "jit/gradient_exchange.h"
 #include "jit/growth.h"
 #include "jit/kernel_cache.h"
@@ -1125,30 +1126,22 @@ void Engine::reset_stats() {
   if (impl_->kept_program) impl_->kept_program->executor->reset_step_profile();
 }
 
-OptimizerState Engine::optimizer_state() const {
-  std::lock_guard<std::mutex> lock(impl_->call_mutex);
-  return impl_->executor->optimizer_state();
-}
+namespace jit {
 
-void Engine::set_optimizer_state(OptimizerState state) {
-  std::lock_guard<std::mutex> lock(impl_->call_mutex);
-  impl_->executor->set_optimizer_state(std::move(state));
-}
+EngineAccess::EngineAccess(const Engine& engine) : impl_(*engine.impl_), lock_(impl_.call_mutex) {}
+OptimizerState EngineAccess::optimizer_state() const { return impl_.executor->optimizer_state(); }
+uint64_t EngineAccess::train_steps() const { return impl_.step; }
+void EngineAccess::set_optimizer_state(OptimizerState state) { impl_.executor->set_optimizer_state(std::move(state)); }
+void EngineAccess::set_train_steps(uint64_t steps) { impl_.step = steps; }
+void EngineAccess::upload_parameters() { impl_.executor->parameters().upload(impl_.program.model()); }
 
-uint64_t Engine::train_steps() const {
-  std::lock_guard<std::mutex> lock(impl_->call_mutex);
-  return impl_->step;
-}
+}  // namespace jit
 
-void Engine::set_train_steps(uint64_t steps) {
-  std::lock_guard<std::mutex> lock(impl_->call_mutex);
-  impl_->step = steps;
-}
-
-void Engine::upload_parameters() {
-  std::lock_guard<std::mutex> lock(impl_->call_mutex);
-  impl_->executor->parameters().upload(impl_->program.model());
-}
+OptimizerState Engine::optimizer_state() const { return jit::EngineAccess(*this).optimizer_state(); }
+void Engine::set_optimizer_state(OptimizerState state) { jit::EngineAccess(*this).set_optimizer_state(std::move(state)); }
+uint64_t Engine::train_steps() const { return jit::EngineAccess(*this).train_steps(); }
+void Engine::set_train_steps(uint64_t steps) { jit::EngineAccess(*this).set_train_steps(steps); }
+void Engine::upload_parameters() { jit::EngineAccess(*this).upload_parameters(); }
 
 // Set when the engine is built, never changed: no lock needed.
 const Program& Engine::program() const { return impl_->program; }

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -813,6 +814,75 @@ TEST(Checkpoint, FilesWithoutChecksumsStillLoad) {
   Adam other(0.01f);
   load_checkpoint(path, *loaded.engine, &other);
   EXPECT_TRUE(same_bits(values_of(loaded.model()), values_of(saved.model())));
+  fs::remove_all(dir);
+}
+
+// save_checkpoint holds the engine's lock, as train_step does: a save from
+// another thread holds the weights after the step count it records, never a
+// mix of two steps (or a step count that does not go with the weights).
+TEST(Checkpoint, SavesBesideTrainingHoldOneStepsWeights) {
+  const fs::path dir = fresh_dir("save-beside-training");
+  Training run;
+  Adam adam(0.01f);
+  constexpr int kSaves = 40, kMaxSteps = 400;
+  std::vector<std::vector<std::vector<float>>> after_step{values_of(run.model())};  // [train_steps]
+  std::atomic<bool> saving{true};
+  std::thread trainer([&] {
+    for (int i = 0; saving && i < kMaxSteps; ++i) {
+      run.engine->train_step(run.batch(i), adam);
+      after_step.push_back(values_of(run.model()));  // only this thread writes the weights
+    }
+  });
+  std::vector<std::string> saved;
+  for (int k = 0; k < kSaves; ++k) {
+    saved.push_back((dir / ("save" + std::to_string(k) + ".safetensors")).string());
+    save_checkpoint(saved.back(), *run.engine, &adam);
+  }
+  saving = false;
+  trainer.join();
+  for (const std::string& path : saved) {
+    const RawFile raw = RawFile::read(path);
+    const size_t steps = std::stoul(raw.header["__metadata__"]["vjit.train_steps"].get<std::string>());
+    ASSERT_LT(steps, after_step.size()) << path;
+    for (int p = 0; p < run.model().size(); ++p) {
+      const std::vector<float>& expected = after_step[steps][size_t(p)];
+      const size_t begin = raw.header[run.model().param(p).name]["data_offsets"][0];
+      EXPECT_EQ(std::memcmp(raw.data.data() + begin, expected.data(), expected.size() * sizeof(float)), 0)
+          << path << ": '" << run.model().param(p).name << "' is not its value after step " << steps;
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// load_checkpoint holds the engine's lock, as infer does: an infer beside
+// loads of two checkpoints computes with one of them, never with a mix.
+TEST(Checkpoint, LoadsBesideInferenceComputeWithOneCheckpoint) {
+  const fs::path dir = fresh_dir("load-beside-infer");
+  const std::string first = (dir / "first.safetensors").string(), second = (dir / "second.safetensors").string();
+  Training run;
+  Adam adam(0.01f);
+  save_checkpoint(first, *run.engine);
+  run.train(adam, 0, 3);
+  save_checkpoint(second, *run.engine);
+  const GraphBatch batch = run.batch(5);
+  load_checkpoint(first, *run.engine);
+  const double with_first = run.engine->infer(batch).objective;
+  load_checkpoint(second, *run.engine);
+  const double with_second = run.engine->infer(batch).objective;
+  ASSERT_NE(with_first, with_second);
+  std::atomic<bool> loaded{false};
+  std::thread loader([&] {
+    for (int i = 0; i < 100; ++i) load_checkpoint(i % 2 ? second : first, *run.engine);
+    loaded = true;
+  });
+  int mixed = 0, inferred = 0;
+  while (!loaded) {
+    const double objective = run.engine->infer(batch).objective;
+    mixed += objective != with_first && objective != with_second;
+    ++inferred;
+  }
+  loader.join();
+  EXPECT_EQ(mixed, 0) << "of " << inferred << " inferences beside the loads";
   fs::remove_all(dir);
 }
 

@@ -10,7 +10,10 @@
 //
 // Threads. Every member function may be called from any thread: the engine
 // holds an internal lock for the whole call, so calls on one engine run one at
-// a time, each with the engine's worker threads (VJIT_THREADS). infer() returns
+// a time, each with the engine's worker threads (VJIT_THREADS). save_checkpoint
+// and load_checkpoint (vjit/checkpoint.h) hold it too: a save beside a
+// train_step holds one step's weights, optimizer state and step count, and a
+// load never lands in the middle of an infer or a step. infer() returns
 // a copy of its results, so concurrent callers never see each other's. The
 // accessors that return a reference (last_result, gradients, gradient_rows)
 // return the engine's own buffers, valid until the next forward or backward
@@ -40,6 +43,9 @@
 namespace vjit {
 
 class Distributed;  // vjit/distributed.h
+namespace jit {
+class EngineAccess;  // jit/engine_access.h: the engine's lock held across a checkpoint's save or load
+}  // namespace jit
 
 // Counters and times, summed over the calls since the last reset_stats().
 struct EngineStats {
@@ -228,6 +234,7 @@ class Engine {
   void load_fsm_policy(const std::string& path);
 
  private:
+  friend class jit::EngineAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
