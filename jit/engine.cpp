@@ -182,7 +182,9 @@ struct Engine::Impl {
     const std::string path = policy_cache_path();
     if (!std::filesystem::exists(path)) return nullptr;
     try {
-      return std::make_shared<FsmPolicy>(FsmPolicy::load(path, program.signature_string()));
+      auto policy = std::make_shared<FsmPolicy>(FsmPolicy::load(path, program.signature_string()));
+      check_policy_fits(*policy, "'" + path + "'");
+      return policy;
     } catch (const UserError& e) {
       const std::string aside = path + ".rejected";
       std::error_code error;
@@ -193,6 +195,14 @@ struct Engine::Impl {
                                      "; learning the policy again");
       return nullptr;
     }
+  }
+
+  // A learned policy schedules the vertex types it was learned for: with
+  // another count every batch would fail, so it is refused where it is set.
+  void check_policy_fits(const FsmPolicy& policy, const std::string& what) const {
+    const int types = policy.table().num_types();
+    VJIT_USER_CHECK(types == program.num_types(), what << ": the policy was learned for " << types
+                                                       << " vertex types, the program has " << program.num_types());
   }
 
   // Saves a learned policy in the cache. The cache only saves time: failing
@@ -1150,6 +1160,7 @@ const Options& Engine::options() const { return impl_->options; }
 
 void Engine::set_fsm_policy(std::shared_ptr<const FsmPolicy> policy) {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
+  if (policy) impl_->check_policy_fits(*policy, "Engine::set_fsm_policy");
   impl_->fsm = std::move(policy);
 }
 
@@ -1171,7 +1182,9 @@ void Engine::save_fsm_policy(const std::string& path) const {
 
 void Engine::load_fsm_policy(const std::string& path) {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
-  impl_->fsm = std::make_shared<FsmPolicy>(FsmPolicy::load(path, impl_->program.signature_string()));
+  auto policy = std::make_shared<FsmPolicy>(FsmPolicy::load(path, impl_->program.signature_string()));
+  impl_->check_policy_fits(*policy, "Engine::load_fsm_policy: '" + path + "'");
+  impl_->fsm = std::move(policy);
 }
 
 }  // namespace vjit

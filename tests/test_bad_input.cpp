@@ -274,5 +274,29 @@ TEST(BadInput, FailedPolicySaveLeavesNoTemporaryFile) {
   std::filesystem::remove_all(dir);
 }
 
+// A learned policy schedules the vertex types it was learned for: one of
+// another type count, set or loaded, is refused naming both counts, and the
+// policy in place stays (every infer would fail with it).
+TEST(BadInput, FsmPolicyOfAnotherTypeCountIsRefusedAndTheOldOneKept) {
+  Fixture f;
+  Options options = Options::defaults();
+  options.policy = "fsm";
+  Engine engine(f.program, options);
+  const GraphBatch batch = f.good_batch();
+  const std::shared_ptr<const FsmPolicy> kept = engine.learn_fsm_policy(batch);
+  const int types = f.program.num_types();
+  auto other = std::make_shared<const FsmPolicy>(FsmPolicy::learn(batch, types + 2));
+  std::string message = user_error_of([&] { engine.set_fsm_policy(other); });
+  expect_names(message, {std::to_string(types + 2) + " vertex types", "the program has " + std::to_string(types)});
+  EXPECT_EQ(engine.fsm_policy(), kept);
+  const std::string path = ::testing::TempDir() + "/vjit_other_types_policy_" + std::to_string(::getpid()) + ".json";
+  other->save(path, f.program.signature_string());
+  message = user_error_of([&] { engine.load_fsm_policy(path); });
+  expect_names(message, {path, std::to_string(types + 2) + " vertex types"});
+  EXPECT_EQ(engine.fsm_policy(), kept);
+  std::filesystem::remove(path);
+  testing::expect_matches_reference(engine, f.program, batch, 1e-4, "after the refused policies");
+}
+
 }  // namespace
 }  // namespace vjit

@@ -224,7 +224,10 @@ class Engine {
   // The learned policy used when options().policy is "fsm" (ED-Batch learns
   // one per program). Without one, the engine loads it at start from
   // options().cache_dir when a policy for this program was saved there, and
-  // otherwise learns it on the first batch it sees (and saves it there).
+  // otherwise learns it on the first batch it sees (and saves it there). A policy
+  // learned for another number of vertex types than the program's is refused
+  // (UserError naming both counts) and the one in place kept; a cached one is
+  // set aside and learned again.
   void set_fsm_policy(std::shared_ptr<const FsmPolicy> policy);
   std::shared_ptr<const FsmPolicy> fsm_policy() const;
   // Learns the policy on `batch` (ED-Batch samples 32 instances of it).
