@@ -1,5 +1,6 @@
 #include "vjit/options.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -201,8 +202,9 @@ const std::array<Spec, 35>& specs() {
           "GPU matrix products on TF32 tensor cores (10-bit mantissa: about 1e-3 relative per product; the "
           "Tree-LSTM's gradients within 2e-2 of the reference); FP32 when off"),
       documented(Spec{"threads", "VJIT_THREADS", Kind::Int, {}, nullptr, &Options::threads, nullptr, nullptr}, "cpu",
-          "CPU worker threads; a thread the system cannot start is an error naming it (and the limit hit), "
-          "not an abort", "positive integer", "hardware threads"),
+          "CPU worker threads; a larger value is refused, naming it, before a pool is sized by it (more "
+          "threads only oversubscribe any machine), and a thread the system cannot start is an error naming "
+          "it (and the limit hit), not an abort", "1 to 1024", "hardware threads (at most 1024)"),
       documented(Spec{"infer_shards", "VJIT_INFER_SHARDS", Kind::Int, {}, nullptr, &Options::infer_shards, nullptr, nullptr}, "cpu",
           "`Engine::infer` on the CPU splits a batch into this many groups of consecutive samples (fewer "
           "when the batch has fewer samples) and infers them at once, each by an engine of its own (one "
@@ -347,6 +349,12 @@ int64_t parse_bytes(std::string_view value, const std::string& culprit) {
   return number << shift;
 }
 
+// The largest value an integer option takes: a pool of more threads than
+// this would be sized (and fail with std::bad_alloc) before any starts.
+int upper_bound_of(const Spec& spec) {
+  return spec.int_field == &Options::threads ? Options::max_threads : std::numeric_limits<int>::max();
+}
+
 // Parses `value` into the field `spec` describes. `culprit` names where the value
 // came from ("VJIT_POLICY" or "--policy") for the error message.
 void set(Options& options, const Spec& spec, std::string_view value, const std::string& culprit) {
@@ -368,9 +376,10 @@ void set(Options& options, const Spec& spec, std::string_view value, const std::
       const char* first = value.data();
       const char* last = value.data() + value.size();
       auto [ptr, ec] = std::from_chars(first, last, parsed);
-      VJIT_USER_CHECK(ec == std::errc() && ptr == last && parsed >= 1 && !value.empty(),
+      const int bound = upper_bound_of(spec);
+      VJIT_USER_CHECK(ec == std::errc() && ptr == last && parsed >= 1 && parsed <= bound && !value.empty(),
                       culprit << "='" << value << "' is not a valid value; valid values: a positive integer (1 to "
-                              << std::numeric_limits<int>::max() << ")");
+                              << bound << ")");
       options.*spec.int_field = parsed;
       return;
     }
@@ -458,7 +467,7 @@ std::string options_markdown() {
 
 int Options::default_threads() {
   const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : int(n);
+  return n == 0 ? 1 : int(std::min(n, unsigned(max_threads)));
 }
 
 Options Options::defaults() { return Options{}; }
@@ -482,8 +491,9 @@ void Options::validate() const {
     VJIT_USER_CHECK(valid, "Options::" << spec.name << "='" << value << "' is not a valid value; valid values: "
                                        << join(spec.choices));
   }
-  VJIT_USER_CHECK(threads >= 1, "Options::threads=" << threads
-                                                    << " is not a valid value; valid values: a positive integer");
+  VJIT_USER_CHECK(threads >= 1 && threads <= max_threads,
+                  "Options::threads=" << threads << " is not a valid value; valid values: a positive integer (1 to "
+                                      << max_threads << ")");
   VJIT_USER_CHECK(infer_shards >= 1,
                   "Options::infer_shards=" << infer_shards << " is not a valid value; valid values: a positive integer");
   VJIT_USER_CHECK(dist_timeout >= 1, "Options::dist_timeout=" << dist_timeout

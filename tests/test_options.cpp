@@ -403,3 +403,19 @@ TEST(OptionsDoc, NamesEveryVariableOnce) {
 }
 
 }  // namespace
+
+// Worker threads are bounded (1024): a larger VJIT_THREADS is refused by
+// name before a pool is sized by it (2147483647 once ended in std::bad_alloc).
+TEST_F(OptionsEnv, ThreadsAboveTheBoundAreRefused) {
+  for (const char* bad : {"2147483647", "1025"}) {
+    set("VJIT_THREADS", bad);
+    const std::string message = env_error();
+    EXPECT_NE(message.find(std::string("VJIT_THREADS='") + bad + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find("1 to 1024"), std::string::npos) << message;
+  }
+  set("VJIT_THREADS", "1024");
+  EXPECT_EQ(vjit::Options::from_env().threads, 1024);
+  vjit::Options o;
+  o.threads = 2147483647;
+  EXPECT_THROW(o.validate(), vjit::UserError);
+}

@@ -58,7 +58,8 @@ struct Options {
   std::string memplan = "copy";     // VJIT_MEMPLAN
   std::string device = "cpu";       // VJIT_DEVICE
   bool tf32 = false;                // VJIT_TF32
-  int threads = default_threads();  // VJIT_THREADS
+  static constexpr int max_threads = 1024;
+  int threads = default_threads();  // VJIT_THREADS, 1 to max_threads
   int infer_shards = 1;             // VJIT_INFER_SHARDS (infer() on groups of samples at once, one thread each)
   int64_t max_memory = 0;           // VJIT_MAX_MEMORY, bytes (0: no bound)
   bool deterministic = true;        // VJIT_DETERMINISTIC (results independent of `threads`)
@@ -80,10 +81,11 @@ struct Options {
   // The defaults overridden by every VJIT_* variable that is set (and non-empty).
   // Throws UserError on an unknown or malformed value.
   static Options from_env();
-  // std::thread::hardware_concurrency(), at least 1.
+  // std::thread::hardware_concurrency(), at least 1 and at most max_threads.
   static int default_threads();
 
-  // Throws UserError when a field holds a value outside its list (or threads < 1);
+  // Throws UserError when a field holds a value outside its list (or threads
+  // outside 1 to max_threads);
   // for Options filled in by code rather than parsed.
   void validate() const;
 
