@@ -298,5 +298,96 @@ TEST(BadInput, FsmPolicyOfAnotherTypeCountIsRefusedAndTheOldOneKept) {
   testing::expect_matches_reference(engine, f.program, batch, 1e-4, "after the refused policies");
 }
 
+// --- graphs with a documented meaning (include/vjit/graph.h): accepted, and
+// the engine computes what the reference interpreter does ---
+
+// A program with variadic types: "sum" (gather_sum, labelled loss, push) and
+// "most" (gather_all of at most 3, column max), over the Fixture's "word" leaves.
+struct VariadicFixture {
+  Model model{3};
+  Program program{model};
+  int word = -1, sum = -1, most = -1;
+
+  VariadicFixture() {
+    Param table = model.add("table", Shape::mat(kVocab, kWidth), Init::Uniform, 0.5f);
+    Param w = model.add("W", Shape::mat(kWidth, kWidth));
+    Param bias = model.add("b", Shape::vec(kWidth), Init::Uniform, 0.5f);
+    Param out = model.add("out", Shape::mat(kClasses, kWidth));
+    word = program.add_type("word", [&](Builder& b) { b.scatter(b.tanh(b.pull_embedding(table))); });
+    sum = program.add_type("sum", [&](Builder& b) {
+      Value h = b.tanh(b.add(b.matmul(w, b.gather_sum(Shape::vec(kWidth))), b.param(bias)));
+      b.add_loss(b.softmax_cross_entropy(b.matmul(out, h), b.label(kClasses)));
+      b.push(h);
+      b.scatter(h);
+    });
+    most = program.add_type("most", [&](Builder& b) {
+      Value h = b.tanh(b.add(b.max_children(b.gather_all(3, Shape::vec(kWidth))), b.param(bias)));
+      b.add_loss(b.softmax_cross_entropy(b.matmul(out, h), b.label(kClasses)));
+      b.scatter(h);
+    });
+  }
+};
+
+void expect_like_the_reference(const Program& program, const GraphBatch& batch, const std::string& what) {
+  Engine engine(program, Options::defaults());
+  testing::expect_matches_reference(engine, program, batch, 1e-4, what);
+}
+
+// A variadic vertex without children is a leaf: gather_sum is zeros, gather_all
+// all padding, max_children 0.
+TEST(GraphMeaning, VariadicVertexWithoutChildrenIsALeaf) {
+  VariadicFixture f;
+  Sample s;
+  s.name = "leaves";
+  const int a = s.add_vertex(f.sum, {}, -1, 1);
+  const int b = s.add_vertex(f.most, {}, -1, 2);
+  s.add_vertex(f.sum, {a, b, s.add_vertex(f.word, {}, 4)}, -1, 0);
+  expect_like_the_reference(f.program, GraphBatch{{s}}, "variadic leaves");
+}
+
+// A child listed twice feeds every slot it is in; its gradient is the sum of
+// what each slot sends it.
+TEST(GraphMeaning, DuplicateChildFeedsEachSlotItIsIn) {
+  VariadicFixture v;
+  Sample variadic;
+  const int a = variadic.add_vertex(v.word, {}, 2), b = variadic.add_vertex(v.word, {}, 5);
+  variadic.add_vertex(v.sum, {a, a, b}, -1, 1);
+  variadic.add_vertex(v.most, {b, a, b}, -1, 2);
+  expect_like_the_reference(v.program, GraphBatch{{variadic}}, "duplicate variadic children");
+  Fixture f;
+  Sample fixed;
+  const int word = fixed.add_vertex(f.word, {}, 3);
+  fixed.add_vertex(f.pair, {word, word}, -1, 1);
+  expect_like_the_reference(f.program, GraphBatch{{fixed, f.good_sample("good")}}, "a child in both slots");
+}
+
+// An empty sample contributes nothing: no objective, no gradient, no pushes.
+TEST(GraphMeaning, EmptySampleContributesNothing) {
+  Fixture f;
+  GraphBatch with_empty = f.good_batch();
+  with_empty.samples.insert(with_empty.samples.begin() + 1, Sample{"empty", {}});
+  expect_like_the_reference(f.program, with_empty, "an empty sample");
+  Engine engine(f.program, Options::defaults());
+  const double without = engine.infer(f.good_batch()).objective;
+  EXPECT_NEAR(engine.infer(with_empty).objective, without, 1e-6 * std::abs(without));
+}
+
+// A label, token or feature row on a vertex whose type reads none is ignored:
+// readers attach them to every vertex, the vertex function decides what it reads.
+TEST(GraphMeaning, InputsOnATypeThatReadsNoneAreIgnored) {
+  Fixture f;
+  GraphBatch extra = f.good_batch();
+  for (Sample& s : extra.samples) {
+    s.vertices[0].label = 2;  // word: pulls a token, has no loss
+    s.vertices[0].features.assign(kWidth, std::nanf(""));  // not pulled: not even checked
+    s.vertices[1].label = 1;  // feature: pulls features only
+    s.vertices[1].token = 7;
+    s.vertices[2].token = 9;  // pair: reads a label, no token
+  }
+  expect_like_the_reference(f.program, extra, "labels, tokens and features nobody reads");
+  Engine engine(f.program, Options::defaults());
+  EXPECT_EQ(engine.infer(extra).objective, engine.infer(f.good_batch()).objective);
+}
+
 }  // namespace
 }  // namespace vjit

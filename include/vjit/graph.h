@@ -5,6 +5,19 @@
 // per-vertex losses; -1 means "no label here") and a feature row (pull).
 // Plain data, used by every layer: checking a batch against a program is
 // vjit/validate.h's, reading treebanks vjit/data.h's.
+//
+// Accepted, with these meanings (the engine computes what the reference
+// interpreter does; tests/test_bad_input.cpp, GraphMeaning):
+//   - a variadic vertex without children is a leaf: gather_sum gives zeros,
+//     gather_all only zero padding rows, child_count 0, max_children 0 (a
+//     vertex function that divides by child_count gets what it computes);
+//   - a child listed more than once feeds every slot it is listed in, fixed or
+//     variadic, and receives the sum of the gradients those slots send it;
+//   - a sample without vertices contributes nothing: no loss, no gradient, no
+//     pushed value (as an empty batch does);
+//   - a token, label or feature row on a vertex whose type does not read it
+//     (no pull_embedding, no per-vertex loss, no pull) is ignored: data readers
+//     attach them to every vertex, the vertex function decides what it reads.
 #include <cstdint>
 #include <string>
 #include <vector>
