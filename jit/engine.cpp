@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -307,6 +308,36 @@ struct Engine::Impl {
     }
     stats.grown_vertices += grown.num_vertices() - initial;
     has_grown = true;
+  }
+
+  // A train_step that failed (on a non-finite gradient, say) after a forward
+  // pass whose objective is not finite: the failure names what the NaN
+  // spoiled, not where it came from. Runs the forward pass again checking
+  // every value it writes, as VJIT_CHECK_FINITE=1 does on every pass (only
+  // now, so that a good step costs nothing), and says what that found.
+  [[noreturn]] void throw_naming_the_first_non_finite(const GraphBatch& batch, const RunOptions& run,
+                                                      const UserError& failure) {
+    const std::string objective = std::to_string(result.objective);
+    throw UserError(std::string(failure.what()) + "; the batch's objective is " + objective + ", and " +
+                    first_non_finite_value(batch, run));
+  }
+
+  std::string first_non_finite_value(const GraphBatch& batch, const RunOptions& run) {
+    auto* cpu = dynamic_cast<runtime::CpuExecutor*>(executor.get());
+    if (!cpu || growth.any())  // no check on the GPU; growth callbacks must not run twice
+      return "VJIT_DEVICE=cpu with VJIT_CHECK_FINITE=1 names the first non-finite value of its forward pass";
+    std::string found = "its forward pass, run again checking every value, found none non-finite";
+    cpu->set_check_finite(true);
+    try {
+      forward_round(batch, run);
+    } catch (const UserError& e) {
+      constexpr std::string_view prefix = "VJIT_CHECK_FINITE: ";
+      std::string_view what = e.what();
+      if (what.starts_with(prefix)) what.remove_prefix(prefix.size());
+      found = "its forward pass, run again checking every value, found: " + std::string(what);
+    }
+    cpu->set_check_finite(options.check_finite);
+    return found;
   }
 
   // Runs the samples in `growing` (moved into a batch of their own unless it
@@ -1042,7 +1073,12 @@ double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
   double objective = impl_->result.objective;
   if (impl_->distributed) objective = impl_->distributed->allreduce_sum(objective);
   auto start = std::chrono::steady_clock::now();
-  impl_->executor->update(optimizer);
+  try {
+    impl_->executor->update(optimizer);
+  } catch (const UserError& failure) {
+    if (std::isfinite(impl_->result.objective)) throw;
+    impl_->throw_naming_the_first_non_finite(batch, run, failure);
+  }
   impl_->stats.optimizer_s += seconds_since(start);
   impl_->collect(*impl_->executor);  // the update's primitives belong to this step
   return objective;

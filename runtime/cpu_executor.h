@@ -120,6 +120,9 @@ class CpuExecutor final : public Executor {
   // that scatters), read before the next forward reuses the buffers. Lets a
   // graph that grows keep its values from round to round (jit/engine.cpp).
   std::span<const float> scattered_row(int type, int row);
+  // Config::check_finite for the passes from now on: the engine turns it on
+  // to run again a batch whose objective came out non-finite (jit/engine.cpp).
+  void set_check_finite(bool on) { check_finite_ = on; }
 
  private:
   // Row 0 of a value for the rows being run; ld 0 for a uniform value.

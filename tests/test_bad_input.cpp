@@ -389,5 +389,21 @@ TEST(GraphMeaning, InputsOnATypeThatReadsNoneAreIgnored) {
   EXPECT_EQ(engine.infer(extra).objective, engine.infer(f.good_batch()).objective);
 }
 
+// A NaN made inside the forward pass: the failed step names the first
+// non-finite value (its sample, vertex and op), not only the gradient it
+// spoiled, without VJIT_CHECK_FINITE; the model is not updated.
+TEST(BadInput, NonFiniteObjectiveNamesTheFirstNonFiniteValue) {
+  Fixture f;
+  Engine engine(f.program, Options::defaults());
+  GraphBatch batch = f.good_batch();
+  batch.samples[1].vertices[1].features.assign(kWidth, -20.0f);  // log(-20 + 10): NaN
+  const Model before = f.model;
+  SGD sgd(0.1f);
+  const std::string message = user_error_of([&] { engine.train_step(batch, sgd); });
+  expect_names(message, {"sample 1 ('good1'), vertex 1 (type 'feature')", " log", "objective", "non-finite gradient"});
+  for (int p = 0; p < f.model.size(); ++p) EXPECT_EQ(f.model.param(p).value, before.param(p).value);
+  testing::expect_matches_reference(engine, f.program, f.good_batch(), 1e-4, "the good batch after the error");
+}
+
 }  // namespace
 }  // namespace vjit

@@ -142,6 +142,10 @@ class Engine {
   // gradients are then in gradients().
   void backward();
   // forward (training, a fresh dropout seed per step), backward, optimizer step.
+  // When the step fails (a non-finite gradient) after a forward pass whose
+  // objective is not finite, the UserError also names the first non-finite
+  // value of that pass (sample, vertex, op): the engine runs it again with the
+  // check of VJIT_CHECK_FINITE, on the CPU, only then.
   double train_step(const GraphBatch& batch, Optimizer& optimizer);
   // Data-parallel training (vjit/distributed.h): with a communicator of more
   // than one process set, train_step runs forward and backward on this
