@@ -209,14 +209,28 @@ std::string cuda_runtime_kernels_source() {
          "    dst[r * dld + i] = total;\n  }\n}\n"
       << host_entry("vjit_sum_mod", {"long long", "long long", "long long", "const float*", "long long", "float*",
                                      "long long"});
-  // A dense parameter gradient from per-row terms: dst[i] += Σ_r src[r·ld + i], rows in order.
+  // A dense parameter gradient from per-row terms: dst[i] += Σ_r src[r·ld + i],
+  // summed pairwise as the CPU executor does (add_rows_pairwise): blocks of 32
+  // rows in order, then the blocks' sums as a binary tree (level l: 2^l
+  // blocks), so rounding grows with log(rows), not rows.
   out << "extern \"C\" __global__ void vjit_sum_columns_into(long long rows, long long width, const float* src, "
          "long long ld, float* dst) {\n"
          "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < width;\n"
          "       i += (long long)gridDim.x * blockDim.x) {\n"
-         "    float total = dst[i];\n"
-         "    for (long long r = 0; r < rows; ++r) total += src[r * ld + i];\n"
-         "    dst[i] = total;\n  }\n}\n"
+         "    float level[64];\n"
+         "    long long blocks = 0;\n"
+         "    for (long long begin = 0; begin < rows; begin += 32, ++blocks) {\n"
+         "      const long long end = begin + 32 < rows ? begin + 32 : rows;\n"
+         "      float sum = 0.0f;\n"
+         "      for (long long r = begin; r < end; ++r) sum += src[r * ld + i];\n"
+         "      int l = 0;\n"
+         "      for (long long k = blocks; k & 1; k >>= 1) sum += level[l++];\n"
+         "      level[l] = sum;\n"
+         "    }\n"
+         "    float total = 0.0f;\n"
+         "    for (int l = 0; l < 64; ++l)\n"
+         "      if ((blocks >> l) & 1) total += level[l];\n"
+         "    dst[i] += total;\n  }\n}\n"
       << host_entry("vjit_sum_columns_into", {"long long", "long long", "const float*", "long long", "float*"});
   // The objective: Σ_r x[r·ld], accumulated in double.
   out << "extern \"C\" __global__ void vjit_loss_sum(long long rows, const float* x, long long ld, double* total) {\n"

@@ -75,7 +75,7 @@ std::string cuda_index_kernels_source();
 //       ir::dropout_keeps bit for bit; ids = (sample, vertex) per row
 //   vjit_broadcast(rows, width, src, sld, mod, dst, dld)  Broadcast (mod 0), BroadcastRows
 //   vjit_sum_mod(rows, width, n, src, sld, dst, dld)       Sum (width 1), SumRows
-//   vjit_sum_columns_into(rows, width, src, ld, dst)       dst[i] += Σ_r src[r·ld + i]
+//   vjit_sum_columns_into(rows, width, src, ld, dst)       dst[i] += Σ_r src[r·ld + i], pairwise
 //   vjit_loss_sum(rows, x, ld, double* total)              *total += Σ_r x[r·ld]
 //   vjit_outer(rows, m, n, a, lda, b, ldb, out, ld)        out_r = a_r b_rᵀ
 //   vjit_sym_outer(rows, n, x, xld, out, ld)               SymOuter: x_a x_b for a ≤ b

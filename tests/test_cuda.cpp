@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -557,6 +558,29 @@ TEST(DeviceSelection, CudaFailsWithTheReasonAndAutoFallsBackOnce) {
   ASSERT_NE(at, std::string::npos) << said;
   EXPECT_EQ(said.find("VJIT_DEVICE=auto", at + 1), std::string::npos) << "said more than once: " << said;
   EXPECT_NE(said.find("CPU"), std::string::npos) << said;
+}
+
+// The dense gradient sum over rows, built for the host: pairwise as the CPU
+// executor's (blocks of 32 rows, then a tree), so over 100k rows near 1 it
+// stays within a few float roundings of the double sum, where one chain of
+// additions per column is off by about 1e-6 of it.
+TEST(CudaHostShim, SumColumnsIntoIsPairwise) {
+  HostModule& module = HostModule::get();
+  ASSERT_TRUE(module.error.empty()) << module.error;
+  long long rows = 100000, width = 3, ld = 5;
+  std::vector<float> x(size_t(rows * ld), 1e30f);  // past the width: never read
+  std::mt19937 rng(3);
+  std::normal_distribution<float> noise(0.0f, 1e-3f);
+  std::vector<double> exact(size_t(width), 0.5);
+  for (long long r = 0; r < rows; ++r)
+    for (long long i = 0; i < width; ++i) exact[size_t(i)] += x[size_t(r * ld + i)] = 1.0f + noise(rng);
+  std::vector<float> dst(size_t(width), 0.5f);
+  const float* xp = x.data();
+  float* dp = dst.data();
+  std::vector<void*> params{&rows, &width, &xp, &ld, &dp};
+  module.entry("vjit_sum_columns_into")(params.data(), 1, 2);
+  for (long long i = 0; i < width; ++i)
+    EXPECT_NEAR(dst[size_t(i)], exact[size_t(i)], 2e-7 * exact[size_t(i)]) << "column " << i;
 }
 
 }  // namespace
