@@ -752,7 +752,7 @@ struct Engine::Impl {
     start = std::chrono::steady_clock::now();
     {
       runtime::TraceScope plan_event(trace.get(), "plan", runtime::TraceCategory::Engine);
-      runner.planner.plan({&graph, &schedule}, layout);
+      runner.planner.plan({&graph, &schedule, run.backward}, layout);
     }
     const double plan_s = seconds_since(start);
     stats.plan_s += plan_s;

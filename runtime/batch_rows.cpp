@@ -25,13 +25,13 @@ int forward_slot_of(const scheduler::FlatBatch& graph, const std::vector<TypeSig
   return children.size() == size_t(fixed) + 1 && children[size_t(fixed)] == child ? fixed : -1;
 }
 
-// The parent that takes most of what `vertex` (of type `type`) forwards, the
-// first on a tie, into layout.forward_parent and forward_slot (-1: none takes
+// The parent that takes most of what `vertex` (of type `type`, scattering rows
+// `width` wide) forwards, the first on a tie, into layout.forward_parent and forward_slot (-1: none takes
 // any); marks the views its parts go to instead (unviewed_targets).
 void choose_forward_parent(const ExecPlan& plan, const std::vector<TypeSignature>& signatures,
-                           const scheduler::FlatBatch& graph, int type, int vertex, BatchLayout& layout) {
+                           const scheduler::FlatBatch& graph, int type, int64_t width, int vertex,
+                           BatchLayout& layout) {
   const std::vector<ForwardedPart>& parts = plan.types[size_t(type)].forward.forwarded;
-  const int64_t width = scatter_width(plan, type);
   int64_t most = 0;
   for (int p : graph.parents(vertex)) {
     const int slot = forward_slot_of(graph, signatures, vertex, p);
@@ -64,9 +64,11 @@ void choose_forward_parents(const ExecPlan& plan, const std::vector<TypeSignatur
   layout.forward_parent.assign(size_t(graph.num_vertices()), -1);
   layout.forward_slot.assign(size_t(graph.num_vertices()), -1);
   layout.unviewed_targets.assign(layout.task_first_row.size(), 0);
-  for (size_t c = 0; c < plan.types.size(); ++c)
-    if (!plan.types[c].forward.forwarded.empty())
-      for (int v : layout.rows_of(int(c))) choose_forward_parent(plan, signatures, graph, int(c), v, layout);
+  for (size_t c = 0; c < plan.types.size(); ++c) {
+    if (plan.types[c].forward.forwarded.empty()) continue;
+    const int64_t width = scatter_width(plan, int(c));
+    for (int v : layout.rows_of(int(c))) choose_forward_parent(plan, signatures, graph, int(c), width, v, layout);
+  }
 }
 
 // Per type, the gather slots some task reads as a view, the gathers children
@@ -105,7 +107,7 @@ void find_rows_assigned_once(const ExecPlan& plan, const std::vector<TypeSignatu
     const TypePlacement& placed = plan.placement->types[size_t(type)];
     uint64_t assigning = placed.whole_slot_gather_grads & ~placed.accumulating_slots;
     for (int k = 0; k < fixed; ++k)
-      if (layout.gather(t, k).is_view() && layout.gather(t, k).exclusive)
+      if (layout.gather(t, k).is_exclusive_view())
         assigning &= ~(uint64_t(1) << k);  // maybe computed in place
     for (int v : schedule.task(t)) {
       std::span<const int> children = graph.children(v);
@@ -130,7 +132,8 @@ void place_batch_rows(const ExecPlan& plan, const std::vector<TypeSignature>& si
     for (int v : schedule.task(t)) layout.vertex_task[size_t(v)] = t;
   choose_forward_parents(plan, signatures, *input.graph, layout);
   find_read_view_slots(plan, schedule, layout);
-  find_rows_assigned_once(plan, signatures, input, layout);
+  if (input.backward) find_rows_assigned_once(plan, signatures, input, layout);
+  else layout.assigned_once.clear();
 }
 
 int usable_forward_target(const ExecPlan& plan, const BatchLayout& layout, const scheduler::FlatBatch& graph,

@@ -521,12 +521,8 @@ const GatherLayout* CpuExecutor::in_place_gather(const Rows& rows, const Node& g
   if (rows.task < 0) return nullptr;
   const int slot = gather_grad.target == ir::GatherGradTarget::Slot ? gather_grad.child_slot
                                                                     : program_.signature(rows.type).fixed_arity;
-  return exclusive_view(rows.task, slot);
-}
-
-const GatherLayout* CpuExecutor::exclusive_view(int task, int slot) const {
-  const GatherLayout& g = batch_.layout->gather(task, slot);
-  return g.is_view() && g.exclusive ? &g : nullptr;
+  const GatherLayout& g = batch_.layout->gather(rows.task, slot);
+  return g.is_exclusive_view() ? &g : nullptr;
 }
 
 // --- passes ---

@@ -376,8 +376,6 @@ class CpuExecutor final : public Executor {
   // gradient value (-1: none); bind()'s scratch.
   std::vector<ir::ValueId> in_place_target_;
   const GatherLayout* in_place_gather(const Rows& rows, const ir::Node& gather_grad) const;
-  // The gather of (task, slot) when the layout made it a view no other gather shares; else nullptr.
-  const GatherLayout* exclusive_view(int task, int slot) const;
   // VJIT_GATHER_POINTERS (TypePlacement::row_pointer_parts): per type, per
   // Gather or Concat read through row pointers, this batch's pointers (the
   // type's rows × parts), filled by its step in place of a copy.

@@ -90,6 +90,7 @@ struct GatherLayout {
   bool exclusive = false;
 
   bool is_view() const { return source_type >= 0; }
+  bool is_exclusive_view() const { return is_view() && exclusive; }
 };
 
 struct BatchLayout {
@@ -139,7 +140,8 @@ struct BatchLayout {
   std::vector<uint64_t> read_view_slots;
   // Per type, per scatter-gradient row: 1 when the row's one contribution is a
   // parent's whole-slot GatherGrad that is not computed in place; the backward
-  // leaves such a row unzeroed and that GatherGrad assigns it.
+  // leaves such a row unzeroed and that GatherGrad assigns it. Empty for a
+  // batch no backward follows (PlanInput::backward).
   std::vector<std::vector<uint8_t>> assigned_once;
 
   const ValueLayout& value(Pass pass, int type, ir::ValueId id) const {
@@ -176,6 +178,9 @@ inline RowRef gather_source(const BatchLayout& layout, const scheduler::FlatBatc
 struct PlanInput {
   const scheduler::FlatBatch* graph = nullptr;
   const scheduler::FlatSchedule* schedule = nullptr;
+  // Whether a backward pass follows: only then does the layout say which
+  // scatter-gradient rows are assigned (BatchLayout::assigned_once).
+  bool backward = true;
 };
 
 class Planner {

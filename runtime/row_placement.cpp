@@ -120,7 +120,7 @@ bool writes_elementwise_rows(const FunctionPlan& fp, ValueId id) {
 // W_Mᵀ·dP; a Tree-LSTM's dc of a child, a fused kernel's output) has them
 // write each row straight into the child's scatter-gradient
 // row where that row's one contribution is this GatherGrad
-// (find_rows_assigned_once), else into the gradient's own buffer, which the
+// (BatchLayout::assigned_once), else into the gradient's own buffer, which the
 // GatherGrad then adds. Per backward value: the gradient whose row pointers
 // it is written through and its column there (gradient -1: rows of its own).
 std::vector<GradientPointer> gradient_pointers(const FunctionPlan& fp, const TypeSignature& signature) {
