@@ -69,8 +69,8 @@ const std::array<Spec, 35>& specs() {
       documented(bool_spec("streaming", "VJIT_STREAMING", &Options::streaming), "cpu, cuda",
           "run the eager forward steps on a second thread while the tasks run (Cavs §3.4), on the GPU on a "
           "second stream with events for the dependencies; off by default because on two cores the GEMMs "
-          "already use both and it measured no gain (see the ablation), nor on an H100 (see the GPU back "
-          "end)"),
+          "already use both and it measured no gain (docs/benchmarks.md, \"Ablation\"), nor on an H100 "
+          "(docs/gpu.md)"),
       documented(bool_spec("merge_matmuls", "VJIT_MERGE_MATMULS", &Options::merge_matmuls), "cpu, cuda",
           "matmul merging: products of one operand by several parameter matrices (`W_i·x, W_f·x, ...`) "
           "become one GEMM over the stacked weights (`ir/merge_matmuls.h`)"),
@@ -147,7 +147,8 @@ const std::array<Spec, 35>& specs() {
           "gathers take most of its row (the first on a tie), the others copy; a gather the layout made a "
           "view keeps it unless a `concat` would copy the view. With gather pointers, the Tree-LSTM's and "
           "Tree-GRU's layouts copy nothing in either pass, and the chains' and lattices' inference copies "
-          "drop 5× and more (see \"Memory layout\"). Tested against the reference with every example model "
+          "drop 5× and more (docs/benchmarks.md, \"Memory layout\"). Tested against the reference with "
+          "every example model "
           "under each planner, one and two threads, pointers off and on, and with shared children. The CUDA "
           "executor copies"),
       documented(bool_spec("accumulate_gradients", "VJIT_ACCUMULATE_GRADIENTS", &Options::accumulate_gradients), "cpu",
@@ -187,7 +188,7 @@ const std::array<Spec, 35>& specs() {
           "no other parent, the backward computes the gather's gradient straight into their "
           "scatter-gradient rows. A constraint that conflicts is dropped and costs a copy, never a wrong "
           "result. CPU executor only (with `VJIT_DEVICE=cuda` it is refused, naming the reason); what it "
-          "measured is under \"Memory layout\" below. `auto` measures instead of assuming: copy and pqtree "
+          "measured is in docs/benchmarks.md, \"Memory layout\". `auto` measures instead of assuming: copy and pqtree "
           "take turns on the engine's first 8 batches (copy first; a batch's time is its planning, forward "
           "and, when it trains, backward, per vertex; each one's first batch only warms up and is not "
           "counted), then the one with the lower median lays out every later batch, copy on a tie "
@@ -217,8 +218,8 @@ const std::array<Spec, 35>& specs() {
           "sample by its index in the caller's batch. Growth callbacks of different groups run at the same "
           "time on different threads: they must be safe to call concurrently (`GrowthStep::sample_index` is "
           "the caller's index). `forward`, `train_step` and the GPU are never split. Measured: greedy "
-          "decoding at hidden 64, batch 64, 2 threads, about 1.2× the samples/s of one engine (table under "
-          "\"Graphs that grow during execution\")", "positive integer", "1"),
+          "decoding at hidden 64, batch 64, 2 threads, about 1.2× the samples/s of one engine (docs/benchmarks.md, "
+          "\"Greedy decoding\")", "positive integer", "1"),
       documented(Spec{"max_memory", "VJIT_MAX_MEMORY", Kind::Bytes, {}, nullptr, nullptr, nullptr, &Options::max_memory}, "cpu, cuda",
           "bounds the buffers of a batch: the vertex values, and their gradients when it trains. A batch "
           "that needs more fails before it runs, naming the bytes it needs and the bound, and the engine "
@@ -233,7 +234,8 @@ const std::array<Spec, 35>& specs() {
           "MFLOP, else two, or four from 32 MFLOP; each block one single-threaded library call, the same "
           "blocks on one thread), and the per-vertex products summed into a weight gradient run in fixed "
           "row blocks added in order; off: blocks follow the thread count (a GEMM can use every thread; "
-          "results change in the last bits with the thread count). Cost of on, 2 threads: see \"Determinism "
+          "results change in the last bits with the thread count). Cost of on, 2 threads: see "
+          "docs/benchmarks.md, \"Determinism "
           "across thread counts\""),
       documented(choice_spec("isa", "VJIT_ISA", option_values::isa, &Options::isa), "cpu",
           "x86 JIT target (`auto`: best the CPU has)"),
@@ -244,15 +246,15 @@ const std::array<Spec, 35>& specs() {
           "AVX-512 BF16; CPUs with AVX-512 BF16 or AMX only, elsewhere an error that says so; "
           "`VJIT_PRETRANSPOSE` does nothing with it): every example model's objective and gradients stay "
           "within 5e-2 of the reference, Tree-FC's within 0.25 (tested); on a Zen 4 the SST Tree-LSTM ran "
-          "1.27–1.41× the samples/s of `onednn` at hidden 256 and 1.50–1.79× at hidden 512 (see the "
-          "CPU-speed section)"),
+          "1.27–1.41× the samples/s of `onednn` at hidden 256 and 1.50–1.79× at hidden 512 (docs/benchmarks.md, "
+          "\"CPU speed\")"),
       documented(choice_spec("vertex_gemm", "VJIT_VERTEX_GEMM", option_values::vertex_gemm, &Options::vertex_gemm), "cpu",
           "CPU: the back end of the products run one per vertex (MV-RNN's W_M·[A; B] and the rows of "
           "W_Mᵀ·dP; not the weight gradient that sums six vertices per GEMM, nor any product over the rows "
           "of a weight): `auto` is `libxsmm` (its JIT kernels cost less per call than oneDNN's sgemm at "
           "64×64) where vjit was built with it and `VJIT_GEMM` is `auto`, else `VJIT_GEMM`'s back end; "
           "`same` is `VJIT_GEMM`'s back end; a name is that back end (an error naming the variable where it "
-          "cannot be used). Measured: MV-RNN training 1.04× with libxsmm (alternating runs, below)"),
+          "cannot be used). Measured: MV-RNN training 1.04× with libxsmm (alternating runs, docs/benchmarks.md)"),
       documented(Spec{"cache_dir", "VJIT_CACHE_DIR", Kind::String, {}, nullptr, nullptr, &Options::cache_dir, nullptr}, "cpu, cuda",
           "where learned batching policies (`fsm`) are saved and loaded, per program signature (empty: not "
           "saved; written atomically and durably, `io/atomic_file.h`; a file that does not load is reported "
@@ -282,7 +284,7 @@ const std::array<Spec, 35>& specs() {
           "against the ED-Batch lower bound (on with this option), kernel-cache and FSM-policy-cache hits, "
           "and the 20 costliest steps (total ms, calls, rows per call, % of the wall time; pass, vertex "
           "type, phase, op or fused kernel, with the kernel an inference pass runs beside it where "
-          "`VJIT_INFER_KERNELS` makes a smaller one). See \"Profiling a run\""),
+          "`VJIT_INFER_KERNELS` makes a smaller one). See docs/guide.md, \"Profiling\""),
       documented(bool_spec("perf_map", "VJIT_PERF_MAP", &Options::perf_map), "cpu",
           "append `<start hex> <size hex> vjit_<kernel>` to `/tmp/perf-<pid>.map` for every x86 JIT kernel "
           "as it is generated, and for a kernel an earlier engine of the process generated (and cached) "
@@ -295,14 +297,15 @@ const std::array<Spec, 35>& specs() {
           "built (an unwritable path is a `UserError` then), by `Engine::flush_trace()` and when the Engine "
           "is destroyed; at most 524288 events are kept (later ones are counted in "
           "`otherData.dropped_events`). CPU executor: every event; CUDA executor: the engine's events only. "
-          "See \"Profiling a run\"", "file path (flag `--trace`)", "empty (off)"),
+          "See docs/guide.md, \"Profiling\"", "file path (flag `--trace`)", "empty (off)"),
       documented(bool_spec("check_finite", "VJIT_CHECK_FINITE", &Options::check_finite), "cpu",
           "the CPU executor checks every value each forward step writes (row by row, after the step) and "
           "throws a `UserError` at the first NaN or ±Inf in execution order, naming the sample (index and "
           "name), the vertex index in the sample, the vertex type, the op (`%12 log`) and the value; a "
           "fused kernel is named with its ops (only its outputs are stored, so an intermediate that goes "
           "non-finite and comes back finite, `tanh(log 0)`, is not seen). The engine stays usable. Off "
-          "costs nothing (one branch per step); on, see \"Non-finite values\". With `VJIT_DEVICE=cuda` (or "
+          "costs nothing (one branch per step); on, see docs/benchmarks.md, \"Cost of the non-finite checks\". "
+          "With `VJIT_DEVICE=cuda` (or "
           "`auto` choosing the GPU) the Engine refuses it at construction. Independently of it, an "
           "optimizer step never writes a non-finite parameter or state value: SGD, Adam and AdaGrad preview "
           "the update and apply it only when every value stays finite, otherwise the step is an error "
