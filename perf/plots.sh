@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The figures of the README (Cavs-style): the Tree-LSTM on SST (hidden 256,
+# The figures of docs/benchmarks.md (Cavs-style): the Tree-LSTM on SST (hidden 256,
 # batch 64 unless swept), every line from vjit-bench, then CSV and PNG files in
 # perf/results/plots/:
 #   batch_sweep   samples/s against batch size 1 … 128 (train and infer)
@@ -15,7 +15,7 @@
 # --reps N (default 2): each sweep point runs N times, the points taking turns,
 # and the CSV keeps the median (~4 min here; ~2 with --reps 1). Then
 # perf/peers/run_peers.sh --rounds 1 (~5 min); --no-peers plots
-# perf/results/peers.jsonl as it is instead (the README's: run_peers.sh with
+# perf/results/peers.jsonl as it is instead (docs/benchmarks.md's: run_peers.sh with
 # its default 3 rounds, plotted as medians). Needs PEERS_PYTHON (default
 # build/peers-venv/bin/python, from perf/peers/setup.sh) for matplotlib.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark whose figures the README reports and writes JSON lines
+# Runs every benchmark whose figures docs/benchmarks.md reports and writes JSON lines
 # to perf/results/. Build first: scripts/build.sh Release.
 #   perf/run_benchmarks.sh [build-dir] [section...]
 # Sections: models, roofline, levers, merge, ablation, policies (all when none

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU figures of the README (VJIT_DEVICE=cuda), as JSON lines in one file:
+# The GPU figures of docs/gpu.md (VJIT_DEVICE=cuda), as JSON lines in one file:
 # the Tree-LSTM on SST at hidden 256 and 512, batch 64 and 256, training and
 # inference (FP32, and TF32 at hidden 512, batch 256); the Var-LSTM and the
 # Tree-FC on their built-in data; the engine's cold and warm start (NVRTC

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the README's benchmark tables from perf/results/*.jsonl (run perf/run_benchmarks.sh first)."""
+"""Prints the benchmark tables of docs/benchmarks.md from perf/results/*.jsonl (run perf/run_benchmarks.sh first)."""
 import json
 import pathlib
 import statistics

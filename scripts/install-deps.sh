@@ -5,7 +5,7 @@
 set -euo pipefail
 
 # Every dependency, by Debian package name. Add new ones here (and to the
-# Dependencies table in README.md).
+# Dependencies table in docs/development.md).
 PACKAGES=(
   g++
   cmake

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The reliability table of the README (issue 12), produced by one command:
+# The reliability table of docs/development.md, produced by one command:
 #   scripts/reliability_table.sh [--fuzz-seconds N] [--skip-fuzz] [--skip-sanitizers] [--out DIR]
 # Builds what it needs with scripts/build.sh (Release test programs; with the
 # sanitizers, build-asan/ and build-tsan/; with fuzzing, build-fuzz/), runs

@@ -1,7 +1,7 @@
 // Bad input through the public API: each case is a UserError that names the
 // sample, vertex, slot or file position, and the engine is usable afterwards
-// (the next good batch gives the reference's result). The README's reliability
-// table counts the tests of this file (scripts/reliability_table.sh).
+// (the next good batch gives the reference's result). The reliability
+// table (docs/development.md) counts the tests of this file (scripts/reliability_table.sh).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
