@@ -10,6 +10,8 @@
 #                                                 is documented in docs/guide.md as `name(...)`
 #   scripts/check_docs.sh readme_example  [ROOT]  the README's C++ example is examples/quickstart.cpp,
 #                                                 which the build compiles and ctest runs
+#   scripts/check_docs.sh names           [ROOT]  every VJIT_* name the docs use occurs in the code,
+#                                                 and every vjit/<header>.h they name is in include/
 #   scripts/check_docs.sh selftest                each check rejects a copy of the docs broken on purpose
 # ROOT is the source tree (default: this script's repository). Exit 0 when the
 # check passes, 1 with the reasons on stderr when it fails.
@@ -106,6 +108,24 @@ print(f"{checked} relative links in {len(files)} files resolve")
 EOF
 }
 
+# Names the docs share with the code: a VJIT_* variable or CMake option that
+# the code no longer has, or a public header that is gone, fails.
+names() {
+  local in_code in_docs missing=()
+  in_code=$(grep -RhoIE '\bVJIT_[A-Z0-9_]+' --exclude-dir=docs --exclude-dir='build*' --exclude-dir=.git \
+    --exclude=README.md "$root" | sort -u)
+  in_docs=$(grep -rhoE '\bVJIT_[A-Z0-9_]+' "$root/README.md" "$root/docs" --include='*.md' | sort -u)
+  while read -r name; do
+    [[ -n "$name" ]] && ! grep -qxF "$name" <<<"$in_code" && missing+=("$name")
+  done <<<"$in_docs"
+  local header
+  while read -r header; do
+    [[ -n "$header" && ! -f "$root/include/$header" ]] && missing+=("$header")
+  done < <(grep -rhoE '\bvjit/[a-z_0-9]+\.h\b' "$root/README.md" "$root/docs" --include='*.md' | sort -u)
+  ((${#missing[@]} == 0)) || fail "named in README.md or docs/ but not in the code: ${missing[*]}"
+  echo "$(wc -l <<<"$in_docs") VJIT_* names of the docs occur in the code; every vjit/*.h they name exists"
+}
+
 # The names of the public member functions of class Builder.
 builder_methods() {
   awk '/^class Builder/ { in_class = 1 }
@@ -152,15 +172,13 @@ selftest() {
   trap 'rm -rf "$work"' RETURN
   copy_tree() {
     rm -rf "$work/tree"
-    mkdir -p "$work/tree/include/vjit" "$work/tree/examples"
-    cp -r "$root/README.md" "$root/docs" "$work/tree/"
-    cp "$root/include/vjit/program.h" "$work/tree/include/vjit/"
-    cp "$root/examples/quickstart.cpp" "$work/tree/examples/"
-    # Links may point anywhere in the repository: keep their targets.
-    for dir in data examples include perf scripts tests cmake; do
-      [[ -e "$root/$dir" && ! -e "$work/tree/$dir" ]] && ln -s "$root/$dir" "$work/tree/$dir"
+    mkdir -p "$work/tree"
+    cp -r "$root/README.md" "$root/docs" "$root/include" "$root/examples" "$work/tree/"
+    # Links and names may point anywhere in the repository: keep the rest as links.
+    local entry
+    for entry in "$root"/*; do
+      [[ -e "$work/tree/$(basename "$entry")" ]] || ln -s "$entry" "$work/tree/$(basename "$entry")"
     done
-    return 0
   }
   expect() {  # expect pass|fail CHECK WHAT
     local status=0
@@ -174,7 +192,7 @@ selftest() {
     echo "selftest: $2 $verb $3"
   }
   local check_name
-  for check_name in readme_length no_project_talk links builder_ops readme_example; do
+  for check_name in readme_length no_project_talk links builder_ops readme_example names; do
     copy_tree
     expect pass "$check_name" "on the docs as they are"
   done
@@ -201,12 +219,20 @@ selftest() {
   copy_tree
   echo "// changed" >>"$work/tree/examples/quickstart.cpp"
   expect fail readme_example "with examples/quickstart.cpp changed and the README not"
+
+  copy_tree
+  # Made at run time: the literal would be found in this script, which is code.
+  echo "Set \`VJIT_NO_SUCH_OPTION_$$=1\`." >>"$work/tree/docs/guide.md"
+  expect fail names "with a VJIT_* name the code does not have"
+  copy_tree
+  echo "See \`vjit/no_such_header.h\`." >>"$work/tree/docs/guide.md"
+  expect fail names "with a header that does not exist"
 }
 
 case "$check" in
-  readme_length | no_project_talk | links | builder_ops | readme_example | selftest) "$check" ;;
+  readme_length | no_project_talk | links | builder_ops | readme_example | names | selftest) "$check" ;;
   *)
-    echo "usage: scripts/check_docs.sh readme_length|no_project_talk|links|builder_ops|readme_example|selftest [ROOT]" >&2
+    echo "usage: scripts/check_docs.sh readme_length|no_project_talk|links|builder_ops|readme_example|names|selftest [ROOT]" >&2
     exit 2
     ;;
 esac
