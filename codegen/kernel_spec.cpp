@@ -107,7 +107,7 @@ float apply(const KernelInstr& k, float a, float b) {
 
 }  // namespace
 
-void run_reference_kernel(const KernelSpec& spec, const KernelArgs& args) {
+void run_reference_kernel(const KernelSpec& spec, const ir::KernelArgs& args) {
   int num_inputs = int(spec.inputs.size());
   std::vector<float> values(spec.instrs.size());
   // Row r of operand k (the inputs, then the outputs).

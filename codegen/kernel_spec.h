@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/kernel_abi.h"
 #include "vjit/ir.h"
-#include "vjit/kernel_abi.h"
 
 namespace vjit::codegen {
 
@@ -59,6 +59,6 @@ std::string kernel_name(const KernelSpec& spec, std::string_view target);
 
 // The reference kernel: a loop interpreting the spec in float with std::
 // functions. The last entry of every dispatch list, and the JIT's oracle.
-void run_reference_kernel(const KernelSpec& spec, const KernelArgs& args);
+void run_reference_kernel(const KernelSpec& spec, const ir::KernelArgs& args);
 
 }  // namespace vjit::codegen

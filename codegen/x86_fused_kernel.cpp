@@ -8,7 +8,7 @@
 //      stack frame;
 //   2. emit (FusedJit::generate): walk the plan and write the machine code.
 //
-// A generated kernel, void kernel(const KernelArgs* args):
+// A generated kernel, void kernel(const ir::KernelArgs* args):
 //
 //   prologue      save the callee-saved registers used; rbp = entry rsp, rsp
 //                 aligned down to 64 below the frame; row pointers of the
@@ -453,7 +453,7 @@ KernelPlan make_plan(const KernelSpec& spec, Isa isa) {
 // The generator
 
 // Registers:
-//   rdi       reg_args    the KernelArgs*                     (argument 1)
+//   rdi       reg_args    the ir::KernelArgs*                     (argument 1)
 //   rsi       reg_rows    rows left
 //   rdx       reg_off     byte offset of the current vector in the row;
 //                         between rows, a scratch for the pointer advance
@@ -528,7 +528,7 @@ class FusedJit final : public JitGenerator {
     mov(qword[rsp + row_slot_], 0);
     load_table_rows(false);
 
-    mov(reg_rows_, ptr[reg_args_ + offsetof(KernelArgs, rows)]);
+    mov(reg_rows_, ptr[reg_args_ + offsetof(ir::KernelArgs, rows)]);
     test(reg_rows_, reg_rows_);
     jle(done, T_NEAR);
 
@@ -591,7 +591,7 @@ class FusedJit final : public JitGenerator {
   // stream s = args->inputs[j] or args->outputs[o], into its register or slot.
   void load_stream_pointers() {
     for (bool outputs : {false, true}) {
-      mov(reg_tmp_, ptr[reg_args_ + (outputs ? offsetof(KernelArgs, outputs) : offsetof(KernelArgs, inputs))]);
+      mov(reg_tmp_, ptr[reg_args_ + (outputs ? offsetof(ir::KernelArgs, outputs) : offsetof(ir::KernelArgs, inputs))]);
       for_each_stream(outputs, [&](size_t s, int index) {
         if (stream_slot_[s] < 0) {
           mov(stream_reg_[s], ptr[reg_tmp_ + index * 8]);
@@ -607,7 +607,7 @@ class FusedJit final : public JitGenerator {
   void advance_stream_pointers() {
     Xbyak::Label by_ld, advanced;
     inc(qword[rsp + row_slot_]);
-    mov(reg_tmp_, ptr[reg_args_ + offsetof(KernelArgs, row_tables)]);
+    mov(reg_tmp_, ptr[reg_args_ + offsetof(ir::KernelArgs, row_tables)]);
     test(reg_tmp_, reg_tmp_);
     jz(by_ld, T_NEAR);
     load_table_rows(true);
@@ -622,7 +622,7 @@ class FusedJit final : public JitGenerator {
   void load_table_rows(bool others_by_ld) {
     Xbyak::Label none;
     if (!others_by_ld) {
-      mov(reg_tmp_, ptr[reg_args_ + offsetof(KernelArgs, row_tables)]);
+      mov(reg_tmp_, ptr[reg_args_ + offsetof(ir::KernelArgs, row_tables)]);
       test(reg_tmp_, reg_tmp_);
       jz(none, T_NEAR);
     }
@@ -630,7 +630,7 @@ class FusedJit final : public JitGenerator {
     for (size_t s = 0; s < plan_.streams.size(); ++s) {
       Xbyak::Label by_ld, next;
       const int operand = (plan_.streams[s].output ? num_inputs : 0) + plan_.streams[s].index;
-      mov(reg_tmp_, ptr[reg_args_ + offsetof(KernelArgs, row_tables)]);
+      mov(reg_tmp_, ptr[reg_args_ + offsetof(ir::KernelArgs, row_tables)]);
       mov(reg_off_, ptr[reg_tmp_ + operand * 8]);
       test(reg_off_, reg_off_);
       jz(others_by_ld ? by_ld : next, T_NEAR);
@@ -652,7 +652,7 @@ class FusedJit final : public JitGenerator {
   void advance_by_ld(int only) {
     for (bool outputs : {false, true}) {
       if (only >= 0 && plan_.streams[size_t(only)].output != outputs) continue;
-      mov(reg_tmp_, ptr[reg_args_ + (outputs ? offsetof(KernelArgs, output_ld) : offsetof(KernelArgs, input_ld))]);
+      mov(reg_tmp_, ptr[reg_args_ + (outputs ? offsetof(ir::KernelArgs, output_ld) : offsetof(ir::KernelArgs, input_ld))]);
       for_each_stream(outputs, [&](size_t s, int index) {
         if (only >= 0 && s != size_t(only)) return;
         mov(reg_off_, ptr[reg_tmp_ + index * 8]);
@@ -802,10 +802,10 @@ class FusedKernel final : public X86FusedKernel {
   FusedKernel(const KernelSpec& spec, Isa isa, bool perf_map)
       : spec_(spec), jit_(std::make_unique<FusedJit>(spec_, make_plan(spec_, isa), fused_kernel_name(spec_, isa))) {
     jit_->create_kernel(perf_map);
-    fn_ = jit_->entry<KernelFn>();
+    fn_ = jit_->entry<ir::KernelFn>();
   }
 
-  KernelFn function() const override { return fn_; }
+  ir::KernelFn function() const override { return fn_; }
   const std::string& name() const override { return jit_->name(); }
   size_t code_bytes() const override { return jit_->getSize(); }
   const FusedKernelStats& stats() const override { return jit_->stats(); }
@@ -813,7 +813,7 @@ class FusedKernel final : public X86FusedKernel {
  private:
   const KernelSpec spec_;  // the generator refers to it while generating
   std::unique_ptr<FusedJit> jit_;
-  KernelFn fn_ = nullptr;
+  ir::KernelFn fn_ = nullptr;
 };
 
 }  // namespace

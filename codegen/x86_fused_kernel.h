@@ -37,7 +37,7 @@ struct FusedKernelStats {
 class X86FusedKernel {
  public:
   virtual ~X86FusedKernel() = default;
-  virtual KernelFn function() const = 0;
+  virtual ir::KernelFn function() const = 0;
   virtual const std::string& name() const = 0;
   virtual size_t code_bytes() const = 0;
   virtual const FusedKernelStats& stats() const = 0;

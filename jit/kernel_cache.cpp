@@ -15,7 +15,7 @@ KernelCache& KernelCache::global() {
 
 namespace {
 // The reference kernel behind the kernel ABI: the spec comes as the context.
-void reference_entry(const KernelArgs* args) {
+void reference_entry(const ir::KernelArgs* args) {
   codegen::run_reference_kernel(*static_cast<const codegen::KernelSpec*>(args->context), *args);
 }
 }  // namespace

@@ -24,11 +24,11 @@ struct CompiledKernel {
   std::string name;
   codegen::Isa isa = codegen::Isa::Scalar;
   size_t code_bytes = 0;
-  KernelFn entry = nullptr;
+  ir::KernelFn entry = nullptr;
   const void* context = nullptr;
   std::shared_ptr<const void> owner;  // keeps generated code (or the spec) alive
 
-  void run(KernelArgs args) const {
+  void run(ir::KernelArgs args) const {
     args.context = context;
     entry(&args);
   }

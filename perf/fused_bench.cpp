@@ -32,10 +32,10 @@
 
 namespace {
 
-using vjit::KernelArgs;
 using vjit::codegen::Isa;
 using vjit::codegen::KernelInstr;
 using vjit::codegen::KernelSpec;
+using vjit::ir::KernelArgs;
 using vjit::ir::Op;
 
 // i, f, o, g pre-activations and c_prev in; c, h and the four gates out (the

@@ -1173,7 +1173,7 @@ void CpuExecutor::reset_step_profile() {
 
 // Operands read or written through row pointers (where each child's row lies,
 // or its parent's: gather pointers, forwarded parts) go to the kernel as a
-// table of their rows' addresses (KernelArgs::row_tables); the others as row
+// table of their rows' addresses (ir::KernelArgs::row_tables); the others as row
 // 0 and ld. One call per block of rows.
 void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame) {
   ScopedTimer timer(frame.stats->elementwise_s);
@@ -1215,7 +1215,7 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
       if (i < n_in) in[i] = first;
       else out[i - n_in] = first;
     }
-    KernelArgs args{count, in, ld, out, ld + n_in, kernel.context, pointers ? tables : nullptr};
+    ir::KernelArgs args{count, in, ld, out, ld + n_in, kernel.context, pointers ? tables : nullptr};
     kernel.entry(&args);
   });
 }

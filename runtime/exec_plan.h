@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "ir/classify.h"
+#include "ir/kernel_abi.h"
 #include "vjit/ir.h"
-#include "vjit/kernel_abi.h"
 
 namespace vjit::runtime {
 
@@ -34,7 +34,7 @@ const char* kernel_target_name(KernelTarget target);
 struct Kernel {
   std::string name;  // for logs, profiles and the perf map
   KernelTarget target = KernelTarget::HostReference;
-  KernelFn entry = nullptr;
+  ir::KernelFn entry = nullptr;
   const void* context = nullptr;
   std::shared_ptr<const void> owner;  // keeps code and context alive
 };

@@ -107,7 +107,7 @@ inline std::vector<std::vector<float>> reference_outputs(const codegen::KernelSp
   FusedOperands out = in;
   std::vector<const float*> inputs = in.input_ptrs();
   std::vector<float*> outputs = out.output_ptrs();
-  KernelArgs args{in.rows, inputs.data(), in.input_ld.data(), outputs.data(), in.output_ld.data(), &spec};
+  ir::KernelArgs args{in.rows, inputs.data(), in.input_ld.data(), outputs.data(), in.output_ld.data(), &spec};
   codegen::run_reference_kernel(spec, args);
   return out.outputs;
 }

@@ -197,7 +197,7 @@ std::vector<std::vector<double>> reference_bounds(const Case& c, const std::vect
   std::vector<float*> value_ptrs;
   for (std::vector<float>& v : values) value_ptrs.push_back(v.data());
   const std::vector<int64_t> value_ld(spec.instrs.size(), spec.width);
-  run_reference_kernel(all, KernelArgs{c.rows, inputs.data(), c.input_ld.data(), value_ptrs.data(), value_ld.data()});
+  run_reference_kernel(all, ir::KernelArgs{c.rows, inputs.data(), c.input_ld.data(), value_ptrs.data(), value_ld.data()});
 
   std::vector<std::vector<double>> bounds(spec.outputs.size(), std::vector<double>(elements));
   std::vector<double> e(spec.instrs.size());
@@ -281,9 +281,9 @@ void check_case(const Case& c, Isa isa, std::mt19937_64& rng, Stats& stats, cons
     jit_ptrs.push_back(jit_out.back()->data());
     ref_ptrs.push_back(ref_out.back()->data());
   }
-  const KernelArgs jit_args{c.rows, inputs.data(), c.input_ld.data(), jit_ptrs.data(), c.output_ld.data()};
+  const ir::KernelArgs jit_args{c.rows, inputs.data(), c.input_ld.data(), jit_ptrs.data(), c.output_ld.data()};
   kernel->function()(&jit_args);
-  run_reference_kernel(spec, KernelArgs{c.rows, inputs.data(), c.input_ld.data(), ref_ptrs.data(), c.output_ld.data()});
+  run_reference_kernel(spec, ir::KernelArgs{c.rows, inputs.data(), c.input_ld.data(), ref_ptrs.data(), c.output_ld.data()});
   const std::vector<std::vector<double>> bounds = reference_bounds(c, inputs);
 
   int failures = 0;
@@ -615,7 +615,7 @@ TEST_P(FusedKernelTest, DeadInstructionsAndUnusedInputs) {
   KernelSpec empty;
   empty.width = 10;
   empty.inputs = {{false}};
-  const KernelArgs args{3, nullptr, nullptr, nullptr, nullptr};
+  const ir::KernelArgs args{3, nullptr, nullptr, nullptr, nullptr};
   compile_fused_kernel(empty, isa)->function()(&args);
 }
 
@@ -724,7 +724,7 @@ TEST_P(FusedKernelTest, LstmCell) {
   report("lstm", isa, stats);
 }
 
-// KernelArgs::row_tables: operands whose rows lie anywhere, each row at its
+// ir::KernelArgs::row_tables: operands whose rows lie anywhere, each row at its
 // table's entry. Random specs (spilling ones too, and stream pointers past
 // the registers) with random operands given tables that visit the rows of
 // their buffers in a random order: the JIT kernel writes, bit for bit, what it
@@ -781,13 +781,13 @@ TEST_P(FusedKernelTest, RowTablesReadAndWriteRowsWhereverTheyLie) {
       std::vector<std::vector<float>> written = buffers;  // outputs start as sentinels
       std::vector<float*> out_written(n_out);
       for (size_t o = 0; o < n_out; ++o) out_written[o] = written[n_in + o].data();
-      const KernelArgs tabled{rows, in_tabled.data(), in_ld.data(), out_written.data(), out_ld.data(), nullptr,
+      const ir::KernelArgs tabled{rows, in_tabled.data(), in_ld.data(), out_written.data(), out_ld.data(), nullptr,
                               table_of.data()};
       for (size_t o = 0; o < n_out; ++o)
         if (!tables[n_in + o].empty())
           for (int64_t r = 0; r < rows; ++r)
             tables[n_in + o][size_t(r)] = written[n_in + o].data() + int64_t(row_of[n_in + o][size_t(r)]) * width;
-      const KernelArgs plain{rows, in_packed.data(), in_ld.data(), out_packed.data(), out_ld.data()};
+      const ir::KernelArgs plain{rows, in_packed.data(), in_ld.data(), out_packed.data(), out_ld.data()};
       if (reference) {
         run_reference_kernel(spec, tabled);
         run_reference_kernel(spec, plain);
@@ -855,8 +855,8 @@ TEST_P(FusedKernelTest, AccumulatingKernelsAddOutputsIntoTheirRows) {
       std::vector<float*> out_plain, out_added;
       for (size_t o = 0; o < n_out; ++o) out_plain.push_back(plain[o].data()), out_added.push_back(added[o].data());
       const std::vector<int64_t> ld(n_in + accumulated.size(), width), out_ld(n_out, width);
-      const KernelArgs plain_args{rows, in_plain.data(), ld.data(), out_plain.data(), out_ld.data()};
-      const KernelArgs added_args{rows, in_added.data(), ld.data(), out_added.data(), out_ld.data()};
+      const ir::KernelArgs plain_args{rows, in_plain.data(), ld.data(), out_plain.data(), out_ld.data()};
+      const ir::KernelArgs added_args{rows, in_added.data(), ld.data(), out_added.data(), out_ld.data()};
       if (reference) {
         run_reference_kernel(spec, plain_args);
         run_reference_kernel(adding, added_args);
@@ -931,7 +931,7 @@ TEST(KernelCache, EachIsaCompilesSeparately) {
     const int64_t in_ld[2] = {33, 1};
     float* o[1] = {out.data()};
     const int64_t o_ld[1] = {33};
-    kernel->run(KernelArgs{1, in, in_ld, o, o_ld});
+    kernel->run(ir::KernelArgs{1, in, in_ld, o, o_ld});
     outs.push_back(out);
   }
   for (size_t k = 1; k < outs.size(); ++k)

@@ -10,7 +10,6 @@
 #include "vjit/graph.h"
 #include "vjit/growth.h"
 #include "vjit/ir.h"
-#include "vjit/kernel_abi.h"
 #include "vjit/model.h"
 #include "vjit/models.h"
 #include "vjit/optimizer.h"

@@ -5,7 +5,7 @@
 // where the operand has a row table, at table[r].
 #include <cstdint>
 
-namespace vjit {
+namespace vjit::ir {
 
 struct KernelArgs {
   int64_t rows = 0;
@@ -25,4 +25,4 @@ struct KernelArgs {
 
 using KernelFn = void (*)(const KernelArgs*);
 
-}  // namespace vjit
+}  // namespace vjit::ir
