@@ -213,7 +213,7 @@ selftest() {
   expect fail links "with a link to a missing heading"
 
   copy_tree
-  sed -i 's/^  void push(Value v);$/  void push(Value v);\n  Value undocumented_op(Value x);/' "$work/tree/include/vjit/program.h"
+  sed -i 's/^  void push(Value v);.*$/&\n  Value undocumented_op(Value x);/' "$work/tree/include/vjit/program.h"
   expect fail builder_ops "with a Builder method the guide does not name"
 
   copy_tree

@@ -27,6 +27,7 @@ PACKAGES=(
   libclang-rt-14-dev
   libopenmpi-dev  # optional: data-parallel training (vjit/distributed.h); the build works without it
   openmpi-bin
+  doxygen  # the API reference (target api_docs, ctest api_docs)
 )
 
 missing=()

@@ -61,37 +61,37 @@
 
 namespace vjit {
 
-// Saves the parameters of the engine's model, the engine's train_steps(), the
-// program's signature and `user_metadata`; with `optimizer`, also the state
-// the engine keeps for it (slots and step count; zeros and step 0 when it has
-// taken no step with this engine yet) and its kind and hyper-parameters.
+/// Saves the parameters of the engine's model, the engine's train_steps(), the
+/// program's signature and `user_metadata`; with `optimizer`, also the state
+/// the engine keeps for it (slots and step count; zeros and step 0 when it has
+/// taken no step with this engine yet) and its kind and hyper-parameters.
 void save_checkpoint(const std::string& path, const Engine& engine, const Optimizer* optimizer = nullptr,
                      const std::map<std::string, std::string>& user_metadata = {});
 
-// Resumes from a checkpoint of save_checkpoint: the parameters go into the
-// engine's model (and to the GPU when the engine runs there), train_steps()
-// is restored, and with `optimizer` the saved state is adopted by it and
-// handed to the engine, so that the next train_step(batch, *optimizer)
-// continues exactly where the saved run was (bit for bit, given the same
-// batches and hyper-parameters; the optimizer's own settings are kept, the
-// saved ones are only recorded). Without `optimizer` the engine's optimizer
-// state is cleared (the next step starts a fresh one). Returns the user's
-// metadata. The file must hold optimizer state when `optimizer` is given, of
-// the same kind and slots.
+/// Resumes from a checkpoint of save_checkpoint: the parameters go into the
+/// engine's model (and to the GPU when the engine runs there), train_steps()
+/// is restored, and with `optimizer` the saved state is adopted by it and
+/// handed to the engine, so that the next train_step(batch, *optimizer)
+/// continues exactly where the saved run was (bit for bit, given the same
+/// batches and hyper-parameters; the optimizer's own settings are kept, the
+/// saved ones are only recorded). Without `optimizer` the engine's optimizer
+/// state is cleared (the next step starts a fresh one). Returns the user's
+/// metadata. The file must hold optimizer state when `optimizer` is given, of
+/// the same kind and slots.
 std::map<std::string, std::string> load_checkpoint(const std::string& path, Engine& engine,
                                                     Optimizer* optimizer = nullptr);
 
-// Parameters only, as PyTorch's safetensors.torch.save_file(model.state_dict())
-// writes them: one F32 tensor per parameter, named and shaped as it, the
-// checksums ("vjit.checksum", "vjit.crc32.<name>", as above) and `metadata`
-// (keys not starting with "vjit.") when given.
+/// Parameters only, as PyTorch's safetensors.torch.save_file(model.state_dict())
+/// writes them: one F32 tensor per parameter, named and shaped as it, the
+/// checksums ("vjit.checksum", "vjit.crc32.<name>", as above) and `metadata`
+/// (keys not starting with "vjit.") when given.
 void save_parameters(const std::string& path, const Model& model,
                      const std::map<std::string, std::string>& metadata = {});
-// Reads the parameters from any safetensors file with exactly one F32 tensor
-// per parameter of the model, of its name and shape, and no other tensors
-// (of a vjit checkpoint, the optimizer.* tensors are skipped); metadata is
-// not needed. An engine running on the GPU needs Engine::upload_parameters()
-// afterwards.
+/// Reads the parameters from any safetensors file with exactly one F32 tensor
+/// per parameter of the model, of its name and shape, and no other tensors
+/// (of a vjit checkpoint, the optimizer.* tensors are skipped); metadata is
+/// not needed. An engine running on the GPU needs Engine::upload_parameters()
+/// afterwards.
 void load_parameters(const std::string& path, Model& model);
 
 }  // namespace vjit

@@ -72,72 +72,77 @@
 
 namespace vjit {
 
-// Time and bytes spent in collectives since the communicator was made.
+/// Time and bytes spent in collectives since the communicator was made.
 struct CommStats {
-  int64_t collectives = 0;
-  int64_t bytes_sent = 0;  // this rank's contributions, summed
-  double seconds = 0;      // wall time inside collectives (waiting for the slowest rank included);
-                           // of a started sum (start_sum), the time in its start, tests and wait
+  int64_t collectives = 0;  ///< collectives this rank took part in
+  int64_t bytes_sent = 0;  ///< this rank's contributions, summed
+  double seconds = 0;      ///< wall time inside collectives (waiting for the slowest rank included);
+                           ///< of a started sum (start_sum), the time in its start, tests and wait
 };
 
+/// A communicator over the processes of an MPI job: the collectives of
+/// data-parallel training (Engine::set_distributed). Without MPI, or run
+/// without mpirun, it is one process (rank 0 of 1).
 class Distributed {
  public:
-  // The dense gradients go in buckets of this many floats (4 MiB).
+  /// The dense gradients go in buckets of this many floats (4 MiB).
   static constexpr int64_t kBucketFloats = int64_t(1) << 20;
 
-  // The communicator over every process of the job (MPI_COMM_WORLD), made once
-  // per process; MPI is initialised on the first call and finalised at exit.
-  // `options` gives deterministic and dist_timeout.
+  /// The communicator over every process of the job (MPI_COMM_WORLD), made once
+  /// per process; MPI is initialised on the first call and finalised at exit.
+  /// `options` gives deterministic and dist_timeout.
   static std::shared_ptr<Distributed> world(const Options& options = Options::from_env());
-  // True when vjit was built with MPI.
+  /// True when vjit was built with MPI.
   static bool available();
-  // True when this process was started by mpirun with more than one process
-  // (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_SIZE > 1 in the environment).
+  /// True when this process was started by mpirun with more than one process
+  /// (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_SIZE > 1 in the environment).
   static bool launched_with_several_processes();
 
   ~Distributed();
   Distributed(const Distributed&) = delete;
   Distributed& operator=(const Distributed&) = delete;
 
-  int rank() const;
-  int size() const;
-  bool deterministic() const;
+  int rank() const;           ///< this process's rank, 0 to size() − 1
+  int size() const;           ///< the processes of the job
+  bool deterministic() const; ///< sums in rank order (Options::deterministic)
 
-  // In place: data becomes the element-wise sum over all ranks (every rank
-  // passes the same length). Deterministic: summed in rank order.
+  /// In place: data becomes the element-wise sum over all ranks (every rank
+  /// passes the same length). Deterministic: summed in rank order.
   void allreduce_sum(std::span<float> data);
-  // The sum over all ranks of one value, in rank order.
+  /// The sum over all ranks of one value, in rank order.
   double allreduce_sum(double value);
 
-  // The same sum as allreduce_sum(data), not waited for: it progresses while
-  // test_sum or wait_sum is called (the overlap of the gradient exchange with
-  // the backward pass, Options::dist_overlap). `data` (at most kBucketFloats
-  // floats) must stay alive and untouched until wait_sum returns; every rank
-  // starts its sums in the same order. Returns the sum's ticket. Deterministic:
-  // the ranks' data are gathered, and added in rank order by wait_sum.
+  /// The same sum as allreduce_sum(data), not waited for: it progresses while
+  /// test_sum or wait_sum is called (the overlap of the gradient exchange with
+  /// the backward pass, Options::dist_overlap). `data` (at most kBucketFloats
+  /// floats) must stay alive and untouched until wait_sum returns; every rank
+  /// starts its sums in the same order. Returns the sum's ticket. Deterministic:
+  /// the ranks' data are gathered, and added in rank order by wait_sum.
   int64_t start_sum(std::span<float> data);
-  // Lets every started sum progress (MPI_Test); true when `ticket`'s is complete.
-  // Throws DistributedError when a sum was started more than dist_timeout ago.
+  /// Lets every started sum progress (MPI_Test); true when `ticket`'s is complete.
+  /// Throws DistributedError when a sum was started more than dist_timeout ago.
   bool test_sum(int64_t ticket);
-  // Waits for `ticket`'s sum (bounded by dist_timeout from its start); data then
-  // holds the sum. A ticket is waited for once; when no sum is left pending,
-  // tickets start again from 0.
+  /// Waits for `ticket`'s sum (bounded by dist_timeout from its start); data then
+  /// holds the sum. A ticket is waited for once; when no sum is left pending,
+  /// tickets start again from 0.
   void wait_sum(int64_t ticket);
-  // Every rank gets root's data (the same length on every rank).
+  /// Every rank gets root's data (the same length on every rank).
   void broadcast(std::span<float> data, int root = 0);
-  // The same for raw bytes (an NCCL unique id, runtime/nccl.h).
+  /// The same for raw bytes (an NCCL unique id, runtime/nccl.h).
   void broadcast_bytes(std::span<uint8_t> data, int root = 0);
-  void barrier();
-  // Gathers a variable-length contribution of every rank, concatenated in rank
-  // order; counts[r] says how many elements came from rank r.
+  void barrier();  ///< returns once every rank called it
+  /// Gathers a variable-length contribution of every rank, concatenated in rank
+  /// order; counts[r] says how many elements came from rank r.
+  /// @{
   void allgather(std::span<const int32_t> mine, std::vector<int32_t>& all, std::vector<int64_t>& counts);
   void allgather(std::span<const float> mine, std::vector<float>& all, std::vector<int64_t>& counts);
+  /// @}
 
-  // This rank's share of a global batch: the samples [rank·B/N, (rank+1)·B/N).
+  /// This rank's share of a global batch: the samples [rank·B/N, (rank+1)·B/N).
   GraphBatch shard(const GraphBatch& global) const;
 
-  const CommStats& stats() const;
-  void reset_stats();
+  const CommStats& stats() const;  ///< since the communicator was made or reset_stats()
+  void reset_stats();              ///< zeroes stats()
 
  private:
   struct Impl;

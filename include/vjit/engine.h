@@ -47,198 +47,229 @@ namespace jit {
 class EngineAccess;  // jit/engine_access.h: the engine's lock held across a checkpoint's save or load
 }  // namespace jit
 
-// Counters and times, summed over the calls since the last reset_stats().
+/// Counters and times, summed over the calls since the last reset_stats().
 struct EngineStats {
-  int64_t batches = 0;
-  int64_t vertices = 0;
-  int64_t tasks = 0;             // forward tasks (the backward replays them)
-  int64_t lower_bound = 0;       // Σ of each batch's ED-Batch lower bound on tasks, when
-                                 // Engine::track_lower_bound(true) or VJIT_PROFILE asked for it (else 0)
-  int64_t fsm_fallbacks = 0;
-  int64_t kernels = 0;           // node executions that did work, forward and backward
-  int64_t gemm_calls = 0;
-  double gemm_flops = 0;         // 2·m·n·k summed over every GEMM
-  // What the batches needed, not what was executed: for each vertex, the flops
-  // of its type's F (and of ∂F when backward() ran), counted on the Program's
-  // own functions before any merging, fusion or recomputation (rule in
-  // ir/flops.h: MatMul 2·m·n·k, Outer m·n, a weight gradient's add m·n,
-  // elementwise 1 per element, softmax 4 per class, data movement 0).
+  int64_t batches = 0;           ///< batches run (each growth round counts one)
+  int64_t vertices = 0;          ///< their vertices
+  int64_t tasks = 0;             ///< forward tasks (the backward replays them)
+  int64_t lower_bound = 0;       ///< Σ of each batch's ED-Batch lower bound on tasks, when
+                                 ///< Engine::track_lower_bound(true) or VJIT_PROFILE asked for it (else 0)
+  int64_t fsm_fallbacks = 0;     ///< policy "fsm": scheduling steps its table did not decide
+  int64_t kernels = 0;           ///< node executions that did work, forward and backward
+  int64_t gemm_calls = 0;        ///< matrix products run (forward and backward)
+  double gemm_flops = 0;         ///< 2·m·n·k summed over every GEMM
+  /// What the batches needed, not what was executed: for each vertex, the flops
+  /// of its type's F (and of ∂F when backward() ran), counted on the Program's
+  /// own functions before any merging, fusion or recomputation (rule in
+  /// ir/flops.h: MatMul 2·m·n·k, Outer m·n, a weight gradient's add m·n,
+  /// elementwise 1 per element, softmax 4 per class, data movement 0).
   double useful_flops = 0;
-  int64_t param_grad_gemms = 0;  // GEMMs accumulating weight gradients
-  int64_t copy_calls = 0;
-  int64_t copy_bytes = 0;         // gathers, their gradients, pulls, pushes, embedding gradients
-  // Bytes moved only because of where values lie (VJIT_MEMPLAN decides them):
-  // gathers that are not views, their gradients, and Concat arguments not laid
-  // out in place. A subset of copy_bytes, except the Concat copies.
+  int64_t param_grad_gemms = 0;  ///< GEMMs accumulating weight gradients
+  int64_t copy_calls = 0;        ///< row copies run (see copy_bytes)
+  int64_t copy_bytes = 0;         ///< gathers, their gradients, pulls, pushes, embedding gradients
+  /// Bytes moved only because of where values lie (VJIT_MEMPLAN decides them):
+  /// gathers that are not views, their gradients, and Concat arguments not laid
+  /// out in place. A subset of copy_bytes, except the Concat copies.
   int64_t layout_copy_bytes = 0;
-  // Matmul merging (VJIT_MERGE_MATMULS) runs products that share an operand
-  // as one GEMM over their weights stacked in one block; on the CPU the
-  // weights are copied there once per pass and vertex type that reads them
-  // (each Param keeps its own memory in the Model). Not in copy_bytes.
+  /// Matmul merging (VJIT_MERGE_MATMULS) runs products that share an operand
+  /// as one GEMM over their weights stacked in one block; on the CPU the
+  /// weights are copied there once per pass and vertex type that reads them
+  /// (each Param keeps its own memory in the Model). Not in copy_bytes.
   int64_t stacked_weight_bytes = 0;
-  int64_t gather_views = 0;
-  // VJIT_PRETRANSPOSE: weights the CPU executor copied transposed, once per
-  // forward pass each, so that the GEMMs that multiply many rows by them read
-  // an untransposed operand.
+  int64_t gather_views = 0;      ///< gathers that read their rows in place (a view) instead of copying them
+  /// VJIT_PRETRANSPOSE: weights the CPU executor copied transposed, once per
+  /// forward pass each, so that the GEMMs that multiply many rows by them read
+  /// an untransposed operand.
   int64_t pretransposed_weights = 0;
-  // VJIT_MEMPLAN=pqtree: the alignment constraints it posed (a task's children
-  // in one gather slot, consecutive and in the task's order) and how many hold.
-  int64_t aligned_batches = 0, aligned_satisfied = 0;      // (task, slot) gathers read in place instead of copied
-  // Seconds: validating, flattening and scheduling a batch; laying it out in
-  // memory (the memory planner); gather/pull/push/scatter-gradient copies;
-  // GEMMs; elementwise and other kernels; the optimizer's update.
+  /// VJIT_MEMPLAN=pqtree: the alignment constraints it posed (a task's children
+  /// in one gather slot, consecutive and in the task's order) and how many hold.
+  /// @{
+  int64_t aligned_batches = 0, aligned_satisfied = 0;
+  /// @}
+  /// Seconds: validating, flattening and scheduling a batch; laying it out in
+  /// memory (the memory planner); gather/pull/push/scatter-gradient copies;
+  /// GEMMs; elementwise and other kernels; the optimizer's update.
+  /// @{
   double schedule_s = 0, plan_s = 0, copy_s = 0, gemm_s = 0, elementwise_s = 0, optimizer_s = 0;
-  // Seconds running the forward and backward tasks (the executor's part of a
-  // call: copy_s, gemm_s and elementwise_s are parts of these two), and the
-  // wall time of the public calls (forward, backward, train_step, infer),
-  // which every phase above is a part of.
+  /// @}
+  /// Seconds running the forward and backward tasks (the executor's part of a
+  /// call: copy_s, gemm_s and elementwise_s are parts of these two), and the
+  /// wall time of the public calls (forward, backward, train_step, infer),
+  /// which every phase above is a part of.
+  /// @{
   double forward_s = 0, backward_s = 0, call_s = 0;
-  // Graphs that grow (vjit/growth.h): the rounds run (each is also counted in
-  // batches, vertices and tasks above) and the vertices the callbacks added.
+  /// @}
+  /// Graphs that grow (vjit/growth.h): the rounds run (each is also counted in
+  /// batches, vertices and tasks above) and the vertices the callbacks added.
+  /// @{
   int64_t growth_rounds = 0;
   int64_t grown_vertices = 0;
-  // Data-parallel training (vjit/distributed.h): the buckets of dense
-  // gradients summed over the ranks, and those whose sum started during the
-  // backward pass (VJIT_DIST_OVERLAP).
+  /// @}
+  /// Data-parallel training (vjit/distributed.h): the buckets of dense
+  /// gradients summed over the ranks, and those whose sum started during the
+  /// backward pass (VJIT_DIST_OVERLAP).
+  /// @{
   int64_t dist_buckets = 0, dist_buckets_overlapped = 0;
-  // The primitives the device ran (vjit/primitive.h), by kind: GEMMs, fused
-  // kernels, row copies, ..., optimizer steps. VJIT_LOG=primitives prints
-  // each call's list.
+  /// @}
+  /// The primitives the device ran (vjit/primitive.h), by kind: GEMMs, fused
+  /// kernels, row copies, ..., optimizer steps. VJIT_LOG=primitives prints
+  /// each call's list.
   PrimitiveCounts primitives;
 };
 
-// What building the engine's plans cost and made.
+/// What building the engine's plans cost and made.
 struct CompileInfo {
-  int fused_groups = 0;      // fused elementwise kernels in the plans (F and ∂F)
-  // Fused groups of F whose inference kernel (VJIT_INFER_KERNELS) writes fewer
-  // outputs than the training kernel, or is skipped: an infer() runs those.
+  int fused_groups = 0;      ///< fused elementwise kernels in the plans (F and ∂F)
+  /// Fused groups of F whose inference kernel (VJIT_INFER_KERNELS) writes fewer
+  /// outputs than the training kernel, or is skipped: an infer() runs those.
   int inference_kernels = 0;
-  // Fused groups of ∂F with a kernel that adds gradient parts into the
-  // children's rows (VJIT_ACCUMULATE_GRADIENTS).
+  /// Fused groups of ∂F with a kernel that adds gradient parts into the
+  /// children's rows (VJIT_ACCUMULATE_GRADIENTS).
   int accumulating_kernels = 0;
-  // Distinct stacked weights of merged products in the plans (ir/merge_matmuls.h),
-  // and of them those the Model holds as one block, read in place with no copy
-  // (VJIT_PARAM_LAYOUT, runtime/param_layout.h; the CUDA executor stacks its own).
+  /// Distinct stacked weights of merged products in the plans (ir/merge_matmuls.h),
+  /// and of them those the Model holds as one block, read in place with no copy
+  /// (VJIT_PARAM_LAYOUT, runtime/param_layout.h; the CUDA executor stacks its own).
+  /// @{
   int stacked_weights = 0;
   int stacked_in_place = 0;
-  int64_t jit_compiles = 0;  // kernels compiled for this engine, a CUDA plan's module counting one (the rest were cache hits)
-  int64_t jit_cache_hits = 0;
-  double jit_compile_s = 0;
-  double lower_s = 0;        // the whole lowering, compiles included
+  /// @}
+  int64_t jit_compiles = 0;  ///< kernels compiled for this engine, a CUDA plan's module counting one (the rest were cache hits)
+  int64_t jit_cache_hits = 0;    ///< kernels of the plans found compiled in the process's kernel cache
+  double jit_compile_s = 0;      ///< seconds compiling kernels (a part of lower_s)
+  double lower_s = 0;        ///< the whole lowering, compiles included
 };
 
+/// Runs batches of graphs through a Program's vertex functions, compiled
+/// once into plans: forward, backward, train_step, infer. See the comment at
+/// the top of vjit/engine.h for threads.
 class Engine {
  public:
+  /// Lowers and compiles every vertex type of `program` with `options` (by
+  /// default the VJIT_* variables). The program, and the Model it reads, must
+  /// outlive the engine. With VJIT_PARAM_LAYOUT on, building it may move the
+  /// Model's values to another place in the Model's block (Model::arrange,
+  /// values unchanged): take pointers or spans into ParamData::value after
+  /// building the engines of a Model, not before.
   explicit Engine(const Program& program, Options options = Options::from_env());
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Runs F over the batch. Returns the objective; last_result() holds it with
-  // the pushed values. The engine keeps what backward() needs, so the batch
-  // may be destroyed once forward() returns.
+  /// Runs F over the batch. Returns the objective; last_result() holds it with
+  /// the pushed values. The engine keeps what backward() needs, so the batch
+  /// may be destroyed once forward() returns.
   double forward(const GraphBatch& batch, const RunOptions& options = {});
-  // ∂F for the last forward (which must have had RunOptions::backward set); the
-  // gradients are then in gradients().
+  /// ∂F for the last forward (which must have had RunOptions::backward set); the
+  /// gradients are then in gradients().
   void backward();
-  // forward (training, a fresh dropout seed per step), backward, optimizer step.
-  // When the step fails (a non-finite gradient) after a forward pass whose
-  // objective is not finite, the UserError also names the first non-finite
-  // value of that pass (sample, vertex, op): the engine runs it again with the
-  // check of VJIT_CHECK_FINITE, on the CPU, only then.
+  /// forward (training, a fresh dropout seed per step), backward, optimizer step.
+  /// When the step fails (a non-finite gradient) after a forward pass whose
+  /// objective is not finite, the UserError also names the first non-finite
+  /// value of that pass (sample, vertex, op): the engine runs it again with the
+  /// check of VJIT_CHECK_FINITE, on the CPU, only then.
   double train_step(const GraphBatch& batch, Optimizer& optimizer);
-  // Data-parallel training (vjit/distributed.h): with a communicator of more
-  // than one process set, train_step runs forward and backward on this
-  // process's share of the global batch, replaces the gradients by their sums
-  // over all ranks (dense parameters bucketed, embedding tables by touched
-  // rows), takes the optimizer step on the summed gradients, and returns the
-  // global batch's objective; last_result()'s pushes stay this shard's. Null
-  // (the default) trains alone. On the CPU and CUDA executors (on GPUs the
-  // dense sums go through NCCL where built: Options::dist_nccl).
+  /// Data-parallel training (vjit/distributed.h): with a communicator of more
+  /// than one process set, train_step runs forward and backward on this
+  /// process's share of the global batch, replaces the gradients by their sums
+  /// over all ranks (dense parameters bucketed, embedding tables by touched
+  /// rows), takes the optimizer step on the summed gradients, and returns the
+  /// global batch's objective; last_result()'s pushes stay this shard's. Null
+  /// (the default) trains alone. On the CPU and CUDA executors (on GPUs the
+  /// dense sums go through NCCL where built: Options::dist_nccl).
+  /// @{
   void set_distributed(std::shared_ptr<Distributed> comm);
   std::shared_ptr<Distributed> distributed() const;
-  // Forward without dropout or gradients; returns objective and pushed values.
-  // With Options::infer_shards > 1 (VJIT_INFER_SHARDS) on the CPU, the batch is
-  // inferred in that many groups of consecutive samples at once, each by an
-  // engine of its own on one thread; the results come back in sample order,
-  // and growth callbacks of different groups run concurrently.
+  /// @}
+  /// Forward without dropout or gradients; returns objective and pushed values.
+  /// With Options::infer_shards > 1 (VJIT_INFER_SHARDS) on the CPU, the batch is
+  /// inferred in that many groups of consecutive samples at once, each by an
+  /// engine of its own on one thread; the results come back in sample order,
+  /// and growth callbacks of different groups run concurrently.
   Evaluation<float> infer(const GraphBatch& batch);
 
-  // Graphs that grow during execution (vjit/growth.h): after each round of a
-  // forward, `callback` is called for every vertex of `type` that round
-  // evaluated first, and may add vertices to its sample; the rounds go on
-  // until none is added. A null callback makes the type static again.
-  // UserError for a type outside the program.
+  /// Graphs that grow during execution (vjit/growth.h): after each round of a
+  /// forward, `callback` is called for every vertex of `type` that round
+  /// evaluated first, and may add vertices to its sample; the rounds go on
+  /// until none is added. A null callback makes the type static again.
+  /// UserError for a type outside the program.
   void set_growth(int type, GrowthCallback callback);
-  // The most vertices growth may bring one sample to (default 4096): an
-  // add_vertex past it is a UserError, so a callback that never stops fails
-  // instead of running forever.
+  /// The most vertices growth may bring one sample to (default 4096): an
+  /// add_vertex past it is a UserError, so a callback that never stops fails
+  /// instead of running forever.
   void set_growth_limit(int max_vertices_per_sample);
-  // The last forward's batch as it ended, with every vertex growth added: the
-  // graph last_result() and gradients() belong to. UserError when the last
-  // forward had no growing type (its batch is the caller's own).
+  /// The last forward's batch as it ended, with every vertex growth added: the
+  /// graph last_result() and gradients() belong to. UserError when the last
+  /// forward had no growing type (its batch is the caller's own).
   const GraphBatch& grown_batch() const;
 
-  // The last forward's objective and pushes; UserError before any forward.
+  /// The last forward's objective and pushes; UserError before any forward.
   const Evaluation<float>& last_result() const;
-  // One vector per parameter, in the model's order; UserError before any backward.
+  /// One vector per parameter, in the model's order; UserError before any backward.
   const std::vector<std::vector<float>>& gradients() const;
-  // Per parameter, the rows of gradients() that may be non-zero: the rows of
-  // each embedding table the batch looked up (sorted), every row of the others.
-  // Pass it to Optimizer::step after a backward() of your own for the update
-  // train_step makes (only the touched rows of embedding tables: LazyAdam).
+  /// Per parameter, the rows of gradients() that may be non-zero: the rows of
+  /// each embedding table the batch looked up (sorted), every row of the others.
+  /// Pass it to Optimizer::step after a backward() of your own for the update
+  /// train_step makes (only the touched rows of embedding tables: LazyAdam).
   const std::vector<GradientRows>& gradient_rows() const;
 
-  // The program the engine runs, and through it the Model it trains.
+  /// The program the engine runs, and through it the Model it trains.
   const Program& program() const;
 
-  // Training state beside the Model's values, for checkpoints (vjit/checkpoint.h).
-  // The optimizer state the engine keeps for its parameters (a copy, brought
-  // back from the GPU when it lives there), and its replacement: pass a state
-  // the optimizer adopted (Optimizer::adopt) for its next train_step to
-  // continue it.
+  /// Training state beside the Model's values, for checkpoints (vjit/checkpoint.h).
+  /// The optimizer state the engine keeps for its parameters (a copy, brought
+  /// back from the GPU when it lives there), and its replacement: pass a state
+  /// the optimizer adopted (Optimizer::adopt) for its next train_step to
+  /// continue it.
+  /// @{
   OptimizerState optimizer_state() const;
   void set_optimizer_state(OptimizerState state);
-  // How many train_step calls this engine made: each draws its dropout seed
-  // from this count, so a resumed run sets it to continue the same masks.
+  /// @}
+  /// How many train_step calls this engine made: each draws its dropout seed
+  /// from this count, so a resumed run sets it to continue the same masks.
+  /// @{
   uint64_t train_steps() const;
   void set_train_steps(uint64_t steps);
-  // Copies the Model's values to where the engine keeps the parameters, after
-  // they were changed from outside (e.g. by load_parameters). On the CPU the
-  // engine reads the Model itself and this does nothing; on the GPU it uploads.
+  /// @}
+  /// Copies the Model's values to where the engine keeps the parameters, after
+  /// they were changed from outside (e.g. by load_parameters). On the CPU the
+  /// engine reads the Model itself and this does nothing; on the GPU it uploads.
   void upload_parameters();
 
-  EngineStats stats() const;  // a copy, taken under the engine's lock
-  // The memory planner that lays batches out (VJIT_MEMPLAN): options().memplan,
-  // except auto's choice once made ("copy" or "pqtree"; "auto" while the two
-  // still take turns, its first 8 timed batches), and "copy" for auto on the GPU.
+  EngineStats stats() const;  ///< a copy, taken under the engine's lock
+  /// The memory planner that lays batches out (VJIT_MEMPLAN): options().memplan,
+  /// except auto's choice once made ("copy" or "pqtree"; "auto" while the two
+  /// still take turns, its first 8 timed batches), and "copy" for auto on the GPU.
   std::string memory_planner() const;
-  // Computes each batch's ED-Batch lower bound into stats().lower_bound (a
-  // diagnostic that costs a pass over the batch; off by default).
+  /// Computes each batch's ED-Batch lower bound into stats().lower_bound (a
+  /// diagnostic that costs a pass over the batch; off by default).
   void track_lower_bound(bool on);
-  const CompileInfo& compile_info() const;
-  void reset_stats();
-  const Options& options() const;
+  const CompileInfo& compile_info() const;  ///< what building the plans cost and made
+  void reset_stats();                       ///< zeroes stats()
+  const Options& options() const;           ///< the options it was built with
 
-  // VJIT_TRACE: writes the trace recorded so far to Options::trace_path now
-  // (the destructor writes it too). UserError when tracing is off or the file
-  // cannot be written.
+  /// VJIT_TRACE: writes the trace recorded so far to Options::trace_path now
+  /// (the destructor writes it too). UserError when tracing is off or the file
+  /// cannot be written.
   void flush_trace();
 
-  // The learned policy used when options().policy is "fsm" (ED-Batch learns
-  // one per program). Without one, the engine loads it at start from
-  // options().cache_dir when a policy for this program was saved there, and
-  // otherwise learns it on the first batch it sees (and saves it there). A policy
-  // learned for another number of vertex types than the program's is refused
-  // (UserError naming both counts) and the one in place kept; a cached one is
-  // set aside and learned again.
+  /// The learned policy used when options().policy is "fsm" (ED-Batch learns
+  /// one per program). Without one, the engine loads it at start from
+  /// options().cache_dir when a policy for this program was saved there, and
+  /// otherwise learns it on the first batch it sees (and saves it there). A policy
+  /// learned for another number of vertex types than the program's is refused
+  /// (UserError naming both counts) and the one in place kept; a cached one is
+  /// set aside and learned again.
+  /// @{
   void set_fsm_policy(std::shared_ptr<const FsmPolicy> policy);
   std::shared_ptr<const FsmPolicy> fsm_policy() const;
-  // Learns the policy on `batch` (ED-Batch samples 32 instances of it).
+  /// @}
+  /// Learns the policy on `batch` (ED-Batch samples 32 instances of it).
   std::shared_ptr<const FsmPolicy> learn_fsm_policy(const GraphBatch& batch);
-  // Saves with the program's signature; load rejects a file of another program.
+  /// Saves with the program's signature; load rejects a file of another program.
+  /// @{
   void save_fsm_policy(const std::string& path) const;
   void load_fsm_policy(const std::string& path);
+  /// @}
 
  private:
   friend class jit::EngineAccess;

@@ -23,16 +23,16 @@ class InternalError : public Error {
   using Error::Error;
 };
 
-// A collective of data-parallel training that did not complete: a rank died,
-// hung past VJIT_DIST_TIMEOUT or failed (vjit/distributed.h, and NCCL's sums
-// on the GPU).
+/// A collective of data-parallel training that did not complete: a rank died,
+/// hung past VJIT_DIST_TIMEOUT or failed (vjit/distributed.h, and NCCL's sums
+/// on the GPU).
 class DistributedError : public UserError {
  public:
   using UserError::UserError;
 };
 
 namespace detail {
-// Collects a message with operator<< and converts to std::string.
+/// Collects a message with operator<< and converts to std::string.
 class Message {
  public:
   template <typename T>

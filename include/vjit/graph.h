@@ -26,33 +26,38 @@
 
 namespace vjit {
 
+/// One vertex of a sample: its type, its children and its own inputs.
 struct Vertex {
-  int type = 0;
-  std::vector<int> children;  // indices into the same sample, in slot order
-  int token = -1;
-  int label = -1;
-  std::vector<float> features;
+  int type = 0;  ///< the vertex type, an index into the Program's types (Program::type_index)
+  std::vector<int> children;  ///< indices into the same sample, in slot order
+  int token = -1;  ///< row of the pull_embedding table; -1: none
+  int label = -1;  ///< the label a per-vertex loss reads; -1: no label here
+  std::vector<float> features;  ///< the row pull() reads (its width is the type's)
 };
 
+/// One input graph: a DAG of typed vertices (in any order; the engine orders them).
 struct Sample {
-  std::string name;  // used in error messages; empty means "sample <index>"
-  std::vector<Vertex> vertices;
+  std::string name;  ///< used in error messages; empty means "sample <index>"
+  std::vector<Vertex> vertices;  ///< children are indices into this vector
 
+  /// Appends a vertex and returns its index.
   int add_vertex(int type, std::vector<int> children = {}, int token = -1, int label = -1) {
     vertices.push_back(Vertex{type, std::move(children), token, label, {}});
     return int(vertices.size()) - 1;
   }
 };
 
+/// The samples one call of the engine runs together.
 struct GraphBatch {
-  std::vector<Sample> samples;
-  // The index of samples[0] in the global batch this one was cut from
-  // (Distributed::shard sets it; 0 for a whole batch). Dropout masks are drawn
-  // per (global sample index, vertex, op, element), so each rank's shard draws
-  // the masks the whole batch would: data-parallel training with dropout equals
-  // one process training on the global batch.
+  std::vector<Sample> samples;  ///< in sample order; results are indexed by it
+  /// The index of samples[0] in the global batch this one was cut from
+  /// (Distributed::shard sets it; 0 for a whole batch). Dropout masks are drawn
+  /// per (global sample index, vertex, op, element), so each rank's shard draws
+  /// the masks the whole batch would: data-parallel training with dropout equals
+  /// one process training on the global batch.
   int first_sample = 0;
 
+  /// The vertices of all samples.
   int64_t num_vertices() const {
     int64_t n = 0;
     for (const Sample& s : samples) n += int64_t(s.vertices.size());
@@ -60,21 +65,21 @@ struct GraphBatch {
   }
 };
 
-// What a vertex type requires of the graph, exported by a Program so that
-// graphs are checked without the graph code knowing the IR.
+/// What a vertex type requires of the graph, exported by a Program so that
+/// graphs are checked without the graph code knowing the IR.
 struct TypeSignature {
-  std::string name;
-  int fixed_arity = 0;        // number of gather(k) slots: children 0..fixed_arity-1
-  bool variadic = false;      // gather_sum / gather_all take any number of children after the fixed ones
-  int max_children = -1;      // upper bound on the variadic children, for gather_all (-1: none)
-  std::vector<Shape> slot_shapes;  // expected scatter shape of child k (k < fixed_arity)
-  Shape variadic_shape;       // expected scatter shape of each variadic child (k >= fixed_arity)
-  bool scatters = false;
-  Shape scatter_shape;
-  int feature_width = -1;     // pull() width; -1 when the type does not pull
-  int vocab_size = -1;        // rows of the pull_embedding table; -1 when unused
-  bool needs_label = false;   // has a per-vertex loss that reads the label
-  int num_classes = -1;       // label range for softmax_cross_entropy
+  std::string name;  ///< the type's name (Program::type_name)
+  int fixed_arity = 0;        ///< number of gather(k) slots: children 0..fixed_arity-1
+  bool variadic = false;      ///< gather_sum / gather_all take any number of children after the fixed ones
+  int max_children = -1;      ///< upper bound on the variadic children, for gather_all (-1: none)
+  std::vector<Shape> slot_shapes;  ///< expected scatter shape of child k (k < fixed_arity)
+  Shape variadic_shape;       ///< expected scatter shape of each variadic child (k >= fixed_arity)
+  bool scatters = false;  ///< whether the type scatters a value for its parents to gather
+  Shape scatter_shape;  ///< the shape it scatters, when it does
+  int feature_width = -1;     ///< pull() width; -1 when the type does not pull
+  int vocab_size = -1;        ///< rows of the pull_embedding table; -1 when unused
+  bool needs_label = false;   ///< has a per-vertex loss that reads the label
+  int num_classes = -1;       ///< label range for softmax_cross_entropy
 };
 
 }  // namespace vjit

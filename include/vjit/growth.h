@@ -43,30 +43,30 @@
 
 namespace vjit {
 
-// What a growth callback sees of one just-evaluated vertex, and how it adds
-// vertices to that vertex's sample.
+/// What a growth callback sees of one just-evaluated vertex, and how it adds
+/// vertices to that vertex's sample.
 class GrowthStep {
  public:
-  // `pushes` holds the vertex's values at (pushed_sample, pushed_vertex): the
-  // batch a round ran may hold only the samples still growing, and only the
-  // vertices it evaluated.
+  /// `pushes` holds the vertex's values at (pushed_sample, pushed_vertex): the
+  /// batch a round ran may hold only the samples still growing, and only the
+  /// vertices it evaluated.
   GrowthStep(Sample& sample, int sample_index, int pushed_sample, int vertex, int pushed_vertex,
              const PushedValues<float>& pushes, int num_types, int max_vertices)
       : sample_(sample), sample_index_(sample_index), pushed_sample_(pushed_sample), vertex_(vertex),
         pushed_vertex_(pushed_vertex), pushes_(pushes), num_types_(num_types), max_vertices_(max_vertices) {}
 
-  int sample_index() const { return sample_index_; }  // in the batch passed to the engine
-  int vertex() const { return vertex_; }    // its index in the sample
-  const Sample& sample() const { return sample_; }  // as grown so far
-  int num_pushes() const { return pushes_.count(pushed_sample_, pushed_vertex_); }
-  std::span<const float> push(int k) const { return pushes_.at(pushed_sample_, pushed_vertex_, k); }
+  int sample_index() const { return sample_index_; }  ///< in the batch passed to the engine
+  int vertex() const { return vertex_; }    ///< its index in the sample
+  const Sample& sample() const { return sample_; }  ///< as grown so far
+  int num_pushes() const { return pushes_.count(pushed_sample_, pushed_vertex_); }  ///< how many values the vertex pushed
+  std::span<const float> push(int k) const { return pushes_.at(pushed_sample_, pushed_vertex_, k); }  ///< its k-th pushed value, flattened row-major
 
-  // Adds a vertex to this sample and returns its index. Throws UserError for a
-  // type outside the program, a child index that does not exist yet, or a
-  // sample already at the engine's growth limit. The rest (arity, shapes,
-  // tokens, labels) is checked with the next round's batch.
+  /// Adds a vertex to this sample and returns its index. Throws UserError for a
+  /// type outside the program, a child index that does not exist yet, or a
+  /// sample already at the engine's growth limit. The rest (arity, shapes,
+  /// tokens, labels) is checked with the next round's batch.
   int add_vertex(int type, std::vector<int> children = {}, int token = -1, int label = -1);
-  int add_vertex(Vertex vertex);
+  int add_vertex(Vertex vertex);  ///< the same, for a whole Vertex (features included)
 
  private:
   Sample& sample_;

@@ -140,17 +140,17 @@ enum class Op : uint8_t {
 
 enum class OpKind : uint8_t { Source, Unary, Binary, Shape, Reduce, Contract, Loss, Sink };
 
-// How the executor runs an op (see the table above). Scatter is Compute with no
-// work: its operand's rows are what the parents gather.
+/// How the executor runs an op (see the table above). Scatter is Compute with no
+/// work: its operand's rows are what the parents gather.
 enum class ExecClass : uint8_t { View, Copy, Compute };
 
-// Which scatter gradients a GatherGrad adds its operand into.
+/// Which scatter gradients a GatherGrad adds its operand into.
 enum class GatherGradTarget : uint8_t {
-  Slot,           // child `child_slot`'s (the gradient of Gather)
-  EveryVariadic,  // every variadic child's (the gradient of GatherSum)
-  VariadicRows,   // row k into variadic child k's (the gradient of GatherAll)
+  Slot,           ///< child `child_slot`'s (the gradient of Gather)
+  EveryVariadic,  ///< every variadic child's (the gradient of GatherSum)
+  VariadicRows,   ///< row k into variadic child k's (the gradient of GatherAll)
 };
-const char* target_name(GatherGradTarget target);  // "slot", "every_variadic", "variadic_rows"
+const char* target_name(GatherGradTarget target);  ///< "slot", "every_variadic", "variadic_rows"
 std::ostream& operator<<(std::ostream& out, GatherGradTarget target);
 
 // The attributes of a node: X(Attr, Node field, name in the text form).
@@ -175,33 +175,35 @@ enum class Attr : uint8_t {
 #undef VJIT_X
 };
 
-// A set of attributes (one bit each).
+/// A set of attributes (one bit each).
 class AttrSet {
  public:
   constexpr AttrSet() = default;
+  /// The set of `attrs`.
   constexpr AttrSet(std::initializer_list<Attr> attrs) {
     for (Attr a : attrs) bits_ = uint16_t(bits_ | bit(a));
   }
-  constexpr bool has(Attr a) const { return (bits_ & bit(a)) != 0; }
+  constexpr bool has(Attr a) const { return (bits_ & bit(a)) != 0; }  ///< whether `a` is in the set
+  /// The set less `a`.
   constexpr AttrSet without(Attr a) const {
     AttrSet s = *this;
     s.bits_ = uint16_t(s.bits_ & ~bit(a));
     return s;
   }
-  constexpr bool operator==(const AttrSet&) const = default;
+  constexpr bool operator==(const AttrSet&) const = default;  ///< the same attributes
 
  private:
   static constexpr uint16_t bit(Attr a) { return uint16_t(1u << unsigned(a)); }
   uint16_t bits_ = 0;
 };
 
-// One row of the op table.
+/// One row of the op table.
 struct OpInfo {
-  const char* name;
-  OpKind kind;
-  ExecClass exec;
-  bool fusable;
-  AttrSet attributes;
+  const char* name;     ///< as the text form prints it
+  OpKind kind;          ///< its kind (OpKind)
+  ExecClass exec;       ///< how the executor runs it
+  bool fusable;         ///< whether a fused kernel may compute it
+  AttrSet attributes;   ///< the attributes of Node it reads
 };
 
 constexpr OpInfo op_info(Op op) {
@@ -223,13 +225,13 @@ constexpr ExecClass exec_class(Op op) { return op_info(op).exec; }
 constexpr bool is_view(Op op) { return exec_class(op) == ExecClass::View; }
 constexpr bool is_copy(Op op) { return exec_class(op) == ExecClass::Copy; }
 constexpr bool is_sink(Op op) { return op_kind(op) == OpKind::Sink; }
-// Unary and binary ops that map elements to elements.
+/// Unary and binary ops that map elements to elements.
 constexpr bool is_elementwise(Op op) {
   OpKind k = op_kind(op);
   return k == OpKind::Unary || k == OpKind::Binary;
 }
-// The op part of ir::is_fusable (ir/fusion.h): the elementwise ops with scalar
-// semantics, i.e. every elementwise op but Dropout.
+/// The op part of ir::is_fusable (ir/fusion.h): the elementwise ops with scalar
+/// semantics, i.e. every elementwise op but Dropout.
 constexpr bool is_fusable_op(Op op) { return op_info(op).fusable; }
 
 inline constexpr int kNumOps = 0
@@ -240,28 +242,31 @@ inline constexpr int kNumOps = 0
 
 using ValueId = int;
 
+/// One node of a Function: an op, its operands and its attributes; node i
+/// defines value i.
 struct Node {
-  Op op = Op::Constant;
-  Shape shape;           // per-vertex shape of the value (scalar for sinks)
-  bool uniform = false;  // same for every vertex: a Param, or a Concat of uniform values (merge_matmuls)
-  std::vector<ValueId> args;
-  // Attributes. An op reads only those its table row lists; the others keep
-  // these defaults.
-  int child_slot = 0;                                // Gather; GatherGrad with target Slot
-  GatherGradTarget target = GatherGradTarget::Slot;  // GatherGrad
-  int max_children = 0;                              // GatherAll: K, the rows of its [K, d] value
-  ValueId forward_value = -1;                        // Fwd: the id of the forward value read
-  int dropout_key = 0;                               // Dropout: the mask's key
-  int param = -1;                                    // Param, PullEmbedding, ParamGrad, EmbeddingGrad
-  int start = 0;                                     // Slice, Pad, Gather, GatherGrad (Slot): the flat offset;
-                                                     // SliceCols, PadCols: the column
-  double value = 0.0;                                // Constant
-  double factor = 1.0;                               // Scale
-  double addend = 0.0;                               // AddScalar
-  double rate = 0.0;                                 // Dropout: the probability an element is dropped
-  bool trans_a = false;                              // MatMul
-  bool trans_b = false;
+  Op op = Op::Constant;  ///< what it computes
+  Shape shape;           ///< per-vertex shape of the value (scalar for sinks)
+  bool uniform = false;  ///< same for every vertex: a Param, or a Concat of uniform values (merge_matmuls)
+  std::vector<ValueId> args;  ///< its operands, values defined by earlier nodes
+  /// Attributes. An op reads only those its table row lists; the others keep
+  /// these defaults.
+  int child_slot = 0;                                ///< Gather; GatherGrad with target Slot
+  GatherGradTarget target = GatherGradTarget::Slot;  ///< GatherGrad
+  int max_children = 0;                              ///< GatherAll: K, the rows of its [K, d] value
+  ValueId forward_value = -1;                        ///< Fwd: the id of the forward value read
+  int dropout_key = 0;                               ///< Dropout: the mask's key
+  int param = -1;                                    ///< Param, PullEmbedding, ParamGrad, EmbeddingGrad
+  int start = 0;                                     ///< Slice, Pad, Gather, GatherGrad (Slot): the flat offset;
+                                                     ///< SliceCols, PadCols: the column
+  double value = 0.0;                                ///< Constant
+  double factor = 1.0;                               ///< Scale
+  double addend = 0.0;                               ///< AddScalar
+  double rate = 0.0;                                 ///< Dropout: the probability an element is dropped
+  bool trans_a = false;                              ///< MatMul
+  bool trans_b = false;                              ///< MatMul
 
+  /// A node of `op` with the default attributes.
   static Node make(Op op, Shape shape, std::vector<ValueId> args = {}) {
     Node n;
     n.op = op;
@@ -271,8 +276,8 @@ struct Node {
   }
 };
 
-// The attributes node `n` reads: its op's, less child_slot for a GatherGrad
-// whose target is not one slot.
+/// The attributes node `n` reads: its op's, less child_slot for a GatherGrad
+/// whose target is not one slot.
 inline AttrSet used_attributes(const Node& n) {
   AttrSet used = op_info(n.op).attributes;
   if (n.op == Op::GatherGrad && n.target != GatherGradTarget::Slot)
@@ -280,30 +285,32 @@ inline AttrSet used_attributes(const Node& n) {
   return used;
 }
 
-// Whether a and b (of the same op) have equal used attributes; and a hash of
-// the used attributes consistent with it. CSE's notion of "the same node".
+/// Whether a and b (of the same op) have equal used attributes; and a hash of
+/// the used attributes consistent with it. CSE's notion of "the same node".
 bool same_attributes(const Node& a, const Node& b);
 size_t hash_attributes(const Node& n);
 
+/// A vertex function in SSA form (see the top of this header).
 struct Function {
-  std::string name;
-  std::vector<Node> nodes;
+  std::string name;         ///< the vertex type's (F) or its derivative's (∂F)
+  std::vector<Node> nodes;  ///< node i defines value i
 
+  /// Appends a node; the value it defines.
   ValueId add(Node node) {
     nodes.push_back(std::move(node));
     return ValueId(nodes.size()) - 1;
   }
-  const Node& operator[](ValueId id) const { return nodes.at(size_t(id)); }
-  int size() const { return int(nodes.size()); }
+  const Node& operator[](ValueId id) const { return nodes.at(size_t(id)); }  ///< the node defining `id`
+  int size() const { return int(nodes.size()); }  ///< the number of nodes
 };
 
-// Readable text form, one node per line: `%5 = tanh(%4) : [64]`.
+/// Readable text form, one node per line: `%5 = tanh(%4) : [64]`.
 std::string to_string(const Function& function);
 std::string to_string(const Function& function, ValueId id);
 
-// Checks SSA order, operand counts, attributes (an attribute the op does not
-// use must be at its default) and shapes; throws InternalError with the printed
-// node on a violation.
+/// Checks SSA order, operand counts, attributes (an attribute the op does not
+/// use must be at its default) and shapes; throws InternalError with the printed
+/// node on a violation.
 void verify(const Function& function);
 
 }  // namespace vjit::ir

@@ -154,41 +154,42 @@
 
 namespace vjit::models {
 
+/// The sizes and data of a model from make_model.
 struct Config {
-  int hidden = 64;
-  int embed = 0;               // 0: same as hidden
-  double dropout = 0.0;
-  uint64_t seed = 1;
-  int train_samples = 1000;    // built-in data sizes
-  int test_samples = 200;
-  std::string data_path;       // empty: built-in data; else a file in the model's benchmark format
-  std::string test_path;       // optional held-out file of the same format
-  std::string dev_path;        // optional development file of the same format (picks the best epoch)
-  int vocab_limit = 20000;     // largest vocabulary taken from a data file
-  int tree_fc_leaves = 256;    // leaves of Tree-FC's complete binary trees (TensorFlow Fold uses 256)
-  int embed_size() const { return embed > 0 ? embed : hidden; }
+  int hidden = 64;  ///< hidden state width
+  int embed = 0;               ///< 0: same as hidden
+  double dropout = 0.0;  ///< dropout rate of the models that use dropout
+  uint64_t seed = 1;  ///< the Model's seed and the built-in data's
+  int train_samples = 1000;    ///< built-in data sizes
+  int test_samples = 200;  ///< built-in test data size
+  std::string data_path;       ///< empty: built-in data; else a file in the model's benchmark format
+  std::string test_path;       ///< optional held-out file of the same format
+  std::string dev_path;        ///< optional development file of the same format (picks the best epoch)
+  int vocab_limit = 20000;     ///< largest vocabulary taken from a data file
+  int tree_fc_leaves = 256;    ///< leaves of Tree-FC's complete binary trees (TensorFlow Fold uses 256)
+  int embed_size() const { return embed > 0 ? embed : hidden; }  ///< the embedding width used
 };
 
-// A model with its data. `model` outlives `program`, which points to it.
+/// A model with its data. `model` outlives `program`, which points to it.
 struct Bundle {
-  std::string name;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Program> program;
-  std::vector<Sample> train;
-  std::vector<Sample> test;
-  std::vector<Sample> dev;     // from Config::dev_path (tree models), else empty
-  // Vertex types whose first push is class logits scored against the label.
+  std::string name;  ///< the model's name, as given to make_model
+  std::unique_ptr<Model> model;  ///< the parameters
+  std::unique_ptr<Program> program;  ///< the vertex types
+  std::vector<Sample> train;  ///< training samples
+  std::vector<Sample> test;  ///< test samples
+  std::vector<Sample> dev;     ///< from Config::dev_path (tree models), else empty
+  /// Vertex types whose first push is class logits scored against the label.
   std::vector<int> classifier_types;
 };
 
-// Names: tree_lstm, tree_fc, var_lstm, var_lstm_gates, fixed_lstm, bilstm_tagger, tree_gru,
-// mv_rnn, tree_lstm_2type, tree_lstm_outputs, lattice_lstm, child_sum_tree_lstm, seq2seq, rntn,
-// tree_rnn. Throws UserError listing them for an
-// unknown name.
+/// Names: tree_lstm, tree_fc, var_lstm, var_lstm_gates, fixed_lstm, bilstm_tagger, tree_gru,
+/// mv_rnn, tree_lstm_2type, tree_lstm_outputs, lattice_lstm, child_sum_tree_lstm, seq2seq, rntn,
+/// tree_rnn. Throws UserError listing them for an
+/// unknown name.
 Bundle make_model(const std::string& name, const Config& config);
 std::vector<std::string> model_names();
 
-// The samples at `indices` as one batch.
+/// The samples at `indices` as one batch.
 GraphBatch make_batch(const std::vector<Sample>& samples, const std::vector<int>& indices);
 
 // --- per family (models.cpp dispatches to these) ---
@@ -201,22 +202,22 @@ Bundle make_tree_rnn(const Config& config);
 Bundle make_tree_lstm_2type(const Config& config);
 Bundle make_tree_lstm_outputs(const Config& config);
 Bundle make_var_lstm(const Config& config);
-Bundle make_var_lstm_gates(const Config& config);  // var_lstm with one weight per gate
+Bundle make_var_lstm_gates(const Config& config);  ///< var_lstm with one weight per gate
 Bundle make_fixed_lstm(const Config& config);
 Bundle make_bilstm_tagger(const Config& config);
 Bundle make_lattice_lstm(const Config& config);
 Bundle make_child_sum_tree_lstm(const Config& config);
 Bundle make_seq2seq(const Config& config);
 
-// seq2seq's tokens, and its greedy decoding.
+/// seq2seq's tokens, and its greedy decoding.
 constexpr int kSeq2seqStart = 0, kSeq2seqEnd = 1, kSeq2seqFirstDataToken = 2, kSeq2seqVocab = 16;
-constexpr int kSeq2seqMaxSteps = 13;  // the longest target, its end token included
-// A teacher-forced sample's encoder chain and first decoder step (unlabelled).
+constexpr int kSeq2seqMaxSteps = 13;  ///< the longest target, its end token included
+/// A teacher-forced sample's encoder chain and first decoder step (unlabelled).
 Sample seq2seq_prompt(const Program& program, const Sample& teacher_forced);
-// The growth callback of greedy decoding, for the "decoder" type.
+/// The growth callback of greedy decoding, for the "decoder" type.
 GrowthCallback seq2seq_greedy_decoder(const Program& program, int max_steps = kSeq2seqMaxSteps);
-// The tokens a decoded (grown) sample emitted before its end token or the
-// length limit; and the target of a teacher-forced sample, in the same form.
+/// The tokens a decoded (grown) sample emitted before its end token or the
+/// length limit; and the target of a teacher-forced sample, in the same form.
 std::vector<int> seq2seq_output(const Program& program, const Sample& decoded);
 std::vector<int> seq2seq_target(const Program& program, const Sample& teacher_forced);
 

@@ -78,26 +78,27 @@
 
 namespace vjit {
 
-// Which rows of one parameter's gradient may be non-zero. The parameter is read
-// as a Shape::rows() × Shape::cols() matrix (a vector is one row). all = true
-// (the default): every element may be. all = false: only the rows listed in
-// `rows`, which must be sorted, unique and in [0, rows()); every other row of the
-// gradient is taken to be zero and is never read.
+/// Which rows of one parameter's gradient may be non-zero. The parameter is read
+/// as a Shape::rows() × Shape::cols() matrix (a vector is one row). all = true
+/// (the default): every element may be. all = false: only the rows listed in
+/// `rows`, which must be sorted, unique and in [0, rows()); every other row of the
+/// gradient is taken to be zero and is never read.
 struct GradientRows {
-  bool all = true;
-  std::vector<int32_t> rows;
+  bool all = true;            ///< every row may be non-zero
+  std::vector<int32_t> rows;  ///< when !all: the rows that may be
 };
 
-// A non-owning reference to a callable void(int64_t): two pointers, copied
-// freely, never allocating. The callable must outlive every call through it.
+/// A non-owning reference to a callable void(int64_t): two pointers, copied
+/// freely, never allocating. The callable must outlive every call through it.
 class TaskRef {
  public:
   template <typename F, typename = std::enable_if_t<!std::is_same_v<std::remove_cvref_t<F>, TaskRef> &&
                                                     std::is_invocable_v<F&, int64_t>>>
-  TaskRef(F&& fn)  // NOLINT(google-explicit-constructor): converts like a function pointer
+  /// Refers to `fn` (not copied). Implicit, like a function pointer's conversion.
+  TaskRef(F&& fn)  // NOLINT(google-explicit-constructor)
       : object_(const_cast<void*>(static_cast<const void*>(&fn))), call_(&invoke<std::remove_reference_t<F>>) {}
 
-  void operator()(int64_t i) const { call_(object_, i); }
+  void operator()(int64_t i) const { call_(object_, i); }  ///< calls the callable with i
 
  private:
   template <typename F>
@@ -109,222 +110,239 @@ class TaskRef {
   void (*call_)(void*, int64_t);
 };
 
-// Runs independent tasks on several threads: run(n, fn) calls fn(i) once for
-// every i in [0, n), on any of its threads and in any order, and returns when
-// all calls have returned (rethrowing an exception one threw). An optimizer's
-// tasks write disjoint memory. For allocation-free steps an implementation must
-// not allocate per call. The Engine implements it with its thread pool.
+/// Runs independent tasks on several threads: run(n, fn) calls fn(i) once for
+/// every i in [0, n), on any of its threads and in any order, and returns when
+/// all calls have returned (rethrowing an exception one threw). An optimizer's
+/// tasks write disjoint memory. For allocation-free steps an implementation must
+/// not allocate per call. The Engine implements it with its thread pool.
 class ParallelFor {
  public:
   virtual ~ParallelFor() = default;
-  virtual void run(int64_t n, TaskRef fn) = 0;
+  virtual void run(int64_t n, TaskRef fn) = 0;  ///< fn(i) for every i in [0, n), then returns
 };
 
-// An optimizer's memory between steps: per parameter, its state slots (Adam: m
-// and v; SGD with momentum: the velocity), each as many floats as the
-// parameter; the number of steps taken with it (Adam's t); the shapes it was
-// made for; and which optimizer made it (its identity and reset count), so a
-// state left by another optimizer or before a reset() is made again.
+/// An optimizer's memory between steps: per parameter, its state slots (Adam: m
+/// and v; SGD with momentum: the velocity), each as many floats as the
+/// parameter; the number of steps taken with it (Adam's t); the shapes it was
+/// made for; and which optimizer made it (its identity and reset count), so a
+/// state left by another optimizer or before a reset() is made again.
 struct OptimizerState {
-  std::vector<std::vector<std::vector<float>>> slots;  // [param][slot]
-  std::vector<Shape> shapes;
-  int64_t steps = 0;
-  const void* owner = nullptr;
-  uint64_t generation = 0;
+  std::vector<std::vector<std::vector<float>>> slots;  ///< [param][slot]
+  std::vector<Shape> shapes;   ///< the parameters' shapes it was made for
+  int64_t steps = 0;           ///< steps taken with it
+  const void* owner = nullptr; ///< the optimizer that made it
+  uint64_t generation = 0;     ///< that optimizer's reset() count when it made it
 };
 
-// An optimizer's update rule as constants, for an executor that updates the
-// parameters on a device with a kernel of its own (runtime/cuda_executor.cpp):
-// the same float operations as the rule's update() in runtime/optimizer.cpp.
+/// An optimizer's update rule as constants, for an executor that updates the
+/// parameters on a device with a kernel of its own (runtime/cuda_executor.cpp):
+/// the same float operations as the rule's update() in runtime/optimizer.cpp.
 struct DeviceUpdate {
+  /// The rule.
+  /// The rule.
   enum class Kind : uint8_t { None, Sgd, SgdMomentum, Adam };
-  Kind kind = Kind::None;  // None: the rule has no device form (a subclass of the user's)
-  float lr = 0, weight_decay = 0, momentum = 0;                            // SGD
-  float beta1 = 0, beta2 = 0, correction1 = 1, correction2 = 1, eps = 0;  // Adam (corrections of this step)
-  float decay = 1;          // Adam: 1 − lr·weight_decay
-  float scale = 1;          // the clipping factor of this step
-  bool state_made = false;  // the state was made by this step: the device's slots start at zero
+  Kind kind = Kind::None;  ///< None: the rule has no device form (a subclass of the user's)
+  /// SGD
+  /// @{
+  float lr = 0, weight_decay = 0, momentum = 0;
+  /// @}
+  /// Adam (the corrections of this step)
+  /// @{
+  float beta1 = 0, beta2 = 0, correction1 = 1, correction2 = 1, eps = 0;
+  /// @}
+  float decay = 1;          ///< Adam: 1 − lr·weight_decay
+  float scale = 1;          ///< the clipping factor of this step
+  bool state_made = false;  ///< the state was made by this step: the device's slots start at zero
 };
 
-// What a preview found: the first element whose update would leave a
-// non-finite value (element -1: none), which array holds it (0: the weights,
-// 1 + k: state slot k) and the value it would have.
+/// What a preview found: the first element whose update would leave a
+/// non-finite value (element -1: none), which array holds it (0: the weights,
+/// 1 + k: state slot k) and the value it would have.
 struct NonFiniteUpdate {
-  int64_t element = -1;
-  int array = 0;
-  float value = 0;
+  int64_t element = -1;  ///< in the parameter; -1: none
+  int array = 0;         ///< 0: the weights, 1 + k: state slot k
+  float value = 0;       ///< the non-finite value it would have
 };
 
+/// The base class of every optimizer: the checks, clipping, state and threads
+/// of a step (above); a rule implements update() (and, to be checked before
+/// writing, preview()).
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // The rule as constants (kind None when it has none), for device executors.
+  /// The rule as constants (kind None when it has none), for device executors.
   virtual DeviceUpdate device_rule() const { return {}; }
-  // One step for an executor that keeps the parameters, gradients and state
-  // slots on a device and has summed the squares of the listed gradients
-  // there (finite: a non-finite gradient goes through step() for its error):
-  // everything step() does but the element loops — the clipping factor, the
-  // state made when needed (its host slots are zeros; the device keeps the
-  // live ones), the steps counted, the per-step constants — returning the
-  // rule to apply. Needs device_rule().kind != None.
+  /// One step for an executor that keeps the parameters, gradients and state
+  /// slots on a device and has summed the squares of the listed gradients
+  /// there (finite: a non-finite gradient goes through step() for its error):
+  /// everything step() does but the element loops — the clipping factor, the
+  /// state made when needed (its host slots are zeros; the device keeps the
+  /// live ones), the steps counted, the per-step constants — returning the
+  /// rule to apply. Needs device_rule().kind != None.
   DeviceUpdate begin_device_step(const Model& model, OptimizerState& state, double sum_of_squares);
-  // Undoes the bookkeeping of the last begin_device_step (steps(), the
-  // state's step count, last_grad_norm(), a state it made), for an executor
-  // that found the update would leave a non-finite value and wrote nothing.
+  /// Undoes the bookkeeping of the last begin_device_step (steps(), the
+  /// state's step count, last_grad_norm(), a state it made), for an executor
+  /// that found the update would leave a non-finite value and wrote nothing.
   void cancel_device_step(OptimizerState& state);
 
-  // One dense update on the calling thread: every element of every parameter.
-  // Throws UserError (leaving the model and the state untouched) on a mismatch
-  // in count or size, a non-finite gradient, or an update that would leave a
-  // non-finite weight or state value (above).
+  /// One dense update on the calling thread: every element of every parameter.
+  /// Throws UserError (leaving the model and the state untouched) on a mismatch
+  /// in count or size, a non-finite gradient, or an update that would leave a
+  /// non-finite weight or state value (above).
   void step(Model& model, const std::vector<std::vector<float>>& grads);
-  // One update where rows[i] says which rows of grads[i] may be non-zero (see
-  // GradientRows; an empty `rows` means every parameter is dense). `parallel`,
-  // when given, runs the work on its threads. `state`, when given, is the state
-  // to read and update (the Engine passes its parameter store's); otherwise the
-  // optimizer's own. Also throws UserError for rows that are not one per
-  // parameter, not sorted and unique, or out of range.
+  /// One update where rows[i] says which rows of grads[i] may be non-zero (see
+  /// GradientRows; an empty `rows` means every parameter is dense). `parallel`,
+  /// when given, runs the work on its threads. `state`, when given, is the state
+  /// to read and update (the Engine passes its parameter store's); otherwise the
+  /// optimizer's own. Also throws UserError for rows that are not one per
+  /// parameter, not sorted and unique, or out of range.
   void step(Model& model, const std::vector<std::vector<float>>& grads, const std::vector<GradientRows>& rows,
             ParallelFor* parallel = nullptr, OptimizerState* state = nullptr);
 
-  // Forgets the state (moments, step count): its own, and every state it used
-  // before, which is made again on its next step.
+  /// Forgets the state (moments, step count): its own, and every state it used
+  /// before, which is made again on its next step.
   void reset();
 
-  // Whether this optimizer made `state` since its last reset(): its next step
-  // with it continues it instead of making it again.
+  /// Whether this optimizer made `state` since its last reset(): its next step
+  /// with it continues it instead of making it again.
   bool made(const OptimizerState& state) const;
-  // Makes `state` this optimizer's as if it had made it, so that its next step
-  // continues from state.steps and the slots as they are (a loaded checkpoint,
-  // vjit/checkpoint.h). Throws UserError, leaving `state` unchanged, unless it
-  // holds state_slot_names().size() slots per parameter, each of its shape's size.
+  /// Makes `state` this optimizer's as if it had made it, so that its next step
+  /// continues from state.steps and the slots as they are (a loaded checkpoint,
+  /// vjit/checkpoint.h). Throws UserError, leaving `state` unchanged, unless it
+  /// holds state_slot_names().size() slots per parameter, each of its shape's size.
   void adopt(OptimizerState& state) const;
 
-  // What a checkpoint records of the optimizer. kind(): "sgd", "adam",
-  // "adagrad", or "custom" (a subclass of the user's may name itself). state_slot_names():
-  // one name per state slot, PyTorch's where it has one ("momentum_buffer";
-  // "exp_avg", "exp_avg_sq"; "sum"), else "slot0", "slot1", ... hyper_parameters():
-  // name and value of every setting of the rule (lr, clip_norm, dense_updates
-  // as 0 or 1, and the subclass's).
+  /// What a checkpoint records of the optimizer. kind(): "sgd", "adam",
+  /// "adagrad", or "custom" (a subclass of the user's may name itself). state_slot_names():
+  /// one name per state slot, PyTorch's where it has one ("momentum_buffer";
+  /// "exp_avg", "exp_avg_sq"; "sum"), else "slot0", "slot1", ... hyper_parameters():
+  /// name and value of every setting of the rule (lr, clip_norm, dense_updates
+  /// as 0 or 1, and the subclass's).
+  /// @{
   virtual std::string kind() const { return "custom"; }
   virtual std::vector<std::string> state_slot_names() const;
   virtual std::vector<std::pair<std::string, double>> hyper_parameters() const;
+  /// @}
 
-  float lr() const { return lr_; }
-  void set_lr(float lr);  // for schedules; must be finite and > 0
-  float clip_norm() const { return clip_norm_; }
-  // Steps taken since construction or reset(), with any state.
+  float lr() const { return lr_; }  ///< the learning rate
+  void set_lr(float lr);  ///< for schedules; must be finite and > 0
+  float clip_norm() const { return clip_norm_; }  ///< the global gradient norm clipped to (0: no clipping)
+  /// Steps taken since construction or reset(), with any state.
   int64_t steps() const { return steps_; }
-  // The global L2 norm of the last step's gradients, before clipping.
+  /// The global L2 norm of the last step's gradients, before clipping.
   double last_grad_norm() const { return last_grad_norm_; }
 
-  // false (the default): rows a step's GradientRows leaves out are not updated
-  // (lazy: weights, moments, no decay). true: every element of every parameter
-  // is updated, the unlisted rows with a zero gradient (torch.optim semantics).
+  /// false (the default): rows a step's GradientRows leaves out are not updated
+  /// (lazy: weights, moments, no decay). true: every element of every parameter
+  /// is updated, the unlisted rows with a zero gradient (torch.optim semantics).
+  /// @{
   bool dense_updates() const { return dense_updates_; }
   void set_dense_updates(bool dense) { dense_updates_ = dense; }
+  /// @}
 
  protected:
-  Optimizer(float lr, float clip_norm);
+  Optimizer(float lr, float clip_norm);  ///< throws UserError unless lr is finite and > 0 and clip_norm >= 0
 
-  // How many state slots (arrays of the parameter's size) each parameter needs.
+  /// How many state slots (arrays of the parameter's size) each parameter needs.
   virtual int state_slots() const { return 0; }
-  // What state slot `slot` holds, for error messages ("velocity", "second moment v").
+  /// What state slot `slot` holds, for error messages ("velocity", "second moment v").
   virtual const char* state_slot_name(int /*slot*/) const { return "state slot"; }
-  // Called once per step after the check, before any update(); t counts this
-  // step in the state being updated (1 on its first). For per-step constants
-  // (Adam's bias corrections).
+  /// Called once per step after the check, before any update(); t counts this
+  /// step in the state being updated (1 on its first). For per-step constants
+  /// (Adam's bias corrections).
   virtual void begin_update(int64_t /*t*/) {}
-  // Updates elements [begin, end) of parameter `index`, whose values are w[0,
-  // numel) and whose state slots are state[0..state_slots()), with the gradient
-  // g[begin, end) times `grad_scale` (the clipping factor, 1 when not clipped)
-  // — or with a zero gradient when g is null (rows a GradientRows leaves out,
-  // under dense_updates()). Called concurrently from several threads for
-  // disjoint ranges: it must touch only those elements of w and of its state,
-  // and must not allocate.
+  /// Updates elements [begin, end) of parameter `index`, whose values are w[0,
+  /// numel) and whose state slots are state[0..state_slots()), with the gradient
+  /// g[begin, end) times `grad_scale` (the clipping factor, 1 when not clipped)
+  /// — or with a zero gradient when g is null (rows a GradientRows leaves out,
+  /// under dense_updates()). Called concurrently from several threads for
+  /// disjoint ranges: it must touch only those elements of w and of its state,
+  /// and must not allocate.
   virtual void update(int index, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
                       float grad_scale) = 0;
-  // A rule whose has_preview() is true is checked before anything is written:
-  // preview() computes what update() would write for the same arguments (the
-  // same float operations), writes nothing, and returns the first element of
-  // [begin, end) where a weight or state value would be non-finite. A rule
-  // without one (the default: a rule of the user's own) is checked after its
-  // update instead, against an undo log of the old values. Called
-  // concurrently like update(); must not allocate.
+  /// A rule whose has_preview() is true is checked before anything is written:
+  /// preview() computes what update() would write for the same arguments (the
+  /// same float operations), writes nothing, and returns the first element of
+  /// [begin, end) where a weight or state value would be non-finite. A rule
+  /// without one (the default: a rule of the user's own) is checked after its
+  /// update instead, against an undo log of the old values. Called
+  /// concurrently like update(); must not allocate.
+  /// @{
   virtual bool has_preview() const { return false; }
   virtual NonFiniteUpdate preview(int /*index*/, const float* /*w*/, float* const* /*state*/, const float* /*g*/,
                                   int64_t /*begin*/, int64_t /*end*/, float /*grad_scale*/) const {
     return {};
   }
+  /// @}
 
  private:
-  // A unit of work: a range of a parameter's elements (dense), or a run of its
-  // listed rows (row-sparse).
+  /// A unit of work: a range of a parameter's elements (dense), or a run of its
+  /// listed rows (row-sparse).
   struct Chunk {
     int32_t param = 0;
     bool by_rows = false;
-    int64_t begin = 0, end = 0;    // dense: elements; by rows: the table rows the chunk updates
-    int64_t first = 0, last = 0;   // by rows: its listed rows, indices into GradientRows::rows
-    int64_t written = 0;           // elements written by the chunks before it (its place in the undo log)
+    int64_t begin = 0, end = 0;    ///< dense: elements; by rows: the table rows the chunk updates
+    int64_t first = 0, last = 0;   ///< by rows: its listed rows, indices into GradientRows::rows
+    int64_t written = 0;           ///< elements written by the chunks before it (its place in the undo log)
   };
-  // The first non-finite value a chunk's update would write (element -1:
-  // none; element in the parameter), and the value there before the step.
+  /// The first non-finite value a chunk's update would write (element -1:
+  /// none; element in the parameter), and the value there before the step.
   struct ChunkCheck {
     NonFiniteUpdate found;
     float before = 0;
   };
-  // What a step changes besides the parameters and slots, to undo it.
+  /// What a step changes besides the parameters and slots, to undo it.
   struct StepRecord {
-    int64_t steps = 0;        // steps() before the step
-    double grad_norm = 0;     // last_grad_norm() before the step
-    bool made_state = false;  // the state was made by the step; replaced_state_ holds the one it replaced
-    int64_t step = 0;         // the state's step count the step reaches
+    int64_t steps = 0;        ///< steps() before the step
+    double grad_norm = 0;     ///< last_grad_norm() before the step
+    bool made_state = false;  ///< the state was made by the step; replaced_state_ holds the one it replaced
+    int64_t step = 0;         ///< the state's step count the step reaches
   };
 
-  // Throws UserError on a wrong count, size or state shape, or bad rows.
+  /// Throws UserError on a wrong count, size or state shape, or bad rows.
   void validate(const Model& model, const std::vector<std::vector<float>>& grads,
                 const std::vector<GradientRows>& rows, const OptimizerState& state) const;
-  // The clipping factor for gradients of this squared norm (1 when not clipped).
+  /// The clipping factor for gradients of this squared norm (1 when not clipped).
   float clip_scale(double sum_of_squares) const;
-  // Makes `state` for `model`: zeros, t = 0, owned by this optimizer.
+  /// Makes `state` for `model`: zeros, t = 0, owned by this optimizer.
   void make_state(const Model& model, OptimizerState& state) const;
-  // Fills chunks_ for this step; returns the number of elements they read or update.
+  /// Fills chunks_ for this step; returns the number of elements they read or update.
   int64_t plan_chunks(const Model& model, const std::vector<GradientRows>& rows);
-  // Runs fn(c) for every chunk, on `parallel` when the work is worth it.
+  /// Runs fn(c) for every chunk, on `parallel` when the work is worth it.
   void for_each_chunk(ParallelFor* parallel, int64_t work, TaskRef fn);
   double chunk_sum_of_squares(const Chunk& chunk, const std::vector<float>& g, const GradientRows* rows,
                               int64_t cols) const;
   void update_chunk(const Chunk& chunk, float* w, float* const* state, const float* g, const GradientRows* rows,
                     int64_t cols, float grad_scale);
-  // Calls fn(g, begin, end) for each range of elements the chunk's update
-  // writes, in element order: g the gradient, or null for rows updated with
-  // a zero gradient (unlisted rows under dense updates).
+  /// Calls fn(g, begin, end) for each range of elements the chunk's update
+  /// writes, in element order: g the gradient, or null for rows updated with
+  /// a zero gradient (unlisted rows under dense updates).
   template <typename Fn>
   void for_each_update(const Chunk& chunk, const float* g, const GradientRows* rows, int64_t cols, Fn&& fn) const;
-  // The preview of a chunk's update (has_preview()).
+  /// The preview of a chunk's update (has_preview()).
   ChunkCheck preview_chunk(const Chunk& chunk, const float* w, float* const* state, const float* g,
                            const GradientRows* rows, int64_t cols, float grad_scale) const;
-  // The index of the first chunk whose check found a non-finite value, or the number of chunks.
+  /// The index of the first chunk whose check found a non-finite value, or the number of chunks.
   size_t first_failed_chunk() const;
-  // Copies the elements the chunk writes (the weights w, then each state slot)
-  // into its place in the undo log, or back from it.
+  /// Copies the elements the chunk writes (the weights w, then each state slot)
+  /// into its place in the undo log, or back from it.
   void save_chunk(const Chunk& chunk, const float* w, float* const* state, const GradientRows* rows, int64_t cols);
   void restore_chunk(const Chunk& chunk, float* w, float* const* state, const GradientRows* rows, int64_t cols);
-  // The first non-finite value among the elements the chunk wrote (the undo log has their old values).
+  /// The first non-finite value among the elements the chunk wrote (the undo log has their old values).
   ChunkCheck check_chunk(const Chunk& chunk, const float* w, float* const* state, const GradientRows* rows,
                          int64_t cols) const;
-  // The update pass of a rule with a preview, and of one checked with the undo log.
+  /// The update pass of a rule with a preview, and of one checked with the undo log.
   void update_previewed(Model& model, const std::vector<std::vector<float>>& grads,
                         const std::vector<GradientRows>& rows, ParallelFor* parallel, int64_t work, float scale);
   void update_with_undo_log(Model& model, const std::vector<std::vector<float>>& grads,
                             const std::vector<GradientRows>& rows, ParallelFor* parallel, int64_t work, float scale);
-  // Makes the state when needed, counts the step, calls begin_update; remembers how to undo it.
+  /// Makes the state when needed, counts the step, calls begin_update; remembers how to undo it.
   void begin_step(const Model& model, OptimizerState& state, double sum_of_squares);
   void undo_step(OptimizerState& state);
-  // Throws the UserError for the first failed chunk, after the step was undone.
+  /// Throws the UserError for the first failed chunk, after the step was undone.
   [[noreturn]] void throw_non_finite_update(const Model& model, const ChunkCheck& check, int param) const;
-  // Throws the UserError naming the first non-finite listed gradient value.
+  /// Throws the UserError naming the first non-finite listed gradient value.
   [[noreturn]] void throw_non_finite(const Model& model, const std::vector<std::vector<float>>& grads,
                                      const std::vector<GradientRows>& rows) const;
 
@@ -333,41 +351,46 @@ class Optimizer {
   bool dense_updates_ = false;
   int64_t steps_ = 0;
   double last_grad_norm_ = 0.0;
-  OptimizerState own_state_;        // a standalone step's
-  uint64_t generation_ = 0;          // reset() count: states made before are made again
-  std::vector<float*> slot_pointers_;  // scratch: [param][slot] of the step's state
-  std::vector<Chunk> chunks_;        // scratch, capacity kept between steps
-  std::vector<double> partial_;      // per chunk: Σ g² of its listed elements
-  std::vector<ChunkCheck> checks_;   // per chunk: what its update left
-  std::vector<float> undo_;          // the undo log (rules without a preview): the old values of what the step writes
-  StepRecord record_;                // the last step's bookkeeping, to undo it
-  OptimizerState replaced_state_;    // the state a step made a new one over, until the step succeeds
+  OptimizerState own_state_;        ///< a standalone step's
+  uint64_t generation_ = 0;          ///< reset() count: states made before are made again
+  std::vector<float*> slot_pointers_;  ///< scratch: [param][slot] of the step's state
+  std::vector<Chunk> chunks_;        ///< scratch, capacity kept between steps
+  std::vector<double> partial_;      ///< per chunk: Σ g² of its listed elements
+  std::vector<ChunkCheck> checks_;   ///< per chunk: what its update left
+  std::vector<float> undo_;          ///< the undo log (rules without a preview): the old values of what the step writes
+  StepRecord record_;                ///< the last step's bookkeeping, to undo it
+  OptimizerState replaced_state_;    ///< the state a step made a new one over, until the step succeeds
 };
 
-// Stochastic gradient descent with optional (heavy-ball) momentum:
-//   g ← g + weight_decay·w          (classic L2 penalty, coupled to the gradient)
-//   v ← momentum·v + g              (v = g when momentum = 0)
-//   w ← w − lr·v
-// Rows a step's GradientRows leaves out keep their weights and their velocity
-// (no momentum step, no decay) unless dense_updates() is set, which applies the
-// rule to them with g = 0 like torch.optim.SGD.
+/// Stochastic gradient descent with optional (heavy-ball) momentum:
+///   g ← g + weight_decay·w          (classic L2 penalty, coupled to the gradient)
+///   v ← momentum·v + g              (v = g when momentum = 0)
+///   w ← w − lr·v
+/// Rows a step's GradientRows leaves out keep their weights and their velocity
+/// (no momentum step, no decay) unless dense_updates() is set, which applies the
+/// rule to them with g = 0 like torch.optim.SGD.
 class SGD : public Optimizer {
  public:
+  /// Throws UserError for a setting out of range, naming it.
   explicit SGD(float lr, float momentum = 0.0f, float weight_decay = 0.0f, float clip_norm = 0.0f);
   DeviceUpdate device_rule() const override;
   std::string kind() const override { return "sgd"; }
-  std::vector<std::string> state_slot_names() const override;
-  std::vector<std::pair<std::string, double>> hyper_parameters() const override;
+  std::vector<std::string> state_slot_names() const override;  ///< "momentum_buffer" with momentum
+  std::vector<std::pair<std::string, double>> hyper_parameters() const override;  ///< lr, clip_norm, dense_updates, momentum, weight_decay
 
+  /// The settings given to the constructor.
+  /// @{
   float momentum() const { return momentum_; }
   float weight_decay() const { return weight_decay_; }
+  /// @}
 
  protected:
-  int state_slots() const override { return momentum_ > 0.0f ? 1 : 0; }  // the velocity
+  int state_slots() const override { return momentum_ > 0.0f ? 1 : 0; }  ///< the velocity
   const char* state_slot_name(int) const override { return "velocity"; }
   void update(int index, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
               float grad_scale) override;
   bool has_preview() const override { return true; }
+  /// The rule's preview (see Optimizer::preview).
   NonFiniteUpdate preview(int index, const float* w, float* const* state, const float* g, int64_t begin, int64_t end,
                           float grad_scale) const override;
 
@@ -376,40 +399,47 @@ class SGD : public Optimizer {
   float weight_decay_;
 };
 
-// Adam with decoupled weight decay (AdamW, Loshchilov & Hutter): the decay is not
-// added to the gradient, so it is not rescaled by the adaptive denominator:
-//   w ← w − lr·weight_decay·w
-//   m ← β1·m + (1−β1)·g,   v ← β2·v + (1−β2)·g²
-//   w ← w − lr·m̂/(√v̂ + eps),  m̂ = m/(1−β1ᵗ), v̂ = v/(1−β2ᵗ)
-// With weight_decay = 0 this is plain Adam. The first step moves every weight with
-// a non-zero gradient by lr·|g|/(|g|+eps) ≈ lr.
-//
-// For row-sparse gradients this is LazyAdam (TensorFlow Addons): a row a step's
-// GradientRows leaves out keeps its weights and its moments m, v unchanged, and
-// is not decayed; t still counts every step. With dense_updates() set, those
-// rows are updated with g = 0 instead (m, v decay, the weights keep moving by the
-// remaining momentum and decay): torch.optim.AdamW on the dense gradient.
+/// Adam with decoupled weight decay (AdamW, Loshchilov & Hutter): the decay is not
+/// added to the gradient, so it is not rescaled by the adaptive denominator:
+///   w ← w − lr·weight_decay·w
+///   m ← β1·m + (1−β1)·g,   v ← β2·v + (1−β2)·g²
+///   w ← w − lr·m̂/(√v̂ + eps),  m̂ = m/(1−β1ᵗ), v̂ = v/(1−β2ᵗ)
+/// With weight_decay = 0 this is plain Adam. The first step moves every weight with
+/// a non-zero gradient by lr·|g|/(|g|+eps) ≈ lr.
+///
+/// For row-sparse gradients this is LazyAdam (TensorFlow Addons): a row a step's
+/// GradientRows leaves out keeps its weights and its moments m, v unchanged, and
+/// is not decayed; t still counts every step. With dense_updates() set, those
+/// rows are updated with g = 0 instead (m, v decay, the weights keep moving by the
+/// remaining momentum and decay): torch.optim.AdamW on the dense gradient.
 class Adam : public Optimizer {
  public:
+  /// Throws UserError for a setting out of range, naming it.
   explicit Adam(float lr = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f,
                 float weight_decay = 0.0f, float clip_norm = 0.0f);
   DeviceUpdate device_rule() const override;
   std::string kind() const override { return "adam"; }
-  std::vector<std::string> state_slot_names() const override;
-  std::vector<std::pair<std::string, double>> hyper_parameters() const override;
+  std::vector<std::string> state_slot_names() const override;  ///< "exp_avg", "exp_avg_sq"
+  std::vector<std::pair<std::string, double>> hyper_parameters() const override;  ///< lr, clip_norm, dense_updates, beta1, beta2, eps, weight_decay
 
+  /// The settings given to the constructor.
+  /// @{
   float beta1() const { return beta1_; }
   float beta2() const { return beta2_; }
+  /// The settings given to the constructor.
+  /// @{
   float eps() const { return eps_; }
   float weight_decay() const { return weight_decay_; }
+  /// @}
 
  protected:
-  int state_slots() const override { return 2; }  // m, v
+  int state_slots() const override { return 2; }  ///< m, v
   const char* state_slot_name(int slot) const override { return slot == 0 ? "first moment m" : "second moment v"; }
   void begin_update(int64_t t) override;
   void update(int index, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
               float grad_scale) override;
   bool has_preview() const override { return true; }
+  /// The rule's preview (see Optimizer::preview).
   NonFiniteUpdate preview(int index, const float* w, float* const* state, const float* g, int64_t begin, int64_t end,
                           float grad_scale) const override;
 
@@ -418,34 +448,39 @@ class Adam : public Optimizer {
   float beta2_;
   float eps_;
   float weight_decay_;
-  float correction1_ = 1.0f, correction2_ = 1.0f;  // 1 − β1ᵗ, 1 − β2ᵗ of the current step
+  float correction1_ = 1.0f, correction2_ = 1.0f;  ///< 1 − β1ᵗ, 1 − β2ᵗ of the current step
 };
 
-// AdaGrad (Duchi et al. 2011), as torch.optim.Adagrad with lr_decay 0 and
-// initial_accumulator_value 0:
-//   g ← g + weight_decay·w          (classic L2 penalty, coupled to the gradient)
-//   G ← G + g²                       (the state slot "sum", per element)
-//   w ← w − lr·g/(√G + eps)
-// The first step moves every weight with a non-zero gradient by about lr.
-// Rows a step's GradientRows leaves out keep their weights and G (lazy, like
-// LazyAdam) unless dense_updates() is set, which applies the rule with g = 0.
-// No device form: the CUDA executor updates with it on the host.
+/// AdaGrad (Duchi et al. 2011), as torch.optim.Adagrad with lr_decay 0 and
+/// initial_accumulator_value 0:
+///   g ← g + weight_decay·w          (classic L2 penalty, coupled to the gradient)
+///   G ← G + g²                       (the state slot "sum", per element)
+///   w ← w − lr·g/(√G + eps)
+/// The first step moves every weight with a non-zero gradient by about lr.
+/// Rows a step's GradientRows leaves out keep their weights and G (lazy, like
+/// LazyAdam) unless dense_updates() is set, which applies the rule with g = 0.
+/// No device form: the CUDA executor updates with it on the host.
 class AdaGrad : public Optimizer {
  public:
+  /// Throws UserError for a setting out of range, naming it.
   explicit AdaGrad(float lr = 1e-2f, float eps = 1e-10f, float weight_decay = 0.0f, float clip_norm = 0.0f);
   std::string kind() const override { return "adagrad"; }
-  std::vector<std::string> state_slot_names() const override;
-  std::vector<std::pair<std::string, double>> hyper_parameters() const override;
+  std::vector<std::string> state_slot_names() const override;  ///< "sum"
+  std::vector<std::pair<std::string, double>> hyper_parameters() const override;  ///< lr, clip_norm, dense_updates, eps, weight_decay
 
+  /// The settings given to the constructor.
+  /// @{
   float eps() const { return eps_; }
   float weight_decay() const { return weight_decay_; }
+  /// @}
 
  protected:
-  int state_slots() const override { return 1; }  // G
+  int state_slots() const override { return 1; }  ///< G
   const char* state_slot_name(int) const override { return "sum of squares G"; }
   void update(int index, float* w, float* const* state, const float* g, int64_t begin, int64_t end,
               float grad_scale) override;
   bool has_preview() const override { return true; }
+  /// The rule's preview (see Optimizer::preview).
   NonFiniteUpdate preview(int index, const float* w, float* const* state, const float* g, int64_t begin, int64_t end,
                           float grad_scale) const override;
 

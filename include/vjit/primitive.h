@@ -12,23 +12,23 @@
 namespace vjit {
 
 enum class Primitive : uint8_t {
-  Gemm,            // one matrix product over the rows (a weight's product, a weight's gradient)
-  VertexProducts,  // a small product per vertex (matrix by vector, or matrix by matrix)
-  Outer,           // an outer product u·vᵀ per vertex (and the symmetric one)
-  Fused,           // a generated kernel over the rows: a fused elementwise group
-  Elementwise,     // one elementwise op over the rows, unfused
-  MoveRows,        // rows copied: gathers, pulls, pushes, concats, pads, slices, transposes
-  AddRows,         // rows added into others: children's sums, gradients into the children's rows
-  Reduce,          // sums over rows or columns: losses, bias gradients, Sum, max over children
-  SoftmaxCE,       // softmax cross-entropy over each row (and its gradient)
-  Fill,            // rows set to a constant (zeroed gradients, constants, child counts)
-  OptimizerStep,   // an update of the parameters by their gradients
-  Upload,          // a copy from the host to the device
-  Download,        // a copy from the device to the host
+  Gemm,            ///< one matrix product over the rows (a weight's product, a weight's gradient)
+  VertexProducts,  ///< a small product per vertex (matrix by vector, or matrix by matrix)
+  Outer,           ///< an outer product u·vᵀ per vertex (and the symmetric one)
+  Fused,           ///< a generated kernel over the rows: a fused elementwise group
+  Elementwise,     ///< one elementwise op over the rows, unfused
+  MoveRows,        ///< rows copied: gathers, pulls, pushes, concats, pads, slices, transposes
+  AddRows,         ///< rows added into others: children's sums, gradients into the children's rows
+  Reduce,          ///< sums over rows or columns: losses, bias gradients, Sum, max over children
+  SoftmaxCE,       ///< softmax cross-entropy over each row (and its gradient)
+  Fill,            ///< rows set to a constant (zeroed gradients, constants, child counts)
+  OptimizerStep,   ///< an update of the parameters by their gradients
+  Upload,          ///< a copy from the host to the device
+  Download,        ///< a copy from the device to the host
 };
 inline constexpr int kPrimitiveKinds = int(Primitive::Download) + 1;
 
-// The kind's name as logs and benchmarks print it ("gemm", "move_rows").
+/// The kind's name as logs and benchmarks print it ("gemm", "move_rows").
 constexpr std::string_view primitive_name(Primitive kind) {
   switch (kind) {  // no default: a new kind without a name does not compile (-Wswitch)
     case Primitive::Gemm: return "gemm";
@@ -48,17 +48,19 @@ constexpr std::string_view primitive_name(Primitive kind) {
   return "?";
 }
 
-// How many primitives of each kind ran.
+/// How many primitives of each kind ran.
 struct PrimitiveCounts {
-  std::array<int64_t, kPrimitiveKinds> count{};
+  std::array<int64_t, kPrimitiveKinds> count{};  ///< indexed by Primitive
 
-  int64_t operator[](Primitive kind) const { return count[size_t(kind)]; }
-  void add(Primitive kind, int64_t n = 1) { count[size_t(kind)] += n; }
+  int64_t operator[](Primitive kind) const { return count[size_t(kind)]; }  ///< the count of one kind
+  void add(Primitive kind, int64_t n = 1) { count[size_t(kind)] += n; }  ///< counts n more of a kind
+  /// The count of every kind together.
   int64_t total() const {
     int64_t sum = 0;
     for (int64_t n : count) sum += n;
     return sum;
   }
+  /// Adds other's counts, kind by kind.
   PrimitiveCounts& operator+=(const PrimitiveCounts& other) {
     for (size_t i = 0; i < count.size(); ++i) count[i] += other.count[i];
     return *this;

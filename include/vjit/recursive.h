@@ -50,31 +50,33 @@
 
 namespace vjit {
 
-// How many children a branch takes: `fixed` ones read as call(0) ..
-// call(fixed - 1), then, when `variadic`, any number more (at most
-// `max_children` when that is >= 0) read together by call_sum or call_all.
+/// How many children a branch takes: `fixed` ones read as call(0) to
+/// call(fixed − 1), then, when `variadic`, any number more (at most
+/// `max_children` when that is >= 0) read together by call_sum or call_all.
 struct Arity {
-  int fixed = 0;
-  bool variadic = false;
-  int max_children = -1;
+  int fixed = 0;          ///< children read one by one
+  bool variadic = false;  ///< whether any number more follow
+  int max_children = -1;  ///< the most variadic children (-1: no bound)
 
-  static Arity exactly(int children) { return {children, false, -1}; }
-  // Any number of children (at most max_children when >= 0), read by call_sum / call_all.
+  static Arity exactly(int children) { return {children, false, -1}; }  ///< `children` read one by one
+  /// Any number of children (at most max_children when >= 0), read by call_sum / call_all.
   static Arity any(int max_children = -1) { return {0, true, max_children}; }
-  // `fixed` children read one by one, then any number more.
+  /// `fixed` children read one by one, then any number more.
   static Arity at_least(int fixed, int max_more = -1) { return {fixed, true, max_more}; }
-  std::string str() const;
+  std::string str() const;  ///< for error messages, e.g. "2 children"
 };
 
-// The recursive results a branch body reads: each stands for what the body of
-// the child's own branch returned.
+/// The recursive results a branch body reads: each stands for what the body of
+/// the child's own branch returned.
 class Calls {
  public:
+  /// The calls of branch `branch`, written with `builder`: each result has
+  /// shape `result`, and the children are as `arity` says.
   Calls(Builder& builder, Shape result, Arity arity, std::string branch);
-  Value call(int child);               // the result on child `child` < Arity::fixed
-  Value call_sum();                    // Σ of the results on the variadic children (zeros without any)
-  Value call_all(int max_children);    // [max_children, n]: their results row by row, zero rows after
-  // Throws UserError unless every declared child was read.
+  Value call(int child);               ///< the result on child `child` < Arity::fixed
+  Value call_sum();                    ///< Σ of the results on the variadic children (zeros without any)
+  Value call_all(int max_children);    ///< [max_children, n]: their results row by row, zero rows after
+  /// Throws UserError unless every declared child was read.
   void check_all_read() const;
 
  private:
@@ -90,38 +92,38 @@ class Calls {
 
 using BranchBody = std::function<Value(Builder&, Calls&)>;
 
-// The part of Recursive<Node> that does not depend on the node type: nodes are
-// `const void*` here. Use Recursive<Node>.
+/// The part of Recursive<Node> that does not depend on the node type: nodes are
+/// `const void*` here. Use Recursive<Node>.
 class RecursiveProgram {
  public:
-  // `result`: the shape every branch returns (what call(i) reads).
+  /// `result`: the shape every branch returns (what call(i) reads).
   RecursiveProgram(Program& program, Shape result);
 
-  // Builds the branch's vertex type (Program::add_type, named `name`) from its
-  // body, once. Returns the branch index the branch function picks it by
-  // (0, 1, ... in the order added). On a UserError nothing is added.
+  /// Builds the branch's vertex type (Program::add_type, named `name`) from its
+  /// body, once. Returns the branch index the branch function picks it by
+  /// (0, 1, ... in the order added). On a UserError nothing is added.
   int add_branch(const std::string& name, Arity arity, const BranchBody& body);
 
-  int num_branches() const { return int(branches_.size()); }
-  // The Program's vertex type of a branch (Vertex::type of its nodes).
+  int num_branches() const { return int(branches_.size()); }  ///< branches added so far
+  /// The Program's vertex type of a branch (Vertex::type of its nodes).
   int vertex_type(int branch) const;
-  const std::string& branch_name(int branch) const;
-  const Shape& result_shape() const { return result_; }
-  Program& program() const { return *program_; }
+  const std::string& branch_name(int branch) const;  ///< the name it was added with
+  const Shape& result_shape() const { return result_; }  ///< what every branch returns
+  Program& program() const { return *program_; }  ///< the Program the branches are vertex types of
 
  protected:
-  // How the walk reads a node; the typed wrapper fills these.
+  /// How the walk reads a node; the typed wrapper fills these.
   struct NodeAccess {
-    std::function<void(const void*, std::vector<const void*>&)> children;
-    std::function<int(const void*)> branch;
-    std::function<int(const void*)> token;
-    std::function<int(const void*)> label;
-    std::function<std::vector<float>(const void*)> features;
-    std::function<std::string(const void*)> describe;
+    std::function<void(const void*, std::vector<const void*>&)> children;  ///< appends the node's children
+    std::function<int(const void*)> branch;                               ///< the node's branch index
+    std::function<int(const void*)> token;                                ///< its token
+    std::function<int(const void*)> label;                                ///< its label
+    std::function<std::vector<float>(const void*)> features;              ///< its feature row
+    std::function<std::string(const void*)> describe;                     ///< how errors name it
   };
-  // One sample: a vertex per distinct node reachable from the roots, children
-  // before parents, each root's vertex after all of its descendants. When
-  // `nodes` is given, (*nodes)[v] is the node of vertex v.
+  /// One sample: a vertex per distinct node reachable from the roots, children
+  /// before parents, each root's vertex after all of its descendants. When
+  /// `nodes` is given, (*nodes)[v] is the node of vertex v.
   Sample walk(const std::vector<const void*>& roots, std::string name, const NodeAccess& access,
               std::vector<const void*>* nodes) const;
 
@@ -138,16 +140,16 @@ class RecursiveProgram {
   std::vector<Branch> branches_;
 };
 
-// A model over the user's node type `Node`. Set children (required), branch
-// (required with more than one branch) and, as the bodies need them, token,
-// label and features; then add the branches and build batches.
+/// A model over the user's node type `Node`. Set children (required), branch
+/// (required with more than one branch) and, as the bodies need them, token,
+/// label and features; then add the branches and build batches.
 template <typename Node>
 class Recursive : public RecursiveProgram {
  public:
   using RecursiveProgram::RecursiveProgram;
 
-  // `list(node)` returns the node's children in order, as a range of pointers
-  // (raw, unique_ptr, shared_ptr); a null one is a UserError.
+  /// `list(node)` returns the node's children in order, as a range of pointers
+  /// (raw, unique_ptr, shared_ptr); a null one is a UserError.
   template <typename ListChildren>
   Recursive& children(ListChildren list) {
     access_.children = [list](const void* node, std::vector<const void*>& out) {
@@ -155,21 +157,24 @@ class Recursive : public RecursiveProgram {
     };
     return *this;
   }
-  // The branch index (from add_branch) that evaluates a node.
+  /// The branch index (from add_branch) that evaluates a node.
   Recursive& branch(std::function<int(const Node&)> pick) { return set(access_.branch, std::move(pick)); }
-  // The node's token (for pull_embedding), label (for label(); -1: none) and feature row (for pull).
+  /// The node's token (for pull_embedding), label (for label(); -1: none) and feature row (for pull).
+  /// @{
   Recursive& token(std::function<int(const Node&)> f) { return set(access_.token, std::move(f)); }
   Recursive& label(std::function<int(const Node&)> f) { return set(access_.label, std::move(f)); }
   Recursive& features(std::function<std::vector<float>(const Node&)> f) { return set(access_.features, std::move(f)); }
-  // Optional: how error messages name a node, beside its path from the root.
+  /// @}
+  /// Optional: how error messages name a node, beside its path from the root.
   Recursive& describe(std::function<std::string(const Node&)> f) { return set(access_.describe, std::move(f)); }
 
-  // One sample over the nodes reachable from `root` (or several roots sharing
-  // nodes). nodes, when given, receives the node of each vertex: read a node's
-  // pushes at the index of its pointer there. The root's vertex is the last.
+  /// One sample over the nodes reachable from `root` (or several roots sharing
+  /// nodes). nodes, when given, receives the node of each vertex: read a node's
+  /// pushes at the index of its pointer there. The root's vertex is the last.
   Sample sample(const Node& root, std::string name = {}, std::vector<const Node*>* nodes = nullptr) const {
     return sample(std::vector<const Node*>{&root}, std::move(name), nodes);
   }
+  /// The same over several roots, which may share nodes.
   Sample sample(const std::vector<const Node*>& roots, std::string name = {},
                 std::vector<const Node*>* nodes = nullptr) const {
     std::vector<const void*> erased(roots.begin(), roots.end()), order;
@@ -180,7 +185,7 @@ class Recursive : public RecursiveProgram {
     }
     return s;
   }
-  // One sample per root, named "<first_index + i>" in errors.
+  /// One sample per root, named "<first_index + i>" in errors.
   GraphBatch batch(const std::vector<const Node*>& roots, int first_index = 0) const {
     GraphBatch out;
     out.samples.reserve(roots.size());

@@ -14,7 +14,7 @@ template <typename T>
 Evaluation<T> reference_evaluate(const Program& program, const std::vector<std::vector<T>>& params,
                                  const GraphBatch& batch, const RunOptions& options = {});
 
-// Uses the model's current float parameters.
+/// Uses the model's current float parameters.
 Evaluation<float> reference_evaluate(const Program& program, const GraphBatch& batch,
                                      const RunOptions& options = {});
 

@@ -21,21 +21,23 @@
 
 namespace vjit {
 
+/// How measure_gemm_peak measures.
 struct GemmPeakOptions {
-  double seconds = 1.0;  // per figure (one thread, all threads), after one warm-up call
-  int size = 0;          // n; 0 = 1024, doubled (up to 4096) while one single-thread call takes under 10 ms
+  double seconds = 1.0;  ///< per figure (one thread, all threads), after one warm-up call
+  int size = 0;          ///< n; 0 = 1024, doubled (up to 4096) while one single-thread call takes under 10 ms
 };
 
+/// What measure_gemm_peak measured.
 struct GemmPeak {
-  std::string backend;  // the back end measured ("onednn", ...)
-  int size = 0;         // n of the n×n×n product
-  int threads = 1;      // the thread count of the all-threads figure (Options::threads)
-  double one_thread_gflops_per_s = 0;
-  double all_threads_gflops_per_s = 0;
+  std::string backend;  ///< the back end measured ("onednn", ...)
+  int size = 0;         ///< n of the n×n×n product
+  int threads = 1;      ///< the thread count of the all-threads figure (Options::threads)
+  double one_thread_gflops_per_s = 0;  ///< GFLOP/s of one thread
+  double all_threads_gflops_per_s = 0;  ///< GFLOP/s of `threads` threads
 };
 
-// Measures the peak with the back end and thread count of `options`. Throws
-// UserError for an unavailable back end, seconds < 0 or size < 0.
+/// Measures the peak with the back end and thread count of `options`. Throws
+/// UserError for an unavailable back end, seconds < 0 or size < 0.
 GemmPeak measure_gemm_peak(const Options& options, const GemmPeakOptions& peak = {});
 
 }  // namespace vjit

@@ -9,21 +9,22 @@
 
 namespace vjit {
 
-// A permutation of 0..n-1 that depends only on (n, seed): std::mt19937_64 (whose
-// output the standard fixes) drives a Fisher–Yates shuffle written out here with
-// rejection sampling, so the result is the same with every standard library.
-// Throws UserError when n < 0.
+/// A permutation of 0..n-1 that depends only on (n, seed): std::mt19937_64 (whose
+/// output the standard fixes) drives a Fisher–Yates shuffle written out here with
+/// rejection sampling, so the result is the same with every standard library.
+/// Throws UserError when n < 0.
 std::vector<int> shuffled_indices(int n, uint64_t seed);
 
-// Index of the largest of x[0..n) (the first one on ties; NaNs are skipped unless
-// all are NaN, then 0). Throws UserError when n <= 0 or x is null.
+/// Index of the largest of x[0..n) (the first one on ties; NaNs are skipped unless
+/// all are NaN, then 0). Throws UserError when n <= 0 or x is null.
 int argmax(const float* x, int n);
 
-// Seconds on the steady clock since construction or the last reset().
+/// Seconds on the steady clock since construction or the last reset().
 class Timer {
  public:
   Timer() : start_(std::chrono::steady_clock::now()) {}
-  void reset() { start_ = std::chrono::steady_clock::now(); }
+  void reset() { start_ = std::chrono::steady_clock::now(); }  ///< starts counting again
+  /// Seconds since construction or reset().
   double seconds() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
@@ -32,48 +33,51 @@ class Timer {
   std::chrono::steady_clock::time_point start_;
 };
 
+/// Counts correct predictions.
 struct Accuracy {
-  int64_t correct = 0;
-  int64_t total = 0;
+  int64_t correct = 0;  ///< predictions that were right
+  int64_t total = 0;  ///< predictions counted
 
+  /// Counts one prediction, right when `hit`.
   void add(bool hit) {
     correct += hit ? 1 : 0;
     ++total;
   }
+  /// Adds other's counts.
   Accuracy& operator+=(const Accuracy& other) {
     correct += other.correct;
     total += other.total;
     return *this;
   }
-  // correct / total, 0 when nothing was counted.
+  /// correct / total, 0 when nothing was counted.
   double value() const { return total == 0 ? 0.0 : double(correct) / double(total); }
 };
 
-// A progress bar on stderr:
-//   epoch 1 [=====>              ] 123/456 loss 1.23 12.3 samples/s
-// On a terminal it redraws in place with '\r' (at most every 0.1 s, and always at
-// the end); otherwise (logs, CI) it prints a plain line at every 10 % of the total
-// or every 10 s, whichever comes first, and at the end.
+/// A progress bar on stderr:
+///   epoch 1 [=====>              ] 123/456 loss 1.23 12.3 samples/s
+/// On a terminal it redraws in place with a carriage return (at most every 0.1 s, and always at
+/// the end); otherwise (logs, CI) it prints a plain line at every 10 % of the total
+/// or every 10 s, whichever comes first, and at the end.
 class ProgressBar {
  public:
-  // `total` samples (0 = unknown: no bar, just counts); `label` starts the line.
+  /// `total` samples (0 = unknown: no bar, just counts); `label` starts the line.
   explicit ProgressBar(int64_t total, std::string label = "");
-  // Writes to `out`; `interactive` chooses the in-place mode (for tests and files).
+  /// Writes to `out`; `interactive` chooses the in-place mode (for tests and files).
   ProgressBar(int64_t total, std::string label, std::ostream& out, bool interactive);
   ~ProgressBar();
 
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
 
-  // `done` samples so far; `loss` is shown when finite (pass NaN to leave it out).
+  /// `done` samples so far; `loss` is shown when finite (pass NaN to leave it out).
   void update(int64_t done, double loss);
-  // Adds `n` samples to the count.
+  /// Adds `n` samples to the count.
   void advance(int64_t n, double loss) { update(done_ + n, loss); }
-  // Draws the final state and ends the line; later updates are ignored. Called
-  // by the destructor when not called before.
+  /// Draws the final state and ends the line; later updates are ignored. Called
+  /// by the destructor when not called before.
   void finish();
 
-  // One line of the bar, without '\r' or '\n' (public for tests).
+  /// One line of the bar, without a carriage return or line end (public for tests).
   static std::string render(const std::string& label, int64_t done, int64_t total, double loss,
                             double samples_per_second, int width = 30);
 
