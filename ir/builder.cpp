@@ -473,7 +473,9 @@ int Program::add_type(const std::string& name, const std::function<void(Builder&
 int Program::type_index(const std::string& name) const {
   for (size_t i = 0; i < types_.size(); ++i)
     if (types_[i].signature.name == name) return int(i);
-  throw UserError("Program: no vertex type named '" + name + "'");
+  std::string valid;
+  for (const VertexType& t : types_) valid += (valid.empty() ? "" : ", ") + t.signature.name;
+  throw UserError("Program: no vertex type named '" + name + "' (valid: " + (valid.empty() ? "none" : valid) + ")");
 }
 
 std::string Program::signature_string() const {

@@ -129,7 +129,9 @@ void Model::truncate(int size) {
 Param Model::find(const std::string& name) const {
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].name == name) return Param{int(i), params_[i].shape};
-  throw UserError("Model: no parameter named '" + name + "'");
+  std::string valid;
+  for (const ParamData& p : params_) valid += (valid.empty() ? "" : ", ") + p.name;
+  throw UserError("Model: no parameter named '" + name + "' (valid: " + (valid.empty() ? "none" : valid) + ")");
 }
 
 void Model::arrange(const std::vector<std::vector<int>>& runs) {

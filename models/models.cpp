@@ -44,7 +44,13 @@ Bundle make_model(const std::string& name, const Config& config) {
 GraphBatch make_batch(const std::vector<Sample>& samples, const std::vector<int>& indices) {
   GraphBatch batch;
   batch.samples.reserve(indices.size());
-  for (int i : indices) batch.samples.push_back(samples.at(size_t(i)));
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const int i = indices[k];
+    if (i < 0 || size_t(i) >= samples.size())
+      throw UserError("make_batch: index " + std::to_string(i) + " (indices[" + std::to_string(k) +
+                      "]) is outside the " + std::to_string(samples.size()) + " samples");
+    batch.samples.push_back(samples[size_t(i)]);
+  }
   return batch;
 }
 

@@ -83,7 +83,9 @@ Bundle var_lstm(const Config& config, bool separate_gates) {
     std::vector<std::vector<int>> train = read_ptb_file(config.data_path, vocab);
     std::vector<std::vector<int>> test;
     if (!config.test_path.empty()) test = read_ptb_file(config.test_path, vocab, false);
-    return language_model(config, train, test, vocab.size(), separate_gates);
+    Bundle bundle = language_model(config, train, test, vocab.size(), separate_gates);
+    bundle.vocab = std::move(vocab);
+    return bundle;
   }
   SyntheticTextOptions text;
   text.vocab_size = kSyntheticVocab;
@@ -123,6 +125,7 @@ Bundle make_bilstm_tagger(const Config& config) {
     num_tags = options.num_tags;
   }
   Bundle bundle;
+  if (!config.data_path.empty()) bundle.vocab = words;
   Model& m = start_bundle(bundle, config);
   int H = config.hidden, E = config.embed_size();
   Param embedding = m.add("embedding", mat(vocab, E), Init::Uniform, 0.1f);

@@ -15,6 +15,7 @@ namespace {
 constexpr int kSentimentClasses = 5;
 
 void add_tree_samples(Bundle& bundle, const TreeData& data, TreeTypes types) {
+  bundle.vocab = data.vocab;
   bundle.train = trees_to_batch(data.train, data.vocab, types).samples;
   bundle.test = trees_to_batch(data.test, data.vocab, types, int(data.train.size())).samples;
   bundle.dev = trees_to_batch(data.dev, data.vocab, types, int(data.train.size() + data.test.size())).samples;

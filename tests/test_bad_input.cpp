@@ -405,5 +405,49 @@ TEST(BadInput, NonFiniteObjectiveNamesTheFirstNonFiniteValue) {
   testing::expect_matches_reference(engine, f.program, f.good_batch(), 1e-4, "the good batch after the error");
 }
 
+
+// A wrong name lists the valid ones, so the caller sees the typo.
+TEST(BadInput, UnknownParameterNameListsTheModelsParameters) {
+  Model model;
+  model.add("W_in", Shape::mat(2, 3));
+  model.add("bias", Shape::vec(2));
+  expect_names(user_error_of([&] { model.find("W-in"); }), {"'W-in'", "W_in", "bias"});
+  expect_names(user_error_of([] { Model().find("W"); }), {"'W'", "none"});
+}
+
+TEST(BadInput, UnknownVertexTypeNameListsTheProgramsTypes) {
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(2));
+  const std::string message = user_error_of([&] { bundle.program->type_index("lef"); });
+  expect_names(message, {"'lef'"});
+  for (int type = 0; type < bundle.program->num_types(); ++type) expect_names(message, {bundle.program->type_name(type)});
+}
+
+TEST(BadInput, MakeBatchIndexOutsideTheSamples) {
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(3));
+  expect_names(user_error_of([&] { models::make_batch(bundle.train, {0, 3}); }), {"index 3", "indices[1]", "3 samples"});
+  expect_names(user_error_of([&] { models::make_batch(bundle.train, {-1}); }), {"index -1", "indices[0]"});
+  EXPECT_EQ(models::make_batch(bundle.train, {2, 0}).samples.size(), 2u);
+}
+
+// The bundle's vocabulary is the one its tokens were made with: every leaf's
+// token is the id of a word of it, and the embedding table has a row per word.
+TEST(ModelBundle, CarriesTheVocabularyOfItsTokens) {
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(20));
+  const Vocabulary& vocab = bundle.vocab;
+  ASSERT_GT(vocab.size(), 2);
+  EXPECT_EQ(bundle.model->param(bundle.model->find("embedding")).shape.rows(), vocab.size());
+  int leaves = 0;
+  for (const Sample& sample : bundle.train)
+    for (const Vertex& vertex : sample.vertices)
+      if (vertex.token >= 0) {
+        ++leaves;
+        ASSERT_LT(vertex.token, vocab.size());
+        EXPECT_EQ(vocab.id(vocab.word(vertex.token)), vertex.token);
+      }
+  EXPECT_GT(leaves, 0);
+  // Generated ids have no words: an empty vocabulary, not a made-up one.
+  EXPECT_EQ(models::make_model("fixed_lstm", testing::small_config(1)).vocab.size(), 0);
+}
+
 }  // namespace
 }  // namespace vjit

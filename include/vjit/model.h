@@ -122,7 +122,8 @@ class Model {
   /// the constants of a vertex type whose body threw).
   void truncate(int size);
 
-  /// Looks a parameter up by name; throws UserError naming it when absent.
+  /// Looks a parameter up by name; throws UserError naming it and listing the
+  /// model's parameters when absent.
   Param find(const std::string& name) const;
   int64_t total_numel() const;  ///< the values of all parameters
 

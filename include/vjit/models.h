@@ -147,6 +147,7 @@
 #include <string>
 #include <vector>
 
+#include "vjit/data.h"
 #include "vjit/graph.h"
 #include "vjit/growth.h"
 #include "vjit/model.h"
@@ -178,6 +179,11 @@ struct Bundle {
   std::vector<Sample> train;  ///< training samples
   std::vector<Sample> test;  ///< test samples
   std::vector<Sample> dev;     ///< from Config::dev_path (tree models), else empty
+  /// The words of the token ids (Vertex::token) when the data has words: the
+  /// tree models' treebanks (the built-in one or SST files; tree_fc only from
+  /// files) and the text files of var_lstm and bilstm_tagger; empty (no
+  /// `<unk>` either) where the data is generated ids with no words.
+  Vocabulary vocab{false};
   /// Vertex types whose first push is class logits scored against the label.
   std::vector<int> classifier_types;
 };
@@ -189,7 +195,7 @@ struct Bundle {
 Bundle make_model(const std::string& name, const Config& config);
 std::vector<std::string> model_names();
 
-/// The samples at `indices` as one batch.
+/// The samples at `indices` as one batch; UserError for an index outside `samples`.
 GraphBatch make_batch(const std::vector<Sample>& samples, const std::vector<int>& indices);
 
 // --- per family (models.cpp dispatches to these) ---

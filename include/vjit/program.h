@@ -173,7 +173,7 @@ class Program {
   int add_type(const std::string& name, const std::function<void(Builder&)>& body);
 
   int num_types() const { return int(types_.size()); }  ///< types are 0 to num_types() − 1, in the order added
-  int type_index(const std::string& name) const;  ///< throws UserError when unknown
+  int type_index(const std::string& name) const;  ///< throws UserError listing the types when unknown
   /// A vertex type's name, F, ∂F and signature (std::out_of_range for an index
   /// outside [0, num_types())).
   /// @{
