@@ -201,7 +201,7 @@ struct Engine::Impl {
   // A learned policy schedules the vertex types it was learned for: with
   // another count every batch would fail, so it is refused where it is set.
   void check_policy_fits(const FsmPolicy& policy, const std::string& what) const {
-    const int types = policy.table().num_types();
+    const int types = scheduler::FsmPolicyAccess::table(policy).num_types();
     VJIT_USER_CHECK(types == program.num_types(), what << ": the policy was learned for " << types
                                                        << " vertex types, the program has " << program.num_types());
   }
@@ -783,16 +783,19 @@ struct Engine::Impl {
     collect(runner.executor);
   }
 
+  // The learned policy's table, or null without one.
+  const scheduler::FsmPolicy* fsm_table() const { return fsm ? &scheduler::FsmPolicyAccess::table(*fsm) : nullptr; }
+
   // Validates and flattens the batch (learning the FSM policy on the first
   // batch that needs it) and chooses its tasks.
   void schedule_batch(const GraphBatch& batch, const std::vector<TypeSignature>& types) {
-    bool heights = policy == scheduler::Policy::Fsm && fsm && scheduler::encoding_uses_heights(fsm->table().encoding());
+    bool heights = policy == scheduler::Policy::Fsm && fsm && scheduler::encoding_uses_heights(fsm_table()->encoding());
     scheduler::validate_and_flatten(types, batch, heights, graph, order, scratch);
     if (policy == scheduler::Policy::Fsm && !fsm) {
       learn(batch);
-      if (scheduler::encoding_uses_heights(fsm->table().encoding())) graph.assign(batch, int(signatures.size()), true);
+      if (scheduler::encoding_uses_heights(fsm_table()->encoding())) graph.assign(batch, int(signatures.size()), true);
     }
-    scheduler.run(graph, policy, fsm ? &fsm->table() : nullptr, schedule);
+    scheduler.run(graph, policy, fsm_table(), schedule);
     if (options.logs("schedule")) std::cerr << scheduler::describe_schedule(schedule, signatures, policy);
   }
 

@@ -53,7 +53,8 @@ std::string FsmPolicy::describe() const {
 ScheduleSummary summarize_schedule(const GraphBatch& batch, int num_types, std::string_view policy,
                                    const FsmPolicy* fsm) {
   const scheduler::Policy parsed = scheduler::parse_policy(std::string(policy));
-  const scheduler::Schedule s = scheduler::make_schedule(batch, num_types, parsed, fsm ? &fsm->table() : nullptr);
+  const scheduler::FsmPolicy* table = fsm ? &scheduler::FsmPolicyAccess::table(*fsm) : nullptr;
+  const scheduler::Schedule s = scheduler::make_schedule(batch, num_types, parsed, table);
   ScheduleSummary summary;
   summary.tasks = int(s.tasks.size());
   summary.lower_bound = s.lower_bound;

@@ -70,6 +70,7 @@
 #include <vector>
 
 #include "scheduler/schedule.h"
+#include "vjit/batching.h"
 
 namespace vjit::scheduler {
 
@@ -239,5 +240,12 @@ class FsmPolicy {
 // state.tracks_heights().
 int fsm_step(const FsmPolicy& fsm, StateEncoder& encoder, scheduler::FrontierState& state, std::string& key,
              bool& fell_back);
+
+// The learned table inside the public handle vjit::FsmPolicy (vjit/batching.h),
+// whose users do not see the scheduler's type.
+class FsmPolicyAccess {
+ public:
+  static const FsmPolicy& table(const vjit::FsmPolicy& handle) { return *handle.policy_; }
+};
 
 }  // namespace vjit::scheduler

@@ -204,7 +204,7 @@ TEST(Fsm, SaveLoadRoundTrip) {
 TEST(Fsm, PublicHandle) {
   const GraphBatch data = two_type_trees(7, 64);
   const vjit::FsmPolicy handle = vjit::FsmPolicy::learn(data, 3);
-  const FsmPolicy& table = handle.table();
+  const FsmPolicy& table = FsmPolicyAccess::table(handle);
   EXPECT_EQ(table.num_states(), FsmPolicy::learn(data, 3).num_states()) << "the same learner, the same defaults";
   const FsmPolicyInfo info = handle.info();
   EXPECT_EQ(info.encoding, "critical");

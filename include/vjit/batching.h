@@ -20,7 +20,8 @@
 namespace vjit {
 
 namespace scheduler {
-class FsmPolicy;  // the learned table, scheduler/fsm.h
+class FsmPolicy;        // the learned table, scheduler/fsm.h
+class FsmPolicyAccess;  // vjit's own code reaches the table through it (scheduler/fsm.h)
 }  // namespace scheduler
 
 /// What learning a policy did (all 0 for a policy built from a table).
@@ -56,11 +57,9 @@ class FsmPolicy {
   /// lower bound 25".
   std::string describe() const;
 
-  /// For vjit's internals (the scheduler's type is not part of the API).
-  explicit FsmPolicy(std::shared_ptr<const scheduler::FsmPolicy> policy);
-  const scheduler::FsmPolicy& table() const { return *policy_; }  ///< for vjit's internals, like the constructor above
-
  private:
+  friend class scheduler::FsmPolicyAccess;
+  explicit FsmPolicy(std::shared_ptr<const scheduler::FsmPolicy> policy);
   std::shared_ptr<const scheduler::FsmPolicy> policy_;
 };
 
