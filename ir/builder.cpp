@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "ir/autodiff.h"
+#include "ir/model_layout.h"
 #include "ir/passes.h"
 #include "vjit/error.h"
 #include "vjit/program.h"
@@ -464,7 +465,7 @@ int Program::add_type(const std::string& name, const std::function<void(Builder&
   try {
     types_.push_back(build_type(name, body));
   } catch (...) {
-    model_->truncate(params_before);  // the constant tensors of the failed type
+    ir::ModelLayout::truncate(*model_, params_before);  // the constant tensors of the failed type
     throw;
   }
   return int(types_.size()) - 1;

@@ -55,6 +55,7 @@ void Model::point_at(ParamData& param, int64_t offset) {
 }
 
 void Model::adopt_block(std::vector<float> block, const std::vector<int64_t>& offsets) {
+  ++value_moves_;
   block_ = std::move(block);
   for (size_t p = 0; p < params_.size(); ++p) point_at(params_[p], offsets[p]);
 }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "ir/dropout.h"
+#include "ir/model_layout.h"
 #include "ir/passes.h"
 #include "runtime/kernels.h"
 #include "runtime/batch_rows.h"
@@ -543,7 +544,7 @@ float* CpuExecutor::stacked_in_model(const ir::Function& f, const Node& n) {
     if (f[arg].op != Op::Param) return nullptr;
     stacked_params_.push_back(f[arg].param);
   }
-  return store_.model().consecutive(stacked_params_) ? store_.value(stacked_params_[0]) : nullptr;
+  return ir::ModelLayout::consecutive(store_.model(), stacked_params_) ? store_.value(stacked_params_[0]) : nullptr;
 }
 
 // A uniform value other than a parameter is a Concat of parameters (stacked

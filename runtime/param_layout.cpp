@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "ir/model_layout.h"
 #include "layout/param_runs.h"
 
 namespace vjit::runtime {
@@ -32,12 +33,13 @@ ParamLayout lay_out_parameters(const ExecPlan& plan, Model& model) {
   out.stacked = int(sequences.size());
   const layout::ParamRuns runs = layout::plan_param_runs(model.size(), sequences);
   bool held = true;
-  for (size_t s = 0; s < sequences.size(); ++s) held = held && (!runs.kept[s] || model.consecutive(sequences[s]));
+  for (size_t s = 0; s < sequences.size(); ++s)
+    held = held && (!runs.kept[s] || ir::ModelLayout::consecutive(model, sequences[s]));
   if (!held) {
-    model.arrange(runs.runs);
+    ir::ModelLayout::arrange(model, runs.runs);
     out.moved = true;
   }
-  for (const std::vector<int>& s : sequences) out.in_place += model.consecutive(s);
+  for (const std::vector<int>& s : sequences) out.in_place += ir::ModelLayout::consecutive(model, s);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ir/model_layout.h"
 #include "layout/param_runs.h"
 #include "tests/engine_check.h"
 #include "tests/user_error.h"
@@ -58,7 +59,8 @@ TEST(ModelBlock, ParametersKeepTheirValuesAsTheBlockGrows) {
               reinterpret_cast<uintptr_t>(model.param(0).value.data()) % 64)
         << "parameter " << p << " does not start at a multiple of 16 floats";
     if (p > 0) {
-      EXPECT_FALSE(model.consecutive(std::vector<int>{p - 1, p})) << "7 floats a row: never a multiple of 16";
+      EXPECT_FALSE(ir::ModelLayout::consecutive(model, std::vector<int>{p - 1, p}))
+          << "7 floats a row: never a multiple of 16";
     }
   }
   // The same seed gives the same values whatever else was added before.
@@ -71,22 +73,22 @@ TEST(ModelBlock, ArrangeLaysRunsOutConsecutivelyAndKeepsEveryValue) {
   Model model(3);
   for (int p = 0; p < 6; ++p) model.add("p" + std::to_string(p), Shape::mat(3, 5));
   const std::vector<std::vector<float>> before = values_of(model);
-  model.arrange({{4, 1}, {0, 5, 2}});
+  ir::ModelLayout::arrange(model, {{4, 1}, {0, 5, 2}});
   EXPECT_EQ(values_of(model), before);
-  EXPECT_TRUE(model.consecutive(std::vector<int>{4, 1}));
-  EXPECT_TRUE(model.consecutive(std::vector<int>{0, 5, 2}));
-  EXPECT_FALSE(model.consecutive(std::vector<int>{1, 4})) << "a run is consecutive in its order only";
+  EXPECT_TRUE(ir::ModelLayout::consecutive(model, std::vector<int>{4, 1}));
+  EXPECT_TRUE(ir::ModelLayout::consecutive(model, std::vector<int>{0, 5, 2}));
+  EXPECT_FALSE(ir::ModelLayout::consecutive(model, std::vector<int>{1, 4})) << "a run is consecutive in its order only";
   // A copy has a block of its own, laid out the same.
   Model copy = model;
-  EXPECT_TRUE(copy.consecutive(std::vector<int>{0, 5, 2}));
+  EXPECT_TRUE(ir::ModelLayout::consecutive(copy, std::vector<int>{0, 5, 2}));
   copy.param(0).value[0] = 42.0f;
   EXPECT_EQ(model.param(0).value, before[0]) << "a copy shares memory with its original";
   // Adding and truncating after arranging keep the rest.
   model.add("late", Shape::vec(9));
   EXPECT_EQ(model.param(6).value.size(), 9u);
-  model.truncate(6);
+  ir::ModelLayout::truncate(model, 6);
   EXPECT_EQ(values_of(model), before);
-  EXPECT_TRUE(model.consecutive(std::vector<int>{4, 1}));
+  EXPECT_TRUE(ir::ModelLayout::consecutive(model, std::vector<int>{4, 1}));
 }
 
 TEST(ModelBlock, ArrangeRefusesBadRunsAndChangesNothing) {
@@ -94,9 +96,9 @@ TEST(ModelBlock, ArrangeRefusesBadRunsAndChangesNothing) {
   for (int p = 0; p < 3; ++p) model.add("p" + std::to_string(p), Shape::vec(4));
   const std::vector<std::vector<float>> before = values_of(model);
   const float* first = model.param(0).value.data();
-  EXPECT_NE(user_error_of([&] { model.arrange({{0, 1}, {1, 2}}); }).find("'p1'"), std::string::npos);
-  EXPECT_NE(user_error_of([&] { model.arrange({{2, 2}}); }).find("'p2'"), std::string::npos);
-  EXPECT_NE(user_error_of([&] { model.arrange({{0, 3}}); }).find("parameter 3"), std::string::npos);
+  EXPECT_NE(user_error_of([&] { ir::ModelLayout::arrange(model, {{0, 1}, {1, 2}}); }).find("'p1'"), std::string::npos);
+  EXPECT_NE(user_error_of([&] { ir::ModelLayout::arrange(model, {{2, 2}}); }).find("'p2'"), std::string::npos);
+  EXPECT_NE(user_error_of([&] { ir::ModelLayout::arrange(model, {{0, 3}}); }).find("parameter 3"), std::string::npos);
   EXPECT_EQ(values_of(model), before);
   EXPECT_EQ(model.param(0).value.data(), first) << "a refused arrange moved the block";
 }
@@ -210,7 +212,7 @@ TEST(ParamLayout, StackedWeightsAreReadInPlaceNotCopied) {
     Engine engine(p.program, options);
     const std::string what = laid_out ? "laid out" : "copied";
     EXPECT_EQ(values_of(p.model), before) << what;
-    EXPECT_EQ(p.model.consecutive(std::vector<int>{p.w1.id, p.w2.id}), laid_out) << what;
+    EXPECT_EQ(ir::ModelLayout::consecutive(p.model, std::vector<int>{p.w1.id, p.w2.id}), laid_out) << what;
     EXPECT_EQ(engine.compile_info().stacked_weights, 1) << what;
     EXPECT_EQ(engine.compile_info().stacked_in_place, laid_out ? 1 : 0) << what;
     const GraphBatch batch = p.batch(3);
@@ -223,13 +225,54 @@ TEST(ParamLayout, StackedWeightsAreReadInPlaceNotCopied) {
   }
 }
 
+// A pointer into a parameter's values goes stale when the values move:
+// Model::value_moves() says when, as the block grows and when an engine lays
+// it out for its stacked weights. It changes exactly when the values moved.
+TEST(ModelBlock, ValueMovesCountsEveryMoveOfTheValues) {
+  Model model(5);
+  model.add("p0", Shape::mat(3, 7));
+  for (int p = 1; p < 60; ++p) {
+    const float* held = model.param(0).value.data();
+    const uint64_t moves = model.value_moves();
+    model.add("p" + std::to_string(p), Shape::mat(p % 4 + 1, 7));
+    EXPECT_EQ(model.param(0).value.data() != held, model.value_moves() != moves) << "adding parameter " << p;
+  }
+  EXPECT_GT(model.value_moves(), 0u) << "60 parameters never outgrew the first block";
+  Model other;
+  other.add("q", Shape::vec(3));
+  const uint64_t before = other.value_moves();
+  other = model;
+  EXPECT_NE(other.value_moves(), before) << "assigning a Model replaces the block";
+}
+
+TEST(ParamLayout, BuildingAnEngineThatMovesTheValuesSaysSo) {
+  for (bool laid_out : {false, true}) {
+    StackedProgram p;
+    const float* held = p.model.param(p.w2).value.data();
+    const uint64_t moves = p.model.value_moves();
+    Options options = Options::defaults();
+    options.param_layout = laid_out;
+    Engine engine(p.program, options);
+    const std::string what = laid_out ? "laid out" : "copied";
+    const bool moved = p.model.param(p.w2).value.data() != held;
+    EXPECT_EQ(moved, laid_out) << what << ": this program's two weights are stacked, not yet consecutive";
+    EXPECT_EQ(p.model.value_moves() != moves, moved) << what;
+    // A second engine finds the block laid out already: nothing moves.
+    const uint64_t after_first = p.model.value_moves();
+    const float* now = p.model.param(p.w2).value.data();
+    Engine second(p.program, options);
+    EXPECT_EQ(p.model.value_moves(), after_first) << what;
+    EXPECT_EQ(p.model.param(p.w2).value.data(), now) << what;
+  }
+}
+
 // The block moved from under a built engine (another layout): the engine
 // notices, copies the weights again, and stays equal to the reference.
 TEST(ParamLayout, AnEngineCopiesWhereTheModelNoLongerHoldsTheBlock) {
   StackedProgram p;
   Engine engine(p.program, Options::defaults());
-  ASSERT_TRUE(p.model.consecutive(std::vector<int>{p.w1.id, p.w2.id}));
-  p.model.arrange({{p.w2.id, p.w1.id}});
+  ASSERT_TRUE(ir::ModelLayout::consecutive(p.model, std::vector<int>{p.w1.id, p.w2.id}));
+  ir::ModelLayout::arrange(p.model, {{p.w2.id, p.w1.id}});
   const GraphBatch batch = p.batch(2);
   testing::expect_matches_reference(engine, p.program, batch, 1e-5, "W2 before W1");
   EXPECT_GT(engine.stats().stacked_weight_bytes, 0);

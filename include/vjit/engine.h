@@ -23,9 +23,9 @@
 // VJIT_THREADS (perf/concurrency_bench measures both). Several engines may run
 // one Program concurrently as long as none of them trains: training writes the
 // Model's parameters, which the others read. Building an engine may lay the
-// Model's values out again (VJIT_PARAM_LAYOUT: Model::arrange, values kept),
-// so build every engine of a Model before any of them runs, and take
-// pointers into ParamData::value after.
+// Model's values out again (VJIT_PARAM_LAYOUT, values kept; Model::value_moves
+// counts it), so build every engine of a Model before any of them runs, and
+// take pointers into ParamData::value after.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -147,8 +147,8 @@ class Engine {
   /// Lowers and compiles every vertex type of `program` with `options` (by
   /// default the VJIT_* variables). The program, and the Model it reads, must
   /// outlive the engine. With VJIT_PARAM_LAYOUT on, building it may move the
-  /// Model's values to another place in the Model's block (Model::arrange,
-  /// values unchanged): take pointers or spans into ParamData::value after
+  /// Model's values to another place in memory (values unchanged; counted by
+  /// Model::value_moves()): take pointers or spans into ParamData::value after
   /// building the engines of a Model, not before.
   explicit Engine(const Program& program, Options options = Options::from_env());
   ~Engine();

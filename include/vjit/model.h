@@ -10,6 +10,10 @@
 
 namespace vjit {
 
+namespace ir {
+class ModelLayout;  // ir/model_layout.h: how vjit's own code lays the block out
+}  // namespace ir
+
 /// How Model::add fills a new parameter's values (from the Model's seed).
 enum class Init {
   Xavier,   ///< uniform in ±sqrt(6 / (fan_in + fan_out))
@@ -27,9 +31,10 @@ struct Param {
 /// The values of one parameter, row-major: a view of its place in the Model's
 /// one block of parameter memory, with a vector's reading interface. It cannot
 /// be resized or copied as a view; assigning copies values in, which must be as
-/// many as it holds. Model::add and Model::arrange may move the block: a
-/// pointer or span taken from it before is then stale (ParamData::value itself
-/// stays valid).
+/// many as it holds. Model::add, assigning a Model to it and building an
+/// Engine (VJIT_PARAM_LAYOUT) may move the block: a pointer or span taken from
+/// it before is then stale (ParamData::value itself stays valid), and
+/// Model::value_moves() tells when that happened.
 class ParamValues {
  public:
   /// An empty view (size 0).
@@ -118,26 +123,19 @@ class Model {
   /// Freezes or unfreezes a parameter (see ParamData::frozen). Freeze before
   /// Program::add_type to also skip computing its gradient.
   void freeze(Param p, bool frozen = true);
-  /// Removes the parameters from index `size` on (Program::add_type undoing
-  /// the constants of a vertex type whose body threw).
-  void truncate(int size);
 
   /// Looks a parameter up by name; throws UserError naming it and listing the
   /// model's parameters when absent.
   Param find(const std::string& name) const;
   int64_t total_numel() const;  ///< the values of all parameters
 
-  /// Lays the values out again in the block: each run's parameters one right
-  /// after another in the run's order (a run of parameters is then one
-  /// row-major block: stacked weights a merged product reads in place), each
-  /// run and every other parameter starting at a multiple of 16 floats. Runs
-  /// are disjoint; a parameter in none keeps its relative order. Values do not
-  /// change. An engine arranges its Model when it is built (per-program
-  /// layout, jit/param_layout.h), and only when the block does not already
-  /// hold its runs so.
-  void arrange(const std::vector<std::vector<int>>& runs);
-  /// Whether `params` lie one right after another, in this order, in the block.
-  bool consecutive(std::span<const int> params) const;
+  /// How many times the values moved to another place in memory: growing the
+  /// block as parameters are added, assigning another Model to this one, or an
+  /// Engine laying the block out for its stacked weights when it is built
+  /// (VJIT_PARAM_LAYOUT). A pointer or span into a ParamData::value taken
+  /// while this was n is stale once it is not n; the values themselves never
+  /// change by moving.
+  uint64_t value_moves() const { return value_moves_; }
 
   /// A copy holds the values in a block of its own; a move takes the block.
   /// @{
@@ -148,6 +146,21 @@ class Model {
   /// @}
 
  private:
+  friend class ir::ModelLayout;
+  /// Lays the values out again in the block: each run's parameters one right
+  /// after another in the run's order (a run of parameters is then one
+  /// row-major block: stacked weights a merged product reads in place), each
+  /// run and every other parameter starting at a multiple of 16 floats. Runs
+  /// are disjoint; a parameter in none keeps its relative order. Values do not
+  /// change. An engine arranges its Model when it is built (per-program
+  /// layout, runtime/param_layout.h), and only when the block does not already
+  /// hold its runs so.
+  void arrange(const std::vector<std::vector<int>>& runs);
+  /// Whether `params` lie one right after another, in this order, in the block.
+  bool consecutive(std::span<const int> params) const;
+  /// Removes the parameters from index `size` on (Program::add_type undoing
+  /// the constants of a vertex type whose body threw).
+  void truncate(int size);
   /// Makes room for `floats` more values (zeros) at the end of the block; their offset.
   int64_t append_values(int64_t floats);
   /// Points `param`'s view at `offset` floats into the block.
@@ -159,6 +172,7 @@ class Model {
   uint64_t seed_;
   std::vector<ParamData> params_;
   std::vector<float> block_;  ///< every parameter's values (ParamValues views into it)
+  uint64_t value_moves_ = 0;  ///< adopt_block calls: see value_moves()
 };
 
 }  // namespace vjit
