@@ -104,6 +104,17 @@ int64_t first_non_finite(std::string_view bytes) {
   return -1;
 }
 
+// A file with a NaN or an infinity would be refused by every load: refused
+// here instead, before anything is written, naming the tensor and element.
+void check_finite_for_save(const std::string& path, const std::vector<Tensor>& tensors) {
+  for (const Tensor& t : tensors) {
+    if (t.dtype != "F32") continue;
+    const int64_t k = first_non_finite(t.bytes);
+    VJIT_USER_CHECK(k < 0, "cannot write '" << path << "': tensor '" << t.name << "' holds a value that is not finite at element "
+                                            << k << " (a checkpoint holds finite values only; load refuses others)");
+  }
+}
+
 void check_user_metadata(const std::string& path, const std::map<std::string, std::string>& metadata) {
   for (const auto& [key, value] : metadata)
     VJIT_USER_CHECK(!std::string_view(key).starts_with(kReservedPrefix),
@@ -311,31 +322,29 @@ class Loader {
   jit::safetensors::File file_;
 };
 
-// Copies validated values into the model: cannot fail, so nothing is half done.
-void commit_parameters(Model& model, const std::vector<std::string_view>& values) {
-  for (int p = 0; p < model.size(); ++p)
-    std::memcpy(model.param(p).value.data(), values[size_t(p)].data(), values[size_t(p)].size());
-}
+// What save_checkpoint writes: the step count, the optimizer state and the
+// weights of one step, copied under the engine's lock (no train_step on another
+// thread runs meanwhile). The file is written after the lock is released, so
+// training waits for this copy only, not for the disk.
+struct CheckpointCopy {
+  std::map<std::string, std::string> metadata;
+  OptimizerState state;
+  int64_t steps = 0;
+  std::vector<std::vector<float>> weights;  // per parameter
+};
 
-}  // namespace
-
-void save_checkpoint(const std::string& path, const Engine& engine, const Optimizer* optimizer,
-                     const std::map<std::string, std::string>& user_metadata) {
+CheckpointCopy copy_for_checkpoint(const std::string& path, const Engine& engine, const Optimizer* optimizer,
+                                   const std::map<std::string, std::string>& user_metadata) {
   const Model& model = engine.program().model();
-  check_user_metadata(path, user_metadata);
-  // The step count, the optimizer state and the weights of one step: no
-  // train_step on another thread runs until the file is written.
+  CheckpointCopy copy;
+  copy.metadata = user_metadata;
+  std::map<std::string, std::string>& metadata = copy.metadata;
   const jit::EngineAccess locked(engine);
-  std::map<std::string, std::string> metadata = user_metadata;
   metadata[kFormatKey] = kFormat;
   metadata[kVersionKey] = kVersion;
   metadata[kSignatureKey] = engine.program().signature_string();
   metadata[kTrainStepsKey] = std::to_string(locked.train_steps());
   metadata[kFrozenKey] = frozen_names(model);
-
-  std::vector<Tensor> tensors;
-  OptimizerState state;
-  int64_t steps = 0;
   if (optimizer) {
     for (int p = 0; p < model.size(); ++p)
       VJIT_USER_CHECK(!std::string_view(model.param(p).name).starts_with(kOptimizerPrefix),
@@ -345,6 +354,7 @@ void save_checkpoint(const std::string& path, const Engine& engine, const Optimi
     for (const auto& [name, value] : optimizer->hyper_parameters()) metadata["vjit.optimizer." + name] = exact(value);
     metadata[kOptimizerKey] = optimizer->kind();
     metadata[kSlotsKey] = join(slots);
+    OptimizerState& state = copy.state;
     state = locked.optimizer_state();
     if (!optimizer->made(state)) {  // no step yet: what its first step would make
       state = {};
@@ -356,19 +366,47 @@ void save_checkpoint(const std::string& path, const Engine& engine, const Optimi
     VJIT_USER_CHECK(consistent, "cannot write '" << path << "': the engine's optimizer state does not hold "
                                                  << slots.size() << " slots (" << join(slots)
                                                  << ") for each of the model's " << model.size() << " parameters");
-    steps = state.steps;
-    tensors.push_back({kStepTensor, "I64", {}, bytes_of(&steps, 1)});  // 8-byte dtype first: aligned
+    copy.steps = state.steps;
   }
-  for (Tensor& t : parameter_tensors(model)) tensors.push_back(std::move(t));
+  copy.weights.reserve(size_t(model.size()));
+  for (int p = 0; p < model.size(); ++p) {
+    const ParamValues& values = model.param(p).value;
+    copy.weights.emplace_back(values.begin(), values.end());
+  }
+  return copy;
+}
+
+// Copies validated values into the model: cannot fail, so nothing is half done.
+void commit_parameters(Model& model, const std::vector<std::string_view>& values) {
+  for (int p = 0; p < model.size(); ++p)
+    std::memcpy(model.param(p).value.data(), values[size_t(p)].data(), values[size_t(p)].size());
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const Engine& engine, const Optimizer* optimizer,
+                     const std::map<std::string, std::string>& user_metadata) {
+  check_user_metadata(path, user_metadata);
+  const CheckpointCopy copy = copy_for_checkpoint(path, engine, optimizer, user_metadata);
+  const Model& model = engine.program().model();  // names and shapes: fixed since Model::add
+  std::vector<Tensor> tensors;
+  if (optimizer) tensors.push_back({kStepTensor, "I64", {}, bytes_of(&copy.steps, 1)});  // 8-byte dtype first: aligned
+  for (int p = 0; p < model.size(); ++p) {
+    const std::vector<float>& values = copy.weights[size_t(p)];
+    tensors.push_back(
+        {model.param(p).name, "F32", dims_of(model.param(p).shape), bytes_of(values.data(), values.size())});
+  }
   if (optimizer) {
     const std::vector<std::string> slots = optimizer->state_slot_names();
     for (size_t k = 0; k < slots.size(); ++k)
       for (int p = 0; p < model.size(); ++p) {
-        const std::vector<float>& values = state.slots[size_t(p)][k];
+        const std::vector<float>& values = copy.state.slots[size_t(p)][k];
         tensors.push_back({slot_tensor(slots[k], model.param(p).name), "F32", dims_of(model.param(p).shape),
                            bytes_of(values.data(), values.size())});
       }
   }
+  check_finite_for_save(path, tensors);
+  std::map<std::string, std::string> metadata = copy.metadata;
   add_checksums(metadata, tensors);
   jit::safetensors::write(path, metadata, tensors, "checkpoint");
 }
@@ -401,6 +439,7 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Engi
 void save_parameters(const std::string& path, const Model& model, const std::map<std::string, std::string>& metadata) {
   check_user_metadata(path, metadata);
   const std::vector<Tensor> tensors = parameter_tensors(model);
+  check_finite_for_save(path, tensors);
   std::map<std::string, std::string> with_checksums = metadata;
   add_checksums(with_checksums, tensors);
   jit::safetensors::write(path, with_checksums, tensors, "parameters");

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <atomic>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string_view>
 #include <thread>
 
 #include "engine_check.h"
@@ -51,6 +53,15 @@ void write_bytes(const fs::path& path, const std::string& bytes) {
 }
 
 // A safetensors file taken apart: header (in file order) and data.
+// The CRC-32 of `bytes` as a checkpoint's metadata records it (zlib's, as
+// Python's zlib.crc32), computed here on its own.
+std::string crc32_hex(std::string_view bytes) {
+  const unsigned long crc = crc32_z(0L, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size());
+  char text[9];
+  std::snprintf(text, sizeof text, "%08lx", crc & 0xffffffffUL);
+  return text;
+}
+
 struct RawFile {
   ordered_json header;
   std::string data;
@@ -777,19 +788,34 @@ TEST_F(Rejections, FlippedDataBytesAreRefusedNamingTheTensor) {
   }
 }
 
-// Non-finite values are refused on load, naming the tensor and the element,
-// even in a file whose checksums match (saved from a model that held them).
+// Non-finite values are refused on save, naming the tensor and the element,
+// before anything is written; a file that holds them anyway (written by
+// another tool, its checksums matching) is refused on load.
 TEST_F(Rejections, NonFiniteValuesAreRefused) {
   Training other;
   const ParamData& param = other.model().param(1);
+  const std::string path = (dir_ / "non-finite.safetensors").string();
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
     other.model().param(1).value[3] = bad;
-    const std::string path = (dir_ / "non-finite.safetensors").string();
-    save_checkpoint(path, *other.engine, &adam_);
+    for (const std::string& message : {user_error_of([&] { save_checkpoint(path, *other.engine, &adam_); }),
+                                       user_error_of([&] { save_parameters(path, other.model()); })}) {
+      EXPECT_NE(message.find(path), std::string::npos) << message;
+      EXPECT_NE(message.find("tensor '" + param.name + "'"), std::string::npos) << message;
+      EXPECT_NE(message.find("element 3"), std::string::npos) << message;
+    }
+    EXPECT_FALSE(fs::exists(path)) << "a refused save wrote the file";
+
+    RawFile raw = RawFile::read(good_);
+    const size_t begin = raw.header.at(param.name).at("data_offsets")[0];
+    const size_t end = raw.header.at(param.name).at("data_offsets")[1];
+    std::memcpy(raw.data.data() + begin + 3 * sizeof(float), &bad, sizeof bad);
+    raw.header["__metadata__"]["vjit.crc32." + param.name] = crc32_hex(raw.data.substr(begin, end - begin));
+    raw.write(path);
     expect_rejected(path, "tensor '" + param.name + "'", "a non-finite weight");
     const std::string message = user_error_of([&] { load_parameters(path, run_.model()); });
     EXPECT_NE(message.find("element 3"), std::string::npos) << message;
     EXPECT_NE(message.find("not finite"), std::string::npos) << message;
+    fs::remove(path);
   }
 }
 

@@ -36,7 +36,9 @@
 // crash or kill at any point the path holds the old checkpoint or the new one,
 // whole. A killed writer leaves its temporary file "<path>.tmp.<pid>.<n>";
 // the next save to the path removes it. Errors name the path and the system's
-// reason.
+// reason. A weight or state value that is not finite (NaN, ±Inf) is refused
+// before anything is written, naming the tensor and the element: a load would
+// refuse the file.
 //
 // Loading validates the whole file before it changes anything: a regular
 // file (a directory is refused naming it), the safetensors structure (sizes,
@@ -65,6 +67,9 @@ namespace vjit {
 /// program's signature and `user_metadata`; with `optimizer`, also the state
 /// the engine keeps for it (slots and step count; zeros and step 0 when it has
 /// taken no step with this engine yet) and its kind and hyper-parameters.
+/// What it saves is copied under the engine's lock (one step's weights and
+/// state, as a train_step on another thread leaves them); the file is written
+/// after the lock is released.
 void save_checkpoint(const std::string& path, const Engine& engine, const Optimizer* optimizer = nullptr,
                      const std::map<std::string, std::string>& user_metadata = {});
 
@@ -91,7 +96,9 @@ void save_parameters(const std::string& path, const Model& model,
 /// per parameter of the model, of its name and shape, and no other tensors
 /// (of a vjit checkpoint, the optimizer.* tensors are skipped); metadata is
 /// not needed. An engine running on the GPU needs Engine::upload_parameters()
-/// afterwards.
+/// afterwards. It writes the Model without any engine's lock: call it when no
+/// engine of this Model runs on another thread (load_checkpoint takes the
+/// engine's lock).
 void load_parameters(const std::string& path, Model& model);
 
 }  // namespace vjit
