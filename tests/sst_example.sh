@@ -6,7 +6,10 @@
 #    written and at the end scored on the test slice;
 # 2. --sst finds the shipped files: all 8544 / 1101 / 2210 trees load (--epochs 0,
 #    a tiny model, so only the untrained model is scored);
-# 3. a missing --dev file is refused naming it; --save-best without --dev is refused.
+# 3. a missing --dev file is refused naming it; --save-best without --dev is refused;
+# 4. --vectors FILE (made here, GloVe's text format) sets the embedding rows of
+#    the words it holds: it says how many it found, and the untrained model's
+#    test loss changes; a malformed line is refused naming the file and line.
 set -euo pipefail
 tree_lstm="$(realpath "$1")"  # absolute: the script works inside WORK_DIR
 sst="$(realpath "$2")"
@@ -49,4 +52,22 @@ status=0
 "$tree_lstm" "${small[@]}" --data train.txt --save-best b.safetensors --epochs 1 > refused.txt 2>&1 || status=$?
 cat refused.txt
 [[ "$status" -ne 0 ]] && grep -q "needs --dev" refused.txt || fail "--save-best without --dev was not refused"
+# Word vectors of width 16 for three words of the slice (which holds them also
+# capitalised: "The" takes the vector of "the") and one word the data lacks.
+vector() { for ((i = 0; i < 16; ++i)); do printf ' %s' "0.$(( ($1 * 7 + i * 3) % 10 ))"; done; }
+{ echo "the$(vector 1)"; echo "film$(vector 2)"; echo "good$(vector 3)"; echo "zzzqx$(vector 4)"; } > vectors.txt
+untrained=(--hidden 16 --embed 16 --threads 1 --data train.txt --test test.txt --epochs 0)
+"$tree_lstm" "${untrained[@]}" > plain.txt
+"$tree_lstm" "${untrained[@]}" --vectors vectors.txt > vectors_run.txt
+cat vectors_run.txt
+grep -Eq "^vectors vectors.txt: ([3-9]|[1-9][0-9]+) of [0-9]+ words found \([1-9][0-9]* only in lower case\), [0-9]+ keep their initialisation; 4 vectors in the file" \
+  vectors_run.txt || fail "--vectors does not say what it found"
+plain_loss=$(grep "^evaluation after epoch 0" plain.txt)
+vectors_loss=$(grep "^evaluation after epoch 0" vectors_run.txt)
+[[ -n "$plain_loss" && "$plain_loss" != "$vectors_loss" ]] || fail "--vectors did not change the embedding"
+echo "bad 0.1 0.2" > bad_vectors.txt
+status=0
+"$tree_lstm" "${untrained[@]}" --vectors bad_vectors.txt > refused.txt 2>&1 || status=$?
+cat refused.txt
+[[ "$status" -ne 0 ]] && grep -q "bad_vectors.txt:1:1" refused.txt || fail "a malformed vectors file was not refused"
 echo "sst_example: passed"

@@ -21,6 +21,7 @@ struct TrainFlags {
   float lr = 0.01f;
   std::string save_path;  // --save: a checkpoint after every epoch
   std::string load_path;  // --load: resume from a checkpoint of --save
+  std::string vectors_path;  // --vectors: pretrained word vectors for the embedding
   std::string best_path;  // --save-best: the checkpoint of the best epoch by dev root accuracy (needs --dev)
 };
 
@@ -100,6 +101,7 @@ TrainFlags parse_flags(std::vector<std::string> args, const std::string& model_n
     else if (flag == "--save-best") f.best_path = value;
     else if (flag == "--save") f.save_path = value;
     else if (flag == "--load") f.load_path = value;
+    else if (flag == "--vectors") f.vectors_path = value;
     else throw UserError("unknown flag " + flag);
   }
   if (f.epochs < 0) throw UserError("--epochs must be >= 0 (0: load with --load and evaluate)");
@@ -211,6 +213,23 @@ void test_best_epoch(const TrainFlags& flags, const BestEpoch& best, Engine& eng
               test.root.value());
 }
 
+// --vectors: the rows of the model's "embedding" of the words the file holds
+// become their vectors, before the engine is built; says how many it found.
+void load_pretrained_vectors(const std::string& path, Bundle& bundle) {
+  if (bundle.vocab.size() == 0)
+    throw UserError("--vectors: " + bundle.name + "'s data has no words (its tokens are generated ids)");
+  ParamData& embedding = bundle.model->param(bundle.model->find("embedding"));
+  if (embedding.shape.rows() != bundle.vocab.size())
+    throw UserError("--vectors: the embedding has " + std::to_string(embedding.shape.rows()) + " rows, the vocabulary " +
+                    std::to_string(bundle.vocab.size()) + " words");
+  const WordVectorCounts found =
+      load_word_vectors(path, bundle.vocab, std::span<float>(embedding.value), embedding.shape.cols());
+  std::printf("vectors %s: %d of %d words found (%d only in lower case), %d keep their initialisation; %lld vectors "
+              "in the file\n",
+              path.c_str(), found.exact + found.lowercase, bundle.vocab.size(), found.lowercase, found.missing,
+              static_cast<long long>(found.vectors));
+}
+
 int train(const char* model_name, int argc, char** argv) {
   Options options = Options::from_env();
   std::vector<std::string> rest = apply_flags(options, argc, argv);
@@ -220,6 +239,7 @@ int train(const char* model_name, int argc, char** argv) {
   if (has_dev && bundle.dev.empty())
     throw UserError("--dev '" + flags.config.dev_path + "': no dev samples (" + model_name +
                     " reads no dev set, or the file is empty)");
+  if (!flags.vectors_path.empty()) load_pretrained_vectors(flags.vectors_path, bundle);
   Engine engine(*bundle.program, options);
   // Started by mpirun with several processes: data-parallel training, each
   // rank on its shard of every batch (vjit/distributed.h); rank 0 prints and

@@ -18,7 +18,10 @@ namespace vjit::models {
 // data/sst/ (train, dev, test) with Tai et al. 2015's hyper-parameters where
 // vjit has them (hidden 150, embed 300, batch 25, dropout 0.5, Adam lr 0.002,
 // 5 epochs; best checkpoint <build dir>/<model>_sst_best.safetensors); other
-// flags override them.
+// flags override them. Tai et al. start from GloVe vectors, which vjit does not
+// ship: --vectors FILE (GloVe or word2vec text, plain or gzip; see
+// load_word_vectors in vjit/data.h) sets the rows of the model's embedding of
+// the words the file holds before training, and prints how many it found.
 //
 // Checkpoints (vjit/checkpoint.h): --save PATH writes one after every epoch
 // (parameters, Adam's state, the epoch and its test scores in the metadata)

@@ -63,6 +63,30 @@ class Vocabulary {
   std::unordered_map<std::string, int> ids_;
 };
 
+// ------------------------------------------------------ pretrained vectors
+
+/// What load_word_vectors found, by vocabulary word.
+struct WordVectorCounts {
+  int exact = 0;      ///< words whose vector the file holds under the same spelling
+  int lowercase = 0;  ///< words found only in lower case (the file has "it", the vocabulary "It")
+  int missing = 0;    ///< words the file lacks: their rows keep the values they had
+  int64_t vectors = 0;  ///< vectors the file holds (lines read, a word2vec header excepted)
+};
+
+/// Reads pretrained word vectors into an embedding table by the vocabulary:
+/// row `id` of `table` (vocab.size() rows of `dim` floats) becomes the vector
+/// of vocab.word(id). The file is text, plain or gzip, one vector per line,
+/// `word v1 ... v<dim>` (GloVe), optionally after a first line `count dim`
+/// (word2vec's text format); a word may hold spaces (the last `dim` fields
+/// are the vector). A word missing from the file keeps its row; one found
+/// only in lower case takes that vector; the file's first vector of a word
+/// wins. The file is read line by line, so a file larger than memory loads.
+/// Throws UserError naming the file, line and column for a line whose vector
+/// is not `dim` finite numbers, and the sizes when `table` is not
+/// vocab.size() × dim; then `table` may be partly written.
+WordVectorCounts load_word_vectors(const std::string& path, const Vocabulary& vocab, std::span<float> table,
+                                   int dim);
+
 // ------------------------------------------------------------- bracket trees
 // (parse_bracket_trees / read_bracket_file are declared in graph.h)
 
