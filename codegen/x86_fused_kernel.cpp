@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/body_plan.h"
 #include "codegen/x86_jit_generator.h"
 #include "codegen/x86_vmath.h"
 #include "vjit/error.h"
@@ -52,25 +53,7 @@ using ir::Op;
 // ---------------------------------------------------------------------------
 // The spec: what the generator accepts
 
-// The transcendental ops the VMathEmitter computes, as its UnaryFn.
-bool vmath_fn(Op op, UnaryFn* fn) {
-  switch (op) {
-    case Op::Exp: *fn = UnaryFn::Exp; return true;
-    case Op::Log: *fn = UnaryFn::Log; return true;
-    case Op::Tanh: *fn = UnaryFn::Tanh; return true;
-    case Op::Sigmoid: *fn = UnaryFn::Sigmoid; return true;
-    default: return false;
-  }
-}
-
 // The generator emits every fusable op of the op table (vjit/ir.h).
-
-// Entries of the VMathEmitter's constant table, at most.
-constexpr size_t kVMathConstants = 0
-#define VJIT_VMATH_COUNT(name, bits) +1
-    VJIT_VMATH_CONSTANTS(VJIT_VMATH_COUNT)
-#undef VJIT_VMATH_COUNT
-    ;
 
 // Largest width whose byte offset (width * 4) is an int32 immediate.
 constexpr int64_t kMaxWidth = int64_t(1) << 28;
@@ -83,291 +66,24 @@ void check_spec(const KernelSpec& spec) {
   check_kernel_spec(spec);
 }
 
-}  // namespace
-
-// "vjit_fused_avx512_w64_sigmoid3_tanh2_mul3_add1_9f3c21d0": ISA, width, op
-// counts in order of first use (at most six kinds), and a hash of the key so
-// that different kernels have different names in a profile.
-std::string fused_kernel_name(const KernelSpec& spec, Isa isa) { return kernel_name(spec, isa_name(isa)); }
-
-namespace {
-
-// ---------------------------------------------------------------------------
-// Register allocation over one vector step of the body
-
-// One step of the body plan. Values are numbered as spec operands: input j is
-// value j, instruction k is value num_inputs + k. A body unrolled U times
-// computes U consecutive vectors of the row at once; `copy` says which.
-struct Action {
-  enum class Kind {
-    Load,     // reg = the input row's vector `copy` (or its broadcast scalar)
-    Reload,   // reg = spill slot `slot`
-    Spill,    // spill slot `slot` = reg
-    Compute,  // reg = op(a_reg, b_reg) of instruction value - num_inputs
-    Store,    // output `slot`'s vector `copy` = reg
-  };
-  Kind kind;
-  int value;
-  int copy = 0;
-  int reg = -1;
-  int slot = -1;
-  int a_reg = -1, b_reg = -1;
-};
-
-struct BodyPlan {
-  int copies = 0;  // vectors per step (0: no such body)
-  std::vector<Action> actions;
-  int spill_slots = 0;
-  int spills = 0, reloads = 0, input_loads = 0;
-  int peak_live = 0;
-};
-
-// Instructions whose value reaches an output (the others are not computed).
-std::vector<bool> needed_instructions(const KernelSpec& spec) {
-  const int num_inputs = int(spec.inputs.size());
-  std::vector<bool> needed(spec.instrs.size(), false);
-  for (int o : spec.outputs) needed[size_t(o)] = true;
-  for (size_t k = spec.instrs.size(); k-- > 0;) {
-    if (!needed[k]) continue;
-    for (int operand : {spec.instrs[k].a, spec.instrs[k].b})
-      if (operand >= num_inputs) needed[size_t(operand - num_inputs)] = true;
-  }
-  return needed;
-}
-
-// Walks the needed instructions in order — each one `copies` times in a row,
-// once per vector of the step, so that independent work sits side by side for
-// the out-of-order core — keeping every value in a vector register from its
-// definition to its last use. When `pool` is exhausted it evicts the resident
-// value whose next use is furthest away (Belady), among equals preferring one
-// that costs no store: an input (reloaded from its row) or a value already in
-// its spill slot. Outputs are stored right after they are computed, so storing
-// never extends a value's life. A spill slot is reused once its value is dead.
-// A Scalar input is one value shared by all copies.
-//
-// Inside the planner a value of copy u is the id u * num_values + v.
-class BodyPlanner {
- public:
-  BodyPlanner(const KernelSpec& spec, std::vector<int> pool, int copies)
-      : spec_(spec),
-        num_inputs_(int(spec.inputs.size())),
-        num_values_(int(spec.inputs.size() + spec.instrs.size())),
-        copies_(copies),
-        pool_(std::move(pool)),
-        needed_(needed_instructions(spec)) {
-    VJIT_INTERNAL_CHECK(pool_.size() >= 3, "fused kernel: " << pool_.size()
-                                                            << " vector registers for values, at least 3 needed");
-    const size_t ids = size_t(num_values_) * size_t(copies_);
-    uses_.resize(ids);
-    next_.assign(ids, 0);
-    reg_of_.assign(ids, -1);
-    slot_of_.assign(ids, -1);
-    owner_.assign(32, -1);
-    outputs_of_.resize(spec.instrs.size());
-    for (size_t o = 0; o < spec.outputs.size(); ++o) outputs_of_[size_t(spec.outputs[o])].push_back(int(o));
-    int position = 0;
-    for (size_t k = 0; k < spec.instrs.size(); ++k) {
-      if (!needed_[k]) continue;
-      const KernelInstr& in = spec.instrs[k];
-      for (int u = 0; u < copies_; ++u, ++position) {
-        uses_[size_t(id(in.a, u))].push_back(position);
-        if (in.b >= 0 && in.b != in.a) uses_[size_t(id(in.b, u))].push_back(position);
-      }
-    }
-  }
-
-  BodyPlan run() {
-    plan_.copies = copies_;
-    for (size_t k = 0; k < spec_.instrs.size(); ++k)
-      if (needed_[k])
-        for (int u = 0; u < copies_; ++u) plan_instruction(int(k), u);
-    return std::move(plan_);
-  }
-
- private:
-  static constexpr int kNever = std::numeric_limits<int>::max();
-
-  int id(int value, int copy) const {
-    const bool shared = value < num_inputs_ && spec_.inputs[size_t(value)].scalar;
-    return (shared ? 0 : copy) * num_values_ + value;
-  }
-  int value_of(int id) const { return id % num_values_; }
-  int copy_of(int id) const { return id / num_values_; }
-  bool is_input(int id) const { return value_of(id) < num_inputs_; }
-
-  int next_use(int id) const {
-    const std::vector<int>& u = uses_[size_t(id)];
-    return next_[size_t(id)] < u.size() ? u[next_[size_t(id)]] : kNever;
-  }
-  void add(Action::Kind kind, int id, int reg, int slot = -1, int a_reg = -1, int b_reg = -1) {
-    plan_.actions.push_back({kind, value_of(id), copy_of(id), reg, slot, a_reg, b_reg});
-  }
-
-  void plan_instruction(int k, int copy) {
-    const KernelInstr& in = spec_.instrs[size_t(k)];
-    const int value = id(num_inputs_ + k, copy);
-    const int a = id(in.a, copy), b = in.b >= 0 ? id(in.b, copy) : -1;
-    std::vector<int> operands{a};
-    if (b >= 0 && b != a) operands.push_back(b);
-    for (int v : operands) ensure_in_register(v, operands);
-    for (int v : operands) ++next_[size_t(v)];  // this use is done
-
-    const int a_reg = reg_of_[size_t(a)];
-    const int b_reg = b >= 0 ? reg_of_[size_t(b)] : -1;
-    UnaryFn fn;
-    const bool in_place = vmath_fn(in.op, &fn);  // the emitters compute x = f(x)
-    int dst = -1;
-    if (next_use(a) == kNever) {
-      dst = a_reg;
-    } else if (!in_place && b >= 0 && next_use(b) == kNever) {
-      dst = b_reg;
-    } else {
-      dst = allocate(operands);
-    }
-    add(Action::Kind::Compute, value, dst, -1, a_reg, b_reg);
-    for (int v : operands)
-      if (next_use(v) == kNever) release(v);
-    owner_[size_t(dst)] = value;
-    reg_of_[size_t(value)] = dst;
-    plan_.peak_live = std::max(plan_.peak_live, ++live_);
-    for (int o : outputs_of_[size_t(k)]) add(Action::Kind::Store, value, dst, o);
-    if (next_use(value) == kNever) release(value);
-  }
-
-  void ensure_in_register(int v, const std::vector<int>& pinned) {
-    if (reg_of_[size_t(v)] >= 0) return;
-    const int reg = allocate(pinned);
-    if (is_input(v)) {
-      add(Action::Kind::Load, v, reg);
-      ++plan_.input_loads;
-    } else {
-      VJIT_INTERNAL_CHECK(slot_of_[size_t(v)] >= 0,
-                          "fused kernel: value " << value_of(v) << " is neither in a register nor spilled");
-      add(Action::Kind::Reload, v, reg, slot_of_[size_t(v)]);
-      ++plan_.reloads;
-    }
-    reg_of_[size_t(v)] = reg;
-    owner_[size_t(reg)] = v;
-  }
-
-  // A free register of the pool, evicting a value not in `pinned` when none is.
-  int allocate(const std::vector<int>& pinned) {
-    for (int reg : pool_)
-      if (owner_[size_t(reg)] < 0) return reg;
-    int victim_reg = -1, victim_use = -1;
-    bool victim_free = false;
-    for (int reg : pool_) {
-      const int v = owner_[size_t(reg)];
-      if (std::find(pinned.begin(), pinned.end(), v) != pinned.end()) continue;
-      const int use = next_use(v);
-      const bool free = is_input(v) || slot_of_[size_t(v)] >= 0;  // no store needed
-      if (use > victim_use || (use == victim_use && free && !victim_free)) {
-        victim_reg = reg;
-        victim_use = use;
-        victim_free = free;
-      }
-    }
-    VJIT_INTERNAL_CHECK(victim_reg >= 0, "fused kernel: every vector register is pinned");
-    const int v = owner_[size_t(victim_reg)];
-    if (!victim_free) {
-      slot_of_[size_t(v)] = take_slot();
-      add(Action::Kind::Spill, v, victim_reg, slot_of_[size_t(v)]);
-      ++plan_.spills;
-    }
-    reg_of_[size_t(v)] = -1;
-    owner_[size_t(victim_reg)] = -1;
-    return victim_reg;
-  }
-
-  // A dead value gives back its register and its spill slot.
-  void release(int v) {
-    if (!is_input(v)) --live_;
-    const int reg = reg_of_[size_t(v)];
-    if (reg >= 0 && owner_[size_t(reg)] == v) owner_[size_t(reg)] = -1;
-    reg_of_[size_t(v)] = -1;
-    if (slot_of_[size_t(v)] >= 0) free_slots_.push_back(slot_of_[size_t(v)]);
-    slot_of_[size_t(v)] = -1;
-  }
-
-  int take_slot() {
-    if (!free_slots_.empty()) {
-      const int slot = free_slots_.back();
-      free_slots_.pop_back();
-      return slot;
-    }
-    return plan_.spill_slots++;
-  }
-
-  const KernelSpec& spec_;
-  const int num_inputs_;
-  const int num_values_;
-  const int copies_;
-  const std::vector<int> pool_;
-  const std::vector<bool> needed_;
-  std::vector<std::vector<int>> uses_;        // per id: positions (instruction, copy) reading it, ascending
-  std::vector<size_t> next_;                  // per id: index of its next use in uses_
-  std::vector<int> reg_of_;                   // per id: its register, or -1
-  std::vector<int> slot_of_;                  // per id: its spill slot, or -1
-  std::vector<int> owner_;                    // per register index: its id, or -1
-  std::vector<std::vector<int>> outputs_of_;  // per instruction: the outputs it writes
-  std::vector<int> free_slots_;
-  int live_ = 0;  // computed values live now
-  BodyPlan plan_;
-};
-
 // ---------------------------------------------------------------------------
 // The kernel plan: registers, streams, frame
 
-// A row pointer the kernel walks: a used input or an output.
-struct Stream {
-  bool output = false;
-  int index = 0;        // input or output index
-  bool scalar = false;  // a Scalar input: one float per row, broadcast
-};
-
-struct KernelPlan {
+// The loops (body_plan.h) and what only the x86 generator needs.
+struct KernelPlan : LoopPlan {
   Isa isa = Isa::Avx2;
-  int lanes = 0;
   int vector_bytes = 0;
-  int64_t full_vectors = 0;    // width / lanes
-  int64_t unrolled_steps = 0;  // steps of `unrolled` (unrolled.copies vectors each)
-  int64_t single_steps = 0;    // the full vectors left: steps of `single`
-  int tail_lanes = 0;          // width % lanes, done by `tail`
   std::vector<UnaryFn> vmath_fns;       // the transcendental functions used
   std::vector<int> vmath_scratch_vmms;  // clobbered by the VMathEmitter
   std::vector<int> vmath_scratch_opmasks;
   int avx2_tail_mask_vmm = -1;  // Avx2 tail only: vmaskmovps lane mask
-  BodyPlan unrolled, single, tail;
-  std::vector<Stream> streams;
-  std::vector<int> stream_of_input;  // -1 when the input is unused
-  std::vector<int> stream_of_output;
   size_t max_code_bytes = 0;
-  FusedKernelStats stats;
 };
-
-int spill_traffic(const BodyPlan& body) { return body.spills + body.reloads; }
-
-// The most vectors per loop step that still fit: unrolling gives the
-// out-of-order core independent chains to overlap (a fused body is one long
-// dependency chain per vector), but only while it adds no spill traffic per
-// vector. Widest first: 4 (Avx512's 32 registers) or 2.
-BodyPlan plan_unrolled(const KernelSpec& spec, const std::vector<int>& pool, Isa isa, int64_t full_vectors,
-                       const BodyPlan& single) {
-  for (int copies : isa == Isa::Avx512 ? std::vector<int>{4, 2} : std::vector<int>{2}) {
-    if (full_vectors < copies) continue;
-    BodyPlan body = BodyPlanner(spec, pool, copies).run();
-    if (spill_traffic(body) <= copies * spill_traffic(single)) return body;
-  }
-  return {};
-}
 
 KernelPlan make_plan(const KernelSpec& spec, Isa isa) {
   KernelPlan plan;
   plan.isa = isa;
-  plan.lanes = vector_lanes(isa);
   plan.vector_bytes = vector_bytes(isa);
-  plan.full_vectors = spec.width / plan.lanes;
-  plan.tail_lanes = int(spec.width % plan.lanes);
   const std::vector<bool> needed = needed_instructions(spec);
 
   // Scratch for the transcendentals: as many registers as the hungriest needs,
@@ -386,66 +102,27 @@ KernelPlan make_plan(const KernelSpec& spec, Isa isa) {
   for (int i = 0; i < scratch.vmms; ++i) plan.vmath_scratch_vmms.push_back(num_vmms - scratch.vmms + i);
   if (scratch.opmasks > 0) plan.vmath_scratch_opmasks = {2};  // k1: tail mask, k3: Step
 
-  // The bodies: full vectors (unrolled, then one at a time), the masked tail.
+  // The bodies: full vectors (unrolled 4 or 2 at a time on Avx512's 32
+  // registers, 2 on Avx2's 16, then one at a time), the masked tail; on Avx2
+  // the tail's lane mask takes the highest pool register.
   std::vector<int> pool;
   for (int i = 0; i < num_vmms - scratch.vmms; ++i) pool.push_back(i);
-  if (plan.full_vectors > 0) {
-    const BodyPlan single = BodyPlanner(spec, pool, 1).run();
-    plan.unrolled = plan_unrolled(spec, pool, isa, plan.full_vectors, single);
-    if (plan.unrolled.copies > 0) plan.unrolled_steps = plan.full_vectors / plan.unrolled.copies;
-    plan.single_steps = plan.full_vectors - plan.unrolled_steps * plan.unrolled.copies;
-    if (plan.single_steps > 0) plan.single = single;
+  std::vector<int> tail_pool = pool;
+  if (isa == Isa::Avx2 && spec.width % vector_lanes(isa) != 0) {
+    plan.avx2_tail_mask_vmm = tail_pool.back();
+    tail_pool.pop_back();
   }
-  if (plan.tail_lanes > 0) {
-    std::vector<int> tail_pool = pool;
-    if (isa == Isa::Avx2) {
-      plan.avx2_tail_mask_vmm = tail_pool.back();
-      tail_pool.pop_back();
-    }
-    plan.tail = BodyPlanner(spec, tail_pool, 1).run();
-  }
-
-  plan.stream_of_input.assign(spec.inputs.size(), -1);
-  for (size_t k = 0; k < spec.instrs.size(); ++k) {
-    if (!needed[k]) continue;
-    for (int operand : {spec.instrs[k].a, spec.instrs[k].b}) {
-      if (operand < 0 || operand >= int(spec.inputs.size()) || plan.stream_of_input[size_t(operand)] >= 0) continue;
-      plan.stream_of_input[size_t(operand)] = int(plan.streams.size());
-      plan.streams.push_back({false, operand, spec.inputs[size_t(operand)].scalar});
-    }
-  }
-  for (size_t o = 0; o < spec.outputs.size(); ++o) {
-    plan.stream_of_output.push_back(int(plan.streams.size()));
-    plan.streams.push_back({true, int(o), false});
-  }
+  static_cast<LoopPlan&>(plan) = plan_loops(spec, vector_lanes(isa), pool, tail_pool,
+                                            isa == Isa::Avx512 ? std::vector<int>{4, 2} : std::vector<int>{2});
 
   // An upper bound on the code: a transcendental is at most ~45 instructions,
   // any other op at most two; a load, reload, spill or store at most two (a
   // stream pointer from the stack, then the access); each of at most 12 bytes.
   constexpr size_t kInsnBytes = 12;
-  size_t body_insns = 0;
-  const BodyPlan* bodies[] = {&plan.unrolled, &plan.single, &plan.tail};
-  for (const BodyPlan* body : bodies) {
-    for (const Action& a : body->actions) {
-      UnaryFn fn;
-      const bool vmath = a.kind == Action::Kind::Compute &&
-                         vmath_fn(spec.instrs[size_t(a.value) - spec.inputs.size()].op, &fn);
-      body_insns += vmath ? 48 : 2;
-    }
-  }
-  const size_t tables = (kVMathConstants + spec.instrs.size() + 8) * size_t(plan.vector_bytes);
+  const size_t body_insns = body_instructions(plan, spec, 48, 2);
+  const size_t tables = (size_t(kVMathConstants) + spec.instrs.size() + 8) * size_t(plan.vector_bytes);
   // Per stream: its pointer loaded, moved on by ld, or loaded from its row table (at row 0 and after).
   plan.max_code_bytes = 4096 + (body_insns + 40 * plan.streams.size()) * kInsnBytes + tables + 256;
-
-  plan.stats.value_registers = int(pool.size());
-  plan.stats.unroll = std::max(1, plan.unrolled.copies);
-  for (const BodyPlan* body : bodies) {
-    plan.stats.peak_live = std::max(plan.stats.peak_live, body->peak_live);
-    plan.stats.spill_slots = std::max(plan.stats.spill_slots, body->spill_slots);
-    plan.stats.spills += body->spills;
-    plan.stats.reloads += body->reloads;
-    plan.stats.input_loads += body->input_loads;
-  }
   return plan;
 }
 
@@ -797,9 +474,9 @@ class FusedJit final : public JitGenerator {
   Xbyak::Label constant_table_, avx2_tail_mask_;
 };
 
-class FusedKernel final : public X86FusedKernel {
+class X86Kernel final : public FusedKernel {
  public:
-  FusedKernel(const KernelSpec& spec, Isa isa, bool perf_map)
+  X86Kernel(const KernelSpec& spec, Isa isa, bool perf_map)
       : spec_(spec), jit_(std::make_unique<FusedJit>(spec_, make_plan(spec_, isa), fused_kernel_name(spec_, isa))) {
     jit_->create_kernel(perf_map);
     fn_ = jit_->entry<ir::KernelFn>();
@@ -818,13 +495,13 @@ class FusedKernel final : public X86FusedKernel {
 
 }  // namespace
 
-std::shared_ptr<const X86FusedKernel> compile_fused_kernel(const KernelSpec& spec, Isa isa, bool perf_map) {
+std::shared_ptr<const FusedKernel> compile_x86_fused_kernel(const KernelSpec& spec, Isa isa, bool perf_map) {
   VJIT_INTERNAL_CHECK(isa == Isa::Avx2 || isa == Isa::Avx512,
-                      "compile_fused_kernel: no JIT for ISA '" << isa_name(isa)
+                      "compile_x86_fused_kernel: no JIT for ISA '" << isa_name(isa)
                                                                << "' (the reference kernel runs it)");
   require_isa(isa);
   check_spec(spec);
-  return std::make_shared<FusedKernel>(spec, isa, perf_map);
+  return std::make_shared<X86Kernel>(spec, isa, perf_map);
 }
 
 }  // namespace vjit::codegen

@@ -16,32 +16,11 @@
 #include <memory>
 #include <string>
 
+#include "codegen/isa.h"
+#include "codegen/jit_kernels.h"
 #include "codegen/kernel_spec.h"
-#include "codegen/x86_isa.h"
 
 namespace vjit::codegen {
-
-// What register allocation did to one kernel, counted in the generated code:
-// over its loop bodies (full vectors `unroll` at a time, full vectors one at a
-// time, the masked tail; each allocated on its own).
-struct FusedKernelStats {
-  int unroll = 1;           // vectors per step of the main loop
-  int value_registers = 0;  // vector registers available to values
-  int peak_live = 0;        // most computed values live at once (inputs not counted)
-  int spill_slots = 0;      // stack slots of one vector each
-  int spills = 0;           // stores of a live value to its slot
-  int reloads = 0;          // loads of a spilled value back
-  int input_loads = 0;      // loads of input rows, re-loads after eviction included
-};
-
-class X86FusedKernel {
- public:
-  virtual ~X86FusedKernel() = default;
-  virtual ir::KernelFn function() const = 0;
-  virtual const std::string& name() const = 0;
-  virtual size_t code_bytes() const = 0;
-  virtual const FusedKernelStats& stats() const = 0;
-};
 
 // Compiles `spec` for `isa` (Avx2 or Avx512; the CPU must have it). Throws
 // vjit::UserError when the CPU lacks the ISA, InternalError when the spec is
@@ -49,10 +28,6 @@ class X86FusedKernel {
 // elementwise, an output out of range, a width the generator cannot address)
 // or on a generator bug. Never emits code for a spec it has not checked.
 // With `perf_map` the code is named in the perf map (x86_jit_generator.h).
-std::shared_ptr<const X86FusedKernel> compile_fused_kernel(const KernelSpec& spec, Isa isa, bool perf_map = false);
-
-// The name compile_fused_kernel gives the kernel of `spec` for `isa`
-// ("vjit_fused_avx2_w64_sigmoid3_tanh2_mul3_add1_9f3c21d0"), for logs.
-std::string fused_kernel_name(const KernelSpec& spec, Isa isa);
+std::shared_ptr<const FusedKernel> compile_x86_fused_kernel(const KernelSpec& spec, Isa isa, bool perf_map);
 
 }  // namespace vjit::codegen

@@ -18,6 +18,8 @@
 
 #include <xbyak/xbyak.h>
 
+#include "codegen/perf_map.h"
+
 namespace vjit::codegen {
 
 class JitGenerator : public Xbyak::CodeGenerator {
@@ -63,10 +65,5 @@ class JitGenerator : public Xbyak::CodeGenerator {
   std::vector<Xbyak::Reg64> saved_;
   const std::uint8_t* entry_ = nullptr;
 };
-
-// Appends "addr size name" (hex address and size) to /tmp/perf-<pid>.map so
-// `perf report` names JIT code. Kernels call it when built with perf_map set
-// (Options::perf_map, VJIT_PERF_MAP, parsed by the jit layer, not here).
-void register_perf_map(const void* code, std::size_t size, const std::string& name);
 
 }  // namespace vjit::codegen

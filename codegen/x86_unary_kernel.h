@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "codegen/x86_isa.h"
+#include "codegen/isa.h"
 #include "codegen/x86_vmath.h"
 
 namespace vjit::codegen {

@@ -8,13 +8,6 @@ namespace vjit::codegen {
 
 namespace {
 
-// The IEEE-754 bits of each VMathConst, in enum order.
-constexpr std::uint32_t kConstBits[] = {
-#define VJIT_VMATH_BITS(name, bits) bits,
-    VJIT_VMATH_CONSTANTS(VJIT_VMATH_BITS)
-#undef VJIT_VMATH_BITS
-};
-
 // vcmpps predicates (AVX encoding). O = ordered: false when either side is
 // NaN; U = unordered: true when either side is NaN. Q = quiet (no signal).
 constexpr int kCmpEqOq = 0x00;   // a == b
@@ -25,34 +18,8 @@ constexpr int kCmpNgeUq = 0x19;  // !(a >= b): a < b or NaN
 // precision exception.
 constexpr int kRoundNearest = 0x08;
 
-// Registers each emitter clobbers besides its argument: value registers first;
-// masks are opmasks on Avx512 and extra vector registers on Avx2.
-struct FnNeeds {
-  int values;
-  int masks;
-};
-
-FnNeeds fn_needs(UnaryFn fn) {
-  switch (fn) {
-    case UnaryFn::Exp: return {2, 0};
-    case UnaryFn::Log: return {5, 1};
-    case UnaryFn::Tanh: return {4, 0};
-    case UnaryFn::Sigmoid: return {3, 1};
-  }
-  return {0, 0};
-}
 
 }  // namespace
-
-const char* unary_fn_name(UnaryFn fn) {
-  switch (fn) {
-    case UnaryFn::Exp: return "exp";
-    case UnaryFn::Log: return "log";
-    case UnaryFn::Tanh: return "tanh";
-    case UnaryFn::Sigmoid: return "sigmoid";
-  }
-  return "unknown";
-}
 
 Vmm make_vmm(Isa isa, int idx) {
   VJIT_INTERNAL_CHECK(isa != Isa::Scalar, "no vector registers for the scalar ISA");
@@ -65,6 +32,7 @@ int vector_bytes(Isa isa) {
     case Isa::Scalar: return 4;
     case Isa::Avx2: return 32;
     case Isa::Avx512: return 64;
+    case Isa::Neon: break;  // not an x86 ISA
   }
   return 4;
 }
@@ -91,7 +59,7 @@ VMathEmitter::VMathEmitter(Xbyak::CodeGenerator& gen, Isa isa, const Xbyak::Reg6
 }
 
 ScratchNeeds VMathEmitter::scratch_needs(UnaryFn fn, Isa isa) {
-  const FnNeeds needs = fn_needs(fn);
+  const VMathScratch needs = vmath_scratch(fn);
   if (isa == Isa::Avx512) return {needs.values, needs.masks};
   return {needs.values + needs.masks, 0};
 }
@@ -144,7 +112,7 @@ void VMathEmitter::emit_table() {
   gen_.L(table_label_);
   for (VMathConst c : slots_) {
     for (int lane = 0; lane < vector_lanes(isa_); ++lane) {
-      gen_.dd(kConstBits[static_cast<int>(c)]);
+      gen_.dd(vmath_constant_bits(c));
     }
   }
 }
@@ -276,7 +244,7 @@ void VMathEmitter::scale_by_pow2_avx2(const Vmm& x, const Vmm& p, const Vmm& n) 
 
 void VMathEmitter::emit_exp(const Vmm& x) {
   check_operands(UnaryFn::Exp, x);
-  const int n = fn_needs(UnaryFn::Exp).values;
+  const int n = vmath_scratch(UnaryFn::Exp).values;
   exp_core(x, scratch(0, n), scratch(1, n));
 }
 
@@ -296,7 +264,7 @@ void VMathEmitter::emit_exp(const Vmm& x) {
 void VMathEmitter::emit_log(const Vmm& x) {
   check_operands(UnaryFn::Log, x);
   auto& g = gen_;
-  const int n = fn_needs(UnaryFn::Log).values;
+  const int n = vmath_scratch(UnaryFn::Log).values;
   const Vmm t0 = scratch(0, n), t1 = scratch(1, n), t2 = scratch(2, n), t3 = scratch(3, n),
             t4 = scratch(4, n);
   const Mask m0 = mask(0);
@@ -367,7 +335,7 @@ void VMathEmitter::emit_log(const Vmm& x) {
 void VMathEmitter::emit_tanh(const Vmm& x) {
   check_operands(UnaryFn::Tanh, x);
   auto& g = gen_;
-  const int n = fn_needs(UnaryFn::Tanh).values;
+  const int n = vmath_scratch(UnaryFn::Tanh).values;
   const Vmm t0 = scratch(0, n), t1 = scratch(1, n), t2 = scratch(2, n), t3 = scratch(3, n);
 
   g.vandps(t0, x, table_entry(VMathConst::AbsMask));
@@ -419,7 +387,7 @@ void VMathEmitter::exp_nonpositive(const Vmm& x, const Vmm& t0, const Vmm& t1) {
 void VMathEmitter::emit_sigmoid(const Vmm& x) {
   check_operands(UnaryFn::Sigmoid, x);
   auto& g = gen_;
-  const int n = fn_needs(UnaryFn::Sigmoid).values;
+  const int n = vmath_scratch(UnaryFn::Sigmoid).values;
   const Vmm t0 = scratch(0, n), t1 = scratch(1, n), t2 = scratch(2, n);
   const Mask m0 = mask(0);
 

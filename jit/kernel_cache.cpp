@@ -2,8 +2,8 @@
 
 #include <chrono>
 
-#include "codegen/x86_fused_kernel.h"
-#include "codegen/x86_jit_generator.h"
+#include "codegen/jit_kernels.h"
+#include "codegen/perf_map.h"
 #include "vjit/error.h"
 
 namespace vjit::jit {
@@ -36,7 +36,7 @@ std::shared_ptr<const CompiledKernel> KernelCache::build(const codegen::KernelSp
     std::lock_guard<std::mutex> lock(mutex_);
     VJIT_INTERNAL_CHECK(!refuse_ || !refuse_(spec), "kernel refused for testing (KernelCache::refuse_builds_for_testing)");
   }
-  std::shared_ptr<const codegen::X86FusedKernel> code = codegen::compile_fused_kernel(spec, isa, perf_map);
+  std::shared_ptr<const codegen::FusedKernel> code = codegen::compile_fused_kernel(spec, isa, perf_map);
   kernel->name = code->name();
   kernel->code_bytes = code->code_bytes();
   kernel->entry = code->function();

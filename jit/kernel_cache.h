@@ -13,7 +13,7 @@
 #include <string>
 
 #include "codegen/kernel_spec.h"
-#include "codegen/x86_isa.h"
+#include "codegen/isa.h"
 
 namespace vjit::jit {
 

@@ -46,8 +46,7 @@
 #include <sstream>
 
 #include "codegen/cuda_source.h"
-#include "codegen/x86_fused_kernel.h"
-#include "codegen/x86_unary_kernel.h"
+#include "codegen/jit_kernels.h"
 #include "ir/autodiff.h"
 #include "ir/fusion.h"
 #include "ir/op_semantics.h"
@@ -71,6 +70,7 @@ runtime::KernelTarget kernel_target(codegen::Isa isa) {
   switch (isa) {
     case codegen::Isa::Avx512: return runtime::KernelTarget::X86Avx512;
     case codegen::Isa::Avx2: return runtime::KernelTarget::X86Avx2;
+    case codegen::Isa::Neon: return runtime::KernelTarget::A64Neon;
     case codegen::Isa::Scalar: break;
   }
   return runtime::KernelTarget::HostReference;
@@ -499,8 +499,8 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
   std::vector<codegen::CudaKernelSource>* cuda = options.device == "cuda" ? &cuda_kernels : nullptr;
   codegen::Isa isa = isa_of(options);
   if (isa != codegen::Isa::Scalar) {
-    auto exp = std::make_shared<codegen::UnaryKernel>(isa, codegen::UnaryFn::Exp, options.perf_map);
-    plan.exp = {exp->entry(), exp};
+    codegen::ArrayKernel exp = codegen::compile_exp_kernel(isa, options.perf_map);
+    plan.exp = {exp.entry, exp.owner};
   }
   // VJIT_FORWARD_GATHERS: F is lowered without kernels first; what it forwards
   // depends on every type's plan (add_forwarded_parts lowers it again).

@@ -28,7 +28,7 @@
 
 #include "codegen/kernel_spec.h"
 #include "codegen/x86_fused_kernel.h"
-#include "codegen/x86_isa.h"
+#include "codegen/isa.h"
 
 namespace {
 
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
         std::printf("%s\n", line.dump().c_str());
         continue;
       }
-      std::vector<std::shared_ptr<const vjit::codegen::X86FusedKernel>> op_kernels;
+      std::vector<std::shared_ptr<const vjit::codegen::FusedKernel>> op_kernels;
       for (auto& s : jit_steps) op_kernels.push_back(vjit::codegen::compile_fused_kernel(s->spec, isa));
       const double fused_jit_ns = ns_per_elem([&] { kernel->function()(&fused_args.args); }, elements);
       const double unfused_jit_ns = ns_per_elem(

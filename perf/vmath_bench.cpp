@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "codegen/x86_isa.h"
+#include "codegen/isa.h"
 #include "codegen/x86_unary_kernel.h"
 
 namespace {

@@ -47,8 +47,19 @@ thread_local std::vector<float> t_softmax;
 bool can_launch(KernelTarget target) {
   switch (target) {
     case KernelTarget::HostReference: return true;
+#if defined(__x86_64__)
     case KernelTarget::X86Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case KernelTarget::X86Avx512: return __builtin_cpu_supports("avx512f");
+    case KernelTarget::A64Neon: return false;
+#elif defined(__aarch64__)
+    case KernelTarget::X86Avx2:
+    case KernelTarget::X86Avx512: return false;
+    case KernelTarget::A64Neon: return true;  // Advanced SIMD: part of every AArch64 CPU Linux runs on
+#else
+    case KernelTarget::X86Avx2:
+    case KernelTarget::X86Avx512:
+    case KernelTarget::A64Neon: return false;
+#endif
     case KernelTarget::Cuda: return false;
   }
   return false;

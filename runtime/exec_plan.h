@@ -24,6 +24,7 @@ enum class KernelTarget : uint8_t {
   HostReference,  // portable C++ (the reference kernel)
   X86Avx2,
   X86Avx512,
+  A64Neon,  // AArch64 Advanced SIMD
   Cuda,  // a kernel of ExecPlan::cuda's module, launched by name (entry is null)
 };
 

@@ -17,7 +17,7 @@
 #include <set>
 #include <span>
 
-#include "codegen/x86_isa.h"
+#include "codegen/isa.h"
 #include "ir/flops.h"
 #include "tests/engine_check.h"
 #include "tests/user_error.h"
@@ -146,7 +146,7 @@ std::vector<EngineCase> engine_cases() {
           c.policy = policy;
           c.merge_matmuls = false;
         });
-    for (const char* isa : {"scalar", "avx2", "avx512"})
+    for (const char* isa : {"scalar", "avx2", "avx512", "neon"})
       if (codegen::cpu_has(codegen::parse_isa(isa)))
         add([&](EngineCase& c) { c.isa = isa; });
   }

@@ -1,5 +1,6 @@
-// Tests of the x86 fused elementwise kernels (codegen/x86_fused_kernel.h) and
-// of the kernel cache that holds them (jit/kernel_cache.h).
+// Tests of the fused elementwise kernels of every JIT ISA (codegen/jit_kernels.h:
+// x86_fused_kernel.h on x86-64, a64_fused_kernel.h on AArch64) and of the
+// kernel cache that holds them (jit/kernel_cache.h).
 //
 // The property test draws random KernelSpecs (fixed seed) and checks each JIT
 // kernel against run_reference_kernel on guarded buffers: the last row of every
@@ -10,7 +11,7 @@
 // Tolerance. The ops other than Exp, Log, Tanh and Sigmoid are single IEEE
 // operations in both implementations, so given equal operands they agree bit
 // for bit, and a spec without transcendentals must match exactly (NaN equals
-// NaN). The transcendentals differ: the JIT's (x86_vmath.h) are within 1 ulp of
+// NaN). The transcendentals differ: the JIT's (x86_vmath.h, a64_vmath.h) are within 1 ulp of
 // the correctly rounded result (sigmoid 2), glibc's expf/logf within 1, tanhf
 // within 2, and the reference's sigmoid 1 / (1 + expf(-x)) within ~2.5; so one
 // transcendental may differ by K ulp of its result, K = 4 (6 for sigmoid).
@@ -59,8 +60,8 @@
 #include <gtest/gtest.h>
 
 #include "codegen/kernel_spec.h"
-#include "codegen/x86_fused_kernel.h"
-#include "codegen/x86_isa.h"
+#include "codegen/isa.h"
+#include "codegen/jit_kernels.h"
 #include "jit/kernel_cache.h"
 #include "vjit/error.h"
 
@@ -257,7 +258,7 @@ float random_value(std::mt19937_64& rng) {
 // output element must be within its bound, and padding must be untouched.
 void check_case(const Case& c, Isa isa, std::mt19937_64& rng, Stats& stats, const std::string& what) {
   const KernelSpec& spec = c.spec;
-  std::shared_ptr<const X86FusedKernel> kernel = compile_fused_kernel(spec, isa);
+  std::shared_ptr<const FusedKernel> kernel = compile_fused_kernel(spec, isa);
   ++stats.cases;
   if (kernel->stats().spills > 0) ++stats.spilling_cases;
   if (kernel->stats().unroll > 1) ++stats.unrolled_cases;
@@ -672,7 +673,7 @@ TEST_P(FusedKernelTest, NamedForProfilers) {
   spec.outputs = {1};
   const std::string path = "/tmp/perf-" + std::to_string(::getpid()) + ".map";
   std::remove(path.c_str());
-  std::shared_ptr<const X86FusedKernel> kernel = compile_fused_kernel(spec, isa, /*perf_map=*/true);
+  std::shared_ptr<const FusedKernel> kernel = compile_fused_kernel(spec, isa, /*perf_map=*/true);
   EXPECT_EQ(kernel->name().rfind(std::string("vjit_fused_") + isa_name(isa) + "_w64_sigmoid1_mul1_", 0), 0u)
       << kernel->name();
   std::ifstream in(path);
@@ -716,7 +717,7 @@ TEST_P(FusedKernelTest, LstmCell) {
     c.input_ld.assign(5, width);
     c.output_ld.assign(6, width);
     check_case(c, isa, rng, stats, "lstm width " + std::to_string(width));
-    std::shared_ptr<const X86FusedKernel> kernel = compile_fused_kernel(c.spec, isa);
+    std::shared_ptr<const FusedKernel> kernel = compile_fused_kernel(c.spec, isa);
     std::printf("[lstm %s] %s: %zu bytes of code, %d value registers, %d spills\n", isa_name(isa),
                 kernel->name().c_str(), kernel->code_bytes(), kernel->stats().value_registers,
                 kernel->stats().spills);
@@ -776,7 +777,7 @@ TEST_P(FusedKernelTest, RowTablesReadAndWriteRowsWhereverTheyLie) {
       out_packed[o] = packed[n_in + o].data();
     }
     const std::string what = "trial " + std::to_string(trial) + ": " + spec.key();
-    std::shared_ptr<const X86FusedKernel> kernel = compile_fused_kernel(spec, isa);
+    std::shared_ptr<const FusedKernel> kernel = compile_fused_kernel(spec, isa);
     for (bool reference : {false, true}) {
       std::vector<std::vector<float>> written = buffers;  // outputs start as sentinels
       std::vector<float*> out_written(n_out);
@@ -844,8 +845,8 @@ TEST_P(FusedKernelTest, AccumulatingKernelsAddOutputsIntoTheirRows) {
     for (auto& out : old)
       for (float& x : out) x = random_value(rng);
     const std::string what = "trial " + std::to_string(trial) + ": " + adding.key();
-    std::shared_ptr<const X86FusedKernel> plain_kernel = compile_fused_kernel(spec, isa);
-    std::shared_ptr<const X86FusedKernel> adding_kernel = compile_fused_kernel(adding, isa);
+    std::shared_ptr<const FusedKernel> plain_kernel = compile_fused_kernel(spec, isa);
+    std::shared_ptr<const FusedKernel> adding_kernel = compile_fused_kernel(adding, isa);
     for (bool reference : {false, true}) {
       std::vector<std::vector<float>> plain(n_out, std::vector<float>(size_t(rows * width))), added = old;
       std::vector<const float*> in_plain, in_added;
@@ -880,7 +881,7 @@ TEST_P(FusedKernelTest, AccumulatingKernelsAddOutputsIntoTheirRows) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, FusedKernelTest, ::testing::Values(Isa::Avx2, Isa::Avx512),
+INSTANTIATE_TEST_SUITE_P(Isas, FusedKernelTest, ::testing::Values(Isa::Avx2, Isa::Avx512, Isa::Neon),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
 // ---------------------------------------------------------------------------
@@ -913,7 +914,7 @@ TEST(KernelCache, SameSpecCompilesOnce) {
 TEST(KernelCache, EachIsaCompilesSeparately) {
   jit::KernelCache cache;
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon})
     if (cpu_has(isa)) isas.push_back(isa);
   std::vector<std::shared_ptr<const jit::CompiledKernel>> kernels;
   for (Isa isa : isas) kernels.push_back(cache.get(small_spec(1.0f), isa));

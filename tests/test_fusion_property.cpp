@@ -1,6 +1,6 @@
 // Fusion, end to end: random elementwise expression DAGs written as vjit
 // Programs, run by the Engine with fusion on for every ISA this CPU has
-// (avx512, avx2, scalar), must equal the double-precision reference
+// (avx512, avx2, neon, scalar), must equal the double-precision reference
 // interpreter — objective, pushed values and every parameter gradient within
 // 1e-4 relative (tests/engine_check.h).
 //
@@ -168,7 +168,7 @@ double evaluation_error(const Evaluation<float>& got, const std::vector<std::vec
 
 std::vector<std::string> isas_to_test() {
   std::vector<std::string> isas;
-  for (codegen::Isa isa : {codegen::Isa::Avx512, codegen::Isa::Avx2, codegen::Isa::Scalar})
+  for (codegen::Isa isa : {codegen::Isa::Avx512, codegen::Isa::Avx2, codegen::Isa::Neon, codegen::Isa::Scalar})
     if (codegen::cpu_has(isa)) isas.push_back(codegen::isa_name(isa));
   return isas;
 }

@@ -9,7 +9,7 @@
 #include <memory>
 #include <sstream>
 
-#include "codegen/x86_isa.h"
+#include "codegen/isa.h"
 #include "jit/kernel_cache.h"
 #include "tests/engine_check.h"
 #include "vjit/models.h"

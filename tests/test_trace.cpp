@@ -13,7 +13,7 @@
 #include <set>
 #include <sstream>
 
-#include "codegen/x86_isa.h"
+#include "codegen/isa.h"
 #include "tests/user_error.h"
 #include "vjit/models.h"
 #include "vjit/vjit.h"
