@@ -5,7 +5,7 @@
 // reference kernel (codegen/kernel_spec.cpp) all compute each element here, so
 // in float they agree bit for bit.
 //
-// The JIT kernels (codegen/x86_*) are compared against the reference kernel:
+// The JIT kernels (codegen/x86_*, codegen/a64_*) are compared against the reference kernel:
 // Neg, Relu, Step, Scale, AddScalar, Sqrt, Add, Sub, Mul and Div must stay the
 // single IEEE float operation written here; Sigmoid, Tanh, Exp and Log are
 // within the tolerances of tests/test_fused_kernel.cpp.

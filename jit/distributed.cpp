@@ -16,8 +16,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
 // A process count from the launcher's environment, 0 when the variable is unset or not a number.
 int env_size(const char* name) {
   const char* value = std::getenv(name);
@@ -33,6 +31,8 @@ bool Distributed::launched_with_several_processes() {
 #ifdef VJIT_HAVE_MPI
 
 namespace {
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // out = 0 + part₀ + part₁ + … in rank order, where gathered holds `ranks`
 // parts of out.size() floats, one after another.

@@ -238,7 +238,8 @@ const std::array<Spec, 35>& specs() {
           "docs/benchmarks.md, \"Determinism "
           "across thread counts\""),
       documented(choice_spec("isa", "VJIT_ISA", option_values::isa, &Options::isa), "cpu",
-          "x86 JIT target (`auto`: best the CPU has)"),
+          "JIT target: `avx512` or `avx2` on x86-64, `neon` on AArch64, `scalar` the reference kernels "
+          "(`auto`: best the CPU has)"),
       documented(choice_spec("gemm", "VJIT_GEMM", option_values::gemm, &Options::gemm), "cpu",
           "matrix-product back end (`auto`: chosen by measurement, never `onednn_bf16`); `onednn_bf16` runs "
           "every product on operands rounded to bfloat16 with float accumulation (oneDNN's matmul "
@@ -261,7 +262,7 @@ const std::array<Spec, 35>& specs() {
           "once, moved aside to `<file>.rejected` and the policy learned again; a failed save is reported "
           "and leaves nothing behind), and where compiled CUDA modules are kept (keyed by source, "
           "architecture and NVRTC version; atomic writes, checksummed; empty: the user's cache directory, "
-          "`$XDG_CACHE_HOME/vjit` or `~/.cache/vjit`); x86 JIT kernels are cached in memory", "directory", "empty"),
+          "`$XDG_CACHE_HOME/vjit` or `~/.cache/vjit`); the CPU JIT kernels (x86, AArch64) are cached in memory", "directory", "empty"),
       documented(Spec{"dist_timeout", "VJIT_DIST_TIMEOUT", Kind::Int, {}, nullptr, &Options::dist_timeout, nullptr, nullptr}, "cpu, cuda",
           "how long a collective of `vjit::Distributed` (data-parallel training over MPI) waits for the "
           "other ranks before it throws `DistributedError` naming the collective and the rank: a rank that "

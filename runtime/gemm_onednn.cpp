@@ -11,7 +11,9 @@
 #include "runtime/gemm_backends.h"
 
 #include <cstring>
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <map>
 #include <tuple>
 #include <vector>
@@ -115,8 +117,10 @@ uint16_t to_bf16(float x) {
 
 // `count` floats to bfloat16 with vcvtne2ps2bf16 (round to nearest even, as
 // to_bf16, except that it reads denormal inputs as zero), 32 at a time. Only
-// called where oneDNN found AVX-512 BF16 (cpu_has_bf16).
-__attribute__((target("avx512f,avx512bf16"))) void to_bf16_avx512(const float* x, int64_t count, uint16_t* out) {
+// called where oneDNN found AVX-512 BF16 (cpu_has_bf16), which only x86 has:
+// elsewhere the loop of to_bf16 (never reached: cpu_has_bf16 is false).
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bf16"))) void to_bf16_row(const float* x, int64_t count, uint16_t* out) {
   int64_t i = 0;
   for (; i + 32 <= count; i += 32) {
     const __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
@@ -124,13 +128,18 @@ __attribute__((target("avx512f,avx512bf16"))) void to_bf16_avx512(const float* x
   }
   for (; i < count; ++i) out[i] = to_bf16(x[i]);
 }
+#else
+void to_bf16_row(const float* x, int64_t count, uint16_t* out) {
+  for (int64_t i = 0; i < count; ++i) out[i] = to_bf16(x[i]);
+}
+#endif
 
 // A stored matrix (rows × cols, row-major with leading dimension ld) as a
 // packed row-major bf16 matrix, row by row; transposes are left to the
 // primitive's strides.
 void pack_bf16(int64_t rows, int64_t cols, const float* x, int64_t ld, std::vector<uint16_t>& out) {
   if (out.size() < size_t(rows * cols)) out.resize(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) to_bf16_avx512(x + r * ld, cols, out.data() + r * cols);
+  for (int64_t r = 0; r < rows; ++r) to_bf16_row(x + r * ld, cols, out.data() + r * cols);
 }
 
 void check(dnnl_status_t status, const char* what) {

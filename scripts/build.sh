@@ -8,6 +8,10 @@
 #   Thread   -> build-tsan/   (-O1 with line tables, -DVJIT_TSAN=ON: ThreadSanitizer, gcc; no GPU back end)
 #   Fuzz     -> build-fuzz/   (clang++, -O1 with line tables, -DVJIT_FUZZ=ON: libFuzzer targets of fuzz/,
 #                              every library with ASan + UBSan; no GPU back end)
+#   Aarch64  -> build-aarch64/ (Release cross-compiled for AArch64 Linux with
+#                              cmake/aarch64-linux-gnu.cmake; no GPU back end, no MPI;
+#                              ctest runs the tests under qemu-aarch64. Needs
+#                              scripts/install-deps.sh aarch64)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,8 +30,10 @@ case "$mode" in
   Fuzz)     dir=build-fuzz;  flags=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
                                    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only"
                                    -DVJIT_SANITIZE=OFF -DVJIT_FUZZ=ON -DVJIT_CUDA=OFF) ;;
+  Aarch64)  dir=build-aarch64; flags=(-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake
+                                   -DCMAKE_BUILD_TYPE=Release -DVJIT_SANITIZE=OFF -DVJIT_CUDA=OFF -DVJIT_MPI=OFF) ;;
   *)
-    echo "build.sh: unknown mode '$mode'; valid modes: Release, Debug, Sanitize, NoCuda, Thread, Fuzz" >&2
+    echo "build.sh: unknown mode '$mode'; valid modes: Release, Debug, Sanitize, NoCuda, Thread, Fuzz, Aarch64" >&2
     exit 2
     ;;
 esac

@@ -224,7 +224,7 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"VJIT_MEMPLAN", "copy, padded, pqtree, auto"},
       {"VJIT_DEVICE", "cpu, cuda"},
-      {"VJIT_ISA", "auto, avx512, avx2, scalar"},
+      {"VJIT_ISA", "auto, avx512, avx2, neon, scalar"},
       {"VJIT_GEMM", "auto, onednn, openblas, blis, libxsmm, onednn_bf16, reference"},
       {"VJIT_VERTEX_GEMM", "auto, same, onednn, openblas, blis, libxsmm, reference"},
       {"VJIT_LOG", "off, passes, schedule, kernels, primitives, all"},

@@ -30,7 +30,7 @@ namespace option_values {
 inline constexpr std::array<std::string_view, 5> policy{"depth", "agenda", "frontier", "ratio", "fsm"};
 inline constexpr std::array<std::string_view, 4> memplan{"copy", "padded", "pqtree", "auto"};
 inline constexpr std::array<std::string_view, 3> device{"cpu", "cuda", "auto"};
-inline constexpr std::array<std::string_view, 4> isa{"auto", "avx512", "avx2", "scalar"};
+inline constexpr std::array<std::string_view, 5> isa{"auto", "avx512", "avx2", "neon", "scalar"};
 inline constexpr std::array<std::string_view, 7> gemm{"auto",    "onednn",      "openblas", "blis",
                                                       "libxsmm", "onednn_bf16", "reference"};
 inline constexpr std::array<std::string_view, 7> vertex_gemm{"auto",    "same", "onednn",   "openblas",
