@@ -11,7 +11,11 @@
 #      the GEMM back ends they choose themselves (each of oneDNN, OpenBLAS, BLIS
 #      and the reference was measured clean under TSan with these tests);
 #   5. runs every fuzz target (scripts/fuzz.sh, build-fuzz/) for
-#      VJIT_CI_FUZZ_SECONDS seconds each (default 30) on its seed corpus.
+#      VJIT_CI_FUZZ_SECONDS seconds each (default 30) on its seed corpus;
+#   6. cross-builds for AArch64 (scripts/build.sh Aarch64, build-aarch64/) the
+#      programs holding a test labelled `aarch64` (tests/CMakeLists.txt) and
+#      runs those tests under qemu-aarch64: the AArch64 code generator's fused
+#      kernels and vector math.
 # Any failure stops it with a non-zero status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,4 +44,9 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/ts
 
 stage "fuzzing"
 scripts/fuzz.sh "${VJIT_CI_FUZZ_SECONDS:-30}"
+
+stage "AArch64 (cross build, tests labelled aarch64 under qemu-aarch64)"
+scripts/install-deps.sh aarch64
+scripts/build.sh Aarch64 aarch64_tests
+ctest --test-dir build-aarch64 --output-on-failure -j2 -L aarch64
 stage "done"
