@@ -86,8 +86,10 @@ TEST_P(EngineMatchesReference, ForEveryBatchSize) {
   Engine engine(*bundle.program, options);
   for (int batch_size : {1, 7, 64}) {
     GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
-    testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance,
-                                      c.model + " " + c.policy + " batch " + std::to_string(batch_size));
+    const std::string what = c.model + " " + c.policy + " batch " + std::to_string(batch_size);
+    testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance, what);
+    // Inference: a forward pass that no backward follows.
+    testing::expect_forward_only_matches_reference(engine, *bundle.program, batch, kTolerance, what + ", forward only");
   }
 }
 
