@@ -299,8 +299,7 @@ float* CpuExecutor::reserve_backward_arena(int64_t backward) {
 }
 
 CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config)
-    : program_(program),
-      plan_(plan),
+    : Runner(program, plan),
       pool_(config.threads),
       parallel_(pool_),
       gemm_backend_(config.gemm),
@@ -318,111 +317,35 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       max_memory_floats_(config.max_memory / int64_t(sizeof(float))),
       check_finite_(config.check_finite),
       store_(program.model(), plan) {
-  size_t max_values = 0, max_inputs = 0, max_outputs = 0;
-  push_widths_.resize(plan.types.size());
-  push_index_.resize(plan.types.size());
+  size_t max_inputs = 0, max_outputs = 0;
   for (size_t t = 0; t < plan.types.size(); ++t) {
-    for (const FunctionPlan* fp : {&plan.types[t].forward, &plan.types[t].backward}) {
-      max_values = std::max(max_values, fp->function->nodes.size());
-      for (const FusedStep& step : fp->fused) {
+    for (Pass pass : {Pass::Forward, Pass::Backward}) {
+      const FunctionPlan& fp = function_plan(pass, int(t));
+      for (const FusedStep& step : fp.fused) {
         VJIT_INTERNAL_CHECK(can_launch(step.kernel.target), "the CPU executor cannot launch kernel "
                                                                 << step.kernel.name << " of target "
                                                                 << kernel_target_name(step.kernel.target));
         max_inputs = std::max(max_inputs, step.inputs.size() + step.accumulated.size());
         max_outputs = std::max(max_outputs, step.outputs.size());
       }
-    }
-    const ir::Function& f = *plan.types[t].forward.function;
-    const ValueId scattered = plan.types[t].forward.scatter_value;
-    scatter_width_.push_back(scattered >= 0 ? f[scattered].shape.numel() : 0);
-    push_index_[t].assign(f.nodes.size(), -1);
-    for (ValueId id = 0; id < f.size(); ++id) {
-      if (f[id].op != Op::Push) continue;
-      push_index_[t][size_t(id)] = int(push_widths_[t].size());
-      push_widths_[t].push_back(f[f[id].args[0]].shape.numel());
-    }
-    for (Pass pass : {Pass::Forward, Pass::Backward}) {
-      const FunctionPlan& fp = pass == Pass::Forward ? plan.types[t].forward : plan.types[t].backward;
       stacked_views_[int(pass)].emplace_back(fp.function->nodes.size(), nullptr);
     }
   }
-  VJIT_INTERNAL_CHECK(plan.placement && plan.placement->types.size() == plan.types.size(),
-                      "the plan was lowered without its row placement (jit::lower_program)");
   // Fused steps split rows over the pool: one set of pointers per block.
   size_t blocks = size_t(pool_.size());
   for (Frame* frame : {&frame_, &stream_frame_}) {
-    in_place_target_.assign(max_values, -1);
-    gradient_rows_bound_.assign(max_values, 0);
-    frame->views[0].resize(max_values);
-    frame->views[1].resize(max_values);
+    in_place_target_.assign(max_values_, -1);
+    gradient_rows_bound_.assign(max_values_, 0);
+    frame->views[0].resize(max_values_);
+    frame->views[1].resize(max_values_);
     frame->inputs.resize(max_inputs * blocks);
     frame->outputs.resize(max_outputs * blocks);
     frame->operand_ld.resize((max_inputs + max_outputs) * blocks);
     frame->operands.resize(max_inputs + max_outputs);
     frame->row_tables.resize((max_inputs + max_outputs) * blocks);
   }
-  frame_.stats = &stats_;
-  stream_frame_.stats = &stream_stats_;
+  set_lanes(frame_, stream_frame_, true);
   stream_frame_.use_pool = false;  // the pool belongs to the thread running the tasks
-  plan_gradient_final_points();
-}
-
-void CpuExecutor::plan_gradient_final_points() {
-  final_point_.assign(size_t(program_.model().size()), 0);
-  int points = 1;
-  for (const TypePlan& type : plan_.types) {
-    lazy_point_begin_.push_back(points - 1);
-    points += int(type.backward.lazy.size());
-  }
-  for (size_t t = 0; t < plan_.types.size(); ++t) {
-    const FunctionPlan& fp = plan_.types[t].backward;
-    const ir::Function& f = *fp.function;
-    std::vector<int> lazy_step_of(f.nodes.size(), -1);
-    for (size_t i = 0; i < fp.lazy.size(); ++i)
-      if (fp.lazy[i].node >= 0) lazy_step_of[size_t(fp.lazy[i].node)] = int(i);
-    for (ValueId id = 0; id < f.size(); ++id) {
-      const Node& n = f[id];
-      if (n.op != Op::ParamGrad && n.op != Op::EmbeddingGrad) continue;
-      int point = 0;  // eager and core steps run before point 0
-      if (fp.phases[size_t(id)] == ir::Phase::Lazy)
-        // A lazy writer that is not a step of its own: final only at the end.
-        point = lazy_step_of[size_t(id)] >= 0 ? lazy_point_begin_[t] + lazy_step_of[size_t(id)] + 1 : points - 1;
-      int& final_point = final_point_[size_t(n.param)];
-      final_point = std::max(final_point, point);
-    }
-  }
-  final_at_point_.assign(size_t(points), {});
-  for (size_t p = 0; p < final_point_.size(); ++p) final_at_point_[size_t(final_point_[p])].push_back(int(p));
-}
-
-void CpuExecutor::tell_gradients_final(int point) {
-  for (; told_point_ < point; ++told_point_) {
-    const std::vector<int>& params = final_at_point_[size_t(told_point_ + 1)];
-    if (!params.empty()) observer_->gradients_final(params);
-  }
-  observer_->between_steps();
-}
-
-ExecStats CpuExecutor::take_stats() {
-  ExecStats s = stats_;
-  stats_ = {};
-  return s;
-}
-
-void CpuExecutor::record_primitives(bool on) {
-  frame_.primitives.log = on ? &primitive_log_ : nullptr;
-  stream_frame_.primitives.log = on ? &stream_primitive_log_ : nullptr;
-}
-
-std::vector<PrimitiveRecord> CpuExecutor::take_primitive_log() {
-  std::vector<PrimitiveRecord> log;
-  log.swap(primitive_log_);
-  return log;
-}
-
-const FunctionPlan& CpuExecutor::function_plan(Pass pass, int type) const {
-  const TypePlan& t = plan_.types[size_t(type)];
-  return pass == Pass::Forward ? t.forward : t.backward;
 }
 
 // A forward pass that no backward follows runs the inference kernel
@@ -448,7 +371,8 @@ CpuExecutor::View CpuExecutor::scattered_rows(int type, int64_t row) {
 
 // Resolves every value of the rows' function, in order (a view's operand comes
 // before it). The forward views are resolved for the backward too: Fwd reads them.
-void CpuExecutor::bind(Pass pass, const Rows& rows, Frame& frame) {
+void CpuExecutor::bind(Pass pass, const Rows& rows, Lane& lane) {
+  Frame& frame = static_cast<Frame&>(lane);
   const BatchLayout& layout = *batch_.layout;
   for (Pass p : {Pass::Forward, Pass::Backward}) {
     if (p == Pass::Backward && pass == Pass::Forward) break;
@@ -539,15 +463,6 @@ const GatherLayout* CpuExecutor::in_place_gather(const Rows& rows, const Node& g
 
 // --- passes ---
 
-void CpuExecutor::prepare_pushes(Evaluation<float>& result) {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  result.objective = 0.0;
-  result.pushes.reset(graph.num_samples(),
-                      [&](int s) { return graph.sample_offset(s + 1) - graph.sample_offset(s); });
-  for (int v = 0; v < graph.num_vertices(); ++v) result.pushes.add_vertex(push_widths_[size_t(graph.type(v))]);
-  result.pushes.allocate();
-}
-
 float* CpuExecutor::stacked_in_model(const ir::Function& f, const Node& n) {
   if (!stacked_in_place_) return nullptr;
   stacked_params_.clear();
@@ -591,27 +506,15 @@ void CpuExecutor::fill_uniform_values(Pass pass) {
 }
 
 void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) {
-  batch_ = batch;
-  options_ = options;
-  has_batch_ = false;
-  result_ = &result;
-  prepare_pushes(result);
+  begin_forward(batch, options, result);
   reserve_forward_arena(batch.layout->arena_floats[int(Pass::Forward)],
                         options.backward ? batch.layout->arena_floats[int(Pass::Backward)] : 0);
-  stats_.tasks += batch.schedule->num_tasks();
   size_row_pointers();
   point_forwarded_parts();
   ++transposes_.pass;  // the weights' transposed copies are made again
   fill_uniform_values(Pass::Forward);
-  if (streaming_) {
-    run_forward_streaming();
-  } else {
-    run_phase(Pass::Forward, ir::Phase::Eager, frame_);
-    for (int t = 0; t < batch.schedule->num_tasks(); ++t) run_task(Pass::Forward, t, frame_);
-  }
-  run_phase(Pass::Forward, ir::Phase::Lazy, frame_);
-  result_ = nullptr;
-  has_batch_ = options.backward;
+  run_forward(streaming_);
+  end_forward();
 }
 
 void CpuExecutor::size_row_pointers() {
@@ -772,8 +675,7 @@ bool CpuExecutor::accumulates(const Rows& rows, ValueId gather_grad, const Frame
 }
 
 void CpuExecutor::backward() {
-  VJIT_USER_CHECK(has_batch_, "backward() needs a forward() with RunOptions::backward set before it");
-  has_batch_ = false;
+  begin_backward();
   store_.zero_gradients();
   frame_.at(Pass::Backward, -1, -1, 0, "zero parameter gradients");
   frame_.issue(Primitive::Fill);
@@ -781,12 +683,7 @@ void CpuExecutor::backward() {
   reserve_backward_arena(layout.arena_floats[int(Pass::Backward)]);
   zero_scatter_gradients();
   fill_uniform_values(Pass::Backward);
-  run_phase(Pass::Backward, ir::Phase::Eager, frame_);
-  for (int t = batch_.schedule->num_tasks(); t-- > 0;) run_task(Pass::Backward, t, frame_);
-  told_point_ = -1;
-  if (observer_) tell_gradients_final(0);
-  run_phase(Pass::Backward, ir::Phase::Lazy, frame_);
-  if (observer_) tell_gradients_final(int(final_at_point_.size()) - 1);
+  run_backward();
   store_.finish_touched();
 }
 
@@ -835,86 +732,6 @@ void CpuExecutor::update(Optimizer& optimizer) {
   optimizer.step(store_.model(), store_.gradients(), store_.gradient_rows(), &parallel_, &store_.optimizer_state());
 }
 
-void CpuExecutor::run_phase(Pass pass, ir::Phase phase, Frame& frame) {
-  for (int t = 0; t < program_.num_types(); ++t) run_type_phase(pass, phase, t, frame);
-}
-
-void CpuExecutor::run_type_phase(Pass pass, ir::Phase phase, int type, Frame& frame) {
-  const BatchLayout& layout = *batch_.layout;
-  if (layout.type_rows[size_t(type)] == 0) return;
-  const FunctionPlan& fp = function_plan(pass, type);
-  const std::vector<Step>& steps = phase == ir::Phase::Eager ? fp.eager : fp.lazy;
-  if (steps.empty()) return;
-  Rows rows{type, -1, 0, layout.type_rows[size_t(type)], layout.rows_of(type).data()};
-  const uint64_t views = batch_.layout->read_view_slots[size_t(type)];
-  const std::vector<uint64_t>& reads =
-      (phase == ir::Phase::Eager ? placed(type).eager_reads : placed(type).lazy_reads)[int(pass)];
-  // Runs of steps over every row alternate with runs that read gather views
-  // and so run task by task.
-  for (size_t begin = 0; begin < steps.size();) {
-    const bool per_task = (reads[begin] & views) != 0;
-    size_t end = begin + 1;
-    while (end < steps.size() && ((reads[end] & views) != 0) == per_task) ++end;
-    // Told of each lazy backward step (one at a time where it can): the
-    // gradients it finishes can be summed while the next steps run.
-    const bool told = observer_ && pass == Pass::Backward && phase == ir::Phase::Lazy;
-    if (per_task) {
-      run_steps_per_task(pass, type, std::span(steps).subspan(begin, end - begin), frame);
-      if (told) tell_gradients_final(lazy_point_begin_[size_t(type)] + int(end));
-    } else {
-      bind(pass, rows, frame);
-      for (size_t first = begin; first < end;) {
-        const size_t last = told ? first + 1 : end;
-        run_steps(pass, rows, std::span(steps).subspan(first, last - first), frame);
-        if (told) tell_gradients_final(lazy_point_begin_[size_t(type)] + int(last));
-        first = last;
-      }
-    }
-    begin = end;
-  }
-}
-
-// A chain's tasks read their children as views that continue one another
-// (task t's children are the rows task t-1 wrote, in order), so the weight
-// gradients of a whole run of them are one GEMM over all its rows instead of
-// one small GEMM per task. Phase steps read gathered values only through
-// bind(); the gathers themselves run in the tasks.
-void CpuExecutor::run_steps_per_task(Pass pass, int type, std::span<const Step> steps, Frame& frame) {
-  const scheduler::FlatSchedule& schedule = *batch_.schedule;
-  auto next_of_type = [&](int t) {
-    do ++t;
-    while (t < schedule.num_tasks() && schedule.task_type[size_t(t)] != type);
-    return t;
-  };
-  for (int t = next_of_type(-1); t < schedule.num_tasks();) {
-    Rows rows = task_rows(t);
-    for (t = next_of_type(t); t < schedule.num_tasks() && views_continue(rows, t); t = next_of_type(t))
-      rows.count += int64_t(schedule.task(t).size());
-    bind(pass, rows, frame);
-    run_steps(pass, rows, steps, frame);
-  }
-}
-
-bool CpuExecutor::views_continue(const Rows& rows, int next) const {
-  const BatchLayout& layout = *batch_.layout;
-  // The pqtree order may place a type's tasks in another order than the schedule's.
-  if (layout.task_first_row[size_t(next)] != rows.begin + rows.count) return false;
-  // A gather one task reads from its buffer (forwarded_over_view), the other as a view.
-  if (!layout.forward_parent.empty() && layout.unviewed_targets[size_t(rows.task)] != layout.unviewed_targets[size_t(next)])
-    return false;
-  const uint64_t views = layout.view_slots[size_t(rows.type)];
-  const int slots = program_.signature(rows.type).fixed_arity + 1;  // the fixed slots and the variadic sum
-  for (int slot = 0; slot < slots; ++slot) {
-    if ((views >> slot & 1) == 0) continue;  // a copy in every task: the type's own buffer, row after row
-    const GatherLayout& a = layout.gather(rows.task, slot);
-    const GatherLayout& b = layout.gather(next, slot);
-    if (!a.is_view() || !b.is_view() || a.source_type != b.source_type || a.row_step != b.row_step ||
-        a.exclusive != b.exclusive || b.first_row != a.first_row + int(rows.count) * a.row_step)
-      return false;
-  }
-  return true;
-}
-
 // Streaming (Cavs §3.4): a second thread runs the eager steps type by type, in
 // the order the tasks first need them, while this thread runs the tasks; a task
 // waits only for the eager steps of its own type and of its children's types.
@@ -923,16 +740,8 @@ bool CpuExecutor::views_continue(const Rows& rows, int next) const {
 // off by default and allocates.)
 void CpuExecutor::run_forward_streaming() {
   const scheduler::FlatSchedule& schedule = *batch_.schedule;
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  size_t num_types = size_t(program_.num_types());
-  std::vector<int> order;
-  std::vector<char> seen(num_types, 0);
-  for (int type : schedule.task_type)
-    if (!seen[size_t(type)]) {
-      seen[size_t(type)] = 1;
-      order.push_back(type);
-    }
-  std::vector<std::atomic<bool>> done(num_types);
+  const std::vector<int> order = stream_order();
+  std::vector<std::atomic<bool>> done(size_t(program_.num_types()));
   for (auto& d : done) d.store(false);
   std::exception_ptr error;
   auto run_eager_steps = [&] {
@@ -960,33 +769,20 @@ void CpuExecutor::run_forward_streaming() {
   std::exception_ptr task_error;
   try {
     for (int t = 0; t < schedule.num_tasks(); ++t) {
-      wait_for(schedule.task_type[size_t(t)]);
-      for (int v : schedule.task(t))
-        for (int child : graph.children(v)) wait_for(graph.type(child));
+      for_each_input_type(t, wait_for);
       run_task(Pass::Forward, t, frame_);
     }
   } catch (...) {
     task_error = std::current_exception();
   }
   streamer.join();
-  stats_ += stream_stats_;
-  stream_stats_ = {};
-  primitive_log_.insert(primitive_log_.end(), stream_primitive_log_.begin(), stream_primitive_log_.end());
-  stream_primitive_log_.clear();
+  merge_stream_lane();
   if (task_error) std::rethrow_exception(task_error);
   if (error) std::rethrow_exception(error);
 }
 
-// A task's rows, its vertices in the order the layout gave them.
-CpuExecutor::Rows CpuExecutor::task_rows(int task) const {
-  const BatchLayout& layout = *batch_.layout;
-  const scheduler::FlatSchedule& schedule = *batch_.schedule;
-  const int type = schedule.task_type[size_t(task)];
-  const int count = int(schedule.task(task).size());
-  return {type, task, layout.task_first_row[size_t(task)], count, layout.task_rows(type, task, count).data()};
-}
-
-void CpuExecutor::run_task(Pass pass, int task, Frame& frame) {
+void CpuExecutor::run_task(Pass pass, int task, Lane& lane) {
+  Frame& frame = static_cast<Frame&>(lane);
   const Rows rows = task_rows(task);
   if (trace_) [[unlikely]] {
     const int64_t start = trace_->now();
@@ -1007,7 +803,8 @@ void CpuExecutor::run_task_steps(Pass pass, const Rows& rows, Frame& frame) {
   run_steps(pass, rows, function_plan(pass, rows.type).core, frame);
 }
 
-void CpuExecutor::run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Frame& frame) {
+void CpuExecutor::run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) {
+  Frame& frame = static_cast<Frame&>(lane);
   for (const Step& step : steps) {
     if (profile_ || trace_) [[unlikely]] run_step_observed(pass, rows, step, frame);
     else run_step(pass, rows, step, frame);

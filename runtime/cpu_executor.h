@@ -19,11 +19,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/executor.h"
 #include "runtime/forwarding.h"
 #include "runtime/gemm.h"
 #include "runtime/products.h"
 #include "runtime/row_placement.h"
+#include "runtime/runner.h"
 #include "runtime/pool_parallel_for.h"
 #include "runtime/thread_pool.h"
 #include "runtime/touched_rows.h"
@@ -64,7 +64,7 @@ class CpuParameterStore final : public ParameterStore {
   TouchedRows touched_;
 };
 
-class CpuExecutor final : public Executor {
+class CpuExecutor final : public Runner {
  public:
   struct Config {
     int threads = 1;
@@ -111,9 +111,6 @@ class CpuExecutor final : public Executor {
   ParameterStore& parameters() override { return store_; }
   OptimizerState optimizer_state() override { return store_.optimizer_state(); }
   void set_optimizer_state(OptimizerState state) override { store_.optimizer_state() = std::move(state); }
-  ExecStats take_stats() override;
-  void record_primitives(bool on) override;
-  std::vector<PrimitiveRecord> take_primitive_log() override;
   std::vector<StepTime> step_profile() const override;
   void reset_step_profile() override;
   // After a forward: what the vertex at `row` of `type` scattered (a type
@@ -149,15 +146,8 @@ class CpuExecutor final : public Executor {
     const int64_t per_part = stored_rows / v.parts;
     return v.pointers[r * v.parts + i / per_part] + v.offset + (i % per_part) * row_ld;
   }
-  // A range of rows of one type: a task, or every vertex of the type (task -1).
-  struct Rows {
-    int type = 0;
-    int task = -1;
-    int64_t begin = 0, count = 0;
-    const int* vertices = nullptr;  // flat vertex id of each row
-  };
   // What one thread needs to run steps.
-  struct Frame {
+  struct Frame : Lane {
     std::vector<View> views[2];  // [pass][value id] of the rows being run
     std::vector<const float*> inputs;
     std::vector<float*> outputs;
@@ -168,14 +158,6 @@ class CpuExecutor final : public Executor {
     std::vector<int64_t> operand_ld;
     std::vector<const float* const*> row_tables;
     std::vector<const float*> row_addresses;
-    ExecStats* stats = nullptr;
-    // The primitives this frame issues: where they come from (the step being
-    // run, or a pass's own work) and, with VJIT_LOG=primitives, their list.
-    PrimitiveRecorder primitives;
-    void issue(Primitive kind) { primitives.issue(stats->primitives, kind); }
-    void at(Pass pass, int type, int task, int64_t rows, std::string_view what) {
-      primitives.at(pass, type, task, rows, what);
-    }
     bool use_pool = true;  // split large steps across the pool's threads
     std::vector<std::vector<float>> scratch;  // per row block: a private accumulator (block 0 needs none)
     // The shape of the last product a GEMM step ran (per-vertex products: each
@@ -189,9 +171,7 @@ class CpuExecutor final : public Executor {
     }
   };
 
-  const FunctionPlan& function_plan(Pass pass, int type) const;
   const FusedStep& fused_step(Pass pass, int type, int index) const;
-  const ir::Function& function(Pass pass, int type) const { return *function_plan(pass, type).function; }
   float* arena(Pass pass) { return arena_[int(pass)].data(); }
   // The buffers of one pass: uninitialised floats, grown geometrically.
   class Arena {
@@ -210,13 +190,12 @@ class CpuExecutor final : public Executor {
   };
   View buffer_view(Pass pass, int type, ir::ValueId id, int64_t begin);
   View scattered_rows(int type, int64_t row);  // forward: what `type` scatters, at `row`
-  void bind(Pass pass, const Rows& rows, Frame& frame);
+  void bind(Pass pass, const Rows& rows, Lane& lane) override;
 
   // Sizes both arenas for a batch that needs `forward` and (when it trains)
   // `backward` floats, within max_memory.
   void reserve_forward_arena(int64_t forward, int64_t backward);
   float* reserve_backward_arena(int64_t backward);
-  void prepare_pushes(Evaluation<float>& result);
   void fill_uniform_values(Pass pass);  // stacked parameters (uniform Concat), once per pass
   // The stacked weights uniform Concat `n` of `f` stands for, where the Model
   // holds them as one block and they are read there; else null (copied).
@@ -225,21 +204,9 @@ class CpuExecutor final : public Executor {
   // Per pass and type, per value: stacked_in_model's answer this pass for a
   // uniform Concat (fill_uniform_values), which bind() points the value at.
   std::vector<std::vector<float*>> stacked_views_[2];
-  void run_phase(Pass pass, ir::Phase phase, Frame& frame);
-  void run_type_phase(Pass pass, ir::Phase phase, int type, Frame& frame);
-  void run_task(Pass pass, int task, Frame& frame);
-  Rows task_rows(int task) const;
-  // Runs phase steps once per task of the type (the gathers they
-  // read are views in some task, so not one buffer: BatchLayout::view_slots),
-  // or once per run of consecutive tasks whose views continue each other.
-  void run_steps_per_task(Pass pass, int type, std::span<const Step> steps, Frame& frame);
-  // Whether the rows of `next` (the type's task after `rows`) can join them:
-  // its rows follow them in the type's buffers, and each gather slot that is a
-  // view somewhere reads, in both, the same buffer at the same stride, `next`'s
-  // children right after those of `rows`.
-  bool views_continue(const Rows& rows, int next) const;
-  void run_forward_streaming();
-  void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Frame& frame);
+  void run_task(Pass pass, int task, Lane& lane) override;
+  void run_forward_streaming() override;
+  void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) override;
   void run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame);
   // A step timed for VJIT_PROFILE and/or recorded for VJIT_TRACE.
   void run_step_observed(Pass pass, const Rows& rows, const Step& step, Frame& frame);
@@ -319,8 +286,6 @@ class CpuExecutor final : public Executor {
   void gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
             const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc);
 
-  const Program& program_;
-  const ExecPlan& plan_;
   ThreadPool pool_;
   PoolParallelFor parallel_;  // the pool, lent to the optimizer
   GemmBackend gemm_backend_;
@@ -361,15 +326,8 @@ class CpuExecutor final : public Executor {
   int64_t max_memory_floats_;  // Config::max_memory in floats (0: no bound)
   bool check_finite_;
   CpuParameterStore store_;
-  ExecStats stats_;
-  ExecStats stream_stats_;  // the streaming thread's, merged after each forward
   Frame frame_;             // the calling thread's
   Frame stream_frame_;      // the streaming thread's
-  // VJIT_LOG=primitives: what each frame issued since the last take_primitive_log().
-  std::vector<PrimitiveRecord> primitive_log_, stream_primitive_log_;
-  std::vector<std::vector<int64_t>> push_widths_;  // per type: the width of each push, in function order
-  std::vector<std::vector<int>> push_index_;       // per type, per forward value id: which push it is (-1)
-  std::vector<int64_t> scatter_width_;             // per type: floats per row of what it scatters (0: none)
   // The plan's row placement (runtime/row_placement.h), per type.
   const TypePlacement& placed(int type) const { return plan_.placement->types[size_t(type)]; }
   // The GatherGrad whose gradient the task being bound computes in place, per
@@ -420,26 +378,6 @@ class CpuExecutor final : public Executor {
                                    Frame& frame);
   void zero_scatter_gradients();
 
-  // Which parameters' gradients each point of the backward makes final (a
-  // BackwardObserver hears of them): point 0 is the end of the tasks, point
-  // lazy_point_begin_[t] + i + 1 the end of type t's lazy backward step i.
-  // A gradient is final after the last step that writes it (ParamGrad,
-  // EmbeddingGrad); the lazy weight-gradient GEMMs of the types run one type
-  // after the other, so the first types' weights are final early.
-  void plan_gradient_final_points();
-  // Tells the observer of the points after the last one told, up to `point`.
-  void tell_gradients_final(int point);
-  BackwardObserver* observer_ = nullptr;
-  std::vector<int> final_point_;                  // per parameter
-  std::vector<std::vector<int>> final_at_point_;  // per point: the parameters it makes final
-  std::vector<int> lazy_point_begin_;             // per type
-  int told_point_ = -1;                           // the last point the observer heard of
-
-  // The batch being run.
-  PlannedBatch batch_;
-  RunOptions options_;
-  Evaluation<float>* result_ = nullptr;
-  bool has_batch_ = false;
   Arena arena_[2];
 
   // VJIT_PROFILE: time and calls per step, keyed by the step's address in the

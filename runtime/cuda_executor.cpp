@@ -151,8 +151,7 @@ void CudaParameterStore::add_touched_rows(int param, std::span<const int32_t> ro
 // --- executor ---
 
 CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const Config& config)
-    : program_(program),
-      plan_(plan),
+    : Runner(program, plan),
       device_(CudaDevice::get()),
       config_(config),
       pool_(config.threads),
@@ -179,13 +178,9 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
   fill_rows_fn_ = fn("vjit_fill_rows");
   sum_squares_fn_ = fn("vjit_sum_squares");
   optimizer_fn_ = fn("vjit_optimizer_update");
-  size_t max_values = 0;
-  push_widths_.resize(plan.types.size());
-  push_index_.resize(plan.types.size());
   for (size_t t = 0; t < plan.types.size(); ++t) {
     for (Pass pass : {Pass::Forward, Pass::Backward}) {
-      const FunctionPlan& fp = pass == Pass::Forward ? plan.types[t].forward : plan.types[t].backward;
-      max_values = std::max(max_values, fp.function->nodes.size());
+      const FunctionPlan& fp = function_plan(pass, int(t));
       fused_begin_[int(pass)].push_back(fused_fn_[int(pass)].size());
       for (const FusedStep& step : fp.fused) {
         VJIT_INTERNAL_CHECK(step.kernel.target == KernelTarget::Cuda,
@@ -194,18 +189,10 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
         fused_fn_[int(pass)].push_back(fn(step.kernel.name.c_str()));
       }
     }
-    const ir::Function& f = *plan.types[t].forward.function;
-    const ValueId scattered = plan.types[t].forward.scatter_value;
-    scatter_width_.push_back(scattered >= 0 ? f[scattered].shape.numel() : 0);
-    push_index_[t].assign(f.nodes.size(), -1);
-    for (ValueId id = 0; id < f.size(); ++id) {
-      if (f[id].op != Op::Push) continue;
-      push_index_[t][size_t(id)] = int(push_widths_[t].size());
-      push_widths_[t].push_back(f[f[id].args[0]].shape.numel());
-    }
   }
-  views_[0].resize(max_values);
-  views_[1].resize(max_values);
+  views_[0].resize(max_values_);
+  views_[1].resize(max_values_);
+  set_lanes(lanes_[0], lanes_[1], false);
   scalars_ = DeviceBuffer(device_, 3 * sizeof(double));
   objective_ = scalars_.get();
   norm_ = scalars_.get() + sizeof(double);
@@ -223,18 +210,6 @@ CudaExecutor::~CudaExecutor() {
   device_.free_pinned(staging_host_);
 }
 
-ExecStats CudaExecutor::take_stats() {
-  ExecStats s = stats_;
-  stats_ = {};
-  return s;
-}
-
-std::vector<PrimitiveRecord> CudaExecutor::take_primitive_log() {
-  std::vector<PrimitiveRecord> log;
-  log.swap(primitive_log_);
-  return log;
-}
-
 void CudaExecutor::zero(DevicePtr dst, size_t bytes) {
   issue(Primitive::Fill);
   device_.memset_zero(dst, bytes);
@@ -248,11 +223,6 @@ void CudaExecutor::download(void* dst, DevicePtr src, size_t bytes) {
 void CudaExecutor::upload(DevicePtr dst, const void* src, size_t bytes) {
   issue(Primitive::Upload);
   device_.upload(dst, src, bytes);
-}
-
-const FunctionPlan& CudaExecutor::function_plan(Pass pass, int type) const {
-  const TypePlan& t = plan_.types[size_t(type)];
-  return pass == Pass::Forward ? t.forward : t.backward;
 }
 
 // Arenas grow geometrically, with half again as much room as asked for: a
@@ -348,7 +318,7 @@ CudaExecutor::View CudaExecutor::scattered_rows(int type, int64_t row) const {
 }
 
 // The CPU executor's bind (runtime/cpu_executor.cpp), with device addresses.
-void CudaExecutor::bind(Pass pass, const Rows& rows) {
+void CudaExecutor::bind(Pass pass, const Rows& rows, Lane&) {
   const BatchLayout& layout = *batch_.layout;
   for (Pass p : {Pass::Forward, Pass::Backward}) {
     if (p == Pass::Backward && pass == Pass::Forward) break;
@@ -409,47 +379,29 @@ void CudaExecutor::fill_uniform_values(Pass pass) {
 
 void CudaExecutor::forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) {
   CudaDevice::get();  // the context current on this thread (an engine may move between threads)
-  batch_ = batch;
-  options_ = options;
-  has_batch_ = false;
-  result_ = &result;
-  const scheduler::FlatBatch& graph = *batch.graph;
-  result.objective = 0.0;
-  result.pushes.reset(graph.num_samples(),
-                      [&](int s) { return graph.sample_offset(s + 1) - graph.sample_offset(s); });
-  for (int v = 0; v < graph.num_vertices(); ++v) result.pushes.add_vertex(push_widths_[size_t(graph.type(v))]);
-  result.pushes.allocate();
+  begin_forward(batch, options, result);
   const int64_t push_floats = int64_t(result.pushes.values().size());
   reserve(pushes_, push_floats);
   reserve(arena_[0], batch.layout->arena_floats[0]);
   staging_used_ = 0;  // the last pass ended with the device idle
-  primitives_.at(Pass::Forward, -1, -1, 0, "objective");
+  lanes_[0].at(Pass::Forward, -1, -1, 0, "objective");
   zero(objective_, sizeof(double));
-  stats_.tasks += batch.schedule->num_tasks();
   fill_uniform_values(Pass::Forward);
-  if (config_.streaming) {
-    run_forward_streaming();
-  } else {
-    for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Forward, ir::Phase::Eager, t);
-    for (int t = 0; t < batch.schedule->num_tasks(); ++t) run_task(Pass::Forward, t);
-  }
-  for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Forward, ir::Phase::Lazy, t);
+  run_forward(config_.streaming);
   double objective = 0;
-  primitives_.at(Pass::Forward, -1, -1, 0, "objective and pushes");
+  lanes_[0].at(Pass::Forward, -1, -1, 0, "objective and pushes");
   download(&objective, objective_, sizeof objective);
   if (push_floats > 0) download(result.pushes.data(), pushes_.data, size_t(bytes_of(push_floats)));
   device_.synchronize();
   result.objective = objective;
-  result_ = nullptr;
-  has_batch_ = options.backward;
+  end_forward();
 }
 
 void CudaExecutor::backward() {
-  VJIT_USER_CHECK(has_batch_, "backward() needs a forward() with RunOptions::backward set before it");
+  begin_backward();
   CudaDevice::get();
-  has_batch_ = false;
   staging_used_ = 0;
-  primitives_.at(Pass::Backward, -1, -1, 0, "zero gradients");
+  lanes_[0].at(Pass::Backward, -1, -1, 0, "zero gradients");
   // Zero the gradients: dense ones whole, embedding tables the rows last touched.
   for (int p = 0; p < store_.model().size(); ++p) {
     const ParamData& param = store_.model().param(p);
@@ -473,9 +425,7 @@ void CudaExecutor::backward() {
     if (g.offset >= 0) zero(at(arena, g.offset), size_t(bytes_of(layout.type_rows[t] * g.ld)));
   }
   fill_uniform_values(Pass::Backward);
-  for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Backward, ir::Phase::Eager, t);
-  for (int t = batch_.schedule->num_tasks(); t-- > 0;) run_task(Pass::Backward, t);
-  for (int t = 0; t < program_.num_types(); ++t) run_type_phase(Pass::Backward, ir::Phase::Lazy, t);
+  run_backward();
   store_.finish_touched();
   device_.synchronize();
 }
@@ -618,7 +568,7 @@ void CudaExecutor::download_updated() {
 void CudaExecutor::update(Optimizer& optimizer) {
   CudaDevice::get();
   UncountedWork uncounted(stats_);
-  primitives_.at(Pass::Backward, -1, -1, 0, "optimizer step");
+  lanes_[0].at(Pass::Backward, -1, -1, 0, "optimizer step");
   DeviceUpdate rule = optimizer.device_rule();
   if (rule.kind == DeviceUpdate::Kind::None || optimizer.dense_updates()) return update_on_host(optimizer);
   Model& model = store_.model();
@@ -713,17 +663,6 @@ void CudaExecutor::update(Optimizer& optimizer) {
   download_updated();
 }
 
-void CudaExecutor::run_type_phase(Pass pass, ir::Phase phase, int type) {
-  const BatchLayout& layout = *batch_.layout;
-  if (layout.type_rows[size_t(type)] == 0) return;
-  const FunctionPlan& fp = function_plan(pass, type);
-  const std::vector<Step>& steps = phase == ir::Phase::Eager ? fp.eager : fp.lazy;
-  if (steps.empty()) return;
-  Rows rows{type, -1, 0, layout.type_rows[size_t(type)], layout.rows_of(type).data()};
-  bind(pass, rows);
-  run_steps(pass, rows, steps);
-}
-
 // Streaming (see the header). The second stream starts after what the main
 // stream queued for this forward (the zeroed objective, the uniform values);
 // the main stream waits for each type's event at most once, and for the whole
@@ -732,21 +671,12 @@ void CudaExecutor::run_type_phase(Pass pass, ir::Phase phase, int type) {
 // after a synchronize() of both streams (stage()).
 void CudaExecutor::run_forward_streaming() {
   const scheduler::FlatSchedule& schedule = *batch_.schedule;
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const size_t num_types = size_t(program_.num_types());
-  stream_order_.clear();
-  type_waited_.assign(num_types, 0);
-  for (int type : schedule.task_type)
-    if (!type_waited_[size_t(type)]) {
-      type_waited_[size_t(type)] = 1;
-      stream_order_.push_back(type);
-    }
-  type_waited_.assign(num_types, 0);
+  type_waited_.assign(size_t(program_.num_types()), 0);
   device_.wait(1, 0);
   stream_ = 1;
   try {
-    for (int t : stream_order_) {
-      run_type_phase(Pass::Forward, ir::Phase::Eager, t);
+    for (int t : stream_order()) {
+      run_type_phase(Pass::Forward, ir::Phase::Eager, t, lanes_[1]);
       device_.record(type_events_[size_t(t)], 1);
     }
   } catch (...) {
@@ -760,31 +690,19 @@ void CudaExecutor::run_forward_streaming() {
     device_.wait_event(0, type_events_[size_t(type)]);
   };
   for (int t = 0; t < schedule.num_tasks(); ++t) {
-    wait_for(schedule.task_type[size_t(t)]);
-    for (int v : schedule.task(t))
-      for (int child : graph.children(v)) wait_for(graph.type(child));
-    run_task(Pass::Forward, t);
+    for_each_input_type(t, wait_for);
+    run_task(Pass::Forward, t, lanes_[0]);
   }
   device_.wait(0, 1);
 }
 
-void CudaExecutor::run_task(Pass pass, int task) {
-  const BatchLayout& layout = *batch_.layout;
-  const scheduler::FlatSchedule& schedule = *batch_.schedule;
-  int type = schedule.task_type[size_t(task)];
-  std::span<const int> vertices = schedule.task(task);
-  Rows rows{type, task, layout.task_first_row[size_t(task)], int64_t(vertices.size()), vertices.data()};
-  bind(pass, rows);
-  run_steps(pass, rows, function_plan(pass, type).core);
-}
-
-void CudaExecutor::run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps) {
+void CudaExecutor::run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) {
   const FunctionPlan& fp = function_plan(pass, rows.type);
   for (const Step& step : steps) {
-    if (primitives_.log) [[unlikely]]
-      primitives_.at(pass, rows.type, rows.task, rows.count,
-                     step.fused >= 0 ? std::string_view(fp.fused[size_t(step.fused)].kernel.name)
-                                     : ir::op_name((*fp.function)[step.node].op));
+    if (lane.primitives.log) [[unlikely]]
+      lane.at(pass, rows.type, rows.task, rows.count,
+              step.fused >= 0 ? std::string_view(fp.fused[size_t(step.fused)].kernel.name)
+                              : ir::op_name((*fp.function)[step.node].op));
     if (step.fused >= 0) run_fused(pass, rows, fp.fused[size_t(step.fused)]);
     else run_node(pass, rows, step.node);
   }

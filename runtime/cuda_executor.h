@@ -43,8 +43,8 @@
 
 #include "runtime/cuda_driver.h"
 #include "runtime/touched_rows.h"
-#include "runtime/executor.h"
 #include "runtime/pool_parallel_for.h"
+#include "runtime/runner.h"
 #include "runtime/thread_pool.h"
 
 namespace vjit::runtime {
@@ -90,7 +90,7 @@ class CudaParameterStore final : public ParameterStore {
   friend class CudaExecutor;
 };
 
-class CudaExecutor final : public Executor {
+class CudaExecutor final : public Runner {
  public:
   struct Config {
     int threads = 1;   // the host optimizer's threads
@@ -108,20 +108,11 @@ class CudaExecutor final : public Executor {
   ParameterStore& parameters() override { return store_; }
   OptimizerState optimizer_state() override;
   void set_optimizer_state(OptimizerState state) override;
-  ExecStats take_stats() override;
-  void record_primitives(bool on) override { primitives_.log = on ? &primitive_log_ : nullptr; }
-  std::vector<PrimitiveRecord> take_primitive_log() override;
 
  private:
   struct View {
     DevicePtr data = 0;  // a byte address on the device
     int64_t ld = 0;      // floats
-  };
-  struct Rows {
-    int type = 0;
-    int task = -1;
-    int64_t begin = 0, count = 0;
-    const int* vertices = nullptr;
   };
   struct Arena {
     DeviceBuffer buffer;
@@ -129,11 +120,9 @@ class CudaExecutor final : public Executor {
     int64_t capacity = 0;  // floats
   };
 
-  const FunctionPlan& function_plan(Pass pass, int type) const;
-  const ir::Function& function(Pass pass, int type) const { return *function_plan(pass, type).function; }
   DevicePtr reserve(Arena& arena, int64_t floats);
   View scattered_rows(int type, int64_t row) const;
-  void bind(Pass pass, const Rows& rows);
+  void bind(Pass pass, const Rows& rows, Lane& lane) override;
   // Copies `count` items to the device through the pinned staging buffer, on
   // the stream, and returns their device address.
   template <typename T>
@@ -147,17 +136,15 @@ class CudaExecutor final : public Executor {
   void zero(DevicePtr dst, size_t bytes);
   void download(void* dst, DevicePtr src, size_t bytes);
   void upload(DevicePtr dst, const void* src, size_t bytes);
-  void issue(Primitive kind) { primitives_.issue(stats_.primitives, kind); }
+  void issue(Primitive kind) { lanes_[stream_].issue(kind); }
   void move_rows(const std::vector<uint64_t>& pairs, int64_t width, int mode);
   void copy_rows(int64_t rows, int64_t width, DevicePtr src, int64_t sld, DevicePtr dst, int64_t dld);
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, DevicePtr a, int64_t lda, DevicePtr b, int64_t ldb,
             float beta, DevicePtr c, int64_t ldc);
 
   void fill_uniform_values(Pass pass);
-  void run_type_phase(Pass pass, ir::Phase phase, int type);
-  void run_forward_streaming();
-  void run_task(Pass pass, int task);
-  void run_steps(Pass pass, const Rows& rows, const std::vector<Step>& steps);
+  void run_forward_streaming() override;
+  void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) override;
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step);
   void run_node(Pass pass, const Rows& rows, ir::ValueId id);
 
@@ -190,16 +177,11 @@ class CudaExecutor final : public Executor {
   void download_slots();
   friend class CudaParameterStore;
 
-  const Program& program_;
-  const ExecPlan& plan_;
   CudaDevice& device_;
   Config config_;
   ThreadPool pool_;
   PoolParallelFor parallel_;
   CudaParameterStore store_;
-  ExecStats stats_;
-  PrimitiveRecorder primitives_;
-  std::vector<PrimitiveRecord> primitive_log_;  // VJIT_LOG=primitives: since the last take_primitive_log()
   DeviceModule module_;  // the plan's kernels; unloaded after the destructor's synchronize()
   std::vector<void*> fused_fn_[2];  // per type·fused index, flattened: [pass][fused_begin[type] + i]
   std::vector<size_t> fused_begin_[2];
@@ -215,22 +197,15 @@ class CudaExecutor final : public Executor {
   bool slots_on_device_ = false;
   DevicePtr norm_ = 0;        // Σ g² of a step, in double
   DevicePtr non_finite_ = 0;  // the optimizer kernel's preview: 1 when a value would be non-finite
-  std::vector<std::vector<int64_t>> push_widths_;
-  std::vector<std::vector<int>> push_index_;
-  std::vector<int64_t> scatter_width_;
 
   // The stream that launches, GEMMs and staging copies are queued on: 0, or 1
-  // while the eager forward steps are queued with streaming on.
+  // while the eager forward steps are queued with streaming on; each its lane
+  // (one host thread queues both).
   int stream_ = 0;
+  Lane lanes_[2];
   std::vector<void*> type_events_;  // streaming: per type, after its eager forward steps
-  std::vector<int> stream_order_;
   std::vector<char> type_waited_;
 
-  // The batch being run.
-  PlannedBatch batch_;
-  RunOptions options_;
-  Evaluation<float>* result_ = nullptr;
-  bool has_batch_ = false;
   Arena arena_[2], pushes_;
   DeviceBuffer scalars_;  // the objective and a step's Σ g², in double
   DevicePtr objective_ = 0;

@@ -1,0 +1,152 @@
+#pragma once
+// The plan runner: the part of running an execution plan (runtime/exec_plan.h)
+// over a planned batch (runtime/memplan.h) that is the same on every device.
+// It keeps the batch being run and what the passes hand each other (the
+// objective and pushed values of a forward, whether a backward may follow),
+// sizes the pushes, and walks the plan: per pass, the eager steps of every
+// vertex type, the tasks (in schedule order forward, reversed backward), the
+// lazy steps. A type's eager and lazy steps run over all its rows at once,
+// except runs of steps that read a gather the layout made a view in some task
+// (BatchLayout::read_view_slots): those run task by task, joined where the
+// tasks' views continue one another. In the backward it tells a
+// BackwardObserver which parameters' gradients are final, step by step.
+//
+// A device (CpuExecutor, CudaExecutor) derives from it and provides how rows
+// are bound to their values and how steps run: bind(), run_steps(), and the
+// second lane of a streamed forward. Work is issued on a Lane: the host
+// thread's, or the one the forward's eager steps are streamed on
+// (VJIT_STREAMING), each with its counters and primitive recorder.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/executor.h"
+
+namespace vjit::runtime {
+
+class Runner : public Executor {
+ public:
+  ExecStats take_stats() override;
+  void record_primitives(bool on) override;
+  std::vector<PrimitiveRecord> take_primitive_log() override;
+
+ protected:
+  // A range of rows of one type: a task, a run of tasks, or every vertex of
+  // the type (task -1).
+  struct Rows {
+    int type = 0;
+    int task = -1;
+    int64_t begin = 0, count = 0;
+    const int* vertices = nullptr;  // flat vertex id of each row
+  };
+  // One sequence of issued work: its counters and the primitives it issues
+  // (where they come from and, with VJIT_LOG=primitives, their list).
+  struct Lane {
+    ExecStats* stats = nullptr;
+    PrimitiveRecorder primitives;
+    void issue(Primitive kind) { primitives.issue(stats->primitives, kind); }
+    void at(Pass pass, int type, int task, int64_t rows, std::string_view what) {
+      primitives.at(pass, type, task, rows, what);
+    }
+  };
+
+  Runner(const Program& program, const ExecPlan& plan);
+  // The device's lanes: `main` issues everything but a streamed forward's
+  // eager steps, which `stream` issues. With `stream_concurrent` the stream
+  // lane runs on a thread of its own and keeps its own counters and list
+  // until merge_stream_lane(); else it shares the main lane's.
+  void set_lanes(Lane& main, Lane& stream, bool stream_concurrent);
+  void merge_stream_lane();
+
+  const FunctionPlan& function_plan(Pass pass, int type) const;
+  const ir::Function& function(Pass pass, int type) const { return *function_plan(pass, type).function; }
+  Rows task_rows(int task) const;
+  Rows all_rows(int type) const;
+
+  // --- the device's part ---
+  // Resolves every value of the rows' function to where the rows' values are.
+  virtual void bind(Pass pass, const Rows& rows, Lane& lane) = 0;
+  virtual void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) = 0;
+  // The forward's eager steps on the stream lane, type by type in
+  // stream_order(), while the main lane runs the tasks, each after the eager
+  // steps of the types task_input_types() names.
+  virtual void run_forward_streaming() = 0;
+  // Binds a task's rows and runs its core steps.
+  virtual void run_task(Pass pass, int task, Lane& lane);
+
+  // --- the walk ---
+  // Takes the batch (the caller's result receives the objective and pushes,
+  // sized here) and counts its tasks.
+  void begin_forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result);
+  // The forward's eager steps (streamed when `streaming`), tasks and lazy steps.
+  void run_forward(bool streaming);
+  void end_forward();
+  // Checks that a forward which may be differentiated came before.
+  void begin_backward();
+  // The backward's eager steps, tasks in reverse and lazy steps, telling the
+  // observer (when one is set) of the gradients each point makes final.
+  void run_backward();
+  void run_phase(Pass pass, ir::Phase phase, Lane& lane);
+  void run_type_phase(Pass pass, ir::Phase phase, int type, Lane& lane);
+  // The types in the order the tasks first need them.
+  std::vector<int> stream_order() const;
+  // Calls fn(type) for each type whose eager forward steps task `task` reads:
+  // its own and its children's (repeats included).
+  template <typename Fn>
+  void for_each_input_type(int task, Fn&& fn) const {
+    fn(batch_.schedule->task_type[size_t(task)]);
+    for (int v : batch_.schedule->task(task))
+      for (int child : batch_.graph->children(v)) fn(batch_.graph->type(child));
+  }
+
+  const Program& program_;
+  const ExecPlan& plan_;
+  // The batch being run.
+  PlannedBatch batch_;
+  RunOptions options_;
+  Evaluation<float>* result_ = nullptr;
+  bool has_batch_ = false;
+  ExecStats stats_;
+  std::vector<std::vector<int64_t>> push_widths_;  // per type: the width of each push, in function order
+  std::vector<std::vector<int>> push_index_;       // per type, per forward value id: which push it is (-1)
+  std::vector<int64_t> scatter_width_;             // per type: floats per row of what it scatters (0: none)
+  size_t max_values_ = 0;                          // the most values of any function of the plan
+
+  // The observer backward() tells (BackwardObserver); null: none. A device
+  // whose gradients the host may read as soon as a step is issued sets it.
+  BackwardObserver* observer_ = nullptr;
+  std::vector<int> final_point_;  // per parameter: the point after which its gradient is final
+
+ private:
+  // Runs steps once per task of the type (the gathers they read are views in
+  // some task, so not one buffer: BatchLayout::view_slots), or once per run of
+  // consecutive tasks whose views continue each other.
+  void run_steps_per_task(Pass pass, int type, std::span<const Step> steps, Lane& lane);
+  // Whether the rows of `next` (the type's task after `rows`) can join them:
+  // its rows follow them in the type's buffers, and each gather slot that is a
+  // view somewhere reads, in both, the same buffer at the same stride, `next`'s
+  // children right after those of `rows`.
+  bool views_continue(const Rows& rows, int next) const;
+
+  // Which parameters' gradients each point of the backward makes final: point
+  // 0 is the end of the tasks, point lazy_point_begin_[t] + i + 1 the end of
+  // type t's lazy backward step i. A gradient is final after the last step
+  // that writes it (ParamGrad, EmbeddingGrad); the lazy weight-gradient GEMMs
+  // of the types run one type after the other, so the first types' weights
+  // are final early.
+  void plan_gradient_final_points();
+  // Tells the observer of the points after the last one told, up to `point`.
+  void tell_gradients_final(int point);
+  std::vector<std::vector<int>> final_at_point_;  // per point: the parameters it makes final
+  std::vector<int> lazy_point_begin_;             // per type
+  int told_point_ = -1;                           // the last point the observer heard of
+
+  Lane* main_lane_ = nullptr;
+  Lane* stream_lane_ = nullptr;
+  bool stream_concurrent_ = false;
+  ExecStats stream_stats_;  // a concurrent stream lane's, merged after each forward
+  // VJIT_LOG=primitives: what each lane issued since the last take_primitive_log().
+  std::vector<PrimitiveRecord> primitive_log_, stream_primitive_log_;
+};
+
+}  // namespace vjit::runtime
