@@ -328,16 +328,11 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
         max_inputs = std::max(max_inputs, step.inputs.size() + step.accumulated.size());
         max_outputs = std::max(max_outputs, step.outputs.size());
       }
-      stacked_views_[int(pass)].emplace_back(fp.function->nodes.size(), nullptr);
     }
   }
   // Fused steps split rows over the pool: one set of pointers per block.
   size_t blocks = size_t(pool_.size());
   for (Frame* frame : {&frame_, &stream_frame_}) {
-    in_place_target_.assign(max_values_, -1);
-    gradient_rows_bound_.assign(max_values_, 0);
-    frame->views[0].resize(max_values_);
-    frame->views[1].resize(max_values_);
     frame->inputs.resize(max_inputs * blocks);
     frame->outputs.resize(max_outputs * blocks);
     frame->operand_ld.resize((max_inputs + max_outputs) * blocks);
@@ -356,109 +351,8 @@ const FusedStep& CpuExecutor::fused_step(Pass pass, int type, int index) const {
   return (inference ? fp.inference_fused : fp.fused)[size_t(index)];
 }
 
-CpuExecutor::View CpuExecutor::buffer_view(Pass pass, int type, ValueId id, int64_t begin) {
-  const ValueLayout& v = batch_.layout->value(pass, type, id);
-  return {arena(pass) + v.offset + begin * v.ld, v.ld};
-}
-
 std::span<const float> CpuExecutor::scattered_row(int type, int row) {
   return {scattered_rows(type, row).data, size_t(scatter_width_[size_t(type)])};
-}
-
-CpuExecutor::View CpuExecutor::scattered_rows(int type, int64_t row) {
-  return buffer_view(Pass::Forward, type, function_plan(Pass::Forward, type).scatter_value, row);
-}
-
-// Resolves every value of the rows' function, in order (a view's operand comes
-// before it). The forward views are resolved for the backward too: Fwd reads them.
-void CpuExecutor::bind(Pass pass, const Rows& rows, Lane& lane) {
-  Frame& frame = static_cast<Frame&>(lane);
-  const BatchLayout& layout = *batch_.layout;
-  for (Pass p : {Pass::Forward, Pass::Backward}) {
-    if (p == Pass::Backward && pass == Pass::Forward) break;
-    const ir::Function& f = function(p, rows.type);
-    std::vector<View>& views = frame.views[int(p)];
-    // Gradients of exclusive gather views: computed in the children's
-    // scatter-gradient rows, with what is laid out in them.
-    const bool in_place_grads = p == Pass::Backward && rows.task >= 0;
-    if (in_place_grads) {
-      for (ValueId gg : placed(rows.type).in_place_gather_grads)
-        if (in_place_gather(rows, f[gg])) in_place_target_[size_t(f[gg].args[0])] = gg;
-      bind_gradient_rows(rows);
-    }
-    for (ValueId id = 0; id < f.size(); ++id) {
-      const Node& n = f[id];
-      View& view = views[size_t(id)];
-      const ValueLayout& own = layout.value(p, rows.type, id);
-      if (own.offset >= 0) view = {arena(p) + own.offset + rows.begin * own.ld, own.ld};
-      else view = {};
-      if (in_place_grads) {
-        const ValueId whole = own.in_concat >= 0 ? own.in_concat : id;
-        const ValueId gg = in_place_target_[size_t(whole)];
-        if (gg >= 0) {
-          const GatherLayout& g = *in_place_gather(rows, f[gg]);
-          const ValueLayout& grad = layout.scatter_grad[size_t(g.source_type)];
-          const int64_t column = own.in_concat >= 0 ? own.offset - layout.value(p, rows.type, whole).offset : 0;
-          view = {arena(p) + grad.offset + int64_t(g.first_row) * grad.ld + column, grad.ld * g.row_step};
-        }
-      }
-      switch (n.op) {
-        case Op::Param: view = {store_.value(n.param), 0}; break;
-        case Op::Concat:
-          if (float* stacked = stacked_views_[int(p)][size_t(rows.type)][size_t(id)]) view = {stacked, 0};
-          break;
-        case Op::Slice: {  // of a product folded into its readers (no data): none either
-          const View& whole = views[size_t(n.args[0])];
-          if (whole.pointers) view = {nullptr, 0, whole.pointers, whole.parts, whole.offset + n.start};
-          else view = whole.data ? View{whole.data + n.start, whole.ld} : View{};
-          break;
-        }
-        case Op::Reshape: view = views[size_t(n.args[0])]; break;
-        case Op::Fwd: view = frame.views[int(Pass::Forward)][size_t(n.forward_value)]; break;
-        case Op::ScatterGrad: {
-          const ValueLayout& g = layout.scatter_grad[size_t(rows.type)];
-          view = {arena(Pass::Backward) + g.offset + rows.begin * g.ld, g.ld};
-          break;
-        }
-        case Op::Gather:
-        case Op::GatherSum:
-          if (rows.task >= 0) {
-            const int slot = n.op == Op::Gather ? n.child_slot : program_.signature(rows.type).fixed_arity;
-            const GatherLayout& g = layout.gather(rows.task, slot);
-            if (g.is_view() && !forwarded_over_view(rows, id)) {
-              view = scattered_rows(g.source_type, g.first_row);
-              view.data += n.start;  // 0 but for a Gather of part of the row (ir::gather_slices)
-              view.ld *= g.row_step;
-            }
-          }
-          break;
-        default: break;
-      }
-      if (p == Pass::Forward && placed(rows.type).row_pointer_parts[size_t(id)] > 0) {
-        const int64_t parts = placed(rows.type).row_pointer_parts[size_t(id)];
-        view = {nullptr, 0, row_pointers_[size_t(rows.type)][size_t(id)].data() + rows.begin * parts, parts};
-      }
-      if (p == Pass::Backward) {
-        const GradientPointer& to = placed(rows.type).gradient_pointers[size_t(id)];
-        if (to.gradient >= 0 && gradient_rows_bound_[size_t(to.gradient)])
-          view = {nullptr, 0, gradient_rows_[size_t(rows.type)][size_t(to.gradient)].data() + rows.begin, 1, to.column};
-      }
-    }
-    if (in_place_grads) {
-      for (ValueId gg : placed(rows.type).in_place_gather_grads) in_place_target_[size_t(f[gg].args[0])] = -1;
-      for (ValueId gg : placed(rows.type).pointer_gather_grads) gradient_rows_bound_[size_t(f[gg].args[0])] = 0;
-    }
-  }
-}
-
-// The gather a task's GatherGrad adds its gradient into, when that gradient
-// may be computed there in place instead (an exclusive view); else nullptr.
-const GatherLayout* CpuExecutor::in_place_gather(const Rows& rows, const Node& gather_grad) const {
-  if (rows.task < 0) return nullptr;
-  const int slot = gather_grad.target == ir::GatherGradTarget::Slot ? gather_grad.child_slot
-                                                                    : program_.signature(rows.type).fixed_arity;
-  const GatherLayout& g = batch_.layout->gather(rows.task, slot);
-  return g.is_exclusive_view() ? &g : nullptr;
 }
 
 // --- passes ---
@@ -509,7 +403,7 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   begin_forward(batch, options, result);
   reserve_forward_arena(batch.layout->arena_floats[int(Pass::Forward)],
                         options.backward ? batch.layout->arena_floats[int(Pass::Backward)] : 0);
-  size_row_pointers();
+  size_accumulated_rows();
   point_forwarded_parts();
   ++transposes_.pass;  // the weights' transposed copies are made again
   fill_uniform_values(Pass::Forward);
@@ -517,24 +411,12 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   end_forward();
 }
 
-void CpuExecutor::size_row_pointers() {
+void CpuExecutor::size_accumulated_rows() {
   const size_t types = plan_.types.size();
-  row_pointers_.resize(types);
   accumulated_rows_.resize(types);
-  gradient_rows_.resize(types);
   for (size_t t = 0; t < types; ++t) {
-    const TypePlacement& placement = placed(int(t));
-    const size_t rows = size_t(batch_.layout->type_rows[t]);
-    const std::vector<int>& parts = placement.row_pointer_parts;
-    row_pointers_[t].resize(parts.size());
-    for (size_t id = 0; id < parts.size(); ++id)
-      if (parts[id] > 0) row_pointers_[t][id].resize(rows * size_t(parts[id]));
-    accumulated_rows_[t].resize(placement.accumulated_parts.size());
-    for (std::vector<float*>& table : accumulated_rows_[t]) table.resize(rows);
-    const std::vector<GradientPointer>& pointers = placement.gradient_pointers;
-    gradient_rows_[t].resize(pointers.size());
-    for (size_t id = 0; id < pointers.size(); ++id)
-      if (pointers[id].gradient == ValueId(id)) gradient_rows_[t][id].resize(rows);
+    accumulated_rows_[t].resize(placed(int(t)).accumulated_parts.size());
+    for (std::vector<float*>& table : accumulated_rows_[t]) table.resize(size_t(batch_.layout->type_rows[t]));
   }
 }
 
@@ -582,10 +464,6 @@ CpuExecutor::View CpuExecutor::forwarded_rows(const Rows& rows, ValueId value) {
   VJIT_INTERNAL_CHECK(false, "a fused step repeats an output that is not a forwarded part");
 }
 
-bool CpuExecutor::forwarded_over_view(const Rows& rows, ValueId gather) const {
-  return runtime::forwarded_over_view(plan_, *batch_.layout, rows.type, rows.task, gather);
-}
-
 bool CpuExecutor::was_forwarded(int child, int parent, int slot, const Node& node) const {
   const BatchLayout& layout = *batch_.layout;
   if (layout.forward_parent[size_t(child)] != parent || layout.forward_slot[size_t(child)] != slot) return false;
@@ -594,30 +472,6 @@ bool CpuExecutor::was_forwarded(int child, int parent, int slot, const Node& nod
   for (const ForwardedPart& part : plan_.types[size_t(batch_.graph->type(child))].forward.forwarded)
     if (part.start >= node.start && part.start + part.width <= node.start + node.shape.numel()) covered += part.width;
   return covered == node.shape.numel();
-}
-
-// Fills, for the task being bound, where each row of a gradient written
-// through pointers goes: the child's scatter-gradient row where this is its
-// one contribution, else the gradient's own row (the GatherGrad adds it).
-// Not where the task's GatherGrad is computed in an in-place gather.
-void CpuExecutor::bind_gradient_rows(const Rows& rows) {
-  const BatchLayout& layout = *batch_.layout;
-  const ir::Function& f = function(Pass::Backward, rows.type);
-  for (ValueId g : placed(rows.type).pointer_gather_grads) {
-    const Node& n = f[g];
-    if (in_place_gather(rows, n)) continue;
-    const ValueId gradient = n.args[0];
-    gradient_rows_bound_[size_t(gradient)] = 1;
-    const ValueLayout& own = layout.value(Pass::Backward, rows.type, gradient);
-    float** table = gradient_rows_[size_t(rows.type)][size_t(gradient)].data() + rows.begin;
-    for (int64_t r = 0; r < rows.count; ++r) {
-      RowRef child = gather_source(layout, *batch_.graph, rows.task, n.child_slot, rows.vertices, r);
-      const ValueLayout& s = layout.scatter_grad[size_t(child.type)];
-      table[r] = batch_.layout->assigned_once[size_t(child.type)][size_t(child.row)]
-                     ? arena(Pass::Backward) + s.offset + int64_t(child.row) * s.ld + n.start
-                     : arena(Pass::Backward) + own.offset + (rows.begin + r) * own.ld;
-    }
-  }
 }
 
 // Points each row of the task's gradient parts at the row its accumulating
@@ -1869,9 +1723,8 @@ void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g,
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *frame.stats;
-  const std::vector<ValueId>& in_place = placed(rows.type).in_place_gather_grads;
   const ValueId id = ValueId(&node - function(Pass::Backward, rows.type).nodes.data());
-  if (in_place_gather(rows, node) && std::find(in_place.begin(), in_place.end(), id) != in_place.end()) {
+  if (computed_in_place(rows, node, id)) {
     ++stats.gather_views;  // bind() placed the gradient in the children's scatter-gradient rows
     return;
   }

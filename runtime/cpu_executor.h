@@ -122,33 +122,8 @@ class CpuExecutor final : public Runner {
   void set_check_finite(bool on) { check_finite_ = on; }
 
  private:
-  // Row 0 of a value for the rows being run; ld 0 for a uniform value.
-  struct View {
-    float* data = nullptr;
-    int64_t ld = 0;
-    // A value read through a pointer per row (row_pointer_parts): row r's
-    // value is `parts` equal parts, part q at pointers[r·parts + q] + offset,
-    // where it lies (a child's scatter row); data is null then. In the
-    // backward, a gradient written through one (GradientPointers).
-    float** pointers = nullptr;
-    int64_t parts = 0;
-    int64_t offset = 0;
-  };
-  // Where row r of a value is written.
-  static float* row_at(const View& v, int64_t r) {
-    return v.pointers ? v.pointers[r * v.parts] + v.offset : v.data + r * v.ld;
-  }
-  // Row i of row r's value, stored as `stored_rows` rows of `row_ld` floats
-  // (a per-vertex matrix operand as its product reads it), whether the view
-  // is a buffer (ld 0: uniform) or row pointers.
-  static const float* stored_row(const View& v, int64_t r, int64_t i, int64_t stored_rows, int64_t row_ld) {
-    if (v.pointers == nullptr) return v.data + r * v.ld + i * row_ld;
-    const int64_t per_part = stored_rows / v.parts;
-    return v.pointers[r * v.parts + i / per_part] + v.offset + (i % per_part) * row_ld;
-  }
   // What one thread needs to run steps.
   struct Frame : Lane {
-    std::vector<View> views[2];  // [pass][value id] of the rows being run
     std::vector<const float*> inputs;
     std::vector<float*> outputs;
     // run_fused's: the step's inputs', then its outputs' views; per row block,
@@ -172,7 +147,8 @@ class CpuExecutor final : public Runner {
   };
 
   const FusedStep& fused_step(Pass pass, int type, int index) const;
-  float* arena(Pass pass) { return arena_[int(pass)].data(); }
+  float* arena(Pass pass) const override { return arena_[int(pass)].data(); }
+  float* param_address(int param) const override { return store_.value(param); }
   // The buffers of one pass: uninitialised floats, grown geometrically.
   class Arena {
    public:
@@ -188,9 +164,6 @@ class CpuExecutor final : public Runner {
     std::unique_ptr<float[]> data_;
     int64_t capacity_ = 0;
   };
-  View buffer_view(Pass pass, int type, ir::ValueId id, int64_t begin);
-  View scattered_rows(int type, int64_t row);  // forward: what `type` scatters, at `row`
-  void bind(Pass pass, const Rows& rows, Lane& lane) override;
 
   // Sizes both arenas for a batch that needs `forward` and (when it trains)
   // `backward` floats, within max_memory.
@@ -201,9 +174,6 @@ class CpuExecutor final : public Runner {
   // holds them as one block and they are read there; else null (copied).
   float* stacked_in_model(const ir::Function& f, const ir::Node& n);
   std::vector<int> stacked_params_;  // stacked_in_model's scratch
-  // Per pass and type, per value: stacked_in_model's answer this pass for a
-  // uniform Concat (fill_uniform_values), which bind() points the value at.
-  std::vector<std::vector<float*>> stacked_views_[2];
   void run_task(Pass pass, int task, Lane& lane) override;
   void run_forward_streaming() override;
   void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) override;
@@ -328,25 +298,13 @@ class CpuExecutor final : public Runner {
   CpuParameterStore store_;
   Frame frame_;             // the calling thread's
   Frame stream_frame_;      // the streaming thread's
-  // The plan's row placement (runtime/row_placement.h), per type.
-  const TypePlacement& placed(int type) const { return plan_.placement->types[size_t(type)]; }
-  // The GatherGrad whose gradient the task being bound computes in place, per
-  // gradient value (-1: none); bind()'s scratch.
-  std::vector<ir::ValueId> in_place_target_;
-  const GatherLayout* in_place_gather(const Rows& rows, const ir::Node& gather_grad) const;
-  // VJIT_GATHER_POINTERS (TypePlacement::row_pointer_parts): per type, per
-  // Gather or Concat read through row pointers, this batch's pointers (the
-  // type's rows × parts), filled by its step in place of a copy.
-  std::vector<std::vector<std::vector<float*>>> row_pointers_;
-  void size_row_pointers();
+  // Sizes accumulated_rows_ for the batch.
+  void size_accumulated_rows();
   // VJIT_FORWARD_GATHERS: per type, per forwarded part (FunctionPlan::
   // forwarded), this batch's row pointers where each row writes the part a
   // second time: the gather row of the parent the planner chose
   // (BatchLayout::forward_parent), or the part's own row again.
   std::vector<std::vector<std::vector<float*>>> forward_rows_;
-  // Whether children forward over the task's gather `gather`, a view the task
-  // then reads from its own buffer (BatchLayout::unviewed_targets).
-  bool forwarded_over_view(const Rows& rows, ir::ValueId gather) const;
   void point_forwarded_parts();
   // The parent gather row the child `vertex` of type `type` writes its part
   // (start, width) into, or nullptr.
@@ -355,12 +313,6 @@ class CpuExecutor final : public Runner {
   View forwarded_rows(const Rows& rows, ir::ValueId value);
   // Whether the parent `parent`'s gather `node` of `slot` finds its child's parts there already.
   bool was_forwarded(int child, int parent, int slot, const ir::Node& node) const;
-  // And in the backward (TypePlacement::gradient_pointers): per type, per
-  // gradient value written through row pointers, their table (a pointer per
-  // row of the type, filled when a task is bound).
-  std::vector<std::vector<std::vector<float*>>> gradient_rows_;  // [type][gradient value]
-  std::vector<uint8_t> gradient_rows_bound_;  // per backward value: the task being bound writes it through pointers
-  void bind_gradient_rows(const Rows& rows);
   // VJIT_ACCUMULATE_GRADIENTS (TypePlacement::accumulated_parts): per type,
   // per such part, this batch's table of where each row goes
   // (bind_accumulated_rows).

@@ -43,6 +43,10 @@ constexpr int kMoveCopy = 0, kMoveAdd = 1, kMoveZero = 2;
 
 // The device address `floats` floats past `base`.
 DevicePtr at(DevicePtr base, int64_t floats) { return base + DevicePtr(floats) * sizeof(float); }
+// A view's device address (the runner's views hold them as float*), and back.
+DevicePtr address(const float* view) { return DevicePtr(reinterpret_cast<uintptr_t>(view)); }
+DevicePtr at(const float* view, int64_t floats) { return at(address(view), floats); }
+float* as_view(DevicePtr p) { return reinterpret_cast<float*>(uintptr_t(p)); }
 
 // Work that is no pass's (an optimizer step, gradients downloaded): what it
 // launches and copies is left out of the pass counters (EngineStats::kernels,
@@ -190,8 +194,6 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
       }
     }
   }
-  views_[0].resize(max_values_);
-  views_[1].resize(max_values_);
   set_lanes(lanes_[0], lanes_[1], false);
   scalars_ = DeviceBuffer(device_, 3 * sizeof(double));
   objective_ = scalars_.get();
@@ -312,49 +314,9 @@ void CudaExecutor::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, Devic
   device_.sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, config_.tf32, stream_);
 }
 
-CudaExecutor::View CudaExecutor::scattered_rows(int type, int64_t row) const {
-  const ValueLayout& v = batch_.layout->value(Pass::Forward, type, function_plan(Pass::Forward, type).scatter_value);
-  return {at(arena_[0].data, v.offset + row * v.ld), v.ld};
-}
+float* CudaExecutor::arena(Pass pass) const { return as_view(arena_[int(pass)].data); }
 
-// The CPU executor's bind (runtime/cpu_executor.cpp), with device addresses.
-void CudaExecutor::bind(Pass pass, const Rows& rows, Lane&) {
-  const BatchLayout& layout = *batch_.layout;
-  for (Pass p : {Pass::Forward, Pass::Backward}) {
-    if (p == Pass::Backward && pass == Pass::Forward) break;
-    const ir::Function& f = function(p, rows.type);
-    std::vector<View>& views = views_[int(p)];
-    const DevicePtr base = arena_[int(p)].data;
-    for (ValueId id = 0; id < f.size(); ++id) {
-      const Node& n = f[id];
-      View& view = views[size_t(id)];
-      const ValueLayout& own = layout.value(p, rows.type, id);
-      if (own.offset >= 0) view = {at(base, own.offset + rows.begin * own.ld), own.ld};
-      else view = {};
-      switch (n.op) {
-        case Op::Param: view = {store_.value(n.param), 0}; break;
-        case Op::Slice: view = {at(views[size_t(n.args[0])].data, n.start), views[size_t(n.args[0])].ld}; break;
-        case Op::Reshape: view = views[size_t(n.args[0])]; break;
-        case Op::Fwd: view = views_[int(Pass::Forward)][size_t(n.forward_value)]; break;
-        case Op::ScatterGrad: {
-          const ValueLayout& g = layout.scatter_grad[size_t(rows.type)];
-          view = {at(arena_[1].data, g.offset + rows.begin * g.ld), g.ld};
-          break;
-        }
-        case Op::Gather:
-          if (rows.task >= 0) {
-            const GatherLayout& g = layout.gather(rows.task, n.child_slot);
-            if (g.is_view()) {
-              view = scattered_rows(g.source_type, g.first_row);
-              view.ld *= g.row_step;
-            }
-          }
-          break;
-        default: break;
-      }
-    }
-  }
-}
+float* CudaExecutor::param_address(int param) const { return as_view(store_.value(param)); }
 
 void CudaExecutor::fill_uniform_values(Pass pass) {
   const BatchLayout& layout = *batch_.layout;
@@ -709,16 +671,16 @@ void CudaExecutor::run_steps(Pass pass, const Rows& rows, std::span<const Step> 
 }
 
 void CudaExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step) {
-  const std::vector<View>& views = views_[int(pass)];
+  const std::vector<View>& views = lanes_[stream_].views[int(pass)];
   const size_t index = size_t(&step - function_plan(pass, rows.type).fused.data());
   void* fn = fused_fn_[int(pass)][fused_begin_[int(pass)][size_t(rows.type)] + index];
   // long long rows, then (pointer, ld) per input and per output.
   std::vector<uint64_t>& slots = pairs_;
   slots.clear();
   slots.push_back(uint64_t(rows.count));
-  for (ValueId in : step.inputs) slots.insert(slots.end(), {views[size_t(in)].data, uint64_t(views[size_t(in)].ld)});
+  for (ValueId in : step.inputs) slots.insert(slots.end(), {address(views[size_t(in)].data), uint64_t(views[size_t(in)].ld)});
   for (ValueId out : step.outputs)
-    slots.insert(slots.end(), {views[size_t(out)].data, uint64_t(views[size_t(out)].ld)});
+    slots.insert(slots.end(), {address(views[size_t(out)].data), uint64_t(views[size_t(out)].ld)});
   params_.resize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) params_[i] = &slots[i];
   ++stats_.kernels;
@@ -729,7 +691,7 @@ void CudaExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step)
 void CudaExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {
   const Node& n = function(pass, rows.type)[id];
   if (is_view(n.op) || n.op == Op::Scatter || n.uniform) return;
-  const View& out = views_[int(pass)][size_t(id)];
+  const View& out = lanes_[stream_].views[int(pass)][size_t(id)];
   if (is_copy(n.op)) {
     switch (n.op) {
       case Op::Gather: gather(rows, n, out); break;
@@ -737,7 +699,7 @@ void CudaExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {
       case Op::GatherAll: gather_variadic(rows, n, out); break;
       case Op::Pull:
       case Op::PullEmbedding: pull(rows, n, out); break;
-      case Op::GatherGrad: gather_grad(rows, n, views_[int(pass)][size_t(n.args[0])]); break;
+      case Op::GatherGrad: gather_grad(rows, n, lanes_[stream_].views[int(pass)][size_t(n.args[0])]); break;
       default: sink(pass, rows, n); break;
     }
     return;
@@ -754,26 +716,26 @@ void CudaExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {
   switch (n.op) {
     case Op::Constant:
       launch(Primitive::Fill, fill_rows_fn_, rows.count * n.shape.numel(), int64_t(rows.count), n.shape.numel(), float(n.value),
-             out.data, out.ld);
+             address(out.data), out.ld);
       return;
     case Op::Outer: {
-      const View& a = views_[int(pass)][size_t(n.args[0])];
-      const View& b = views_[int(pass)][size_t(n.args[1])];
+      const View& a = lanes_[stream_].views[int(pass)][size_t(n.args[0])];
+      const View& b = lanes_[stream_].views[int(pass)][size_t(n.args[1])];
       int64_t m = f[n.args[0]].shape.numel(), k = f[n.args[1]].shape.numel();
-      launch(Primitive::Outer, outer_fn_, rows.count * m * k, int64_t(rows.count), m, k, a.data, a.ld, b.data, b.ld, out.data, out.ld);
+      launch(Primitive::Outer, outer_fn_, rows.count * m * k, int64_t(rows.count), m, k, address(a.data), a.ld, address(b.data), b.ld, address(out.data), out.ld);
       return;
     }
     case Op::SymOuter: {
-      const View& x = views_[int(pass)][size_t(n.args[0])];
+      const View& x = lanes_[stream_].views[int(pass)][size_t(n.args[0])];
       const int64_t width = f[n.args[0]].shape.numel();
-      launch(Primitive::Outer, sym_outer_fn_, rows.count * n.shape.numel(), int64_t(rows.count), width, x.data, x.ld, out.data, out.ld);
+      launch(Primitive::Outer, sym_outer_fn_, rows.count * n.shape.numel(), int64_t(rows.count), width, address(x.data), x.ld, address(out.data), out.ld);
       return;
     }
     case Op::SymOuterGrad: {
-      const View& x = views_[int(pass)][size_t(n.args[0])];
-      const View& g = views_[int(pass)][size_t(n.args[1])];
+      const View& x = lanes_[stream_].views[int(pass)][size_t(n.args[0])];
+      const View& g = lanes_[stream_].views[int(pass)][size_t(n.args[1])];
       const int64_t width = f[n.args[0]].shape.numel();
-      launch(Primitive::Outer, sym_outer_grad_fn_, rows.count * width, int64_t(rows.count), width, x.data, x.ld, g.data, g.ld, out.data,
+      launch(Primitive::Outer, sym_outer_grad_fn_, rows.count * width, int64_t(rows.count), width, address(x.data), x.ld, address(g.data), g.ld, address(out.data),
              out.ld);
       return;
     }
@@ -797,7 +759,7 @@ void CudaExecutor::gather(const Rows& rows, const Node& node, const View& out) {
   for (int64_t r = 0; r < rows.count; ++r) {
     RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
     pairs_.push_back(at(out.data, r * out.ld));
-    pairs_.push_back(scattered_rows(src.type, src.row).data);
+    pairs_.push_back(address(scattered_rows(src.type, src.row).data));
   }
   move_rows(pairs_, node.shape.numel(), kMoveCopy);
 }
@@ -810,6 +772,11 @@ void CudaExecutor::gather_variadic(const Rows& rows, const Node& node, const Vie
   const bool stack = node.op == Op::GatherAll;
   const int64_t width = stack ? node.shape.dims[1] : node.shape.numel();
   const size_t first = size_t(program_.signature(rows.type).fixed_arity);
+  const ValueId id = ValueId(&node - function(Pass::Forward, rows.type).nodes.data());
+  if (!stack && rows.task >= 0 && layout.gather(rows.task, int(first)).is_view() && !forwarded_over_view(rows, id)) {
+    ++stats_.gather_views;  // one variadic child per row: bind() pointed the value at its rows
+    return;
+  }
   ints_.assign(1, 0);
   offsets_.clear();
   const DevicePtr base = arena_[0].data;
@@ -817,22 +784,22 @@ void CudaExecutor::gather_variadic(const Rows& rows, const Node& node, const Vie
     std::span<const int> children = graph.children(rows.vertices[r]);
     for (size_t k = first; k < children.size(); ++k) {
       int child = children[k];
-      offsets_.push_back(int64_t((scattered_rows(graph.type(child), layout.vertex_row[size_t(child)]).data - base) /
+      offsets_.push_back(int64_t((address(scattered_rows(graph.type(child), layout.vertex_row[size_t(child)]).data) - base) /
                                  sizeof(float)));
     }
     ints_.push_back(int(offsets_.size()));
   }
   if (stack) launch(Primitive::Fill, fill_rows_fn_, rows.count * node.shape.numel(), int64_t(rows.count), node.shape.numel(), 0.0f,
-                    out.data, out.ld);
+                    address(out.data), out.ld);
   if (offsets_.empty()) {
-    if (!stack) launch(Primitive::Fill, fill_rows_fn_, rows.count * width, int64_t(rows.count), width, 0.0f, out.data, out.ld);
+    if (!stack) launch(Primitive::Fill, fill_rows_fn_, rows.count * width, int64_t(rows.count), width, 0.0f, address(out.data), out.ld);
     return;
   }
   ++stats_.copy_calls;
   stats_.copy_bytes += int64_t(offsets_.size()) * bytes_of(width);
   DevicePtr begin = stage(ints_.data(), ints_.size());
   DevicePtr src = stage(offsets_.data(), offsets_.size());
-  launch(Primitive::AddRows, gather_sum_fn_, rows.count * width, int64_t(rows.count), width, begin, src, base, out.data, out.ld,
+  launch(Primitive::AddRows, gather_sum_fn_, rows.count * width, int64_t(rows.count), width, begin, src, base, address(out.data), out.ld,
          int(stack));
 }
 
@@ -854,12 +821,12 @@ void CudaExecutor::pull(const Rows& rows, const Node& node, const View& out) {
     std::copy_n(graph.vertex(rows.vertices[r]).features.data(), width, floats_.begin() + r * width);
   ++stats_.copy_calls;
   stats_.copy_bytes += rows.count * bytes_of(width);
-  copy_rows(rows.count, width, stage(floats_.data(), floats_.size()), width, out.data, out.ld);
+  copy_rows(rows.count, width, stage(floats_.data(), floats_.size()), width, address(out.data), out.ld);
 }
 
 void CudaExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, const View& out) {
   const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = views_[int(pass)];
+  const std::vector<View>& views = lanes_[stream_].views[int(pass)];
   const int64_t width = node.shape.numel();
   const View& a = views[size_t(node.args[0])];
   if (node.op == Op::Dropout) {
@@ -871,7 +838,7 @@ void CudaExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, co
       ints_[size_t(2 * r + 1)] = ref.vertex;
     }
     const float scale = options_.training ? float(1.0 / (1.0 - node.rate)) : 1.0f;
-    launch(Primitive::Elementwise, dropout_fn_, rows.count * width, int64_t(rows.count), width, a.data, a.ld, out.data, out.ld,
+    launch(Primitive::Elementwise, dropout_fn_, rows.count * width, int64_t(rows.count), width, address(a.data), a.ld, address(out.data), out.ld,
            stage(ints_.data(), ints_.size()), uint64_t(options_.seed), int(node.dropout_key), double(node.rate), scale,
            int(options_.training));
     return;
@@ -881,14 +848,14 @@ void CudaExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, co
   auto count = [&](ValueId arg) { return f[arg].shape == node.shape ? width : f[arg].shape.numel(); };
   const bool unary = ir::op_kind(node.op) == ir::OpKind::Unary;
   const View b = unary ? View{} : views[size_t(node.args[1])];
-  launch(Primitive::Elementwise, elementwise_fn_, rows.count * width, int(node.op), int64_t(rows.count), width, a.data, a.ld,
-         count(node.args[0]), b.data, b.ld, unary ? int64_t(1) : count(node.args[1]), float(ir::unary_constant(node)),
-         out.data, out.ld);
+  launch(Primitive::Elementwise, elementwise_fn_, rows.count * width, int(node.op), int64_t(rows.count), width, address(a.data), a.ld,
+         count(node.args[0]), address(b.data), b.ld, unary ? int64_t(1) : count(node.args[1]), float(ir::unary_constant(node)),
+         address(out.data), out.ld);
 }
 
 void CudaExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, const View& out) {
   const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = views_[int(pass)];
+  const std::vector<View>& views = lanes_[stream_].views[int(pass)];
   const int64_t width = node.shape.numel();
   const int64_t R = rows.count;
   switch (node.op) {
@@ -897,29 +864,29 @@ void CudaExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, c
       for (ValueId arg : node.args) {
         const View& src = views[size_t(arg)];
         const int64_t part = f[arg].shape.numel();
-        if (src.data != at(out.data, column) || src.ld != out.ld)
-          copy_rows(R, part, src.data, src.ld, at(out.data, column), out.ld);
+        if (address(src.data) != at(out.data, column) || src.ld != out.ld)
+          copy_rows(R, part, address(src.data), src.ld, at(out.data, column), out.ld);
         column += part;
       }
       return;
     }
     case Op::Pad: {
       const View& src = views[size_t(node.args[0])];
-      launch(Primitive::Fill, fill_rows_fn_, R * width, R, width, 0.0f, out.data, out.ld);
-      copy_rows(R, f[node.args[0]].shape.numel(), src.data, src.ld, at(out.data, node.start), out.ld);
+      launch(Primitive::Fill, fill_rows_fn_, R * width, R, width, 0.0f, address(out.data), out.ld);
+      copy_rows(R, f[node.args[0]].shape.numel(), address(src.data), src.ld, at(out.data, node.start), out.ld);
       return;
     }
     case Op::Broadcast:
     case Op::BroadcastRows: {
       const View& src = views[size_t(node.args[0])];
       const int64_t mod = node.op == Op::Broadcast ? 0 : node.shape.dims[1];
-      launch(Primitive::MoveRows, broadcast_fn_, R * width, R, width, src.data, src.ld, mod, out.data, out.ld);
+      launch(Primitive::MoveRows, broadcast_fn_, R * width, R, width, address(src.data), src.ld, mod, address(out.data), out.ld);
       return;
     }
     case Op::Sum:
     case Op::SumRows: {
       const View& src = views[size_t(node.args[0])];
-      launch(Primitive::Reduce, sum_mod_fn_, R * width, R, width, f[node.args[0]].shape.numel(), src.data, src.ld, out.data, out.ld);
+      launch(Primitive::Reduce, sum_mod_fn_, R * width, R, width, f[node.args[0]].shape.numel(), address(src.data), src.ld, address(out.data), out.ld);
       return;
     }
     default: break;
@@ -933,15 +900,15 @@ bool CudaExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const
   const int side = fp.folded[size_t(node.args[0])] ? 0 : fp.folded[size_t(node.args[1])] ? 1 : -1;
   if (side < 0) return false;
   const Node& product = (*fp.function)[node.args[size_t(side)]];
-  const View& bias = views_[int(pass)][size_t(node.args[size_t(1 - side)])];
-  copy_rows(rows.count, node.shape.numel(), bias.data, 0, out.data, out.ld);
+  const View& bias = lanes_[stream_].views[int(pass)][size_t(node.args[size_t(1 - side)])];
+  copy_rows(rows.count, node.shape.numel(), address(bias.data), 0, address(out.data), out.ld);
   matmul(pass, rows, product, out, 1.0f);
   return true;
 }
 
 void CudaExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, float beta) {
   const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = views_[int(pass)];
+  const std::vector<View>& views = lanes_[stream_].views[int(pass)];
   const Shape& sa = f[node.args[0]].shape;
   const Shape& sb = f[node.args[1]].shape;
   const View& a = views[size_t(node.args[0])];
@@ -949,12 +916,12 @@ void CudaExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const V
   const int64_t R = rows.count;
   if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x
     const RowGemm g = row_gemm(node, sa, true);
-    gemm(false, g.trans_w, R, g.n, g.k, b.data, b.ld, a.data, g.ldw, beta, out.data, out.ld);
+    gemm(false, g.trans_w, R, g.n, g.k, address(b.data), b.ld, address(a.data), g.ldw, beta, address(out.data), out.ld);
     return;
   }
   if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)
     const RowGemm g = row_gemm(node, sb, false);
-    gemm(false, g.trans_w, R, g.n, g.k, a.data, a.ld, b.data, g.ldw, beta, out.data, out.ld);
+    gemm(false, g.trans_w, R, g.n, g.k, address(a.data), a.ld, address(b.data), g.ldw, beta, address(out.data), out.ld);
     return;
   }
   VJIT_INTERNAL_CHECK(beta == 0.0f, "a per-vertex product cannot accumulate");
@@ -962,25 +929,25 @@ void CudaExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const V
   const PerVertexProduct p = per_vertex_product(node, sa, sb);
   stats_.gemm_calls += R;
   stats_.gemm_flops += p.flops() * double(R);
-  launch(Primitive::VertexProducts, batched_matmul_fn_, R * p.m * p.n, R, p.m, p.n, p.k, a.data, a.ld, p.lda, int(node.trans_a), b.data, b.ld,
-         p.ldb, int(node.trans_b), out.data, out.ld);
+  launch(Primitive::VertexProducts, batched_matmul_fn_, R * p.m * p.n, R, p.m, p.n, p.k, address(a.data), a.ld, p.lda, int(node.trans_a), address(b.data), b.ld,
+         p.ldb, int(node.trans_b), address(out.data), out.ld);
 }
 
 void CudaExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, const View& out) {
   const scheduler::FlatBatch& graph = *batch_.graph;
-  const View& logits = views_[int(pass)][size_t(node.args[0])];
+  const View& logits = lanes_[stream_].views[int(pass)][size_t(node.args[0])];
   const int64_t classes = function(pass, rows.type)[node.args[0]].shape.numel();
   const bool gradient = node.op == Op::SoftmaxCEGrad;
-  const View upstream = gradient ? views_[int(pass)][size_t(node.args[1])] : View{};
+  const View upstream = gradient ? lanes_[stream_].views[int(pass)][size_t(node.args[1])] : View{};
   ints_.resize(size_t(rows.count));
   for (int64_t r = 0; r < rows.count; ++r) ints_[size_t(r)] = graph.label(rows.vertices[r]);
-  launch(Primitive::SoftmaxCE, softmax_fn_, rows.count, int64_t(rows.count), classes, logits.data, logits.ld,
-         stage(ints_.data(), ints_.size()), upstream.data, upstream.ld, int(gradient), out.data, out.ld);
+  launch(Primitive::SoftmaxCE, softmax_fn_, rows.count, int64_t(rows.count), classes, address(logits.data), logits.ld,
+         stage(ints_.data(), ints_.size()), address(upstream.data), upstream.ld, int(gradient), address(out.data), out.ld);
 }
 
 void CudaExecutor::sink(Pass pass, const Rows& rows, const Node& node) {
   const scheduler::FlatBatch& graph = *batch_.graph;
-  const View& x = views_[int(pass)][size_t(node.args[0])];
+  const View& x = lanes_[stream_].views[int(pass)][size_t(node.args[0])];
   const int64_t width = function(pass, rows.type)[node.args[0]].shape.numel();
   switch (node.op) {
     case Op::Push: {
@@ -994,7 +961,7 @@ void CudaExecutor::sink(Pass pass, const Rows& rows, const Node& node) {
       move_rows(pairs_, width, kMoveCopy);
       return;
     }
-    case Op::Loss: launch(Primitive::Reduce, loss_sum_fn_, rows.count, int64_t(rows.count), x.data, x.ld, objective_); return;
+    case Op::Loss: launch(Primitive::Reduce, loss_sum_fn_, rows.count, int64_t(rows.count), address(x.data), x.ld, objective_); return;
     case Op::EmbeddingGrad: {
       pairs_.clear();
       for (int64_t r = 0; r < rows.count; ++r) {
@@ -1012,7 +979,7 @@ void CudaExecutor::sink(Pass pass, const Rows& rows, const Node& node) {
 
 void CudaExecutor::param_grad(Pass pass, const Rows& rows, const Node& node) {
   const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = views_[int(pass)];
+  const std::vector<View>& views = lanes_[stream_].views[int(pass)];
   DevicePtr grad = store_.gradient(node.param);
   ValueId term = node.args[0];
   if (function_plan(pass, rows.type).folded[size_t(term)]) {
@@ -1023,17 +990,21 @@ void CudaExecutor::param_grad(Pass pass, const Rows& rows, const Node& node) {
     const View& b = views[size_t(o.args[1])];
     int64_t m = f[o.args[0]].shape.numel(), n = f[o.args[1]].shape.numel();
     ++stats_.param_grad_gemms;
-    gemm(true, false, m, n, rows.count, a.data, a.ld, b.data, b.ld, 1.0f, grad, n);
+    gemm(true, false, m, n, rows.count, address(a.data), a.ld, address(b.data), b.ld, 1.0f, grad, n);
     return;
   }
   const View& x = views[size_t(term)];
   const int64_t width = f[term].shape.numel();
-  launch(Primitive::Reduce, sum_columns_fn_, width, int64_t(rows.count), width, x.data, x.ld, grad);
+  launch(Primitive::Reduce, sum_columns_fn_, width, int64_t(rows.count), width, address(x.data), x.ld, grad);
 }
 
 void CudaExecutor::gather_grad(const Rows& rows, const Node& node, const View& g) {
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatBatch& graph = *batch_.graph;
+  if (computed_in_place(rows, node, ValueId(&node - function(Pass::Backward, rows.type).nodes.data()))) {
+    ++stats_.gather_views;  // bind() placed the gradient in the children's scatter-gradient rows
+    return;
+  }
   auto grad_row = [&](int type, int64_t row) {
     const ValueLayout& s = layout.scatter_grad[size_t(type)];
     return at(arena_[1].data, s.offset + row * s.ld);

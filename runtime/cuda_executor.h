@@ -110,10 +110,6 @@ class CudaExecutor final : public Runner {
   void set_optimizer_state(OptimizerState state) override;
 
  private:
-  struct View {
-    DevicePtr data = 0;  // a byte address on the device
-    int64_t ld = 0;      // floats
-  };
   struct Arena {
     DeviceBuffer buffer;
     DevicePtr data = 0;
@@ -121,8 +117,9 @@ class CudaExecutor final : public Runner {
   };
 
   DevicePtr reserve(Arena& arena, int64_t floats);
-  View scattered_rows(int type, int64_t row) const;
-  void bind(Pass pass, const Rows& rows, Lane& lane) override;
+  // The runner's views hold device addresses as float*.
+  float* arena(Pass pass) const override;
+  float* param_address(int param) const override;
   // Copies `count` items to the device through the pinned staging buffer, on
   // the stream, and returns their device address.
   template <typename T>
@@ -209,7 +206,6 @@ class CudaExecutor final : public Runner {
   Arena arena_[2], pushes_;
   DeviceBuffer scalars_;  // the objective and a step's Σ g², in double
   DevicePtr objective_ = 0;
-  std::vector<View> views_[2];
   // Staging: pinned host memory mirrored by a device buffer of the same size.
   char* staging_host_ = nullptr;
   DeviceBuffer staging_buffer_;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/row_placement.h"
+#include "runtime/batch_rows.h"
 #include "vjit/error.h"
 
 namespace vjit::runtime {
@@ -17,8 +17,11 @@ Runner::Runner(const Program& program, const ExecPlan& plan) : program_(program)
   push_widths_.resize(plan.types.size());
   push_index_.resize(plan.types.size());
   for (size_t t = 0; t < plan.types.size(); ++t) {
-    for (const FunctionPlan* fp : {&plan.types[t].forward, &plan.types[t].backward})
-      max_values_ = std::max(max_values_, fp->function->nodes.size());
+    for (Pass pass : {Pass::Forward, Pass::Backward}) {
+      const size_t values = function_plan(pass, int(t)).function->nodes.size();
+      max_values_ = std::max(max_values_, values);
+      stacked_views_[int(pass)].emplace_back(values, nullptr);
+    }
     const ir::Function& f = *plan.types[t].forward.function;
     const ValueId scattered = plan.types[t].forward.scatter_value;
     scatter_width_.push_back(scattered >= 0 ? f[scattered].shape.numel() : 0);
@@ -29,6 +32,8 @@ Runner::Runner(const Program& program, const ExecPlan& plan) : program_(program)
       push_widths_[t].push_back(f[f[id].args[0]].shape.numel());
     }
   }
+  in_place_target_.assign(max_values_, -1);
+  gradient_rows_bound_.assign(max_values_, 0);
   plan_gradient_final_points();
 }
 
@@ -36,6 +41,8 @@ void Runner::set_lanes(Lane& main, Lane& stream, bool stream_concurrent) {
   main_lane_ = &main;
   stream_lane_ = &stream;
   stream_concurrent_ = stream_concurrent;
+  for (Lane* lane : {&main, &stream})
+    for (std::vector<View>& views : lane->views) views.resize(max_values_);
   main.stats = &stats_;
   stream.stats = stream_concurrent ? &stream_stats_ : &stats_;
 }
@@ -83,6 +90,158 @@ Runner::Rows Runner::all_rows(int type) const {
   return {type, -1, 0, layout.type_rows[size_t(type)], layout.rows_of(type).data()};
 }
 
+// --- binding ---
+
+Runner::View Runner::buffer_view(Pass pass, int type, ValueId id, int64_t begin) const {
+  const ValueLayout& v = batch_.layout->value(pass, type, id);
+  return {arena(pass) + v.offset + begin * v.ld, v.ld};
+}
+
+Runner::View Runner::scattered_rows(int type, int64_t row) const {
+  return buffer_view(Pass::Forward, type, function_plan(Pass::Forward, type).scatter_value, row);
+}
+
+void Runner::bind(Pass pass, const Rows& rows, Lane& lane) {
+  const BatchLayout& layout = *batch_.layout;
+  float* const base[2] = {arena(Pass::Forward), pass == Pass::Backward ? arena(Pass::Backward) : nullptr};
+  for (Pass p : {Pass::Forward, Pass::Backward}) {
+    if (p == Pass::Backward && pass == Pass::Forward) break;
+    const ir::Function& f = function(p, rows.type);
+    std::vector<View>& views = lane.views[int(p)];
+    // Gradients of exclusive gather views: computed in the children's
+    // scatter-gradient rows, with what is laid out in them.
+    const bool in_place_grads = p == Pass::Backward && rows.task >= 0;
+    if (in_place_grads) {
+      for (ValueId gg : placed(rows.type).in_place_gather_grads)
+        if (in_place_gather(rows, f[gg])) in_place_target_[size_t(f[gg].args[0])] = gg;
+      bind_gradient_rows(rows);
+    }
+    for (ValueId id = 0; id < f.size(); ++id) {
+      const Node& n = f[id];
+      View& view = views[size_t(id)];
+      const ValueLayout& own = layout.value(p, rows.type, id);
+      if (own.offset >= 0) view = {base[int(p)] + own.offset + rows.begin * own.ld, own.ld};
+      else view = {};
+      if (in_place_grads) {
+        const ValueId whole = own.in_concat >= 0 ? own.in_concat : id;
+        const ValueId gg = in_place_target_[size_t(whole)];
+        if (gg >= 0) {
+          const GatherLayout& g = *in_place_gather(rows, f[gg]);
+          const ValueLayout& grad = layout.scatter_grad[size_t(g.source_type)];
+          const int64_t column = own.in_concat >= 0 ? own.offset - layout.value(p, rows.type, whole).offset : 0;
+          view = {base[int(p)] + grad.offset + int64_t(g.first_row) * grad.ld + column, grad.ld * g.row_step};
+        }
+      }
+      switch (n.op) {
+        case Op::Param: view = {param_address(n.param), 0}; break;
+        case Op::Concat:
+          if (float* stacked = stacked_views_[int(p)][size_t(rows.type)][size_t(id)]) view = {stacked, 0};
+          break;
+        case Op::Slice: {  // of a product folded into its readers (no data): none either
+          const View& whole = views[size_t(n.args[0])];
+          if (whole.pointers) view = {nullptr, 0, whole.pointers, whole.parts, whole.offset + n.start};
+          else view = whole.data ? View{whole.data + n.start, whole.ld} : View{};
+          break;
+        }
+        case Op::Reshape: view = views[size_t(n.args[0])]; break;
+        case Op::Fwd: view = lane.views[int(Pass::Forward)][size_t(n.forward_value)]; break;
+        case Op::ScatterGrad: {
+          const ValueLayout& g = layout.scatter_grad[size_t(rows.type)];
+          view = {base[int(Pass::Backward)] + g.offset + rows.begin * g.ld, g.ld};
+          break;
+        }
+        case Op::Gather:
+        case Op::GatherSum:
+          if (rows.task >= 0) {
+            const int slot = n.op == Op::Gather ? n.child_slot : program_.signature(rows.type).fixed_arity;
+            const GatherLayout& g = layout.gather(rows.task, slot);
+            if (g.is_view() && !forwarded_over_view(rows, id)) {
+              view = scattered_rows(g.source_type, g.first_row);
+              view.data += n.start;  // 0 but for a Gather of part of the row (ir::gather_slices)
+              view.ld *= g.row_step;
+            }
+          }
+          break;
+        default: break;
+      }
+      if (p == Pass::Forward && placed(rows.type).row_pointer_parts[size_t(id)] > 0) {
+        const int64_t parts = placed(rows.type).row_pointer_parts[size_t(id)];
+        view = {nullptr, 0, row_pointers_[size_t(rows.type)][size_t(id)].data() + rows.begin * parts, parts};
+      }
+      if (p == Pass::Backward) {
+        const GradientPointer& to = placed(rows.type).gradient_pointers[size_t(id)];
+        if (to.gradient >= 0 && gradient_rows_bound_[size_t(to.gradient)])
+          view = {nullptr, 0, gradient_rows_[size_t(rows.type)][size_t(to.gradient)].data() + rows.begin, 1, to.column};
+      }
+    }
+    if (in_place_grads) {
+      for (ValueId gg : placed(rows.type).in_place_gather_grads) in_place_target_[size_t(f[gg].args[0])] = -1;
+      for (ValueId gg : placed(rows.type).pointer_gather_grads) gradient_rows_bound_[size_t(f[gg].args[0])] = 0;
+    }
+  }
+}
+
+const GatherLayout* Runner::in_place_gather(const Rows& rows, const Node& gather_grad) const {
+  if (rows.task < 0) return nullptr;
+  const int slot = gather_grad.target == ir::GatherGradTarget::Slot ? gather_grad.child_slot
+                                                                    : program_.signature(rows.type).fixed_arity;
+  const GatherLayout& g = batch_.layout->gather(rows.task, slot);
+  return g.is_exclusive_view() ? &g : nullptr;
+}
+
+bool Runner::computed_in_place(const Rows& rows, const Node& gather_grad, ValueId id) const {
+  const std::vector<ValueId>& in_place = placed(rows.type).in_place_gather_grads;
+  return in_place_gather(rows, gather_grad) && std::find(in_place.begin(), in_place.end(), id) != in_place.end();
+}
+
+bool Runner::forwarded_over_view(const Rows& rows, ValueId gather) const {
+  return runtime::forwarded_over_view(plan_, *batch_.layout, rows.type, rows.task, gather);
+}
+
+// Fills, for the task being bound, where each row of a gradient written
+// through pointers goes: the child's scatter-gradient row where this is its
+// one contribution, else the gradient's own row (the GatherGrad adds it).
+// Not where the task's GatherGrad is computed in an in-place gather.
+void Runner::bind_gradient_rows(const Rows& rows) {
+  const BatchLayout& layout = *batch_.layout;
+  const ir::Function& f = function(Pass::Backward, rows.type);
+  float* const gradients = arena(Pass::Backward);
+  for (ValueId g : placed(rows.type).pointer_gather_grads) {
+    const Node& n = f[g];
+    if (in_place_gather(rows, n)) continue;
+    const ValueId gradient = n.args[0];
+    gradient_rows_bound_[size_t(gradient)] = 1;
+    const ValueLayout& own = layout.value(Pass::Backward, rows.type, gradient);
+    float** table = gradient_rows_[size_t(rows.type)][size_t(gradient)].data() + rows.begin;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      RowRef child = gather_source(layout, *batch_.graph, rows.task, n.child_slot, rows.vertices, r);
+      const ValueLayout& s = layout.scatter_grad[size_t(child.type)];
+      table[r] = batch_.layout->assigned_once[size_t(child.type)][size_t(child.row)]
+                     ? gradients + s.offset + int64_t(child.row) * s.ld + n.start
+                     : gradients + own.offset + (rows.begin + r) * own.ld;
+    }
+  }
+}
+
+
+void Runner::size_row_tables() {
+  const size_t types = plan_.types.size();
+  row_pointers_.resize(types);
+  gradient_rows_.resize(types);
+  for (size_t t = 0; t < types; ++t) {
+    const TypePlacement& placement = placed(int(t));
+    const size_t rows = size_t(batch_.layout->type_rows[t]);
+    const std::vector<int>& parts = placement.row_pointer_parts;
+    row_pointers_[t].resize(parts.size());
+    for (size_t id = 0; id < parts.size(); ++id)
+      if (parts[id] > 0) row_pointers_[t][id].resize(rows * size_t(parts[id]));
+    const std::vector<GradientPointer>& pointers = placement.gradient_pointers;
+    gradient_rows_[t].resize(pointers.size());
+    for (size_t id = 0; id < pointers.size(); ++id)
+      if (pointers[id].gradient == ValueId(id)) gradient_rows_[t][id].resize(rows);
+  }
+}
+
 // --- passes ---
 
 void Runner::begin_forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) {
@@ -97,6 +256,7 @@ void Runner::begin_forward(const PlannedBatch& batch, const RunOptions& options,
   for (int v = 0; v < graph.num_vertices(); ++v) result.pushes.add_vertex(push_widths_[size_t(graph.type(v))]);
   result.pushes.allocate();
   stats_.tasks += batch.schedule->num_tasks();
+  size_row_tables();
 }
 
 void Runner::run_forward(bool streaming) {

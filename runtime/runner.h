@@ -11,9 +11,18 @@
 // tasks' views continue one another. In the backward it tells a
 // BackwardObserver which parameters' gradients are final, step by step.
 //
-// A device (CpuExecutor, CudaExecutor) derives from it and provides how rows
-// are bound to their values and how steps run: bind(), run_steps(), and the
-// second lane of a streamed forward. Work is issued on a Lane: the host
+// Before steps run over some rows, bind() resolves every value of the vertex
+// function from the layout to a View: a value's own buffer (arena of its pass,
+// offset and leading dimension), a parameter, a slice or reshape of another
+// view, the forward value a Fwd names, the scatter gradient, the children's
+// scattered rows for a gather the layout made a view (or, in the backward, the
+// children's scatter-gradient rows for the gradient of an exclusive one), or a
+// row table (ExecPlan::placement's row pointers). Views hold addresses in the
+// device's memory; the runner never reads through them.
+//
+// A device (CpuExecutor, CudaExecutor) derives from it and provides where its
+// arenas and parameters are, how steps run (run_steps()), and the second lane
+// of a streamed forward. Work is issued on a Lane: the host
 // thread's, or the one the forward's eager steps are streamed on
 // (VJIT_STREAMING), each with its counters and primitive recorder.
 #include <cstdint>
@@ -21,6 +30,7 @@
 #include <vector>
 
 #include "runtime/executor.h"
+#include "runtime/row_placement.h"
 
 namespace vjit::runtime {
 
@@ -39,9 +49,36 @@ class Runner : public Executor {
     int64_t begin = 0, count = 0;
     const int* vertices = nullptr;  // flat vertex id of each row
   };
-  // One sequence of issued work: its counters and the primitives it issues
-  // (where they come from and, with VJIT_LOG=primitives, their list).
+  // Row 0 of a value for the rows being run, in the device's memory (floats,
+  // whatever the device's address space); ld 0 for a uniform value.
+  struct View {
+    float* data = nullptr;
+    int64_t ld = 0;
+    // A value read through a pointer per row (row_pointer_parts): row r's
+    // value is `parts` equal parts, part q at pointers[r·parts + q] + offset,
+    // where it lies (a child's scatter row); data is null then. In the
+    // backward, a gradient written through one (GradientPointers).
+    float** pointers = nullptr;
+    int64_t parts = 0;
+    int64_t offset = 0;
+  };
+  // Where row r of a value is written.
+  static float* row_at(const View& v, int64_t r) {
+    return v.pointers ? v.pointers[r * v.parts] + v.offset : v.data + r * v.ld;
+  }
+  // Row i of row r's value, stored as `stored_rows` rows of `row_ld` floats
+  // (a per-vertex matrix operand as its product reads it), whether the view
+  // is a buffer (ld 0: uniform) or row pointers.
+  static const float* stored_row(const View& v, int64_t r, int64_t i, int64_t stored_rows, int64_t row_ld) {
+    if (v.pointers == nullptr) return v.data + r * v.ld + i * row_ld;
+    const int64_t per_part = stored_rows / v.parts;
+    return v.pointers[r * v.parts + i / per_part] + v.offset + (i % per_part) * row_ld;
+  }
+  // One sequence of issued work: the views it binds, its counters and the
+  // primitives it issues (where they come from and, with VJIT_LOG=primitives,
+  // their list).
   struct Lane {
+    std::vector<View> views[2];  // [pass][value id] of the rows being run
     ExecStats* stats = nullptr;
     PrimitiveRecorder primitives;
     void issue(Primitive kind) { primitives.issue(stats->primitives, kind); }
@@ -64,8 +101,9 @@ class Runner : public Executor {
   Rows all_rows(int type) const;
 
   // --- the device's part ---
-  // Resolves every value of the rows' function to where the rows' values are.
-  virtual void bind(Pass pass, const Rows& rows, Lane& lane) = 0;
+  // Row 0 of a pass's arena (sized for the batch), and a parameter's values.
+  virtual float* arena(Pass pass) const = 0;
+  virtual float* param_address(int param) const = 0;
   virtual void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) = 0;
   // The forward's eager steps on the stream lane, type by type in
   // stream_order(), while the main lane runs the tasks, each after the eager
@@ -73,6 +111,24 @@ class Runner : public Executor {
   virtual void run_forward_streaming() = 0;
   // Binds a task's rows and runs its core steps.
   virtual void run_task(Pass pass, int task, Lane& lane);
+
+  // --- binding ---
+  // Resolves every value of the rows' function, in order (a view's operand
+  // comes before it), into the lane's views; the forward views are resolved
+  // for the backward too (Fwd reads them).
+  void bind(Pass pass, const Rows& rows, Lane& lane);
+  View buffer_view(Pass pass, int type, ir::ValueId id, int64_t begin) const;
+  View scattered_rows(int type, int64_t row) const;  // forward: what `type` scatters, at `row`
+  // The plan's row placement (runtime/row_placement.h), per type.
+  const TypePlacement& placed(int type) const { return plan_.placement->types[size_t(type)]; }
+  // The gather a task's GatherGrad adds its gradient into, when that gradient
+  // is computed there in place instead (an exclusive view); else nullptr.
+  const GatherLayout* in_place_gather(const Rows& rows, const ir::Node& gather_grad) const;
+  // Whether the GatherGrad `id` of the rows' backward was computed in place.
+  bool computed_in_place(const Rows& rows, const ir::Node& gather_grad, ir::ValueId id) const;
+  // Whether children forward over the task's gather `gather`, a view the task
+  // then reads from its own buffer (BatchLayout::unviewed_targets).
+  bool forwarded_over_view(const Rows& rows, ir::ValueId gather) const;
 
   // --- the walk ---
   // Takes the batch (the caller's result receives the objective and pushes,
@@ -117,6 +173,19 @@ class Runner : public Executor {
   BackwardObserver* observer_ = nullptr;
   std::vector<int> final_point_;  // per parameter: the point after which its gradient is final
 
+  // Per pass and type, per value: where a uniform Concat's stacked weights
+  // are read this pass when the device reads them in place (null: in the
+  // value's own buffer, filled by the device).
+  std::vector<std::vector<float*>> stacked_views_[2];
+  // Row tables (TypePlacement::row_pointer_parts): per type, per Gather or
+  // Concat read through row pointers, this batch's pointers (the type's rows ×
+  // parts), filled by its step in place of a copy.
+  std::vector<std::vector<std::vector<float*>>> row_pointers_;
+  // And in the backward (TypePlacement::gradient_pointers): per type, per
+  // gradient value written through row pointers, their table (a pointer per
+  // row of the type, filled when a task is bound).
+  std::vector<std::vector<std::vector<float*>>> gradient_rows_;  // [type][gradient value]
+
  private:
   // Runs steps once per task of the type (the gathers they read are views in
   // some task, so not one buffer: BatchLayout::view_slots), or once per run of
@@ -137,6 +206,15 @@ class Runner : public Executor {
   void plan_gradient_final_points();
   // Tells the observer of the points after the last one told, up to `point`.
   void tell_gradients_final(int point);
+  // Sizes the row tables for the batch.
+  void size_row_tables();
+  // Fills, for the task being bound, where each row of a gradient written
+  // through pointers goes.
+  void bind_gradient_rows(const Rows& rows);
+  // The GatherGrad whose gradient the task being bound computes in place, per
+  // gradient value (-1: none); bind()'s scratch.
+  std::vector<ir::ValueId> in_place_target_;
+  std::vector<uint8_t> gradient_rows_bound_;  // per backward value: the task being bound writes it through pointers
   std::vector<std::vector<int>> final_at_point_;  // per point: the parameters it makes final
   std::vector<int> lazy_point_begin_;             // per type
   int told_point_ = -1;                           // the last point the observer heard of
