@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "ir/op_semantics.h"
+#include "runtime/vector_clones.h"
 
 namespace vjit::runtime {
 
@@ -58,6 +59,10 @@ void binary_rows(ir::Op op, int64_t rows, int64_t width, Operand a, Operand b, f
     map_binary(rows, width, a, b, out, ld_out,
                [](float x, float y) { return ir::apply_binary<decltype(o)::value>(x, y); });
   });
+}
+
+VJIT_VECTOR_CLONES void add_row(const float* src, float* dst, int64_t width) {
+  for (int64_t i = 0; i < width; ++i) dst[i] += src[i];
 }
 
 void fill_rows(int64_t rows, int64_t width, float value, float* out, int64_t ld_out) {

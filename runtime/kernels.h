@@ -27,6 +27,9 @@ void binary_rows(ir::Op op, int64_t rows, int64_t width, Operand a, Operand b, f
 
 void fill_rows(int64_t rows, int64_t width, float value, float* out, int64_t ld_out);
 
+// dst[i] += src[i] for i in [0, width).
+void add_row(const float* src, float* dst, int64_t width);
+
 // The index of the first of x[0, n) that is NaN or ±Inf, or -1 when all are
 // finite. Tests the exponent bits, in blocks the compiler vectorises, so a
 // finite range costs about one read of it (the optimizer's and VJIT_CHECK_FINITE's check).

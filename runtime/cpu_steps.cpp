@@ -1,0 +1,958 @@
+// How the CPU device runs a step over a task's rows: a fused kernel (one call
+// per block of rows, with row tables for operands read through pointers), or
+// an unfused node of each kind — gathers, pulls, elementwise ops, reshapes,
+// products on the GEMM back ends, softmax cross-entropy, sinks and gradients —
+// split across the pool's threads where the rows are many.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "ir/dropout.h"
+#include "ir/passes.h"
+#include "runtime/batch_rows.h"
+#include "runtime/cpu_executor.h"
+#include "runtime/cpu_row_blocks.h"
+#include "runtime/kernels.h"
+#include "runtime/vector_clones.h"
+#include "vjit/error.h"
+
+namespace vjit::runtime {
+
+using ir::Node;
+using ir::Op;
+using ir::ValueId;
+using ir::is_copy;  // the op table's execution classes
+using ir::is_view;
+
+namespace {
+
+// Softmax scratch of the calling thread (grows to the widest logits, once).
+thread_local std::vector<float> t_softmax;
+
+// Reductions over a row in kLanes independent partial results, which the
+// compiler keeps in one vector register: a single running max or sum is a
+// chain of dependent instructions, several times slower on wide rows (the
+// softmax over a 6021-word vocabulary).
+constexpr int64_t kLanes = 8;
+
+VJIT_VECTOR_CLONES float row_max(const float* x, int64_t n) {
+  float lanes[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) lanes[j] = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = std::max(lanes[j], x[i + j]);
+  float max = -std::numeric_limits<float>::infinity();
+  for (; i < n; ++i) max = std::max(max, x[i]);
+  for (int64_t j = 0; j < kLanes; ++j) max = std::max(max, lanes[j]);
+  return max;
+}
+
+VJIT_VECTOR_CLONES float row_sum(const float* x, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += x[i + j];
+  float total = 0.0f;
+  for (; i < n; ++i) total += x[i];
+  for (int64_t j = 0; j < kLanes; ++j) total += lanes[j];
+  return total;
+}
+
+// Σ a_i b_i in kLanes independent partial sums, so that it vectorises.
+VJIT_VECTOR_CLONES float dot(const float* a, const float* b, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += a[i + j] * b[i + j];
+  float total = 0.0f;
+  for (; i < n; ++i) total += a[i] * b[i];
+  for (int64_t j = 0; j < kLanes; ++j) total += lanes[j];
+  return total;
+}
+
+// SymOuter of one row: x_a x_b for a ≤ b, row by row of the triangle.
+VJIT_VECTOR_CLONES void sym_outer_row(const float* __restrict x, int64_t n, float* __restrict out) {
+  for (int64_t a = 0; a < n; ++a) {
+    const float xa = x[a];
+    for (int64_t b = a; b < n; ++b) out[b - a] = xa * x[b];
+    out += n - a;
+  }
+}
+
+// Its gradient: out_c = Σ_{b ≥ c} g(c,b) x_b + Σ_{a ≤ c} g(a,c) x_a, row a of
+// the triangle giving the first sum's dot product for c = a and its share of
+// the second for every c ≥ a.
+VJIT_VECTOR_CLONES void sym_outer_grad_row(const float* __restrict x, const float* __restrict g, int64_t n, float* __restrict out) {
+  std::fill_n(out, size_t(n), 0.0f);
+  for (int64_t a = 0; a < n; ++a) {
+    const float xa = x[a];
+    for (int64_t b = a; b < n; ++b) out[b] += g[b - a] * xa;
+    out[a] += dot(g, x + a, n - a);
+    g += n - a;
+  }
+}
+
+// out = x − shift, over n floats.
+VJIT_VECTOR_CLONES void shifted_row(const float* x, float shift, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] - shift;
+}
+
+// out = x · factor, over n floats.
+VJIT_VECTOR_CLONES void scaled_row(const float* x, float factor, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * factor;
+}
+
+// One row of Outer: dst = a·bᵀ ([m, n]), plus the addend x when there is one.
+VJIT_VECTOR_CLONES void outer_row(const float* a, int64_t m, const float* b, int64_t n, const float* x, float* dst) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float ai = a[i];
+    float* out = dst + i * n;
+    if (x == nullptr) {
+      for (int64_t j = 0; j < n; ++j) out[j] = ai * b[j];
+    } else {
+      const float* xi = x + i * n;
+      for (int64_t j = 0; j < n; ++j) out[j] = xi[j] + ai * b[j];
+    }
+  }
+}
+
+// Below this much work (rows × work per row: elements, or multiply-adds)
+// waking a second thread costs more than it saves. Measured on a 2-core Zen 3
+// (SST Tree-LSTM, hidden 256, batch 64: a task's fused gate kernel is ~58 rows
+// × 256): 4096 made inference 8% faster than 16384, which left those kernels on
+// one thread; 1024 was no better.
+constexpr int64_t kParallelElements = 4096;
+
+// VJIT_PRETRANSPOSE: a weight is read from a transposed copy by products of
+// at most kPretransposeMaxRows rows (a task's; from about 2048 rows sgemm
+// packs a large product's weight as fast either way, and a language model's
+// output layer over every word would pay its 10 MB copy for nothing. Below
+// that, x·Wᵀ ran at 72–95 GFLOP/s on one Zen 4 core where x·(Wᵀ copy) ran at
+// 107–113, worst where x's rows are padded (pad_wide_rows: 1040 floats for a
+// 1024-wide concat): a Tree-LSTM's 512–1242-row tasks at hidden 512 ran at
+// 80), with at least kPretransposeMinOutputs columns (a 5-class
+// classifier's Wᵀ is a 5-float-wide operand), when the vertex type multiplies
+// at least kPretransposeMinRows rows by it in the batch, so that the copy (one
+// read and one write of W) is small against the products. Decoding rounds of
+// a few dozen rows stay below that.
+constexpr int64_t kPretransposeMinRows = 128;
+constexpr int64_t kPretransposeMaxRows = 2048;
+constexpr int64_t kPretransposeMinOutputs = 16;
+
+// Rows [begin, end) of t = wᵀ (w [n, k], leading dimension ldw; t [k, n]), in
+// square tiles so that both the reads and the writes stay within a few lines.
+void transpose_rows(const float* w, int64_t ldw, int64_t n, float* t, int64_t begin, int64_t end) {
+  constexpr int64_t kTile = 32;
+  for (int64_t i0 = 0; i0 < n; i0 += kTile)
+    for (int64_t j0 = begin; j0 < end; j0 += kTile)
+      for (int64_t i = i0; i < std::min(i0 + kTile, n); ++i)
+        for (int64_t j = j0; j < std::min(j0 + kTile, end); ++j) t[j * n + i] = w[i * ldw + j];
+}
+
+// Row blocks of a sum over rows whose result must not depend on the thread
+// count (VJIT_DETERMINISTIC): a function of the rows and their work alone. One
+// block where a second thread does not pay, else 2, 4 or 8 as the work grows
+// (at least kFixedBlockWork per block beyond two), never more than the rows.
+constexpr int64_t kFixedBlockWork = int64_t(1) << 20;
+constexpr int64_t kMaxFixedRowBlocks = 8;
+
+int64_t fixed_row_blocks(int64_t rows, int64_t work_per_row) {
+  const int64_t work = rows * work_per_row;
+  if (work < kParallelElements || rows < 2) return 1;
+  int64_t blocks = 2;
+  while (blocks < kMaxFixedRowBlocks && work >= kFixedBlockWork * 2 * blocks) blocks *= 2;
+  return std::min(blocks, rows);
+}
+
+// y[m] = op(A)[m, k] · x[k] for one vertex, A's rows lda floats apart (op =
+// transpose when `trans`: A stored [k, m]). A per-vertex matrix-vector product
+// (MV-RNN's A b, the bilinear form's contraction) is too small for a library
+// GEMM call to pay: these loops over the task's rows replace one sgemm per row.
+VJIT_VECTOR_CLONES void matrix_vector(bool trans, int64_t m, int64_t k, const float* a, int64_t lda, const float* x, float* y) {
+  if (trans) {  // y = Σ_j x[j] · row j of A
+    std::fill_n(y, m, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const float xj = x[j];
+      const float* row = a + j * lda;
+      for (int64_t i = 0; i < m; ++i) y[i] += xj * row[i];
+    }
+    return;
+  }
+  for (int64_t i = 0; i < m; ++i) y[i] = dot(a + i * lda, x, k);
+}
+}  // namespace
+
+// Operands read or written through row pointers (where each child's row lies,
+// or its parent's: gather pointers, forwarded parts) go to the kernel as a
+// table of their rows' addresses (ir::KernelArgs::row_tables); the others as row
+// 0 and ld. One call per block of rows.
+void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame) {
+  ScopedTimer timer(frame.stats->elementwise_s);
+  ++frame.stats->kernels;
+  frame.issue(Primitive::Fused);
+  const std::vector<View>& views = frame.views[int(pass)];
+  // VJIT_ACCUMULATE_GRADIENTS: where a task bound the gradient parts to the
+  // children's rows, the kernel that adds them there, reading each as an input.
+  const bool accumulate = pass == Pass::Backward && rows.task >= 0 && !step.accumulated.empty() &&
+                          placed(rows.type).accumulating_steps[size_t(&step - function_plan(pass, rows.type).fused.data())];
+  const Kernel& kernel = accumulate ? step.accumulating : step.kernel;
+  const size_t added = accumulate ? step.accumulated.size() : 0;
+  const size_t n_in = step.inputs.size() + added, n_out = step.outputs.size(), n = n_in + n_out;
+  bool pointers = false;
+  for (size_t i = 0; i < n; ++i) {
+    View& v = frame.operands[i];
+    if (i < step.inputs.size()) v = views[size_t(step.inputs[i])];
+    else if (i < n_in) v = views[size_t(step.outputs[size_t(step.accumulated[i - step.inputs.size()])])];
+    else v = views[size_t(step.outputs[i - n_in])];
+    if (i >= n - size_t(step.forwarded_outputs)) v = forwarded_rows(rows, step.outputs[i - n_in]);
+    pointers = pointers || v.pointers;
+  }
+  if (pointers) frame.row_addresses.resize(std::max(frame.row_addresses.size(), n * size_t(rows.count)));
+  for_row_blocks(frame, rows.count, step.width, [&](int64_t begin, int64_t count, int block) {
+    const float** in = frame.inputs.data() + size_t(block) * n_in;
+    float** out = frame.outputs.data() + size_t(block) * n_out;
+    int64_t* ld = frame.operand_ld.data() + size_t(block) * n;
+    const float* const** tables = frame.row_tables.data() + size_t(block) * n;
+    for (size_t i = 0; i < n; ++i) {
+      const View& v = frame.operands[i];
+      ld[i] = v.ld;
+      tables[i] = nullptr;
+      if (v.pointers) {
+        const float** table = frame.row_addresses.data() + i * size_t(rows.count) + begin;
+        for (int64_t r = 0; r < count; ++r) table[r] = row_at(v, begin + r);
+        tables[i] = table;
+      }
+      float* first = v.pointers ? nullptr : v.data + begin * v.ld;
+      if (i < n_in) in[i] = first;
+      else out[i - n_in] = first;
+    }
+    ir::KernelArgs args{count, in, ld, out, ld + n_in, kernel.context, pointers ? tables : nullptr};
+    kernel.entry(&args);
+  });
+}
+
+int64_t CpuExecutor::parallel_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row) const {
+  const bool parallel = frame.use_pool && rows * work_per_row >= kParallelElements;
+  return parallel ? std::max<int64_t>(1, std::min<int64_t>(pool_.size(), rows)) : 1;
+}
+
+void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame) {
+  const Node& n = function(pass, rows.type)[id];
+  if (is_view(n.op) || n.op == Op::Scatter || n.uniform) return;  // uniform: fill_uniform_values
+  ExecStats& stats = *frame.stats;
+  ++stats.kernels;
+  const View& out = frame.views[int(pass)][size_t(id)];
+  if (is_copy(n.op)) {
+    ScopedTimer timer(stats.copy_s);
+    switch (n.op) {
+      case Op::Gather: gather(rows, n, out, frame); break;
+      case Op::GatherSum:
+      case Op::GatherAll: gather_variadic(rows, n, out, frame); break;
+      case Op::Pull:
+      case Op::PullEmbedding: pull(rows, n, out, frame); break;
+      case Op::GatherGrad: gather_grad(rows, n, frame.views[int(pass)][size_t(n.args[0])], frame); break;
+      default: sink(pass, rows, n, frame); break;
+    }
+    return;
+  }
+  if (n.op == Op::MatMul || n.op == Op::ParamGrad) {
+    ScopedTimer timer(stats.gemm_s);
+    if (n.op == Op::MatMul) matmul(pass, rows, n, out, frame);
+    else param_grad(pass, rows, n, frame);
+    return;
+  }
+  if (n.op == Op::Add && bias_add(pass, rows, n, out, frame)) return;
+  ScopedTimer timer(stats.elementwise_s);
+  switch (ir::op_kind(n.op)) {
+    case ir::OpKind::Unary:
+    case ir::OpKind::Binary: elementwise(pass, rows, n, out, frame); return;
+    default: break;
+  }
+  switch (n.op) {
+    case Op::Constant:
+      frame.issue(Primitive::Fill);
+      fill_rows(rows.count, n.shape.numel(), float(n.value), out.data, out.ld);
+      return;
+    case Op::Outer: outer(pass, rows, n, nullptr, out, frame); return;
+    case Op::SymOuter:
+    case Op::SymOuterGrad: sym_outer(pass, rows, n, out, frame); return;
+    case Op::SoftmaxCE:
+    case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out, frame); return;
+    case Op::Loss: sink(pass, rows, n, frame); return;
+    case Op::SliceCols:
+    case Op::PadCols:
+    case Op::Transpose:
+    case Op::ChildCount:
+    case Op::MaxChildren:
+    case Op::MaxChildrenGrad: children_block_op(pass, rows, n, out, frame); return;
+    default: reshape_data(pass, rows, n, out, frame); return;
+  }
+}
+
+// --- node kinds ---
+
+void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  ExecStats& stats = *frame.stats;
+  if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: where each child's row lies
+    ++stats.gather_views;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
+      out.pointers[r] = scattered_rows(src.type, src.row).data + node.start;
+    }
+    return;
+  }
+  const ValueId id = ValueId(&node - function(Pass::Forward, rows.type).nodes.data());
+  if (rows.task >= 0 && layout.gather(rows.task, node.child_slot).is_view() && !forwarded_over_view(rows, id)) {
+    ++stats.gather_views;  // bind() pointed the value at the children's rows
+    return;
+  }
+  const int64_t width = node.shape.numel();
+  // Rows a child's kernel already wrote here (VJIT_FORWARD_GATHERS) are skipped.
+  const bool forwarded = !layout.forward_parent.empty();
+  std::atomic<int64_t> copied{0};
+  // Each row is written once: blocks of rows copy on the pool's threads.
+  for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
+    int64_t block_copied = 0;
+    for (int64_t r = begin; r < begin + count; ++r) {
+      if (forwarded && was_forwarded(graph.children(rows.vertices[r])[size_t(node.child_slot)], rows.vertices[r],
+                                     node.child_slot, node))
+        continue;
+      RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
+      std::memcpy(out.data + r * out.ld, scattered_rows(src.type, src.row).data + node.start,
+                  size_t(width) * sizeof(float));
+      ++block_copied;
+    }
+    copied += block_copied;
+  });
+  ++(copied > 0 ? stats.copy_calls : stats.gather_views);  // every row forwarded: nothing copied
+  if (copied > 0) frame.issue(Primitive::MoveRows);
+  stats.copy_bytes += copied * width * int64_t(sizeof(float));
+  stats.layout_copy_bytes += copied * width * int64_t(sizeof(float));
+}
+
+void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  ExecStats& stats = *frame.stats;
+  const size_t first = size_t(program_.signature(rows.type).fixed_arity);
+  const ValueId id = ValueId(&node - function(Pass::Forward, rows.type).nodes.data());
+  if (node.op == Op::GatherSum && rows.task >= 0 && layout.gather(rows.task, int(first)).is_view() &&
+      !forwarded_over_view(rows, id)) {
+    ++stats.gather_views;  // one variadic child per row: bind() pointed the value at its rows
+    return;
+  }
+  ++stats.copy_calls;
+  frame.issue(node.op == Op::GatherAll ? Primitive::MoveRows : Primitive::AddRows);
+  const int64_t width = node.op == Op::GatherAll ? node.shape.dims[1] : node.shape.numel();
+  const bool forwarded = node.op == Op::GatherSum && !layout.forward_parent.empty();
+  for (int64_t r = 0; r < rows.count; ++r) {
+    float* dst = out.data + r * out.ld;
+    std::span<const int> children = graph.children(rows.vertices[r]);
+    // A sum of one child that wrote its row here itself (VJIT_FORWARD_GATHERS).
+    if (forwarded && children.size() == first + 1 &&
+        was_forwarded(children[first], rows.vertices[r], int(first), node))
+      continue;
+    std::fill_n(dst, size_t(node.shape.numel()), 0.0f);
+    for (size_t k = first; k < children.size(); ++k) {
+      int child = children[k];
+      const float* src = scattered_rows(graph.type(child), layout.vertex_row[size_t(child)]).data;
+      add_row(src, node.op == Op::GatherAll ? dst + int64_t(k - first) * width : dst, width);
+      stats.copy_bytes += width * int64_t(sizeof(float));
+      stats.layout_copy_bytes += width * int64_t(sizeof(float));
+    }
+  }
+}
+
+void CpuExecutor::pull(const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  ++frame.stats->copy_calls;
+  frame.issue(Primitive::MoveRows);
+  const int64_t width = node.shape.numel();
+  const float* table = node.op == Op::PullEmbedding ? store_.value(node.param) : nullptr;
+  for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      int v = rows.vertices[r];
+      const float* src = table ? table + int64_t(graph.token(v)) * width : graph.vertex(v).features.data();
+      std::memcpy(out.data + r * out.ld, src, size_t(width) * sizeof(float));
+    }
+  });
+  frame.stats->copy_bytes += rows.count * width * int64_t(sizeof(float));
+}
+
+void CpuExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
+  auto operand = [&](int i) {
+    ValueId arg = node.args[size_t(i)];
+    const View& v = views[size_t(arg)];
+    const Shape& shape = f[arg].shape;
+    Operand o{v.data, v.ld, Broadcast::Same, shape.numel()};
+    if (shape != node.shape) o.mode = shape.rank == 0 ? Broadcast::Scalar : Broadcast::RowVector;
+    return o;
+  };
+  frame.issue(Primitive::Elementwise);
+  if (node.op == Op::Dropout) {
+    dropout(rows, node, views[size_t(node.args[0])], out);
+    return;
+  }
+  const int64_t width = node.shape.numel();
+  const bool unary = ir::op_kind(node.op) == ir::OpKind::Unary;
+  Operand a = operand(0), b = unary ? Operand{} : operand(1);
+  // Written through row pointers (gradient_pointers): a row at a time.
+  const bool by_row = out.pointers != nullptr;
+  for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
+    for (int64_t first = begin, end = begin + count; first < end; first += by_row ? 1 : count) {
+      Operand a_block = a, b_block = b;
+      a_block.data += first * a.ld;
+      b_block.data += first * b.ld;
+      const int64_t n = by_row ? 1 : count;
+      float* y = row_at(out, first);
+      if (unary) unary_rows(node, n, width, a_block, y, out.ld);
+      else binary_rows(node.op, n, width, a_block, b_block, y, out.ld);
+    }
+  });
+}
+
+void CpuExecutor::dropout(const Rows& rows, const Node& node, const View& x, const View& out) {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const int64_t width = node.shape.numel();
+  const float keep_scale = options_.training ? float(1.0 / (1.0 - node.rate)) : 1.0f;
+  const int first_sample = graph.first_sample();  // masks follow the global sample index
+  for (int64_t r = 0; r < rows.count; ++r) {
+    scheduler::VertexRef ref = graph.ref(rows.vertices[r]);
+    for (int64_t i = 0; i < width; ++i) {
+      bool keep = !options_.training || ir::dropout_keeps(options_.seed, first_sample + ref.sample, ref.vertex,
+                                                          node.dropout_key, i, node.rate);
+      out.data[r * out.ld + i] = keep ? x.data[r * x.ld + i] * keep_scale : 0.0f;
+    }
+  }
+}
+
+// Copies each argument into its columns of the Concat's rows, except the
+// arguments the planner laid out there already (concat in place).
+void CpuExecutor::concat(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
+  if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: read as its parts, each where it lies
+    if (pass == Pass::Backward) return;  // a gradient its parts wrote in place (gradient_pointers)
+    for (int64_t r = 0; r < rows.count; ++r)
+      for (size_t q = 0; q < node.args.size(); ++q)
+        out.pointers[r * out.parts + int64_t(q)] = views[size_t(node.args[q])].pointers[r];
+    return;
+  }
+  int64_t column = 0;
+  bool copied = false;
+  for (ValueId arg : node.args) {
+    const View& src = views[size_t(arg)];
+    const int64_t part = f[arg].shape.numel();
+    // A gradient part added into the children's rows (VJIT_ACCUMULATE_GRADIENTS): the GatherGrad knows.
+    if (src.pointers == nullptr && (src.data != out.data + column || src.ld != out.ld)) {
+      if (!copied) frame.issue(Primitive::MoveRows);  // one primitive for all the parts it copies
+      copied = true;
+      frame.stats->layout_copy_bytes += rows.count * part * int64_t(sizeof(float));
+      for_row_blocks(frame, rows.count, part, [&](int64_t begin, int64_t count, int) {
+        for (int64_t r = begin; r < begin + count; ++r)
+          std::memcpy(out.data + r * out.ld + column, src.data + r * src.ld, size_t(part) * sizeof(float));
+      });
+    }
+    column += part;
+  }
+}
+
+void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  if (node.op == Op::Concat) {
+    concat(pass, rows, node, out, frame);
+    return;
+  }
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
+  const int64_t width = node.shape.numel();
+  frame.issue(node.op == Op::Sum || node.op == Op::SumRows ? Primitive::Reduce : Primitive::MoveRows);
+  auto arg_row = [&](size_t i, int64_t r) { return views[size_t(node.args[i])].data + r * views[size_t(node.args[i])].ld; };
+  // Each row is written once: blocks of rows run on the pool's threads.
+  for_row_blocks(frame, rows.count, std::max(width, f[node.args[0]].shape.numel()), [&](int64_t begin, int64_t count, int) {
+  for (int64_t r = begin; r < begin + count; ++r) {
+    float* dst = out.data + r * out.ld;
+    switch (node.op) {
+      case Op::Pad: {
+        std::fill_n(dst, size_t(width), 0.0f);
+        int64_t part = f[node.args[0]].shape.numel();
+        std::memcpy(dst + node.start, arg_row(0, r), size_t(part) * sizeof(float));
+        break;
+      }
+      case Op::Broadcast: std::fill_n(dst, size_t(width), *arg_row(0, r)); break;
+      case Op::BroadcastRows: {
+        const int64_t cols = node.shape.dims[1];
+        for (int64_t i = 0; i < width; i += cols) std::memcpy(dst + i, arg_row(0, r), size_t(cols) * sizeof(float));
+        break;
+      }
+      case Op::Sum: {
+        const float* src = arg_row(0, r);
+        float total = 0.0f;
+        for (int64_t i = 0; i < f[node.args[0]].shape.numel(); ++i) total += src[i];
+        dst[0] = total;
+        break;
+      }
+      case Op::SumRows: {  // row by row, in order: the same sums as element by element
+        const float* src = arg_row(0, r);
+        std::fill_n(dst, size_t(width), 0.0f);
+        for (int64_t i = 0; i < f[node.args[0]].shape.numel(); i += width) add_row(src + i, dst, width);
+        break;
+      }
+      default: VJIT_INTERNAL_CHECK(false, "executor cannot run " << ir::to_string(f, int(&node - f.nodes.data())));
+    }
+  }
+  });
+}
+
+int CpuExecutor::variadic_children(int type, int vertex) const {
+  const int children = int(batch_.graph->children(vertex).size());
+  return std::max(0, children - program_.signature(type).fixed_arity);
+}
+
+// The semantics are the reference interpreter's (ir/interpreter.cpp), one row at a time.
+void CpuExecutor::children_block_op(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
+  const bool reduces = node.op == Op::MaxChildren || node.op == Op::MaxChildrenGrad;
+  frame.issue(node.op == Op::ChildCount ? Primitive::Fill : reduces ? Primitive::Reduce : Primitive::MoveRows);
+  if (node.op == Op::ChildCount) {
+    for (int64_t r = 0; r < rows.count; ++r) out.data[r * out.ld] = float(variadic_children(rows.type, rows.vertices[r]));
+    return;
+  }
+  const View& x = views[size_t(node.args[0])];
+  const Shape& in = f[node.args[0]].shape;
+  for_row_blocks(frame, rows.count, node.shape.numel(), [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      const float* src = x.data + r * x.ld;
+      float* dst = out.data + r * out.ld;
+      switch (node.op) {
+        case Op::SliceCols:
+          for (int64_t i = 0; i < node.shape.dims[0]; ++i)
+            std::memcpy(dst + i * node.shape.dims[1], src + i * in.dims[1] + node.start,
+                        size_t(node.shape.dims[1]) * sizeof(float));
+          break;
+        case Op::PadCols:
+          std::fill_n(dst, size_t(node.shape.numel()), 0.0f);
+          for (int64_t i = 0; i < in.dims[0]; ++i)
+            std::memcpy(dst + i * node.shape.dims[1] + node.start, src + i * in.dims[1], size_t(in.dims[1]) * sizeof(float));
+          break;
+        case Op::Transpose:
+          for (int64_t i = 0; i < in.dims[0]; ++i)
+            for (int64_t j = 0; j < in.dims[1]; ++j) dst[j * in.dims[0] + i] = src[i * in.dims[1] + j];
+          break;
+        default: {  // MaxChildren, MaxChildrenGrad: over the actual children's rows
+          const int64_t children = std::min<int64_t>(variadic_children(rows.type, rows.vertices[r]), in.dims[0]);
+          const int64_t cols = in.dims[1];
+          const bool grad = node.op == Op::MaxChildrenGrad;
+          const float* g = grad ? views[size_t(node.args[1])].data + r * views[size_t(node.args[1])].ld : nullptr;
+          std::fill_n(dst, size_t(node.shape.numel()), 0.0f);
+          for (int64_t j = 0; j < cols && children > 0; ++j) {
+            int64_t best = 0;  // the first row of the largest value
+            for (int64_t k = 1; k < children; ++k)
+              if (src[k * cols + j] > src[best * cols + j]) best = k;
+            if (grad) dst[best * cols + j] = g[j];
+            else dst[j] = src[best * cols + j];
+          }
+          break;
+        }
+      }
+    }
+  });
+}
+
+void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  frame.count_gemms(1, m, n, k);
+  frame.issue(Primitive::Gemm);
+  if (!frame.use_pool) serial_sgemm(gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
+  else parallel_sgemm(pool_, gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
+}
+
+void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                       int64_t lda, const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
+  if (bias == nullptr) {
+    gemm(frame, ta, tb, m, n, k, a, lda, b, ldb, 0.0f, c, ldc);
+    return;
+  }
+  frame.count_gemms(1, m, n, k);
+  frame.issue(Primitive::Gemm);
+  if (frame.use_pool) parallel_sgemm_bias(pool_, gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
+  else serial_sgemm_bias(gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
+}
+
+// The GEMM epilogue (ir::fold_bias_adds): out = product + bias, where the
+// plan folded the product into this add. The rows start as the bias; the GEMM
+// adds the product to them (beta = 1). False when this add is a plain one.
+bool CpuExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const FunctionPlan& fp = function_plan(pass, rows.type);
+  const int side = fp.folded[size_t(node.args[0])] ? 0 : fp.folded[size_t(node.args[1])] ? 1 : -1;
+  if (side < 0) return false;
+  const ir::Function& f = *fp.function;
+  const Node& product = f[node.args[size_t(side)]];
+  const View& addend = frame.views[int(pass)][size_t(node.args[size_t(1 - side)])];
+  if (product.op == Op::Outer) {
+    const Node& other = f[node.args[size_t(1 - side)]];
+    if (other.op == Op::Slice && fp.folded[size_t(other.args[0])]) {
+      ScopedTimer timer(frame.stats->gemm_s);
+      product_rows_plus_outer(pass, rows, other, product, out, frame);
+      return true;
+    }
+    ScopedTimer timer(frame.stats->elementwise_s);
+    outer(pass, rows, product, &addend, out, frame);
+    return true;
+  }
+  ScopedTimer timer(frame.stats->gemm_s);
+  matmul(pass, rows, product, out, frame, addend.data);
+  return true;
+}
+
+void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame,
+                         const float* bias) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
+  const Shape& sa = f[node.args[0]].shape;
+  const Shape& sb = f[node.args[1]].shape;
+  const View& a = views[size_t(node.args[0])];
+  const View& b = views[size_t(node.args[1])];
+  const int64_t R = rows.count;
+  const bool row_pointers = a.pointers != nullptr || b.pointers != nullptr;  // never a weight's GEMM over rows
+  // Every vertex times one parameter matrix: a single GEMM over the rows.
+  if (!row_pointers && a.ld == 0 && sb.rank == 1) {  // y = op(W) x
+    weight_gemm(pass, rows, node.args[0], row_gemm(node, sa, true), b, a.data, bias, out, frame);
+    return;
+  }
+  if (!row_pointers && b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)
+    weight_gemm(pass, rows, node.args[1], row_gemm(node, sb, false), a, b.data, bias, out, frame);
+    return;
+  }
+  if (!row_pointers && matrix_times_weight(rows, node, sa, sb, a, b, out, frame, bias)) return;
+  VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
+  const PerVertexProduct p = per_vertex_product(node, sa, sb);
+  frame.count_gemms(R, p.m, p.n, p.k);
+  frame.issue(Primitive::VertexProducts);
+  const int64_t a_rows = node.trans_a ? p.k : p.m;  // as stored
+  // The rows' products are independent: blocks of rows run on the pool's threads.
+  if (sb.rank == 1 || sa.rank == 1) {  // matrix times vector, or vector times matrix
+    for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
+      for (int64_t r = begin; r < begin + count; ++r) {
+        const float* pa = stored_row(a, r, 0, sa.rank == 2 ? a_rows : 1, p.lda);
+        const float* pb = stored_row(b, r, 0, sb.rank == 2 ? sb.dims[0] : 1, p.ldb);
+        float* y = row_at(out, r);
+        if (sb.rank == 1) matrix_vector(node.trans_a, p.m, p.k, pa, p.lda, pb, y);
+        else matrix_vector(!node.trans_b, p.n, p.k, pb, p.ldb, pa, y);  // yᵀ = op(B)ᵀ a
+      }
+    });
+    return;
+  }
+  // B read in parts (a Concat read through row pointers, untransposed): the
+  // inner dimension splits, Σ_q op(A)[:, k_q]·B_q, each part where it lies.
+  const int64_t parts = std::max<int64_t>(1, b.parts), k_part = p.k / parts;
+  for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r)
+      for (int64_t q = 0; q < parts; ++q)
+        sgemm(vertex_gemm_backend_, node.trans_a, node.trans_b, p.m, p.n, k_part, 1.0f,
+              stored_row(a, r, 0, a_rows, p.lda) + (node.trans_a ? q * k_part * p.lda : q * k_part), p.lda,
+              stored_row(b, r, q * k_part, sb.dims[0], p.ldb), p.ldb, q == 0 ? 0.0f : 1.0f, row_at(out, r), p.n);
+  });
+}
+
+void CpuExecutor::weight_gemm(Pass pass, const Rows& rows, ir::ValueId weight, const RowGemm& g, const View& x,
+                              const float* w, const float* bias, const View& out, Frame& frame) {
+  if (g.trans_w && pretranspose_ && g.n >= kPretransposeMinOutputs && rows.count <= kPretransposeMaxRows &&
+      batch_.layout->type_rows[size_t(rows.type)] >= kPretransposeMinRows) {
+    const Node& node = function(pass, rows.type)[weight];
+    const int64_t key = node.op == Op::Param ? int64_t(node.param)
+                                             : (int64_t(1) << 62) | (int64_t(pass) << 56) |
+                                                   (int64_t(rows.type) << 28) | int64_t(weight);
+    gemm(frame, false, false, rows.count, g.n, g.k, x.data, x.ld, transposed_weight(key, w, g.n, g.k, g.ldw, frame),
+         g.n, bias, out.data, out.ld);
+    return;
+  }
+  gemm(frame, false, g.trans_w, rows.count, g.n, g.k, x.data, x.ld, w, g.ldw, bias, out.data, out.ld);
+}
+
+// Wᵀ [k, n] of the weight w [n, k] (leading dimension ldw) as of this forward
+// pass, made at its first use in the pass (WeightTransposes).
+const float* CpuExecutor::transposed_weight(int64_t key, const float* w, int64_t n, int64_t k, int64_t ldw,
+                                            Frame& frame) {
+  std::lock_guard<std::mutex> lock(transposes_.mutex);
+  WeightTransposes::Copy& copy = transposes_.copies[key];
+  if (copy.pass != transposes_.pass) {
+    copy.values.resize(size_t(n * k));
+    float* t = copy.values.data();
+    for_row_blocks(frame, k, n,
+                   [&](int64_t begin, int64_t count, int) { transpose_rows(w, ldw, n, t, begin, begin + count); });
+    copy.pass = transposes_.pass;
+    ++frame.stats->pretransposed_weights;
+    frame.issue(Primitive::MoveRows);
+  }
+  return copy.values.data();
+}
+
+// Σ_r A_r·B_rᵀ (A_r [m, k], B_r [n, k]: the gradient of a weight that
+// multiplied per-vertex matrices from the left, MV-RNN's Σ_r dP_r·X_rᵀ) a
+// group of G vertices per GEMM: Σ_g A_g·B_gᵀ = A'·B'ᵀ with row i of A' the
+// group's rows i joined end to end ([m, G·k]), and B' likewise. As a loop of
+// small products (k = 64) each call spends most of its time reading and
+// writing the accumulator: on a Zen 4 core, 65 GFLOP/s for 64×128×64 products
+// one by one, 77 in groups of 6, copies included. The depth G·k is fixed, so
+// the sum's order depends on the rows alone.
+namespace {
+
+constexpr int64_t kJoinedReductionDepth = 384;
+thread_local std::vector<float> t_joined_a, t_joined_b;
+
+// Rows [0, rows) of `group` per-vertex operands (`k` floats each; row i of
+// vertex g at row_of(g, i)), row i of each joined end to end into row i of
+// `out` ([rows, group·k]).
+template <typename RowOf>
+void join_rows(RowOf row_of, int64_t rows, int64_t k, int64_t group, std::vector<float>& out) {
+  if (out.size() < size_t(group * rows * k)) out.resize(size_t(group * rows * k));
+  for (int64_t g = 0; g < group; ++g)
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(row_of(g, i), k, out.data() + (i * group + g) * k);
+}
+
+// C += Σ op(A_r)·op(B_r) over `rows` vertices (row i of vertex r's operands,
+// as stored, at a_row(r, i) and b_row(r, i)), `group` vertices per GEMM
+// (join_rows, on `backend`; a group of more than one only for A·Bᵀ), a
+// vertex alone on `vertex_backend`. `contiguous`: each vertex's operands are
+// whole matrices (their rows lda and ldb apart), so a group of one multiplies
+// them where they lie; else its rows are joined too.
+template <typename RowA, typename RowB>
+void accumulate_product_rows(GemmBackend backend, GemmBackend vertex_backend, const Node& product,
+                             const PerVertexProduct& p, RowA a_row, RowB b_row, int64_t rows, int64_t group,
+                             bool contiguous, float* c) {
+  for (int64_t r = 0; r < rows; r += group) {
+    const int64_t g = std::min(group, rows - r);
+    if (g == 1 && contiguous) {
+      sgemm(vertex_backend, product.trans_a, product.trans_b, p.m, p.n, p.k, 1.0f, a_row(r, 0), p.lda, b_row(r, 0),
+            p.ldb, 1.0f, c, p.n);
+      continue;
+    }
+    join_rows([&](int64_t v, int64_t i) { return a_row(r + v, i); }, p.m, p.k, g, t_joined_a);
+    join_rows([&](int64_t v, int64_t i) { return b_row(r + v, i); }, p.n, p.k, g, t_joined_b);
+    sgemm(backend, false, true, p.m, p.n, g * p.k, 1.0f, t_joined_a.data(), g * p.k, t_joined_b.data(), g * p.k,
+          1.0f, c, p.n);
+  }
+}
+
+}  // namespace
+
+// Σ_rows A_r·B_r into the gradient, the per-vertex products never stored:
+// blocks of rows on the pool's threads, block 0 into the gradient itself and
+// the others into their own zeroed scratch, added in block order at the end.
+// Deterministic: the blocks depend on the rows alone, so the sum's order does
+// not depend on the thread count (on one thread the blocks run in turn).
+void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, const Node& product, float* grad,
+                                      Frame& frame) {
+  const std::vector<View>& views = frame.views[int(Pass::Backward)];
+  const View& a = views[size_t(product.args[0])];
+  const View& b = views[size_t(product.args[1])];
+  const PerVertexProduct p = per_vertex_product(product, f[product.args[0]].shape, f[product.args[1]].shape);
+  const int64_t size = p.m * p.n;
+  frame.count_gemms(rows.count, p.m, p.n, p.k);
+  frame.issue(Primitive::VertexProducts);
+  const int64_t work_per_row = p.m * p.n * p.k;
+  const int64_t blocks = deterministic_ ? fixed_row_blocks(rows.count, work_per_row)
+                                        : parallel_row_blocks(frame, rows.count, work_per_row);
+  if (frame.scratch.size() < size_t(blocks)) frame.scratch.resize(size_t(blocks));
+  for (int64_t block = 1; block < blocks; ++block)
+    if (int64_t(frame.scratch[size_t(block)].size()) < size) frame.scratch[size_t(block)].resize(size_t(size));
+  const bool joined = !product.trans_a && product.trans_b && f[product.args[0]].shape.rank == 2 &&
+                      f[product.args[1]].shape.rank == 2;
+  const int64_t group = joined ? std::max<int64_t>(1, kJoinedReductionDepth / p.k) : 1;
+  const int64_t a_rows = product.trans_a ? p.k : p.m, b_rows = product.trans_b ? p.n : p.k;  // as stored
+  VJIT_INTERNAL_CHECK(joined || (a.parts <= 1 && b.parts <= 1), "a weight gradient reads an operand in parts");
+  run_row_blocks(frame, rows.count, blocks, [&](int64_t begin, int64_t count, int block) {
+    float* c = grad;
+    if (block > 0) {
+      c = frame.scratch[size_t(block)].data();
+      std::fill_n(c, size_t(size), 0.0f);
+    }
+    auto a_row = [&](int64_t r, int64_t i) { return stored_row(a, begin + r, i, a_rows, p.lda); };
+    auto b_row = [&](int64_t r, int64_t i) { return stored_row(b, begin + r, i, b_rows, p.ldb); };
+    accumulate_product_rows(gemm_backend_, vertex_gemm_backend_, product, p, a_row, b_row, count, group,
+                            a.parts <= 1 && b.parts <= 1, c);
+  });
+  for (int64_t block = 1; block < blocks; ++block) add_row(frame.scratch[size_t(block)].data(), grad, size);
+}
+
+// C_r = A_r·op(W) with A_r [m, k] per vertex: row i of every vertex's A is
+// one [R, k] matrix (stride lda = the value's row stride), so m GEMMs of R
+// rows compute every product; when the rows are packed (ld = m·k and m·n) the
+// vertices' matrices stack into one [R·m, k] matrix and one GEMM does it all.
+bool CpuExecutor::matrix_times_weight(const Rows& rows, const Node& node, const Shape& sa, const Shape& sb,
+                                      const View& a, const View& b, const View& out, Frame& frame,
+                                      const float* bias) {
+  if (b.ld != 0 || a.ld == 0 || sa.rank != 2 || sb.rank != 2 || node.trans_a) return false;
+  const int64_t m = sa.dims[0], k = sa.dims[1];
+  const int64_t n = node.trans_b ? sb.dims[0] : sb.dims[1];
+  if (a.ld == m * k && out.ld == m * n) {
+    gemm(frame, false, node.trans_b, rows.count * m, n, k, a.data, k, b.data, sb.dims[1], bias, out.data, n);
+    return true;
+  }
+  for (int64_t i = 0; i < m; ++i)
+    gemm(frame, false, node.trans_b, rows.count, n, k, a.data + i * k, a.ld, b.data, sb.dims[1], bias,
+         out.data + i * n, out.ld);
+  return true;
+}
+
+// Σ_r A_rᵀ·B_r (A_r [m, k], B_r [m, n] per vertex) = Σ_i (rows i of A)ᵀ·(rows i
+// of B): m GEMMs over the R vertices accumulating into the gradient, or one
+// over the R·m stacked rows when both are packed. The gradient of a weight
+// that multiplied every row of a children block.
+bool CpuExecutor::accumulate_stacked_products(const Rows& rows, const Node& product, const Shape& sa, const Shape& sb,
+                                              const View& a, const View& b, float* grad, Frame& frame) {
+  if (!product.trans_a || product.trans_b || sa.rank != 2 || sb.rank != 2 || sa.dims[0] != sb.dims[0] ||
+      a.pointers != nullptr || b.pointers != nullptr)
+    return false;
+  const int64_t m = sa.dims[0], k = sa.dims[1], n = sb.dims[1];
+  ++frame.stats->param_grad_gemms;
+  if (a.ld == m * k && b.ld == m * n) {
+    gemm(frame, true, false, k, n, rows.count * m, a.data, k, b.data, n, 1.0f, grad, n);
+    return true;
+  }
+  for (int64_t i = 0; i < m; ++i)
+    gemm(frame, true, false, k, n, rows.count, a.data + i * k, a.ld, b.data + i * n, b.ld, 1.0f, grad, n);
+  return true;
+}
+
+// out = rows [first, first + m) of a per-vertex product the plan folded into
+// this add (`slice` takes them) + u·vᵀ, vertex by vertex: the GEMM writes the
+// rows, and the rank-one update follows while they are in cache
+// (ir::fold_bias_adds; MV-RNN's gradients of A and B from W_Mᵀ·dP).
+void CpuExecutor::product_rows_plus_outer(Pass pass, const Rows& rows, const Node& slice, const Node& outer,
+                                          const View& out, Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = frame.views[int(pass)];
+  const Node& product = f[slice.args[0]];
+  const PerVertexProduct p = per_vertex_product(product, f[product.args[0]].shape, f[product.args[1]].shape);
+  const int64_t first = slice.start / p.n, m = slice.shape.numel() / p.n;
+  const int64_t a_offset = product.trans_a ? first : first * p.lda;  // row `first` of op(A)
+  const View& a = views[size_t(product.args[0])];
+  const View& b = views[size_t(product.args[1])];
+  const View& u = views[size_t(outer.args[0])];
+  const View& v = views[size_t(outer.args[1])];
+  const int64_t u_size = f[outer.args[0]].shape.numel(), v_size = f[outer.args[1]].shape.numel();
+  frame.count_gemms(rows.count, m, p.n, p.k);
+  frame.issue(Primitive::VertexProducts);
+  for_row_blocks(frame, rows.count, m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      float* y = row_at(out, r);
+      sgemm(vertex_gemm_backend_, product.trans_a, product.trans_b, m, p.n, p.k, 1.0f,
+            a.data + r * a.ld + a_offset, p.lda, b.data + r * b.ld, p.ldb, 0.0f, y, p.n);
+      outer_row(u.data + r * u.ld, u_size, v.data + r * v.ld, v_size, y, y);
+    }
+  });
+}
+
+// out = u·vᵀ per row, or with `addend` x + u·vᵀ: the rank-one update an add
+// takes in its epilogue (ir::fold_bias_adds; MV-RNN's matrix gradients), the
+// outer product never written and x read once.
+void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const View* addend, const View& out,
+                        Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const View& a = frame.views[int(pass)][size_t(node.args[0])];
+  const View& b = frame.views[int(pass)][size_t(node.args[1])];
+  const int64_t m = f[node.args[0]].shape.numel(), n = f[node.args[1]].shape.numel();
+  frame.issue(Primitive::Outer);
+  for_row_blocks(frame, rows.count, m * n, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r)
+      outer_row(a.data + r * a.ld, m, b.data + r * b.ld, n, addend ? addend->data + r * addend->ld : nullptr,
+                out.data + r * out.ld);
+  });
+}
+
+// SymOuter and SymOuterGrad, row by row (sym_outer_row, sym_outer_grad_row).
+void CpuExecutor::sym_outer(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const ir::Function& f = function(pass, rows.type);
+  const View& x = frame.views[int(pass)][size_t(node.args[0])];
+  const int64_t n = f[node.args[0]].shape.numel();
+  const bool gradient = node.op == Op::SymOuterGrad;
+  const View* g = gradient ? &frame.views[int(pass)][size_t(node.args[1])] : nullptr;
+  frame.issue(Primitive::Outer);
+  for_row_blocks(frame, rows.count, n * (n + 1) / 2, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      if (gradient) sym_outer_grad_row(x.data + r * x.ld, g->data + r * g->ld, n, out.data + r * out.ld);
+      else sym_outer_row(x.data + r * x.ld, n, out.data + r * out.ld);
+    }
+  });
+}
+
+void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const View& logits = frame.views[int(pass)][size_t(node.args[0])];
+  const int64_t classes = function(pass, rows.type)[node.args[0]].shape.numel();
+  const bool gradient = node.op == Op::SoftmaxCEGrad;
+  const View* upstream = gradient ? &frame.views[int(pass)][size_t(node.args[1])] : nullptr;
+  frame.issue(Primitive::SoftmaxCE);
+  for_row_blocks(frame, rows.count, classes, [&](int64_t begin, int64_t count, int) {
+    std::vector<float>& p = t_softmax;  // exp(x − max), then the softmax
+    p.resize(size_t(classes));
+    for (int64_t r = begin; r < begin + count; ++r) {
+      int label = graph.label(rows.vertices[r]);
+      const float* x = logits.data + r * logits.ld;
+      float* dst = out.data + r * out.ld;
+      float max = row_max(x, classes);
+      shifted_row(x, max, p.data(), classes);
+      if (plan_.exp.entry) plan_.exp.entry(p.data(), p.data(), classes);
+      else for (float& v : p) v = std::exp(v);
+      float total = row_sum(p.data(), classes);
+      if (!gradient) {
+        dst[0] = label < 0 ? 0.0f : std::log(total) + max - x[label];
+        continue;
+      }
+      float g = label < 0 ? 0.0f : upstream->data[r * upstream->ld];
+      const float scale = g / total;
+      scaled_row(p.data(), scale, dst, classes);
+      if (label >= 0) dst[label] -= g;
+    }
+  });
+}
+
+void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node, Frame& frame) {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const View& x = frame.views[int(pass)][size_t(node.args[0])];
+  const int64_t width = function(pass, rows.type)[node.args[0]].shape.numel();
+  ExecStats& stats = *frame.stats;
+  switch (node.op) {
+    case Op::Push: {
+      ++stats.copy_calls;
+      frame.issue(Primitive::MoveRows);
+      PushedValues<float>& pushes = result_->pushes;
+      int k = push_index_[size_t(rows.type)][size_t(&node - function(pass, rows.type).nodes.data())];
+      // Every vertex has its own place among the pushes: blocks of rows on the pool's threads.
+      for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
+        for (int64_t r = begin; r < begin + count; ++r)
+          std::memcpy(pushes.data() + pushes.value_offset(rows.vertices[r], k), x.data + r * x.ld,
+                      size_t(width) * sizeof(float));
+      });
+      stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
+      return;
+    }
+    case Op::Loss:
+      frame.issue(Primitive::Reduce);
+      for (int64_t r = 0; r < rows.count; ++r) result_->objective += double(x.data[r * x.ld]);
+      return;
+    case Op::EmbeddingGrad: {
+      ++stats.copy_calls;
+      frame.issue(Primitive::AddRows);
+      float* grad = store_.gradient(node.param);
+      for (int64_t r = 0; r < rows.count; ++r) store_.touch(node.param, graph.token(rows.vertices[r]));
+      // Rows of one token add into one gradient row: blocks of columns in parallel, never blocks of rows.
+      for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
+        for (int64_t r = 0; r < rows.count; ++r)
+          add_row(x.data + r * x.ld + first, grad + int64_t(graph.token(rows.vertices[r])) * width + first, count);
+      });
+      stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
+      return;
+    }
+    default: VJIT_INTERNAL_CHECK(false, "not a sink: " << ir::op_name(node.op));
+  }
+}
+
+}  // namespace vjit::runtime
