@@ -100,14 +100,14 @@ TinyProgram& tiny() {
 vjit::Options configuration(int index) {
   vjit::Options o = vjit::Options::defaults();
   o.threads = 1;
-  o.gemm = "reference";
+  o.tuning.gemm = vjit::Options::Gemm::Reference;
   switch (index) {
     case 0: break;  // the defaults
-    case 1: o.policy = "depth"; o.fusion = false; o.lazy = false; break;
-    case 2: o.policy = "frontier"; o.memplan = "pqtree"; o.inplace_concat = false; o.epilogue = false; break;
-    case 3: o.policy = "ratio"; o.memplan = "padded"; o.merge_matmuls = false; o.fuse_across_phases = false; break;
-    case 4: o.isa = "scalar"; o.pad_wide_rows = false; break;
-    case 5: o.threads = 2; o.streaming = true; o.gemm = "auto"; break;
+    case 1: o.policy = vjit::Options::Policy::Depth; o.tuning.fusion = false; o.tuning.lazy = false; break;
+    case 2: o.policy = vjit::Options::Policy::Frontier; o.tuning.memplan = vjit::Options::MemoryPlanner::PqTree; o.tuning.inplace_concat = false; o.tuning.epilogue = false; break;
+    case 3: o.policy = vjit::Options::Policy::Ratio; o.tuning.memplan = vjit::Options::MemoryPlanner::Padded; o.tuning.merge_matmuls = false; o.tuning.fuse_across_phases = false; break;
+    case 4: o.tuning.isa = vjit::Options::Isa::Scalar; o.tuning.pad_wide_rows = false; break;
+    case 5: o.threads = 2; o.tuning.streaming = true; o.tuning.gemm = vjit::Options::Gemm::Auto; break;
     default: finding("no configuration " + std::to_string(index));
   }
   return o;

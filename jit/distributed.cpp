@@ -195,7 +195,8 @@ std::shared_ptr<Distributed> Distributed::world(const Options& options) {
   MPI_Comm_set_errhandler(impl->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(impl->comm, &impl->rank);
   MPI_Comm_size(impl->comm, &impl->size);
-  impl->deterministic = options.deterministic;
+  // The sums run on the host whatever the device: auto is on.
+  impl->deterministic = options.deterministic != Lever::Off;
   impl->timeout_s = options.dist_timeout;
   world.reset(new Distributed(std::move(impl)));
   return world;
@@ -373,7 +374,7 @@ std::shared_ptr<Distributed> Distributed::world(const Options& options) {
   static std::once_flag once;
   std::call_once(once, [&] {
     auto impl = std::make_unique<Impl>();
-    impl->deterministic = options.deterministic;
+    impl->deterministic = options.deterministic != Lever::Off;
     world.reset(new Distributed(std::move(impl)));
   });
   return world;

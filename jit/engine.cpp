@@ -21,6 +21,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_executor.h"
 #include "runtime/memplan.h"
+#include "runtime/nccl.h"
 #include "runtime/param_layout.h"
 #include "runtime/thread_pool.h"
 #include "runtime/trace.h"
@@ -48,13 +49,14 @@ bool name_by_index(Sample& sample, size_t index_in_caller_batch) {
 // VJIT_VERTEX_GEMM: the back end of the products run one per vertex. auto:
 // libxsmm's JIT kernels where built and VJIT_GEMM left to vjit (MV-RNN's
 // 64×64 products: 3% of a training step on a Zen 4, README), else VJIT_GEMM's.
-runtime::GemmBackend select_vertex_gemm(const Options& options, runtime::GemmBackend gemm) {
-  if (options.vertex_gemm == "same") return gemm;
-  if (options.vertex_gemm == "auto")
-    return options.gemm == "auto" && runtime::gemm_backend_available(runtime::GemmBackend::Libxsmm)
+runtime::GemmBackend select_vertex_gemm(const Options::Tuning& tuning, runtime::GemmBackend gemm) {
+  using VertexGemm = Options::VertexGemm;
+  if (tuning.vertex_gemm == VertexGemm::Same) return gemm;
+  if (tuning.vertex_gemm == VertexGemm::Auto)
+    return tuning.gemm == Options::Gemm::Auto && runtime::gemm_backend_available(runtime::GemmBackend::Libxsmm)
                ? runtime::GemmBackend::Libxsmm
                : gemm;
-  return runtime::select_gemm_backend(options.vertex_gemm, "VJIT_VERTEX_GEMM");
+  return runtime::select_gemm_backend(to_string(tuning.vertex_gemm), "VJIT_VERTEX_GEMM");
 }
 
 }  // namespace
@@ -66,47 +68,60 @@ struct Engine::Impl {
         signatures(program.signatures()),
         num_params(program.model().size()),
         plan(lower_and_count(program, options, compile_info)),
-        gemm(runtime::select_gemm_backend(options.gemm)),
-        vertex_gemm(select_vertex_gemm(options, gemm)),
-        policy(scheduler::parse_policy(options.policy)) {
-    VJIT_USER_CHECK(options.memplan != "pqtree" || options.device == "cpu",
+        gemm(runtime::select_gemm_backend(to_string(options.tuning.gemm))),
+        vertex_gemm(select_vertex_gemm(options.tuning, gemm)),
+        policy(scheduler::parse_policy(std::string(to_string(options.policy)))) {
+    using MemoryPlanner = Options::MemoryPlanner;
+    VJIT_USER_CHECK(options.tuning.memplan != MemoryPlanner::PqTree || on_cpu(),
                     "VJIT_MEMPLAN=pqtree runs on the CPU executor only (VJIT_DEVICE=cpu); the CUDA executor "
                     "follows the copy and padded layouts");
-    VJIT_USER_CHECK(options.memplan != "auto" || options.device != "cpu" || !options.deterministic,
+    VJIT_USER_CHECK(options.tuning.memplan != MemoryPlanner::Auto || !on_cpu() || !is_on(options.deterministic),
                     "VJIT_MEMPLAN=auto chooses between copy and pqtree by timing them, and the two sum weight "
                     "gradients in different orders, so results could change in the last bits from one run to the "
                     "next: it needs VJIT_DETERMINISTIC=0 (or choose VJIT_MEMPLAN=copy or pqtree)");
-    VJIT_USER_CHECK(!options.check_finite || options.device == "cpu",
-                    "VJIT_CHECK_FINITE=1 runs on the CPU executor only (VJIT_DEVICE=cpu): the CUDA executor does "
-                    "not check forward values; run the batch with VJIT_DEVICE=cpu to find the first non-finite one");
+    VJIT_USER_CHECK(options.tuning.dist_nccl != Lever::On || runtime::nccl_built(),
+                    "VJIT_DIST_NCCL=on: this vjit was built without NCCL; leave it auto or off");
     for (int t = 0; t < program.num_types(); ++t) {
       forward_flops.push_back(double(ir::flops_per_vertex(program.forward(t))));
       backward_flops.push_back(double(ir::flops_per_vertex(program.backward(t))));
     }
     if (!options.trace_path.empty()) trace = make_trace_recorder(program, options.trace_path);
     planner = runtime::make_planner(planner_name(), plan, signatures,
-                                    {options.inplace_concat, options.pad_wide_rows,
-                                     options.gather_slices && options.device != "cuda",
-                                     options.device != "cuda"});
-    if (options.device == "cuda")
+                                    planner_options());
+    if (on_cpu())
+      executor =
+          std::make_unique<runtime::CpuExecutor>(program, plan, cpu_config(options.tuning.streaming, trace.get()));
+    else
       executor = std::make_unique<runtime::CudaExecutor>(
           program, plan,
-          runtime::CudaExecutor::Config{options.threads, options.profile, options.tf32, options.streaming});
-    else
-      executor = std::make_unique<runtime::CpuExecutor>(
-          program, plan, runtime::CpuExecutor::Config{options.threads, gemm, options.streaming, options.profile,
-                                                       options.max_memory, options.check_finite, options.deterministic,
-                                                       trace.get(), options.pretranspose, vertex_gemm,
-                                                       options.param_layout});
-    executor->record_primitives(options.logs("primitives"));
+          runtime::CudaExecutor::Config{options.threads, options.profile, is_on(options.tuning.tf32),
+                                        options.tuning.streaming});
+    executor->record_primitives(options.logs(Options::Log::Primitives));
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;
     growth.callbacks.resize(size_t(program.num_types()));
   }
 
+  bool on_cpu() const { return options.device == Options::Device::Cpu; }
+
   // VJIT_MEMPLAN, with auto meaning copy on the GPU (pqtree is CPU only).
   std::string planner_name() const {
-    return options.memplan == "auto" && options.device != "cpu" ? "copy" : options.memplan;
+    const Options::MemoryPlanner memplan = options.tuning.memplan;
+    return std::string(to_string(memplan == Options::MemoryPlanner::Auto && !on_cpu() ? Options::MemoryPlanner::Copy
+                                                                                       : memplan));
+  }
+
+  // The planner's part of the (resolved) options.
+  runtime::PlannerOptions planner_options() const {
+    return {options.tuning.inplace_concat, options.tuning.pad_wide_rows, is_on(options.tuning.gather_slices),
+            on_cpu()};
+  }
+
+  // The CPU executor's part of the (resolved) options.
+  runtime::CpuExecutor::Config cpu_config(bool streaming, runtime::TraceRecorder* trace_recorder) const {
+    return {options.threads, gemm,          streaming, options.profile, options.max_memory, options.check_finite,
+            is_on(options.deterministic), trace_recorder, is_on(options.tuning.pretranspose), vertex_gemm,
+            is_on(options.tuning.param_layout)};
   }
 
   // VJIT_TRACE: the recorder writes an empty trace at `path` now, so a path
@@ -126,7 +141,7 @@ struct Engine::Impl {
         : impl_(impl), name_(name), start_(std::chrono::steady_clock::now()), trace_(name_caller(impl), name, runtime::TraceCategory::Call) {}
     ~CallScope() {
       impl_.stats.call_s += seconds_since(start_);
-      if (impl_.options.logs("primitives")) impl_.log_primitives(name_);
+      if (impl_.options.logs(Options::Log::Primitives)) impl_.log_primitives(name_);
     }
 
    private:
@@ -229,20 +244,22 @@ struct Engine::Impl {
   // VJIT_DEVICE: cuda runs on a GPU or fails saying why; auto runs on the GPU
   // when one is usable (NVRTC included), else on the CPU and says why, once
   // per process. The options keep the device chosen: "cpu" or "cuda".
+  // The options come back resolved for that device (Options::resolve): a
+  // lever it cannot honour is refused here, before anything is built.
   static Options with_device(Options options) {
-    if (options.device == "cpu") return options;
+    if (options.device == Options::Device::Cpu) return options.resolve();
     const runtime::CudaProbe& probe = runtime::probe_cuda();
     std::string why = !probe.ok ? "no usable CUDA device: " + probe.reason : jit::nvrtc_unavailable_reason();
     if (why.empty()) {
-      options.device = "cuda";
-      return options;
+      options.device = Options::Device::Cuda;
+      return options.resolve();
     }
-    VJIT_USER_CHECK(options.device != "cuda",
+    VJIT_USER_CHECK(options.device != Options::Device::Cuda,
                     "VJIT_DEVICE=cuda: " << why << " (VJIT_DEVICE=auto runs on the CPU instead)");
     static std::once_flag said;
     std::call_once(said, [&] { std::cerr << "[vjit] VJIT_DEVICE=auto: " << why << "; running on the CPU\n"; });
-    options.device = "cpu";
-    return options;
+    options.device = Options::Device::Cpu;
+    return options.resolve();
   }
 
   // Where the learned policy of this program lives in the cache directory,
@@ -390,7 +407,7 @@ struct Engine::Impl {
   // gradients, no dropout) on the CPU executor, with a policy that needs no
   // table learned for the program's own types.
   bool keeps_values(const RunOptions& run) const {
-    return !run.backward && !run.training && options.device == "cpu" && policy != scheduler::Policy::Fsm;
+    return !run.backward && !run.training && on_cpu() && policy != scheduler::Policy::Fsm;
   }
 
   // The program's types followed by one stand-in type per shape a type
@@ -431,16 +448,10 @@ struct Engine::Impl {
     }
     kept->signatures = kept->program.signatures();
     kept->plan = jit::lower_program(kept->program, options);
-    kept->planner = runtime::make_planner(planner_name(), kept->plan, kept->signatures,
-                                          {options.inplace_concat, options.pad_wide_rows, options.gather_slices,
-                                           true});
+    kept->planner = runtime::make_planner(planner_name(), kept->plan, kept->signatures, planner_options());
     // Not streaming: the scattered rows are read back after the forward.
-    kept->executor = std::make_unique<runtime::CpuExecutor>(
-        kept->program, kept->plan,
-        runtime::CpuExecutor::Config{options.threads, gemm, false, options.profile, options.max_memory,
-                                     options.check_finite, options.deterministic, nullptr, options.pretranspose,
-                                     vertex_gemm, options.param_layout});
-    kept->executor->record_primitives(options.logs("primitives"));
+    kept->executor = std::make_unique<runtime::CpuExecutor>(kept->program, kept->plan, cpu_config(false, nullptr));
+    kept->executor->record_primitives(options.logs(Options::Log::Primitives));
     for (int t = 0; t < kept->program.num_types(); ++t)
       kept->forward_flops.push_back(t < program.num_types() ? forward_flops[size_t(t)] : 0.0);
     kept_program = std::move(kept);
@@ -604,8 +615,8 @@ struct Engine::Impl {
   };
 
   int infer_groups(const GraphBatch& batch) const {
-    if (options.device != "cpu") return 1;  // the GPU executor runs one stream
-    return int(std::min<size_t>(size_t(options.infer_shards), batch.samples.size()));
+    if (!on_cpu()) return 1;  // resolve() refuses infer_shards > 1 on the GPU
+    return int(std::min<size_t>(size_t(options.tuning.infer_shards), batch.samples.size()));
   }
 
   InferShards& infer_shards_for(int groups) {
@@ -613,7 +624,7 @@ struct Engine::Impl {
     InferShards& s = *shards;
     Options group_options = options;
     group_options.threads = 1;
-    group_options.infer_shards = 1;
+    group_options.tuning.infer_shards = 1;
     group_options.profile = false;  // the groups' counters are added to this engine's
     group_options.trace_path.clear();
     while (int(s.engines.size()) < groups) s.engines.push_back(std::make_unique<Engine>(program, group_options));
@@ -796,7 +807,7 @@ struct Engine::Impl {
       if (scheduler::encoding_uses_heights(fsm_table()->encoding())) graph.assign(batch, int(signatures.size()), true);
     }
     scheduler.run(graph, policy, fsm_table(), schedule);
-    if (options.logs("schedule")) std::cerr << scheduler::describe_schedule(schedule, signatures, policy);
+    if (options.logs(Options::Log::Schedule)) std::cerr << scheduler::describe_schedule(schedule, signatures, policy);
   }
 
   // VJIT_MAX_MEMORY: a batch whose buffers (the vertex values, and their
@@ -832,14 +843,15 @@ struct Engine::Impl {
 
   // The backward of train_step; with a communicator (data-parallel training),
   // the gradients then summed over the ranks, their sums started during the
-  // backward where Options::dist_overlap asks and the executor can tell when
+  // backward where Options::Tuning::dist_overlap asks and the executor can tell when
   // gradients are final (jit/gradient_exchange.h).
   void backward_summing_over_ranks() {
     if (!distributed) return backward();
     const ExchangeStats before = exchange->stats();
     runtime::ParameterStore& store = executor->parameters();
-    const bool overlap = options.dist_overlap && exchange->begin_backward(*distributed, program.model(), store,
-                                                                          executor->gradient_final_points());
+    const bool overlap = is_on(options.tuning.dist_overlap) &&
+                         exchange->begin_backward(*distributed, program.model(), store,
+                                                  executor->gradient_final_points());
     if (overlap) executor->set_backward_observer(exchange.get());
     try {
       backward();
@@ -957,7 +969,7 @@ struct Engine::Impl {
     }
     // Building an engine may move the Model's values within its block: no
     // other engine of this Model may be running meanwhile (engine.h).
-    if (options.param_layout && options.device == "cpu") {
+    if (is_on(options.tuning.param_layout)) {
       const runtime::ParamLayout laid = runtime::lay_out_parameters(plan, program.model());
       info.stacked_weights = laid.stacked;
       info.stacked_in_place = laid.in_place;
@@ -1090,7 +1102,8 @@ double Engine::train_step(const GraphBatch& batch, Optimizer& optimizer) {
 void Engine::set_distributed(std::shared_ptr<Distributed> comm) {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
   // A new communicator needs a new NCCL communicator too (made on its first exchange).
-  impl_->exchange = std::make_unique<GradientExchange>(impl_->options.dist_nccl, double(impl_->options.dist_timeout));
+  impl_->exchange = std::make_unique<GradientExchange>(is_on(impl_->options.tuning.dist_nccl),
+                                                       double(impl_->options.dist_timeout));
   impl_->distributed = std::move(comm);
 }
 

@@ -44,7 +44,7 @@ struct GradientBucket {
 // bucket full (bucket_floats) but the last; every value in exactly one piece.
 std::vector<GradientBucket> plan_buckets(const std::vector<int64_t>& dense_floats, int64_t bucket_floats);
 
-// The buckets of the overlapped exchange (Options::dist_overlap): the dense
+// The buckets of the overlapped exchange (Options::Tuning::dist_overlap): the dense
 // parameters in the order the backward makes their gradients final
 // (final_point[p], runtime::Executor::gradient_final_points; ties in
 // parameter order), cut into buckets of at most bucket_floats. A bucket also
@@ -60,13 +60,13 @@ enum class GradientPath {
   Nccl,     // on the GPUs, ncclAllReduce in place
 };
 
-// NCCL where the gradients are on a GPU, NCCL is wanted (Options::dist_nccl)
+// NCCL where the gradients are on a GPU, NCCL is wanted (Options::Tuning::dist_nccl)
 // and built; through host memory otherwise.
 GradientPath choose_gradient_path(bool gradients_on_device, bool want_nccl, bool nccl_built);
 const char* gradient_path_name(GradientPath path);
 
 // The dense buckets summed since the exchange was made, and those of them
-// whose sum started during the backward pass (Options::dist_overlap).
+// whose sum started during the backward pass (Options::Tuning::dist_overlap).
 // started_early: of those, the ones started while another bucket still
 // waited for gradients (the backward had steps left that write them).
 struct ExchangeStats {
@@ -75,7 +75,7 @@ struct ExchangeStats {
   int64_t started_early = 0;
 };
 
-// Overlapped (Options::dist_overlap, host path only): begin_backward before
+// Overlapped (Options::Tuning::dist_overlap, host path only): begin_backward before
 // the backward, which then tells this exchange (a runtime::BackwardObserver)
 // when gradients are final; each bucket's sum starts (Distributed::start_sum)
 // as soon as all of its gradients are, progresses between the backward's
@@ -83,7 +83,7 @@ struct ExchangeStats {
 // exchanges the embedding rows as without the overlap.
 class GradientExchange final : public runtime::BackwardObserver {
  public:
-  // `want_nccl`: Options::dist_nccl; `timeout_s`: NCCL's deadline (Options::dist_timeout).
+  // `want_nccl`: Options::Tuning::dist_nccl; `timeout_s`: NCCL's deadline (Options::dist_timeout).
   // `min_overlap_bucket_floats`: plan_overlap_buckets' min_floats.
   GradientExchange(bool want_nccl = true, double timeout_s = 300,
                    int64_t min_overlap_bucket_floats = kMinOverlapBucketFloats)

@@ -7,6 +7,8 @@
 #include <limits>
 #include <span>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "jit/options_doc.h"
 #include "vjit/error.h"
@@ -15,18 +17,19 @@ namespace vjit {
 
 namespace {
 
-enum class Kind { Bool, Int, Bytes, Choice, String };
+enum class Kind { Bool, Lever, Choice, Int, Bytes, String };
 
 // One row of the options table: how an option is named, parsed and stored.
 struct Spec {
   const char* name;  // field name, also the flag name
   const char* env;   // environment variable
   Kind kind;
-  std::span<const std::string_view> choices;  // Kind::Choice only
-  bool Options::*bool_field;
-  int Options::*int_field;
-  std::string Options::*string_field;
-  int64_t Options::*bytes_field;
+  std::span<const std::string_view> choices = {};  // Kind::Lever and Kind::Choice: the spellings, by index
+  // Bool, Lever and Choice: the value's index (a bool's is 0 or 1); Int: the value.
+  int (*get)(const Options&) = nullptr;
+  void (*set)(Options&, int) = nullptr;
+  int64_t& (*bytes)(Options&) = nullptr;      // Kind::Bytes
+  std::string& (*text)(Options&) = nullptr;   // Kind::String
   // What docs/options.md says (options_markdown): the devices that honour the
   // option, what it does, and, for a number or a string, its values and,
   // where the field's default is not what to show, the default.
@@ -34,18 +37,70 @@ struct Spec {
   const char* doc = "";
   const char* values = nullptr;
   const char* shown_default = nullptr;
+  bool auto_on = true;  // Kind::Lever: what Auto is on a device that honours it
 };
 
-constexpr Spec bool_spec(const char* name, const char* env, bool Options::*field) {
-  return Spec{name, env, Kind::Bool, {}, field, nullptr, nullptr, nullptr};
+// The field a member pointer names, in Options or in its Tuning.
+template <class T, class Owner>
+Owner owner_of(T Owner::*);
+template <auto member>
+auto& field(Options& options) {
+  if constexpr (std::is_same_v<decltype(owner_of(member)), Options::Tuning>) return options.tuning.*member;
+  else return options.*member;
 }
-constexpr Spec choice_spec(const char* name, const char* env, std::span<const std::string_view> choices,
-                           std::string Options::*field) {
-  return Spec{name, env, Kind::Choice, choices, nullptr, nullptr, field, nullptr};
+template <auto member>
+const auto& field(const Options& options) {
+  if constexpr (std::is_same_v<decltype(owner_of(member)), Options::Tuning>) return options.tuning.*member;
+  else return options.*member;
 }
 
-constexpr Spec documented(Spec spec, const char* devices, const char* doc, const char* values = nullptr,
-                          const char* shown_default = nullptr) {
+std::span<const std::string_view> spellings(Lever) { return option_values::lever; }
+std::span<const std::string_view> spellings(Options::Device) { return option_values::device; }
+std::span<const std::string_view> spellings(Options::Policy) { return option_values::policy; }
+std::span<const std::string_view> spellings(Options::MemoryPlanner) { return option_values::memplan; }
+std::span<const std::string_view> spellings(Options::Isa) { return option_values::isa; }
+std::span<const std::string_view> spellings(Options::Gemm) { return option_values::gemm; }
+std::span<const std::string_view> spellings(Options::VertexGemm) { return option_values::vertex_gemm; }
+std::span<const std::string_view> spellings(Options::Log) { return option_values::log; }
+
+template <auto member>
+int index_of(const Options& options) {
+  return static_cast<int>(field<member>(options));
+}
+template <auto member>
+void set_index(Options& options, int index) {
+  using T = std::remove_cvref_t<decltype(field<member>(options))>;
+  field<member>(options) = static_cast<T>(index);
+}
+
+// The row of the option stored in `member` (&Options::policy, &Options::Tuning::fusion).
+template <auto member>
+Spec spec(const char* name, const char* env) {
+  using T = std::remove_cvref_t<decltype(field<member>(std::declval<Options&>()))>;
+  Spec row{name, env, Kind::String};
+  if constexpr (std::is_same_v<T, bool> || std::is_enum_v<T> || std::is_same_v<T, int>) {
+    row.get = &index_of<member>;
+    row.set = &set_index<member>;
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    row.kind = Kind::Bool;
+  } else if constexpr (std::is_enum_v<T>) {
+    row.kind = std::is_same_v<T, Lever> ? Kind::Lever : Kind::Choice;
+    row.choices = spellings(T{});
+  } else if constexpr (std::is_same_v<T, int>) {
+    row.kind = Kind::Int;
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    row.kind = Kind::Bytes;
+    row.bytes = static_cast<int64_t& (*)(Options&)>(&field<member>);
+  } else {
+    static_assert(std::is_same_v<T, std::string>);
+    row.text = static_cast<std::string& (*)(Options&)>(&field<member>);
+  }
+  return row;
+}
+
+Spec documented(Spec spec, const char* devices, const char* doc, const char* values = nullptr,
+                const char* shown_default = nullptr) {
   spec.devices = devices;
   spec.doc = doc;
   spec.values = values;
@@ -53,34 +108,41 @@ constexpr Spec documented(Spec spec, const char* devices, const char* doc, const
   return spec;
 }
 
+// A lever whose Auto is off on the devices that honour it.
+Spec auto_off(Spec spec) {
+  spec.auto_on = false;
+  return spec;
+}
+
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
+constexpr std::array<std::string_view, 7> kLeverValues{"auto", "on", "off", "0", "1", "true", "false"};
 
 const std::array<Spec, 35>& specs() {
   static const std::array<Spec, 35> table{
-      documented(bool_spec("fusion", "VJIT_FUSION", &Options::fusion), "cpu, cuda",
+      documented(spec<&Options::Tuning::fusion>("fusion", "VJIT_FUSION"), "cpu, cuda",
           "fuse chains of elementwise ops (union-find) into JIT kernels; an elementwise op left alone joins "
           "a kernel that already reads all its operands, as one more output (`ir/fusion.h`)"),
-      documented(bool_spec("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES", &Options::fuse_across_phases), "cpu, cuda",
+      documented(spec<&Options::Tuning::fuse_across_phases>("fuse_across_phases", "VJIT_FUSE_ACROSS_PHASES"), "cpu, cuda",
           "an eager elementwise node that only the tasks read (in ∂F, an activation's derivative such as "
           "`σ(1 − σ)`) moves into the tasks' fused kernel instead of a separate pass over every vertex "
           "(`ir::sink_elementwise_into_core`); needs `VJIT_FUSION`"),
-      documented(bool_spec("lazy", "VJIT_LAZY", &Options::lazy), "cpu, cuda",
+      documented(spec<&Options::Tuning::lazy>("lazy", "VJIT_LAZY"), "cpu, cuda",
           "lazy batching: one GEMM per parameter gradient per batch"),
-      documented(bool_spec("streaming", "VJIT_STREAMING", &Options::streaming), "cpu, cuda",
+      documented(spec<&Options::Tuning::streaming>("streaming", "VJIT_STREAMING"), "cpu, cuda",
           "run the eager forward steps on a second thread while the tasks run (Cavs §3.4), on the GPU on a "
           "second stream with events for the dependencies; off by default because on two cores the GEMMs "
           "already use both and it measured no gain (docs/benchmarks.md, \"Ablation\"), nor on an H100 "
           "(docs/gpu.md)"),
-      documented(bool_spec("merge_matmuls", "VJIT_MERGE_MATMULS", &Options::merge_matmuls), "cpu, cuda",
+      documented(spec<&Options::Tuning::merge_matmuls>("merge_matmuls", "VJIT_MERGE_MATMULS"), "cpu, cuda",
           "matmul merging: products of one operand by several parameter matrices (`W_i·x, W_f·x, ...`) "
           "become one GEMM over the stacked weights (`ir/merge_matmuls.h`)"),
-      documented(bool_spec("inplace_concat", "VJIT_INPLACE_CONCAT", &Options::inplace_concat), "cpu, cuda",
+      documented(spec<&Options::Tuning::inplace_concat>("inplace_concat", "VJIT_INPLACE_CONCAT"), "cpu, cuda",
           "concat in place: a value that one `concat` reads is computed straight into its columns of the "
           "concat's buffer (the gate gradients before a weight-gradient GEMM, the `h, c` a Tree-LSTM cell "
           "scatters), so the concat copies nothing; on the CPU a `concat` may itself lie in another "
           "(Lattice-LSTM's gate gradients inside `[d_gate; d_gates]`, 13 MB a training step at batch 64, "
           "hidden 256) (`runtime/memplan.h`)"),
-      documented(bool_spec("epilogue", "VJIT_EPILOGUE", &Options::epilogue), "cpu, cuda",
+      documented(spec<&Options::Tuning::epilogue>("epilogue", "VJIT_EPILOGUE"), "cpu, cuda",
           "GEMM epilogue: a bias add that follows a product of a weight and a per-vertex vector (`W·x + b`, "
           "not fused with other work) is done by the GEMM itself (its output rows start as `b`, beta = 1), "
           "saving a pass over the product (`ir::fold_bias_adds`); on the CPU also an outer product added to "
@@ -88,19 +150,19 @@ const std::array<Spec, 35>& specs() {
           "writing the outer product, and where `x` is whole rows of a per-vertex matrix product read by "
           "nothing else (MV-RNN's W_Mᵀ·dP), the add computes those rows itself (a GEMM into its output, "
           "then u·vᵀ added), so the product is never written whole"),
-      documented(bool_spec("pad_wide_rows", "VJIT_PAD_WIDE_ROWS", &Options::pad_wide_rows), "cpu, cuda",
+      documented(spec<&Options::Tuning::pad_wide_rows>("pad_wide_rows", "VJIT_PAD_WIDE_ROWS"), "cpu, cuda",
           "a batched value whose rows are a multiple of 256 floats wide gets a leading dimension 16 floats "
           "longer, so consecutive rows do not share cache sets; GEMMs over such buffers (hidden 512 and up) "
           "measured up to 2× faster (`runtime/memplan.h`)"),
-      documented(bool_spec("pretranspose", "VJIT_PRETRANSPOSE", &Options::pretranspose), "cpu",
+      documented(spec<&Options::Tuning::pretranspose>("pretranspose", "VJIT_PRETRANSPOSE"), "cpu",
           "CPU: a weight that per-task products multiply transposed (Y = X·Wᵀ, every forward product of a "
           "weight) is copied transposed once per forward pass and those GEMMs read the copy: oneDNN's sgemm "
           "runs X·Wᵀ up to 25% slower than X·B on AVX-512 CPUs. Only for products of at most 2048 rows and "
           "16 outputs or more, where the type multiplies at least 128 rows by the weight in the batch "
-          "(`runtime/cpu_executor.h`); results equal to off within rounding. Not with "
+          "(`runtime/cpu_executor.h`); results equal to off within rounding. With "
           "`VJIT_GEMM=onednn_bf16`, whose matmul reads Wᵀ through its strides (the copies measured slower "
-          "there)"),
-      documented(bool_spec("infer_kernels", "VJIT_INFER_KERNELS", &Options::infer_kernels), "cpu",
+          "there), `auto` is off and `on` is refused"),
+      documented(spec<&Options::Tuning::infer_kernels>("infer_kernels", "VJIT_INFER_KERNELS"), "cpu",
           "CPU: a forward pass that no backward follows (`Engine::infer`, `forward` with "
           "`RunOptions::backward` off) runs, for each fused kernel of F, a second kernel compiled beside it "
           "that writes only the outputs a forward step reads and computes only what they need: the values "
@@ -108,7 +170,7 @@ const std::array<Spec, 35>& specs() {
           "`c`) are neither computed into memory nor written. `CompileInfo::inference_kernels` counts the "
           "kernels that differ (`jit/pipeline.cpp`, `ir::forward_only_part`); results equal off bitwise. "
           "The CUDA executor runs the full kernels"),
-      documented(bool_spec("gather_slices", "VJIT_GATHER_SLICES", &Options::gather_slices), "cpu",
+      documented(spec<&Options::Tuning::gather_slices>("gather_slices", "VJIT_GATHER_SLICES"), "cpu",
           "CPU: a gathered child state that a vertex reads only in slices (a Tree-LSTM's `h` and `c`, "
           "MV-RNN's vector and matrix) is gathered slice by slice (`ir::gather_slices`: a `gather` with a "
           "start), and a gather that a `concat` reads is copied straight into the concat's buffer (with "
@@ -116,8 +178,8 @@ const std::array<Spec, 35>& specs() {
           "where the layout makes a gather a view of the children's rows the concat copies it as before. "
           "The slices' gradients of one slot are joined again into one add per row "
           "(`ir::join_gather_grads`). Only copies change: the test checks that the objective equals off's "
-          "bit for bit. With `VJIT_DEVICE=cuda` it does nothing (the CUDA executor reads whole gathers)"),
-      documented(bool_spec("gather_pointers", "VJIT_GATHER_POINTERS", &Options::gather_pointers), "cpu",
+          "bit for bit. The CUDA executor reads whole gathers"),
+      documented(spec<&Options::Tuning::gather_pointers>("gather_pointers", "VJIT_GATHER_POINTERS"), "cpu",
           "CPU: a gathered child value that only per-vertex products and fused elementwise kernels read "
           "(MV-RNN's A and B; a Tree-LSTM's children's `c`, through reshapes, slices and the backward's "
           "reads of forward values) is not copied: the gather records where each child's row lies, a "
@@ -137,7 +199,7 @@ const std::array<Spec, 35>& specs() {
           "each planner, on one and two threads, with every example model, and with shared children). "
           "Tree-LSTM training, batch 64, hidden 256: the layout's copies per step 9.9 → 2.5 MB. The CUDA "
           "executor copies"),
-      documented(bool_spec("forward_gathers", "VJIT_FORWARD_GATHERS", &Options::forward_gathers), "cpu",
+      documented(spec<&Options::Tuning::forward_gathers>("forward_gathers", "VJIT_FORWARD_GATHERS"), "cpu",
           "CPU: a part of a child's scattered row that a fused kernel computes (a Tree-LSTM's `h`) and that "
           "a parent gathers into a buffer of its own (the parent's `[h_l; h_r]`, which its GEMM reads; a "
           "`gather_sum` whose row has this one child: a chain's predecessor, a lattice word's start "
@@ -151,7 +213,7 @@ const std::array<Spec, 35>& specs() {
           "every example model "
           "under each planner, one and two threads, pointers off and on, and with shared children. The CUDA "
           "executor copies"),
-      documented(bool_spec("accumulate_gradients", "VJIT_ACCUMULATE_GRADIENTS", &Options::accumulate_gradients), "cpu",
+      documented(spec<&Options::Tuning::accumulate_gradients>("accumulate_gradients", "VJIT_ACCUMULATE_GRADIENTS"), "cpu",
           "CPU, training: a fused kernel of ∂F that computes part of the gradient a vertex sends to its "
           "children (a lattice character's `dc` to the previous character, a word's to its start character, "
           "a Tree-LSTM's `dc_l` and `dc_r`) runs a second kernel, compiled beside it, that adds that part "
@@ -161,7 +223,7 @@ const std::array<Spec, 35>& specs() {
           "children) from their own rows. A gradient that `VJIT_GATHER_POINTERS` writes whole through "
           "pointers keeps that path (`place_accumulated_parts`, `runtime/row_placement.cpp`). Off: the "
           "`GatherGrad` adds every part"),
-      documented(bool_spec("param_layout", "VJIT_PARAM_LAYOUT", &Options::param_layout), "cpu",
+      documented(spec<&Options::Tuning::param_layout>("param_layout", "VJIT_PARAM_LAYOUT"), "cpu",
           "CPU: when an engine is built, it lays the Model's parameters out in their one block of memory so "
           "that the stacked weights of merged products (`VJIT_MERGE_MATMULS`: `[W_i; W_f; W_o; W_u]`) lie "
           "one right after another in order, and the GEMMs read them there: nothing is copied for them "
@@ -173,9 +235,9 @@ const std::array<Spec, 35>& specs() {
           "it does not already hold the runs so; values never change, and results equal off bit for bit. "
           "Off: every stacked weight is copied into the arena once per pass. The CUDA executor stacks its "
           "own copies on the device"),
-      documented(choice_spec("policy", "VJIT_POLICY", option_values::policy, &Options::policy), "cpu, cuda",
+      documented(spec<&Options::policy>("policy", "VJIT_POLICY"), "cpu, cuda",
           "batching policy of the scheduler"),
-      documented(choice_spec("memplan", "VJIT_MEMPLAN", option_values::memplan, &Options::memplan), "cpu, cuda",
+      documented(spec<&Options::Tuning::memplan>("memplan", "VJIT_MEMPLAN"), "cpu, cuda",
           "the memory planner that lays out each batch (`runtime/memplan.h`): `copy` packs rows and reads a "
           "gather in place where the children's rows already lie at a constant stride in one buffer (and "
           "only the task reads the gathered value), copying the others; `padded` is a test layout (every "
@@ -195,18 +257,19 @@ const std::array<Spec, 35>& specs() {
           "(`Engine::memory_planner()` and vjit-bench's `memory_planner` say which); it needs "
           "`VJIT_DETERMINISTIC=0`, since a choice made by timing could change the last bits of the weight "
           "gradients from run to run (otherwise refused, saying so); with `VJIT_DEVICE=cuda` it is copy"),
-      documented(choice_spec("device", "VJIT_DEVICE", option_values::device, &Options::device), "cpu, cuda",
+      documented(spec<&Options::device>("device", "VJIT_DEVICE"), "cpu, cuda",
           "where plans run; `cuda` runs them on the GPU (the CUDA executor) or fails naming what is missing "
           "(driver library, device, NVRTC); `auto` uses the GPU when one can run them, else runs on the CPU "
           "and says why once"),
-      documented(bool_spec("tf32", "VJIT_TF32", &Options::tf32), "cuda",
+      documented(auto_off(spec<&Options::Tuning::tf32>("tf32", "VJIT_TF32")), "cuda",
           "GPU matrix products on TF32 tensor cores (10-bit mantissa: about 1e-3 relative per product; the "
           "Tree-LSTM's gradients within 2e-2 of the reference); FP32 when off"),
-      documented(Spec{"threads", "VJIT_THREADS", Kind::Int, {}, nullptr, &Options::threads, nullptr, nullptr}, "cpu",
-          "CPU worker threads; a larger value is refused, naming it, before a pool is sized by it (more "
+      documented(spec<&Options::threads>("threads", "VJIT_THREADS"), "cpu, cuda",
+          "CPU worker threads (with `VJIT_DEVICE=cuda`, those of the host's optimizer step); a larger value "
+          "is refused, naming it, before a pool is sized by it (more "
           "threads only oversubscribe any machine), and a thread the system cannot start is an error naming "
           "it (and the limit hit), not an abort", "1 to 1024", "hardware threads (at most 1024)"),
-      documented(Spec{"infer_shards", "VJIT_INFER_SHARDS", Kind::Int, {}, nullptr, &Options::infer_shards, nullptr, nullptr}, "cpu",
+      documented(spec<&Options::Tuning::infer_shards>("infer_shards", "VJIT_INFER_SHARDS"), "cpu",
           "`Engine::infer` on the CPU splits a batch into this many groups of consecutive samples (fewer "
           "when the batch has fewer samples) and infers them at once, each by an engine of its own (one "
           "thread, same program, model and options) on a pool of min(groups, `VJIT_THREADS`) threads; the "
@@ -220,14 +283,14 @@ const std::array<Spec, 35>& specs() {
           "the caller's index). `forward`, `train_step` and the GPU are never split. Measured: greedy "
           "decoding at hidden 64, batch 64, 2 threads, about 1.2× the samples/s of one engine (docs/benchmarks.md, "
           "\"Greedy decoding\")", "positive integer", "1"),
-      documented(Spec{"max_memory", "VJIT_MAX_MEMORY", Kind::Bytes, {}, nullptr, nullptr, nullptr, &Options::max_memory}, "cpu, cuda",
+      documented(spec<&Options::max_memory>("max_memory", "VJIT_MAX_MEMORY"), "cpu, cuda",
           "bounds the buffers of a batch: the vertex values, and their gradients when it trains. A batch "
           "that needs more fails before it runs, naming the bytes it needs and the bound, and the engine "
           "runs the next (smaller) batch; on the CPU the two arenas together never hold more than the bound "
           "(their growth is capped). Parameters, their gradients and the optimizer state are the model's "
           "and not counted; the GPU executor is checked per batch but its device arenas still grow with "
           "slack (to 1.5× a batch's need, or twice their size)", "bytes, with an optional `K` `M` `G` suffix (powers of 1024), e.g. `512M`", "`0` (no bound)"),
-      documented(bool_spec("deterministic", "VJIT_DETERMINISTIC", &Options::deterministic), "cpu",
+      documented(spec<&Options::deterministic>("deterministic", "VJIT_DETERMINISTIC"), "cpu",
           "training and inference on the CPU give bitwise the same parameters, losses and outputs whatever "
           "`VJIT_THREADS` is (same seed, same data, same back end and machine): each GEMM is cut into "
           "blocks whose shape depends only on the product's size (`GemmSplit::Fixed`: one block below 0.5 "
@@ -237,48 +300,49 @@ const std::array<Spec, 35>& specs() {
           "results change in the last bits with the thread count). Cost of on, 2 threads: see "
           "docs/benchmarks.md, \"Determinism "
           "across thread counts\""),
-      documented(choice_spec("isa", "VJIT_ISA", option_values::isa, &Options::isa), "cpu",
+      documented(spec<&Options::Tuning::isa>("isa", "VJIT_ISA"), "cpu",
           "JIT target: `avx512` or `avx2` on x86-64, `neon` on AArch64, `scalar` the reference kernels "
           "(`auto`: best the CPU has)"),
-      documented(choice_spec("gemm", "VJIT_GEMM", option_values::gemm, &Options::gemm), "cpu",
+      documented(spec<&Options::Tuning::gemm>("gemm", "VJIT_GEMM"), "cpu",
           "matrix-product back end (`auto`: chosen by measurement, never `onednn_bf16`); `onednn_bf16` runs "
           "every product on operands rounded to bfloat16 with float accumulation (oneDNN's matmul "
           "primitive, one per product shape with the row count left to run time, operands converted with "
           "AVX-512 BF16; CPUs with AVX-512 BF16 or AMX only, elsewhere an error that says so; "
-          "`VJIT_PRETRANSPOSE` does nothing with it): every example model's objective and gradients stay "
+          "`VJIT_PRETRANSPOSE` is off with it): every example model's objective and gradients stay "
           "within 5e-2 of the reference, Tree-FC's within 0.25 (tested); on a Zen 4 the SST Tree-LSTM ran "
           "1.27–1.41× the samples/s of `onednn` at hidden 256 and 1.50–1.79× at hidden 512 (docs/benchmarks.md, "
           "\"CPU speed\")"),
-      documented(choice_spec("vertex_gemm", "VJIT_VERTEX_GEMM", option_values::vertex_gemm, &Options::vertex_gemm), "cpu",
+      documented(spec<&Options::Tuning::vertex_gemm>("vertex_gemm", "VJIT_VERTEX_GEMM"), "cpu",
           "CPU: the back end of the products run one per vertex (MV-RNN's W_M·[A; B] and the rows of "
           "W_Mᵀ·dP; not the weight gradient that sums six vertices per GEMM, nor any product over the rows "
           "of a weight): `auto` is `libxsmm` (its JIT kernels cost less per call than oneDNN's sgemm at "
           "64×64) where vjit was built with it and `VJIT_GEMM` is `auto`, else `VJIT_GEMM`'s back end; "
           "`same` is `VJIT_GEMM`'s back end; a name is that back end (an error naming the variable where it "
           "cannot be used). Measured: MV-RNN training 1.04× with libxsmm (alternating runs, docs/benchmarks.md)"),
-      documented(Spec{"cache_dir", "VJIT_CACHE_DIR", Kind::String, {}, nullptr, nullptr, &Options::cache_dir, nullptr}, "cpu, cuda",
+      documented(spec<&Options::cache_dir>("cache_dir", "VJIT_CACHE_DIR"), "cpu, cuda",
           "where learned batching policies (`fsm`) are saved and loaded, per program signature (empty: not "
           "saved; written atomically and durably, `io/atomic_file.h`; a file that does not load is reported "
           "once, moved aside to `<file>.rejected` and the policy learned again; a failed save is reported "
           "and leaves nothing behind), and where compiled CUDA modules are kept (keyed by source, "
           "architecture and NVRTC version; atomic writes, checksummed; empty: the user's cache directory, "
           "`$XDG_CACHE_HOME/vjit` or `~/.cache/vjit`); the CPU JIT kernels (x86, AArch64) are cached in memory", "directory", "empty"),
-      documented(Spec{"dist_timeout", "VJIT_DIST_TIMEOUT", Kind::Int, {}, nullptr, &Options::dist_timeout, nullptr, nullptr}, "cpu, cuda",
+      documented(spec<&Options::dist_timeout>("dist_timeout", "VJIT_DIST_TIMEOUT"), "cpu, cuda",
           "how long a collective of `vjit::Distributed` (data-parallel training over MPI) waits for the "
           "other ranks before it throws `DistributedError` naming the collective and the rank: a rank that "
           "died or hangs fails the others in bounded time instead of hanging them "
           "(`include/vjit/distributed.h`)", "seconds, positive integer", "300"),
-      documented(bool_spec("dist_nccl", "VJIT_DIST_NCCL", &Options::dist_nccl), "cuda",
+      documented(spec<&Options::Tuning::dist_nccl>("dist_nccl", "VJIT_DIST_NCCL"), "cuda",
           "data-parallel training on GPUs (`VJIT_DEVICE=cuda`) sums the dense gradients with "
-          "`ncclAllReduce` between the GPUs, where vjit was built with NCCL; off (or without NCCL): through "
-          "host memory over MPI, as on the CPU (`jit/gradient_exchange.h`, `runtime/nccl.h`)"),
-      documented(bool_spec("dist_overlap", "VJIT_DIST_OVERLAP", &Options::dist_overlap), "cpu",
+          "`ncclAllReduce` between the GPUs; off, or `auto` where vjit was built without NCCL: through "
+          "host memory over MPI, as on the CPU (`jit/gradient_exchange.h`, `runtime/nccl.h`); `on` without "
+          "NCCL is refused when the Engine is built"),
+      documented(auto_off(spec<&Options::Tuning::dist_overlap>("dist_overlap", "VJIT_DIST_OVERLAP")), "cpu",
           "data-parallel training on the CPU starts each dense gradient bucket's sum during the backward "
           "pass, as soon as the last step that writes one of its gradients has run (the lazy "
           "weight-gradient GEMMs, type by type), polls it between the backward's steps and waits for it "
           "before the optimizer step; the same sums, bitwise (`jit/gradient_exchange.h`). The CUDA executor "
           "does not overlap"),
-      documented(bool_spec("profile", "VJIT_PROFILE", &Options::profile), "cpu, cuda",
+      documented(spec<&Options::profile>("profile", "VJIT_PROFILE"), "cpu, cuda",
           "when an Engine is destroyed, a summary table on stderr (counters since the last `reset_stats`): "
           "the wall time inside the engine's calls and the phases within it (schedule+plan, forward, "
           "backward, optimizer; gemm, elementwise and copy as parts of forward+backward), tasks issued "
@@ -286,11 +350,11 @@ const std::array<Spec, 35>& specs() {
           "and the 20 costliest steps (total ms, calls, rows per call, % of the wall time; pass, vertex "
           "type, phase, op or fused kernel, with the kernel an inference pass runs beside it where "
           "`VJIT_INFER_KERNELS` makes a smaller one). See docs/guide.md, \"Profiling\""),
-      documented(bool_spec("perf_map", "VJIT_PERF_MAP", &Options::perf_map), "cpu",
+      documented(spec<&Options::perf_map>("perf_map", "VJIT_PERF_MAP"), "cpu",
           "append `<start hex> <size hex> vjit_<kernel>` to `/tmp/perf-<pid>.map` for every x86 JIT kernel "
           "as it is generated, and for a kernel an earlier engine of the process generated (and cached) "
           "without the option, so `perf report` names JIT code; each kernel once per process"),
-      documented(Spec{"trace", "VJIT_TRACE", Kind::String, {}, nullptr, nullptr, &Options::trace_path, nullptr}, "cpu, cuda",
+      documented(spec<&Options::trace_path>("trace", "VJIT_TRACE"), "cpu, cuda",
           "write a Chrome trace-event JSON file (Perfetto, `chrome://tracing`) of the run: one event per "
           "engine call, schedule and plan, task, GEMM (M, N, K), fused kernel, copy, other kernel, "
           "optimizer step and, where a step splits its rows over the pool, row block; args vertex type, "
@@ -299,7 +363,7 @@ const std::array<Spec, 35>& specs() {
           "is destroyed; at most 524288 events are kept (later ones are counted in "
           "`otherData.dropped_events`). CPU executor: every event; CUDA executor: the engine's events only. "
           "See docs/guide.md, \"Profiling\"", "file path (flag `--trace`)", "empty (off)"),
-      documented(bool_spec("check_finite", "VJIT_CHECK_FINITE", &Options::check_finite), "cpu",
+      documented(spec<&Options::check_finite>("check_finite", "VJIT_CHECK_FINITE"), "cpu",
           "the CPU executor checks every value each forward step writes (row by row, after the step) and "
           "throws a `UserError` at the first NaN or ±Inf in execution order, naming the sample (index and "
           "name), the vertex index in the sample, the vertex type, the op (`%12 log`) and the value; a "
@@ -311,7 +375,7 @@ const std::array<Spec, 35>& specs() {
           "optimizer step never writes a non-finite parameter or state value: SGD, Adam and AdaGrad preview "
           "the update and apply it only when every value stays finite, otherwise the step is an error "
           "naming the parameter, element, value and step, with the model and optimizer state unchanged"),
-      documented(choice_spec("log", "VJIT_LOG", option_values::log, &Options::log), "cpu, cuda",
+      documented(spec<&Options::log>("log", "VJIT_LOG"), "cpu, cuda",
           "to stderr: `passes` the IR after each lowering pass, `schedule` the tasks of each batch (type, "
           "vertices, policy), `kernels` each kernel compiled or found in the cache (name, ISA, code bytes), "
           "`primitives` each call's primitives (GEMMs, fused kernels, row copies, ...: kind, pass, vertex "
@@ -356,7 +420,23 @@ int64_t parse_bytes(std::string_view value, const std::string& culprit) {
 // The largest value an integer option takes: a pool of more threads than
 // this would be sized (and fail with std::bad_alloc) before any starts.
 int upper_bound_of(const Spec& spec) {
-  return spec.int_field == &Options::threads ? Options::max_threads : std::numeric_limits<int>::max();
+  return std::string_view(spec.name) == "threads" ? Options::max_threads : std::numeric_limits<int>::max();
+}
+
+// The index in `choices` of `value` (any case), or -1.
+int find_choice(std::span<const std::string_view> choices, std::string_view value) {
+  const std::string v = lower(value);
+  for (size_t i = 0; i < choices.size(); ++i)
+    if (v == choices[i]) return int(i);
+  return -1;
+}
+
+// 1 for 1/true/on, 0 for 0/false/off (any case), else -1.
+int parse_bool(std::string_view value) {
+  const std::string v = lower(value);
+  if (v == "1" || v == "true" || v == "on") return 1;
+  if (v == "0" || v == "false" || v == "off") return 0;
+  return -1;
 }
 
 // Parses `value` into the field `spec` describes. `culprit` names where the value
@@ -364,15 +444,20 @@ int upper_bound_of(const Spec& spec) {
 void set(Options& options, const Spec& spec, std::string_view value, const std::string& culprit) {
   switch (spec.kind) {
     case Kind::Bool: {
-      const std::string v = lower(value);
-      if (v == "1" || v == "true" || v == "on") {
-        options.*spec.bool_field = true;
-      } else if (v == "0" || v == "false" || v == "off") {
-        options.*spec.bool_field = false;
-      } else {
+      const int parsed = parse_bool(value);
+      if (parsed < 0)
         throw UserError(culprit + "='" + std::string(value) + "' is not a valid boolean; valid values: " +
                         join(kBoolValues));
-      }
+      spec.set(options, parsed);
+      return;
+    }
+    case Kind::Lever: {
+      const int parsed = parse_bool(value);
+      const int index = parsed == 1 ? int(Lever::On) : parsed == 0 ? int(Lever::Off) : find_choice(spec.choices, value);
+      if (index < 0)
+        throw UserError(culprit + "='" + std::string(value) + "' is not a valid value; valid values: " +
+                        join(kLeverValues));
+      spec.set(options, index);
       return;
     }
     case Kind::Int: {
@@ -384,22 +469,19 @@ void set(Options& options, const Spec& spec, std::string_view value, const std::
       VJIT_USER_CHECK(ec == std::errc() && ptr == last && parsed >= 1 && parsed <= bound && !value.empty(),
                       culprit << "='" << value << "' is not a valid value; valid values: a positive integer (1 to "
                               << bound << ")");
-      options.*spec.int_field = parsed;
+      spec.set(options, parsed);
       return;
     }
-    case Kind::Bytes: options.*spec.bytes_field = parse_bytes(value, culprit); return;
+    case Kind::Bytes: spec.bytes(options) = parse_bytes(value, culprit); return;
     case Kind::Choice: {
-      const std::string v = lower(value);
-      for (std::string_view choice : spec.choices) {
-        if (v == choice) {
-          options.*spec.string_field = std::string(choice);
-          return;
-        }
-      }
-      throw UserError(culprit + "='" + std::string(value) + "' is not a valid value; valid values: " +
-                      join(spec.choices));
+      const int index = find_choice(spec.choices, value);
+      if (index < 0)
+        throw UserError(culprit + "='" + std::string(value) + "' is not a valid value; valid values: " +
+                        join(spec.choices));
+      spec.set(options, index);
+      return;
     }
-    case Kind::String: options.*spec.string_field = std::string(value); return;
+    case Kind::String: spec.text(options) = std::string(value); return;
   }
   VJIT_INTERNAL_CHECK(false, "unhandled option kind for " << spec.name);
 }
@@ -425,10 +507,24 @@ std::string flag_name(const Spec& spec) {
 
 const char* on_off(bool b) { return b ? "on" : "off"; }
 
+// The value of `spec`'s field in `options` as describe() prints it.
+// (`options` is a copy: the accessors of bytes and strings are those `set` writes through.)
+std::string value_text(const Spec& spec, Options options) {
+  switch (spec.kind) {
+    case Kind::Bool: return on_off(spec.get(options) != 0);
+    case Kind::Lever:
+    case Kind::Choice: return std::string(spec.choices[size_t(spec.get(options))]);
+    case Kind::Int: return std::to_string(spec.get(options));
+    case Kind::Bytes: return spec.bytes(options) == 0 ? "unbounded" : std::to_string(spec.bytes(options));
+    case Kind::String: return spec.text(options).empty() ? "(none)" : spec.text(options);
+  }
+  return "";
+}
+
 // The values column of docs/options.md.
 std::string shown_values(const Spec& spec) {
   if (spec.kind == Kind::Bool) return "bool";
-  if (spec.kind != Kind::Choice) return spec.values ? spec.values : "";
+  if (spec.kind != Kind::Choice && spec.kind != Kind::Lever) return spec.values ? spec.values : "";
   std::string out;
   for (std::string_view choice : spec.choices) out += (out.empty() ? "`" : " `") + std::string(choice) + "`";
   return out;
@@ -437,15 +533,23 @@ std::string shown_values(const Spec& spec) {
 // The default column of docs/options.md: the built-in default.
 std::string shown_default(const Spec& spec) {
   if (spec.shown_default) return spec.shown_default;
-  const Options defaults = Options::defaults();
+  Options defaults = Options::defaults();
   switch (spec.kind) {
-    case Kind::Bool: return on_off(defaults.*spec.bool_field);
-    case Kind::Choice: return "`" + defaults.*spec.string_field + "`";
-    case Kind::Int: return std::to_string(defaults.*spec.int_field);
-    case Kind::Bytes: return std::to_string(defaults.*spec.bytes_field);
-    case Kind::String: return (defaults.*spec.string_field).empty() ? "empty" : defaults.*spec.string_field;
+    case Kind::Bool: return on_off(spec.get(defaults) != 0);
+    case Kind::Lever: {
+      const std::string value = "`" + std::string(spec.choices[size_t(spec.get(defaults))]) + "`";
+      return spec.get(defaults) == int(Lever::Auto) ? value + " (" + on_off(spec.auto_on) + ")" : value;
+    }
+    case Kind::Choice: return "`" + std::string(spec.choices[size_t(spec.get(defaults))]) + "`";
+    case Kind::Int: return std::to_string(spec.get(defaults));
+    case Kind::Bytes: return std::to_string(spec.bytes(defaults));
+    case Kind::String: return spec.text(defaults).empty() ? "empty" : spec.text(defaults);
   }
   return "";
+}
+
+bool honoured_on(const Spec& spec, Options::Device device) {
+  return std::string_view(spec.devices).find(to_string(device)) != std::string_view::npos;
 }
 
 }  // namespace
@@ -457,10 +561,16 @@ std::string options_markdown() {
       "     the test OptionsDoc.MatchesTheCode fails when this file and the code differ. -->\n\n"
       "Every optimisation can be switched by an environment variable, read by\n"
       "`vjit::Options::from_env()` (`include/vjit/options.h`), or set in the `vjit::Options` field of the\n"
-      "same name. Programs also accept the same names as flags (`--policy agenda`, `--policy=agenda`,\n"
-      "`--no-fusion`). An unknown or malformed value is an error that lists the valid values; an empty\n"
-      "value counts as unset. Booleans accept `0/1/true/false/on/off`. The devices column names the\n"
-      "devices that honour an option: on the CUDA device an option only the CPU honours has no effect.\n\n"
+      "same name (the performance levers in `vjit::Options::tuning`). Programs also accept the same names\n"
+      "as flags (`--policy agenda`, `--policy=agenda`, `--no-fusion`). An unknown or malformed value is an\n"
+      "error that lists the valid values; an empty value counts as unset. Booleans accept\n"
+      "`0/1/true/false/on/off`. The devices column names the devices that honour an option. An option\n"
+      "that a device might not honour is a lever, `auto` `on` `off` (and the booleans' spellings): `auto`\n"
+      "lets the device choose (the default column says what a device that honours it chooses; another\n"
+      "device runs it off), and `on` with a device that does not honour it is refused when the Engine is\n"
+      "built, naming the device and the option. So is any value other than the default of an option\n"
+      "that is not a lever, with a device that does not honour it (`VJIT_GEMM=openblas` with\n"
+      "`VJIT_DEVICE=cuda`): no value is accepted and then ignored.\n\n"
       "| variable | flag | values | default | devices | what |\n"
       "|---|---|---|---|---|---|\n";
   for (const Spec& spec : specs())
@@ -468,6 +578,15 @@ std::string options_markdown() {
            shown_default(spec) + " | " + spec.devices + " | " + spec.doc + " |\n";
   return out;
 }
+
+std::string_view to_string(Lever value) { return spellings(value)[size_t(value)]; }
+std::string_view to_string(Options::Device value) { return spellings(value)[size_t(value)]; }
+std::string_view to_string(Options::Policy value) { return spellings(value)[size_t(value)]; }
+std::string_view to_string(Options::MemoryPlanner value) { return spellings(value)[size_t(value)]; }
+std::string_view to_string(Options::Isa value) { return spellings(value)[size_t(value)]; }
+std::string_view to_string(Options::Gemm value) { return spellings(value)[size_t(value)]; }
+std::string_view to_string(Options::VertexGemm value) { return spellings(value)[size_t(value)]; }
+std::string_view to_string(Options::Log value) { return spellings(value)[size_t(value)]; }
 
 int Options::default_threads() {
   const unsigned n = std::thread::hardware_concurrency();
@@ -488,66 +607,64 @@ Options Options::from_env() {
 
 void Options::validate() const {
   for (const Spec& spec : specs()) {
-    if (spec.kind != Kind::Choice) continue;
-    const std::string& value = this->*spec.string_field;
-    bool valid = false;
-    for (std::string_view choice : spec.choices) valid = valid || value == choice;
-    VJIT_USER_CHECK(valid, "Options::" << spec.name << "='" << value << "' is not a valid value; valid values: "
-                                       << join(spec.choices));
+    if (spec.kind != Kind::Choice && spec.kind != Kind::Lever) continue;
+    const int index = spec.get(*this);
+    VJIT_USER_CHECK(index >= 0 && size_t(index) < spec.choices.size(),
+                    "Options: " << spec.name << " holds " << index << ", not one of its values: "
+                                << join(spec.choices));
   }
   VJIT_USER_CHECK(threads >= 1 && threads <= max_threads,
                   "Options::threads=" << threads << " is not a valid value; valid values: a positive integer (1 to "
                                       << max_threads << ")");
-  VJIT_USER_CHECK(infer_shards >= 1,
-                  "Options::infer_shards=" << infer_shards << " is not a valid value; valid values: a positive integer");
+  VJIT_USER_CHECK(tuning.infer_shards >= 1, "Options::tuning.infer_shards="
+                                                << tuning.infer_shards
+                                                << " is not a valid value; valid values: a positive integer");
   VJIT_USER_CHECK(dist_timeout >= 1, "Options::dist_timeout=" << dist_timeout
                                        << " is not a valid value; valid values: a positive integer (seconds)");
   VJIT_USER_CHECK(max_memory >= 0, "Options::max_memory=" << max_memory
                                                           << " is not a valid value; valid values: bytes >= 0 (0: no bound)");
 }
 
+Options Options::resolve() const {
+  VJIT_INTERNAL_CHECK(device == Device::Cpu || device == Device::Cuda,
+                      "Options::resolve needs the device chosen (cpu or cuda), not " << to_string(device));
+  validate();
+  Options resolved = *this;
+  const Options defaults = Options::defaults();
+  for (const Spec& spec : specs()) {
+    const bool honoured = honoured_on(spec, device);
+    if (spec.kind == Kind::Lever) {
+      const auto lever = Lever(spec.get(*this));
+      VJIT_USER_CHECK(honoured || lever != Lever::On,
+                      spec.env << "=on: the " << to_string(device) << " device does not do it (only " << spec.devices
+                               << " does); leave it auto or off there");
+      if (lever == Lever::Auto) spec.set(resolved, int(honoured && spec.auto_on ? Lever::On : Lever::Off));
+      continue;
+    }
+    if (honoured) continue;
+    VJIT_USER_CHECK(value_text(spec, *this) == value_text(spec, defaults),
+                    spec.env << "=" << value_text(spec, *this) << ": the " << to_string(device)
+                             << " device does not honour it (only " << spec.devices << " does); leave it at "
+                             << value_text(spec, defaults) << " there");
+  }
+  // oneDNN's bf16 matmul reads Wᵀ through its strides: no copy to make.
+  if (tuning.gemm == Gemm::OneDnnBf16) {
+    VJIT_USER_CHECK(tuning.pretranspose != Lever::On,
+                    "VJIT_PRETRANSPOSE=on: VJIT_GEMM=onednn_bf16 reads transposed weights through its strides, "
+                    "there is nothing to copy; leave it auto or off");
+    resolved.tuning.pretranspose = Lever::Off;
+  }
+  return resolved;
+}
+
 std::string Options::describe() const {
   std::string out;
-  out += "fusion=" + std::string(on_off(fusion));
-  out += " fuse_across_phases=" + std::string(on_off(fuse_across_phases));
-  out += " lazy=" + std::string(on_off(lazy));
-  out += " streaming=" + std::string(on_off(streaming));
-  out += " merge_matmuls=" + std::string(on_off(merge_matmuls));
-  out += " inplace_concat=" + std::string(on_off(inplace_concat));
-  out += " epilogue=" + std::string(on_off(epilogue));
-  out += " pad_wide_rows=" + std::string(on_off(pad_wide_rows));
-  out += " pretranspose=" + std::string(on_off(pretranspose));
-  out += " infer_kernels=" + std::string(on_off(infer_kernels));
-  out += " gather_slices=" + std::string(on_off(gather_slices));
-  out += " gather_pointers=" + std::string(on_off(gather_pointers));
-  out += " forward_gathers=" + std::string(on_off(forward_gathers));
-  out += " accumulate_gradients=" + std::string(on_off(accumulate_gradients));
-  out += " param_layout=" + std::string(on_off(param_layout));
-  out += " policy=" + policy;
-  out += " memplan=" + memplan;
-  out += " device=" + device;
-  out += " tf32=" + std::string(on_off(tf32));
-  out += " threads=" + std::to_string(threads);
-  out += " infer_shards=" + std::to_string(infer_shards);
-  out += " max_memory=" + (max_memory == 0 ? std::string("unbounded") : std::to_string(max_memory));
-  out += " deterministic=" + std::string(on_off(deterministic));
-  out += " isa=" + isa;
-  out += " gemm=" + gemm;
-  out += " vertex_gemm=" + vertex_gemm;
-  // Empty: policies are not saved, CUDA modules go to the user's cache directory.
-  out += " cache_dir=" + (cache_dir.empty() ? std::string("(default)") : cache_dir);
-  out += " dist_timeout=" + std::to_string(dist_timeout);
-  out += " dist_nccl=" + std::string(on_off(dist_nccl));
-  out += " dist_overlap=" + std::string(on_off(dist_overlap));
-  out += " profile=" + std::string(on_off(profile));
-  out += " perf_map=" + std::string(on_off(perf_map));
-  out += " trace=" + (trace_path.empty() ? std::string("off") : trace_path);
-  out += " check_finite=" + std::string(on_off(check_finite));
-  out += " log=" + log;
+  for (const Spec& spec : specs())
+    out += (out.empty() ? "" : " ") + std::string(spec.name) + "=" + value_text(spec, *this);
   return out;
 }
 
-bool Options::logs(std::string_view topic) const { return log == "all" || (log != "off" && log == topic); }
+bool Options::logs(Log topic) const { return log == Log::All || (log != Log::Off && log == topic); }
 
 std::vector<std::string> option_names() {
   std::vector<std::string> names;
@@ -590,10 +707,10 @@ std::vector<std::string> apply_flags(Options& options, int argc, const char* con
     }
     if (eq == std::string_view::npos && name.substr(2, 3) == "no-") {
       if (const Spec* spec = find_spec(name.substr(5)); spec != nullptr) {
-        VJIT_USER_CHECK(spec->kind == Kind::Bool,
+        VJIT_USER_CHECK(spec->kind == Kind::Bool || spec->kind == Kind::Lever,
                         arg << ": " << flag_name(*spec) << " is not a boolean option; write " << flag_name(*spec)
                             << " VALUE");
-        options.*spec->bool_field = false;
+        set(options, *spec, "off", flag_name(*spec));
         continue;
       }
     }

@@ -5,12 +5,12 @@
 //
 // For each vertex type:
 //   merge_matmuls        F → F     products of one operand by several parameters
-//                                  become one GEMM (Options::merge_matmuls)
+//                                  become one GEMM (Options::Tuning::merge_matmuls)
 //   simplify             F → F     CSE, DCE; F's value ids are final after it
 //                                  (∂F's Fwd nodes name them)
 //   gather_slices        F → F     slices of a gather become gathers of their own,
 //                                  so a concat of them is gathered in place
-//                                  (Options::gather_slices; not for VJIT_DEVICE=cuda)
+//                                  (Options::Tuning::gather_slices; CPU only)
 //   differentiate        F → ∂F
 //   join_gather_grads    ∂F → ∂F   with gather_slices: the slices' gradients of one
 //                                  slot back to one add per row
@@ -20,15 +20,15 @@
 //   fold_outer_products  which Outer nodes a ParamGrad computes as one GEMM
 //   classify_phases      eager / core / lazy per node
 //   sink_elementwise_into_core  eager elementwise nodes only tasks read join the
-//                        tasks' kernels (Options::fuse_across_phases)
-//   find_fusion_groups   elementwise groups (Options::fusion)
+//                        tasks' kernels (Options::Tuning::fuse_across_phases)
+//   find_fusion_groups   elementwise groups (Options::Tuning::fusion)
 //   compile_kernels      a kernel per group through the kernel cache; a group the
 //                        JIT refuses runs the reference kernel (logged once).
 //                        For VJIT_DEVICE=cuda: CUDA source per group, compiled
 //                        with the executor's fixed kernels into one NVRTC module
-//   fold_bias_adds       bias adds the GEMM does in its epilogue (Options::epilogue)
+//   fold_bias_adds       bias adds the GEMM does in its epilogue (Options::Tuning::epilogue)
 //   order_steps          the plan's eager, core and lazy steps
-// With Options::forward_gathers (not for VJIT_DEVICE=cuda), F is lowered first
+// With Options::Tuning::forward_gathers (not for VJIT_DEVICE=cuda), F is lowered first
 // without kernels; once every type is, the parts of each type's scattered row
 // that its fused kernels compute and parents gather into buffers are known
 // (runtime/forwarding.h), and F is lowered again from fold_outer_products on,
@@ -77,7 +77,7 @@ runtime::KernelTarget kernel_target(codegen::Isa isa) {
 }
 
 codegen::Isa isa_of(const Options& options) {
-  codegen::Isa isa = codegen::parse_isa(options.isa);
+  codegen::Isa isa = codegen::parse_isa(std::string(to_string(options.tuning.isa)));
   codegen::require_isa(isa);
   return isa;
 }
@@ -86,7 +86,7 @@ codegen::Isa isa_of(const Options& options) {
 // "[vjit] after merge_matmuls: cell (forward)" and the IR or the analysis.
 class PassLog {
  public:
-  PassLog(const Options& options, std::string type) : on_(options.logs("passes")), type_(std::move(type)) {}
+  PassLog(const Options& options, std::string type) : on_(options.logs(Options::Log::Passes)), type_(std::move(type)) {}
   // A log that prints nothing (a lowering whose plan is only looked at).
   static PassLog off() { return PassLog(); }
   // The same log, printing into `out` instead (printed later, in order).
@@ -232,7 +232,7 @@ std::shared_ptr<const CompiledKernel> compile_kernel(const codegen::KernelSpec& 
       std::cerr << "[vjit] kernel " << name << ": " << e.what() << "; using the reference kernel\n";
     found = KernelCache::global().lookup(spec, codegen::Isa::Scalar);
   }
-  if (options.logs("kernels"))
+  if (options.logs(Options::Log::Kernels))
     std::cerr << "[vjit] kernel " << found.kernel->name << " isa=" << codegen::isa_name(found.kernel->isa)
               << " code_bytes=" << found.kernel->code_bytes << (found.hit ? " cache hit" : " compiled") << "\n";
   return found.kernel;
@@ -275,7 +275,7 @@ void add_accumulating_kernel(const std::vector<runtime::GradientPart>& parts, co
 runtime::FusedStep inference_step(const ir::Function& function, const ir::FusionGroup& group,
                                   const runtime::FusedStep& full, codegen::Isa isa, const Options& options,
                                   const std::vector<ir::ValueId>& forwarded) {
-  if (!options.infer_kernels) return full;
+  if (!is_on(options.tuning.infer_kernels)) return full;
   const ir::FusionGroup part = ir::forward_only_part(function, group);
   if (part.outputs.size() == group.outputs.size()) return full;
   if (part.outputs.empty()) return {{}, {}, {}, full.width};  // nothing to run
@@ -324,7 +324,7 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   plan.folded = ir::fold_outer_products(function, /*per_vertex_matmuls=*/cuda == nullptr);
   log.print("fold_outer_products", which, flagged_nodes(function, plan.folded));
 
-  plan.phases = ir::classify_phases(function, options.lazy);
+  plan.phases = ir::classify_phases(function, options.tuning.lazy);
   if (log.on()) {
     std::string text;
     for (ValueId id = 0; id < function.size(); ++id)
@@ -332,14 +332,14 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
     log.print("classify_phases", which, text);
   }
 
-  if (options.fusion && options.fuse_across_phases) {
+  if (options.tuning.fusion && options.tuning.fuse_across_phases) {
     int moved = ir::sink_elementwise_into_core(function, plan.phases, keep);
     log.print("sink_elementwise_into_core", which, std::to_string(moved) + " nodes moved from eager to core\n");
   }
 
   std::vector<ir::FusionGroup> groups;
-  if (options.fusion) groups = ir::find_fusion_groups(function, plan.phases, keep);
-  log.print("find_fusion_groups", which, options.fusion ? ir::to_string(function, groups) : "(off: fusion=off)\n");
+  if (options.tuning.fusion) groups = ir::find_fusion_groups(function, plan.phases, keep);
+  log.print("find_fusion_groups", which, options.tuning.fusion ? ir::to_string(function, groups) : "(off: fusion=off)\n");
 
   std::vector<int> group_of(function.nodes.size(), -1);
   std::string compiled;
@@ -362,7 +362,7 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   } else if (!groups.empty()) {
     codegen::Isa isa = isa_of(options);
     const std::vector<runtime::GradientPart> gradient_parts =
-        options.accumulate_gradients ? runtime::gradient_parts(function) : std::vector<runtime::GradientPart>{};
+        is_on(options.tuning.accumulate_gradients) ? runtime::gradient_parts(function) : std::vector<runtime::GradientPart>{};
     for (const ir::FusionGroup& group : groups) {
       int index = int(plan.fused.size());
       if (kernels == Kernels::Skip) {
@@ -384,7 +384,7 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);
   plan.fused_of = group_of;
 
-  if (options.epilogue) {
+  if (options.tuning.epilogue) {
     // Only the CPU executor adds a bias to every row of a block product.
     std::vector<bool> products =
         ir::fold_bias_adds(function, plan.phases, group_of, keep, /*block_products=*/cuda == nullptr);
@@ -429,7 +429,7 @@ struct LoweredFunctions {
 // The passes from merge_matmuls to the simplification of ∂F.
 LoweredFunctions lower_functions(const ir::Function& program_forward, const Options& options, const PassLog& log) {
   ir::Function forward = program_forward;
-  if (options.merge_matmuls) {
+  if (options.tuning.merge_matmuls) {
     forward = ir::merge_matmuls(program_forward);
     ir::verify(forward);
     log.function("merge_matmuls", "forward", forward, &program_forward);
@@ -438,15 +438,14 @@ LoweredFunctions lower_functions(const ir::Function& program_forward, const Opti
   }
   ir::Function simplified = ir::simplify(forward);
   log.function("simplify", "forward", simplified, &forward);
-  // The CUDA executor reads whole gathers only.
-  const bool gather_slices = options.gather_slices && options.device != "cuda";
+  const bool gather_slices = is_on(options.tuning.gather_slices);
   if (gather_slices) {
     ir::Function sliced_gathers = ir::gather_slices(simplified);
     ir::verify(sliced_gathers);
     log.function("gather_slices", "forward", sliced_gathers, &simplified);
     simplified = std::move(sliced_gathers);
   } else {
-    log.print("gather_slices", "forward", "(off: gather_slices=off, or device=cuda)\n");
+    log.print("gather_slices", "forward", "(off: gather_slices=off)\n");
   }
 
   ir::Function backward = ir::differentiate(simplified);
@@ -477,7 +476,7 @@ LoweredFunctions lower_functions(const ir::Function& program_forward, const Opti
 void add_forwarded_parts(const Program& program, const Options& options,
                          const std::vector<std::ostringstream>& backward_logs, runtime::ExecPlan& plan) {
   std::vector<std::vector<int>> pointers(plan.types.size());
-  if (options.gather_pointers)
+  if (is_on(options.tuning.gather_pointers))
     for (size_t t = 0; t < plan.types.size(); ++t)
       pointers[t] = runtime::row_pointer_parts(plan.types[t].forward, plan.types[t].backward);
   const std::vector<TypeSignature> signatures = program.signatures();
@@ -493,10 +492,11 @@ void add_forwarded_parts(const Program& program, const Options& options,
   }
 }
 
-runtime::ExecPlan lower_program(const Program& program, const Options& options) {
+runtime::ExecPlan lower_program(const Program& program, const Options& given) {
+  const Options options = given.resolve();
   runtime::ExecPlan plan;
   std::vector<codegen::CudaKernelSource> cuda_kernels;
-  std::vector<codegen::CudaKernelSource>* cuda = options.device == "cuda" ? &cuda_kernels : nullptr;
+  std::vector<codegen::CudaKernelSource>* cuda = options.device == Options::Device::Cuda ? &cuda_kernels : nullptr;
   codegen::Isa isa = isa_of(options);
   if (isa != codegen::Isa::Scalar) {
     codegen::ArrayKernel exp = codegen::compile_exp_kernel(isa, options.perf_map);
@@ -504,7 +504,7 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
   }
   // VJIT_FORWARD_GATHERS: F is lowered without kernels first; what it forwards
   // depends on every type's plan (add_forwarded_parts lowers it again).
-  const bool forwarding = !cuda && options.forward_gathers;
+  const bool forwarding = is_on(options.tuning.forward_gathers);
   std::vector<std::ostringstream> backward_logs(size_t(forwarding ? program.num_types() : 0));
   for (int t = 0; t < program.num_types(); ++t) {
     PassLog log(options, program.type_name(t));
@@ -522,13 +522,13 @@ runtime::ExecPlan lower_program(const Program& program, const Options& options) 
   }
   if (forwarding) add_forwarded_parts(program, options, backward_logs, plan);
   plan.placement = std::make_shared<const runtime::RowPlacement>(
-      runtime::place_rows(plan, program.signatures(), !cuda && options.gather_pointers));
+      runtime::place_rows(plan, program.signatures(), is_on(options.tuning.gather_pointers)));
   if (cuda) {
     cuda->push_back({"executor", codegen::cuda_runtime_kernels_source() + codegen::cuda_index_kernels_source()});
     const int arch = runtime::CudaDevice::get().info().arch();
     CudaModuleImage image = compile_cuda_module(codegen::cuda_module_source(*cuda), arch,
                                                 cuda_module_cache_dir(options.cache_dir), "the CUDA module of a plan");
-    if (options.logs("kernels"))
+    if (options.logs(Options::Log::Kernels))
       std::cerr << "[vjit] CUDA module: " << cuda->size() << " kernel sources for sm_" << arch
                 << (image.from_memory ? " (memory cache)" : image.from_disk ? " (disk cache)" : " (compiled)") << "\n";
     plan.cuda = {image.arch, image.ptx, std::move(image.image)};

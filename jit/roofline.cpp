@@ -68,10 +68,10 @@ GemmPeak measure_gemm_peak(const Options& options, const GemmPeakOptions& peak) 
   VJIT_USER_CHECK(peak.size >= 0, "measure_gemm_peak: size must be >= 0, got " << peak.size);
   options.validate();
   // The GPU's peak where an engine with these options runs on the GPU.
-  if (options.device == "cuda" ||
-      (options.device == "auto" && runtime::probe_cuda().ok && jit::nvrtc_unavailable_reason().empty()))
+  if (options.device == Options::Device::Cuda ||
+      (options.device == Options::Device::Auto && runtime::probe_cuda().ok && jit::nvrtc_unavailable_reason().empty()))
     return measure_cublaslt_peak(peak);
-  runtime::GemmBackend backend = runtime::select_gemm_backend(options.gemm);
+  runtime::GemmBackend backend = runtime::select_gemm_backend(to_string(options.tuning.gemm));
 
   GemmPeak result;
   result.backend = runtime::gemm_backend_name(backend);

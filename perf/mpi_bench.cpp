@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
                   comm->size(), engine.options().threads, hidden, batch, steps, batch / step_s, step_s, comm_s,
                   step_s - comm_s, exchange_s, static_cast<long long>(dense_bytes),
                   comm->size() > 1 ? sent - double(dense_bytes) : 0.0, comm->deterministic() ? "true" : "false",
-                  engine.options().dist_overlap ? "true" : "false",
+                  is_on(engine.options().tuning.dist_overlap) ? "true" : "false",
                   double(engine.stats().dist_buckets) / (steps + 2),
                   double(engine.stats().dist_buckets_overlapped) / (steps + 2));
     return 0;

@@ -140,7 +140,7 @@ std::vector<std::vector<int>> batches_of(int num_samples, int batch, int count) 
 // objective and the gradients: the reference runs in float here too; 5e-2,
 // the stated accuracy, when the products round their operands to bf16).
 void check_against_reference(Engine& engine, const Program& program, const GraphBatch& batch) {
-  const double tolerance = engine.options().gemm == "onednn_bf16" ? 5e-2 : 1e-3;
+  const double tolerance = engine.options().tuning.gemm == vjit::Options::Gemm::OneDnnBf16 ? 5e-2 : 1e-3;
   RunOptions run;
   run.seed = 1;
   double objective = engine.forward(batch, run);
@@ -233,7 +233,7 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
     exact_matches += outputs[i] == models::seq2seq_target(*bundle.program, bundle.train[sample]);
   }
   Timing timing{seconds,        steps * batch_size,   exact_matches,
-                engine.stats(),  engine.compile_info(), engine.options().device,
+                engine.stats(),  engine.compile_info(), std::string(to_string(engine.options().device)),
                 engine.memory_planner()};
   if (first_run) measure_peak_half(args, options);
   if (decode) return timing;  // the lower bound of a graph that grows is not defined up front
@@ -285,7 +285,7 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"data", args.config.data_path.empty() ? std::string("built-in") : args.config.data_path},
               {"mode", args.mode},
               {"policy", options.policy},
-              {"memplan", options.memplan},
+              {"memplan", options.tuning.memplan},
               {"memory_planner", t.memory_planner},
               {"batch", args.batch},
               {"hidden", args.config.hidden},
@@ -399,9 +399,9 @@ void run_ablation(BenchArgs args, const Options& base) {
         a.config.hidden = hidden;
         a.config.embed = 0;
         Options options = base;
-        options.fusion = c.fusion;
-        options.lazy = c.lazy;
-        options.streaming = c.streaming;
+        options.tuning.fusion = c.fusion;
+        options.tuning.lazy = c.lazy;
+        options.tuning.streaming = c.streaming;
         json line = bench_one(a, options);
         line["config"] = c.name;
         std::cout << line.dump() << std::endl;
@@ -428,27 +428,27 @@ void run_levers(BenchArgs args, const Options& base) {
   };
   const Lever levers[] = {
       {"all_on", [](Options&) {}},
-      {"fusion", [](Options& o) { o.fusion = false; }},
-      {"fuse_across_phases", [](Options& o) { o.fuse_across_phases = false; }},
-      {"lazy", [](Options& o) { o.lazy = false; }},
-      {"merge_matmuls", [](Options& o) { o.merge_matmuls = false; }},
-      {"inplace_concat", [](Options& o) { o.inplace_concat = false; }},
-      {"epilogue", [](Options& o) { o.epilogue = false; }},
-      {"pad_wide_rows", [](Options& o) { o.pad_wide_rows = false; }},
-      {"pretranspose", [](Options& o) { o.pretranspose = false; }},
-      {"infer_kernels", [](Options& o) { o.infer_kernels = false; }},
-      {"gather_slices", [](Options& o) { o.gather_slices = false; }},
-      {"gather_pointers", [](Options& o) { o.gather_pointers = false; }},
-      {"forward_gathers", [](Options& o) { o.forward_gathers = false; }},
-      {"accumulate_gradients", [](Options& o) { o.accumulate_gradients = false; }},
-      {"param_layout", [](Options& o) { o.param_layout = false; }},
-      {"vertex_gemm", [](Options& o) { o.vertex_gemm = "same"; }},
+      {"fusion", [](Options& o) { o.tuning.fusion = false; }},
+      {"fuse_across_phases", [](Options& o) { o.tuning.fuse_across_phases = false; }},
+      {"lazy", [](Options& o) { o.tuning.lazy = false; }},
+      {"merge_matmuls", [](Options& o) { o.tuning.merge_matmuls = false; }},
+      {"inplace_concat", [](Options& o) { o.tuning.inplace_concat = false; }},
+      {"epilogue", [](Options& o) { o.tuning.epilogue = false; }},
+      {"pad_wide_rows", [](Options& o) { o.tuning.pad_wide_rows = false; }},
+      {"pretranspose", [](Options& o) { o.tuning.pretranspose = vjit::Lever::Off; }},
+      {"infer_kernels", [](Options& o) { o.tuning.infer_kernels = vjit::Lever::Off; }},
+      {"gather_slices", [](Options& o) { o.tuning.gather_slices = vjit::Lever::Off; }},
+      {"gather_pointers", [](Options& o) { o.tuning.gather_pointers = vjit::Lever::Off; }},
+      {"forward_gathers", [](Options& o) { o.tuning.forward_gathers = vjit::Lever::Off; }},
+      {"accumulate_gradients", [](Options& o) { o.tuning.accumulate_gradients = vjit::Lever::Off; }},
+      {"param_layout", [](Options& o) { o.tuning.param_layout = vjit::Lever::Off; }},
+      {"vertex_gemm", [](Options& o) { o.tuning.vertex_gemm = vjit::Options::VertexGemm::Same; }},
       {"threads", [](Options& o) { o.threads = 1; }},
       // Off is the faster thread-count-dependent GEMM split: a speedup below 1
       // is what bitwise determinism across thread counts costs.
-      {"deterministic", [](Options& o) { o.deterministic = false; }},
+      {"deterministic", [](Options& o) { o.deterministic = vjit::Lever::Off; }},
       // Products on bf16 operands (not float-exact: never a default).
-      {"bf16", [](Options& o) { o.gemm = "onednn_bf16"; }, true},
+      {"bf16", [](Options& o) { o.tuning.gemm = vjit::Options::Gemm::OneDnnBf16; }, true},
   };
   const size_t n = std::size(levers);
   std::vector<std::vector<json>> lines(n);
@@ -516,11 +516,11 @@ void run_layouts(BenchArgs args, const Options& base) {
   const Layout layouts[] = {
       {"baseline",
        [](Options& o) {
-         o.memplan = "copy";
-         o.gather_pointers = o.forward_gathers = o.accumulate_gradients = o.param_layout = false;
+         o.tuning.memplan = vjit::Options::MemoryPlanner::Copy;
+         o.tuning.gather_pointers = o.tuning.forward_gathers = o.tuning.accumulate_gradients = o.tuning.param_layout = vjit::Lever::Off;
        }},
-      {"copy", [](Options& o) { o.memplan = "copy"; }},
-      {"pqtree", [](Options& o) { o.memplan = "pqtree"; }},
+      {"copy", [](Options& o) { o.tuning.memplan = vjit::Options::MemoryPlanner::Copy; }},
+      {"pqtree", [](Options& o) { o.tuning.memplan = vjit::Options::MemoryPlanner::PqTree; }},
   };
   constexpr size_t n = std::size(layouts);
   if (args.rounds < 1) throw UserError("--rounds needs a positive integer");

@@ -139,7 +139,7 @@ class ParameterStore {
 
 // Told by an executor, during backward(), which parameters' gradients are
 // final: no later step of that backward writes them. Data-parallel training
-// starts their sums over the processes then (Options::dist_overlap,
+// starts their sums over the processes then (Options::Tuning::dist_overlap,
 // jit/gradient_exchange.h). Called on the thread that called backward().
 class BackwardObserver {
  public:

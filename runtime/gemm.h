@@ -80,7 +80,7 @@ std::string gemm_backend_info(GemmBackend backend);
 // available float-exact back end of the dispatch list (Reference at worst).
 GemmBackend default_gemm_backend();
 
-// The back end Options::gemm (VJIT_GEMM) names: "auto" or empty =
+// The back end Options::Tuning::gemm (VJIT_GEMM) names: "auto" or empty =
 // default_gemm_backend(). An unknown name, or a back end that is not available,
 // is a UserError naming VJIT_GEMM, the value and the valid (or usable) values.
 // The runtime never reads the environment; jit/options.cpp does.

@@ -35,7 +35,7 @@ inline std::vector<int> first_indices(int n) {
 // The options of the environment with VJIT_DEVICE=cuda.
 inline Options cuda_options() {
   Options options = Options::defaults();
-  options.device = "cuda";
+  options.device = vjit::Options::Device::Cuda;
   return options;
 }
 
@@ -48,7 +48,7 @@ inline std::vector<codegen::KernelSpec> example_kernel_specs() {
   for (const std::string& name : models::model_names()) {
     models::Bundle bundle = models::make_model(name, small_config());
     Options options = Options::defaults();
-    options.isa = "scalar";
+    options.tuning.isa = vjit::Options::Isa::Scalar;
     runtime::ExecPlan plan = jit::lower_program(*bundle.program, options);
     for (const runtime::TypePlan& type : plan.types)
       for (const runtime::FunctionPlan* fp : {&type.forward, &type.backward})

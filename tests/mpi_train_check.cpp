@@ -162,10 +162,11 @@ void check_train(const std::shared_ptr<vjit::Distributed>& comm) {
   const std::vector<float> mine = train_distributed(comm, kSteps, &stats);
   // VJIT_DIST_OVERLAP: every bucket's sum started during the backward (the
   // executor told the exchange when its gradients were final); off: none.
-  const int64_t expected_overlapped = options().dist_overlap ? stats.dist_buckets : 0;
+  const bool overlap = is_on(options().resolve().tuning.dist_overlap);
+  const int64_t expected_overlapped = overlap ? stats.dist_buckets : 0;
   report(*comm, stats.dist_buckets > 0 && stats.dist_buckets_overlapped == expected_overlapped,
          std::to_string(stats.dist_buckets_overlapped) + " of " + std::to_string(stats.dist_buckets) +
-             " buckets started during the backward (VJIT_DIST_OVERLAP " + (options().dist_overlap ? "on" : "off") +
+             " buckets started during the backward (VJIT_DIST_OVERLAP " + (overlap ? "on" : "off") +
              ")");
   std::vector<float> rank0 = mine;
   comm->broadcast(rank0, 0);

@@ -80,15 +80,15 @@ TEST(SteadyState, LatticeLstmTrainingStepAllocatesNothing) {
 TEST(SteadyState, DepthAndFrontierPoliciesAllocateNothing) {
   for (const char* policy : {"depth", "frontier"}) {
     Options options = Options::defaults();
-    options.policy = policy;
+    apply_flag(options, "policy", policy);
     EXPECT_EQ(steady_state_allocations("lattice_lstm", options), 0) << policy;
   }
 }
 
 TEST(SteadyState, PaddedLayoutAndUnfusedStepsAllocateNothing) {
   Options options = Options::defaults();
-  options.memplan = "padded";
-  options.fusion = false;
+  options.tuning.memplan = vjit::Options::MemoryPlanner::Padded;
+  options.tuning.fusion = false;
   EXPECT_EQ(steady_state_allocations("tree_lstm", options), 0);
 }
 

@@ -105,8 +105,8 @@ TEST(BadInput, EmptyBatchOnEveryExampleModelAndPlanner) {
       SCOPED_TRACE(name + " " + memplan);
       models::Bundle bundle = models::make_model(name, testing::small_config(8));
       Options options = Options::defaults();
-      options.memplan = memplan;
-      options.deterministic = std::string(memplan) != "auto";  // auto needs it off
+      apply_flag(options, "memplan", memplan);
+      options.deterministic = to_lever(std::string(memplan) != "auto");  // auto needs it off
       Engine engine(*bundle.program, options);
       Adam adam(0.01f);
       GraphBatch empty;
@@ -213,7 +213,7 @@ TEST(BadInput, BatchOverTheMemoryBoundFailsAndASmallerOneRuns) {
 TEST(BadInput, CorruptCachedPolicyIsSetAsideAndLearnedAgain) {
   models::Bundle bundle = models::make_model("tree_lstm_2type", testing::small_config());
   Options options = Options::defaults();
-  options.policy = "fsm";
+  options.policy = vjit::Options::Policy::Fsm;
   options.cache_dir = ::testing::TempDir() + "/vjit_bad_cache_" + std::to_string(::getpid());
   std::filesystem::remove_all(options.cache_dir);
   std::vector<int> first(32);
@@ -258,7 +258,7 @@ TEST(BadInput, PolicyFileFieldsAreBoundedBeforeUse) {
 TEST(BadInput, FailedPolicySaveLeavesNoTemporaryFile) {
   models::Bundle bundle = models::make_model("tree_lstm_2type", testing::small_config());
   Options options = Options::defaults();
-  options.policy = "fsm";
+  options.policy = vjit::Options::Policy::Fsm;
   Engine engine(*bundle.program, options);
   std::vector<int> first(16);
   for (int i = 0; i < 16; ++i) first[size_t(i)] = i;
@@ -280,7 +280,7 @@ TEST(BadInput, FailedPolicySaveLeavesNoTemporaryFile) {
 TEST(BadInput, FsmPolicyOfAnotherTypeCountIsRefusedAndTheOldOneKept) {
   Fixture f;
   Options options = Options::defaults();
-  options.policy = "fsm";
+  options.policy = vjit::Options::Policy::Fsm;
   Engine engine(f.program, options);
   const GraphBatch batch = f.good_batch();
   const std::shared_ptr<const FsmPolicy> kept = engine.learn_fsm_policy(batch);

@@ -113,8 +113,8 @@ TEST_P(BlockOpGradient, EngineMatchesTheReference) {
   for (const char* memplan : {"copy", "padded"})
     for (bool fusion : {true, false}) {
       Options options = Options::defaults();
-      options.memplan = memplan;
-      options.fusion = fusion;
+      apply_flag(options, "memplan", memplan);
+      options.tuning.fusion = fusion;
       Engine engine(p.program, options);
       testing::expect_matches_reference(engine, p.program, p.batch, 1e-4,
                                         GetParam().name + " memplan=" + memplan + (fusion ? "" : " fusion=off"));
@@ -217,7 +217,7 @@ TEST(BlockOpBatching, BlockTimesWeightIsBatchedGemmsNotOnePerVertex) {
   }
   for (const char* memplan : {"copy", "padded"}) {
     Options options = Options::defaults();
-    options.memplan = memplan;
+    apply_flag(options, "memplan", memplan);
     Engine engine(program, options);
     engine.forward(batch);
     EngineStats forward = engine.stats();

@@ -524,14 +524,14 @@ TEST(DiskCache, AnUnwritableDirectoryIsAUserError) {
 TEST(DeviceSelection, CudaFailsWithTheReasonAndAutoFallsBackOnce) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config(8));
   Options options = Options::defaults();
-  options.device = "cuda";
+  options.device = vjit::Options::Device::Cuda;
   const runtime::CudaProbe& probe = runtime::probe_cuda();
   const bool gpu = probe.ok && jit::nvrtc_unavailable_reason().empty();
   GraphBatch batch = models::make_batch(bundle.train, {0, 1, 2, 3, 4, 5, 6, 7});
   try {
     Engine engine(*bundle.program, options);
     EXPECT_TRUE(gpu) << "VJIT_DEVICE=cuda built an engine without a usable GPU";
-    EXPECT_EQ(engine.options().device, "cuda");
+    EXPECT_EQ(engine.options().device, vjit::Options::Device::Cuda);
     EXPECT_TRUE(std::isfinite(engine.forward(batch, RunOptions{})));
   } catch (const UserError& e) {
     EXPECT_FALSE(gpu) << e.what();
@@ -541,12 +541,12 @@ TEST(DeviceSelection, CudaFailsWithTheReasonAndAutoFallsBackOnce) {
       EXPECT_NE(message.find(probe.reason), std::string::npos) << message;
     }
   }
-  options.device = "auto";
+  options.device = vjit::Options::Device::Auto;
   ::testing::internal::CaptureStderr();
   {
     Engine first(*bundle.program, options);
     Engine second(*bundle.program, options);
-    EXPECT_EQ(first.options().device, gpu ? "cuda" : "cpu");
+    EXPECT_EQ(first.options().device, gpu ? vjit::Options::Device::Cuda : vjit::Options::Device::Cpu);
     EXPECT_TRUE(std::isfinite(first.forward(batch, RunOptions{})));
   }
   std::string said = ::testing::internal::GetCapturedStderr();

@@ -432,7 +432,7 @@ TEST(CudaDouble, GrowingBatchesReplaceTheirBuffers) {
   models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(64));
   for (bool streaming : {false, true}) {
     Options options = cuda_options();
-    options.streaming = streaming;
+    options.tuning.streaming = streaming;
     Engine engine(*bundle.program, options);
     Adam adam(0.01f);
     take_calls();
@@ -461,7 +461,7 @@ TEST_P(CudaDoubleModel, TrainStepsRepeatTheirDeviceWork) {
     const std::string what = GetParam() + (streaming ? " streaming" : "");
     models::Bundle bundle = models::make_model(GetParam(), testing::small_config(16));
     Options options = cuda_options();
-    options.streaming = streaming;
+    options.tuning.streaming = streaming;
     Engine engine(*bundle.program, options);
     Adam adam(0.01f);
     GraphBatch batch = models::make_batch(bundle.train, first_indices(6));
@@ -505,7 +505,7 @@ TEST(CudaDouble, DroppedEnginesGiveBackWhatTheyTook) {
   GraphBatch batch = models::make_batch(bundle.train, first_indices(5));
   auto use_an_engine = [&](bool streaming) {
     Options options = cuda_options();
-    options.streaming = streaming;
+    options.tuning.streaming = streaming;
     Engine engine(*bundle.program, options);
     Adam adam(0.01f);
     engine.train_step(batch, adam);
@@ -652,7 +652,7 @@ TEST(CudaDouble, EveryUpdatePathRunsOnTheDouble) {
   EXPECT_EQ(engine.gradients().size(), size_t(tree.bundle.model->size()));
   take_calls();
   Options tf32 = cuda_options();
-  tf32.tf32 = true;
+  tf32.tuning.tf32 = vjit::Lever::On;
   Engine on_tf32(*tree.bundle.program, tf32);
   on_tf32.infer(batch);
   const std::set<int> fp32_types = compute_types(first), tf32_types = compute_types(take_calls());
@@ -754,7 +754,7 @@ TEST(CudaDouble, TheLaunchListIsThePrimitiveList) {
   VJIT_USE_THE_DOUBLE();
   models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
   Options options = cuda_options();
-  options.log = "primitives";
+  options.log = vjit::Options::Log::Primitives;
   Engine engine(*bundle.program, options);
   const GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
   Adam adam(0.01f);
@@ -786,6 +786,36 @@ TEST(CudaDouble, TheLaunchListIsThePrimitiveList) {
   ASSERT_FALSE(driver.empty());
   EXPECT_EQ(listed, driver) << "first difference: " << first_difference(listed, driver);
   EXPECT_EQ(listed_fused, launched_fused);
+}
+
+// A lever only the CPU device honours, asked on with VJIT_DEVICE=cuda, is
+// refused when the engine is built, naming the device and the variable;
+// off (or auto) builds, and the engine runs them off.
+TEST(CudaDouble, EnginesRefuseWhatOnlyTheCpuDoes) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  const char* const cpu_only[] = {"VJIT_PRETRANSPOSE",    "VJIT_INFER_KERNELS",        "VJIT_GATHER_SLICES",
+                                  "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS",      "VJIT_ACCUMULATE_GRADIENTS",
+                                  "VJIT_PARAM_LAYOUT",    "VJIT_DIST_OVERLAP",         "VJIT_DETERMINISTIC"};
+  Options all_off = cuda_options();
+  for (const char* variable : cpu_only) {
+    Options options = cuda_options();
+    apply_flag(options, variable, "on");
+    try {
+      Engine engine(*bundle.program, options);
+      ADD_FAILURE() << variable << "=on with VJIT_DEVICE=cuda was accepted";
+    } catch (const UserError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(std::string(variable) + "=on: the cuda device"), std::string::npos) << message;
+    }
+    apply_flag(all_off, variable, "off");
+  }
+  Engine engine(*bundle.program, all_off);
+  const Options::Tuning& tuning = engine.options().tuning;
+  for (Lever lever : {tuning.pretranspose, tuning.infer_kernels, tuning.gather_slices, tuning.gather_pointers,
+                      tuning.forward_gathers, tuning.accumulate_gradients, tuning.param_layout})
+    EXPECT_EQ(lever, Lever::Off);
+  EXPECT_EQ(Engine(*bundle.program, cuda_options()).options().tuning, tuning) << "auto on the GPU is off";
 }
 
 }  // namespace

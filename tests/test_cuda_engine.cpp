@@ -42,21 +42,21 @@ TEST_P(CudaEngine, MatchesTheReferenceUnderEveryLowering) {
   };
   const Variant variants[] = {
       {"default", [](Options&) {}},
-      {"fusion=off", [](Options& o) { o.fusion = false; }},
-      {"lazy=off", [](Options& o) { o.lazy = false; }},
-      {"memplan=padded", [](Options& o) { o.memplan = "padded"; }},
+      {"fusion=off", [](Options& o) { o.tuning.fusion = false; }},
+      {"lazy=off", [](Options& o) { o.tuning.lazy = false; }},
+      {"memplan=padded", [](Options& o) { o.tuning.memplan = vjit::Options::MemoryPlanner::Padded; }},
       {"epilogue=off inplace_concat=off merge_matmuls=off",
        [](Options& o) {
-         o.epilogue = false;
-         o.inplace_concat = false;
-         o.merge_matmuls = false;
+         o.tuning.epilogue = false;
+         o.tuning.inplace_concat = false;
+         o.tuning.merge_matmuls = false;
        }},
       {"policy=depth fuse_across_phases=off",
        [](Options& o) {
-         o.policy = "depth";
-         o.fuse_across_phases = false;
+         o.policy = vjit::Options::Policy::Depth;
+         o.tuning.fuse_across_phases = false;
        }},
-      {"streaming=on", [](Options& o) { o.streaming = true; }},
+      {"streaming=on", [](Options& o) { o.tuning.streaming = true; }},
   };
   for (const Variant& v : variants) {
     Options options = cuda_options();
@@ -139,7 +139,7 @@ TEST_P(CudaEngine, StreamingEqualsOneStream) {
   models::Bundle one = models::make_model(model, testing::small_config());
   models::Bundle two = models::make_model(model, testing::small_config());
   Options streaming = cuda_options();
-  streaming.streaming = true;
+  streaming.tuning.streaming = true;
   Engine plain(*one.program, cuda_options()), streamed(*two.program, streaming);
   constexpr double kSame = 1e-5;
   for (int batch_size : {3, 48}) {
@@ -239,7 +239,7 @@ TEST(CudaEngineErrors, CheckFiniteIsRefused) {
     FAIL() << "VJIT_CHECK_FINITE=1 with VJIT_DEVICE=cuda was accepted";
   } catch (const UserError& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find("VJIT_CHECK_FINITE=1 runs on the CPU executor only"), std::string::npos) << message;
+    EXPECT_NE(message.find("VJIT_CHECK_FINITE=on: the cuda device does not honour it"), std::string::npos) << message;
   }
 }
 
@@ -250,7 +250,7 @@ TEST(CudaEngineTf32, TreeLstmWithinTheStatedAccuracy) {
   VJIT_SKIP_WITHOUT_CUDA();
   models::Bundle bundle = models::make_model("tree_lstm", testing::small_config());
   Options options = cuda_options();
-  options.tf32 = true;
+  options.tuning.tf32 = vjit::Lever::On;
   Engine engine(*bundle.program, options);
   GraphBatch batch = models::make_batch(bundle.train, first_indices(32));
   testing::expect_matches_reference(engine, *bundle.program, batch, 2e-2, "tree_lstm tf32");

@@ -111,7 +111,7 @@ class Determinism : public ::testing::TestWithParam<Case> {
   Options options(int threads) {
     Options o = Options::defaults();
     o.threads = threads;
-    o.gemm = runtime::gemm_backend_name(GetParam().backend);
+    apply_flag(o, "gemm", runtime::gemm_backend_name(GetParam().backend));
     return o;
   }
   // Why the case's back end cannot be used here ("" when it can).
@@ -126,7 +126,7 @@ class Determinism : public ::testing::TestWithParam<Case> {
 TEST_P(Determinism, SameParametersAndLossesForEveryThreadCount) {
   if (const std::string why = unavailable(); !why.empty()) GTEST_SKIP() << why;
   const std::string& model = GetParam().model;
-  ASSERT_TRUE(Options::defaults().deterministic) << "determinism is the default";
+  ASSERT_TRUE(is_on(Options::defaults().resolve().deterministic)) << "determinism is the default";
   const Trace one = train(model, options(1));
   for (double loss : one.losses) ASSERT_TRUE(std::isfinite(loss)) << model;
   for (int threads : kThreadCounts) {
@@ -153,7 +153,7 @@ TEST(DeterminismStreaming, SameResultWithTheEagerStepsOnASecondThread) {
   for (int threads : {1, 3}) {
     Options streaming = Options::defaults();
     streaming.threads = threads;
-    streaming.streaming = true;
+    streaming.tuning.streaming = true;
     expect_bitwise_equal(train("tree_lstm", streaming), want, "tree_lstm",
                          "tree_lstm streaming threads=" + std::to_string(threads) + " against threads=1");
   }
@@ -170,7 +170,7 @@ TEST(DeterminismOff, SameObjectiveAndGradientsUpToRounding) {
     Options on = Options::defaults(), off = Options::defaults();
     on.threads = 1;
     off.threads = 3;
-    off.deterministic = false;
+    off.deterministic = vjit::Lever::Off;
     Engine engine_on(*bundle.program, on), engine_off(*bundle.program, off);
     RunOptions run;
     run.seed = 3;

@@ -73,16 +73,16 @@ TEST_P(EngineMatchesReference, ForEveryBatchSize) {
   const EngineCase& c = GetParam();
   models::Bundle bundle = models::make_model(c.model, small_config());
   Options options = Options::defaults();
-  options.policy = c.policy;
-  options.lazy = c.lazy;
-  options.fusion = c.fusion;
-  options.isa = c.isa;
-  options.streaming = c.streaming;
-  options.memplan = c.memplan;
-  options.merge_matmuls = c.merge_matmuls;
-  options.inplace_concat = c.inplace_concat;
-  options.epilogue = c.epilogue;
-  options.fuse_across_phases = c.fuse_across_phases;
+  apply_flag(options, "policy", c.policy);
+  options.tuning.lazy = c.lazy;
+  options.tuning.fusion = c.fusion;
+  apply_flag(options, "isa", c.isa);
+  options.tuning.streaming = c.streaming;
+  apply_flag(options, "memplan", c.memplan);
+  options.tuning.merge_matmuls = c.merge_matmuls;
+  options.tuning.inplace_concat = c.inplace_concat;
+  options.tuning.epilogue = c.epilogue;
+  options.tuning.fuse_across_phases = c.fuse_across_phases;
   Engine engine(*bundle.program, options);
   for (int batch_size : {1, 7, 64}) {
     GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
@@ -170,7 +170,7 @@ TEST(WideRows, PaddedAndUnpaddedMatchTheReference) {
     GraphBatch batch = models::make_batch(bundle.train, first_indices(6));
     for (bool pad : {true, false}) {
       Options options = Options::defaults();
-      options.pad_wide_rows = pad;
+      options.tuning.pad_wide_rows = pad;
       Engine engine(*bundle.program, options);
       testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance,
                                         model + (pad ? " padded" : " unpadded"));
@@ -195,7 +195,7 @@ TEST(PretransposedWeights, MatchTheReferenceAndFollowEveryUpdate) {
     for (bool on : {true, false}) {
       bundle.program->model() = start;
       Options options = Options::defaults();
-      options.pretranspose = on;
+      options.tuning.pretranspose = vjit::to_lever(on);
       Engine engine(*bundle.program, options);
       testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance, model + (on ? " on" : " off"));
       if (on) {
@@ -235,7 +235,7 @@ TEST(InferenceKernels, ForwardOnlyPassesAndTheTrainingStepsAfterThemMatchTheRefe
     double objective[2] = {0, 0};  // of the forward-only pass, on and off
     for (bool on : {true, false}) {
       Options options = Options::defaults();
-      options.infer_kernels = on;
+      options.tuning.infer_kernels = vjit::to_lever(on);
       Engine engine(*bundle.program, options);
       const std::string what = model + (on ? " on" : " off");
       testing::expect_forward_only_matches_reference(engine, *bundle.program, first, kTolerance,
@@ -269,9 +269,9 @@ TEST(GatherSlices, EveryModelMatchesTheReferenceOnAndOffUnderEachPlanner) {
       int64_t layout_bytes[2] = {0, 0};
       for (bool on : {true, false}) {
         Options options = Options::defaults();
-        options.gather_slices = on;
-        options.gather_pointers = false;  // it splits MV-RNN's W_M·[A; B] in two sums: other rounding
-        options.memplan = memplan;
+        options.tuning.gather_slices = vjit::to_lever(on);
+        options.tuning.gather_pointers = vjit::Lever::Off;  // it splits MV-RNN's W_M·[A; B] in two sums: other rounding
+        apply_flag(options, "memplan", memplan);
         Engine engine(*bundle.program, options);
         const std::string what = model + " " + memplan + (on ? " on" : " off");
         testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance, what);
@@ -312,7 +312,7 @@ std::array<int64_t, 2> layout_bytes_off_on(const Program& program, const GraphBa
   for (bool on : {false, true}) {
     Options options = Options::defaults();
     set(options, on);
-    options.memplan = memplan;
+    apply_flag(options, "memplan", memplan);
     options.threads = threads;
     Engine engine(program, options);
     const std::string run = what + " " + memplan + " threads " + std::to_string(threads) + (on ? " on" : " off");
@@ -341,8 +341,8 @@ TEST(GatherPointers, FusedKernelsReadAndWriteChildrenRowsWhereTheyLieInEveryMode
         // Pointers alone: VJIT_ACCUMULATE_GRADIENTS takes over some gradients they write.
         const std::array<int64_t, 2> layout_bytes =
             layout_bytes_off_on(*bundle.program, batch, memplan, threads, model, [](Options& options, bool on) {
-              options.gather_pointers = on;
-              options.accumulate_gradients = false;
+              options.tuning.gather_pointers = vjit::to_lever(on);
+              options.tuning.accumulate_gradients = vjit::Lever::Off;
             });
         EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan;
         if (model == "tree_lstm" && memplan == "copy") {
@@ -372,7 +372,7 @@ void for_every_layout_with_and_without_pointers(
                 layout_bytes_off_on(*bundle.program, batch, memplan, threads, model + (pointers ? " pointers" : ""),
                                     [&](Options& options, bool on) {
                                       set(options, on);
-                                      options.gather_pointers = pointers;
+                                      options.tuning.gather_pointers = vjit::to_lever(pointers);
                                     }));
         }
       }
@@ -389,7 +389,7 @@ void for_every_layout_with_and_without_pointers(
 // bytes copied by the layout on; on the lattice, fewer.
 TEST(AccumulateGradients, KernelsAddGradientPartsIntoTheChildrensRowsInEveryModel) {
   for_every_layout_with_and_without_pointers(
-      [](Options& options, bool on) { options.accumulate_gradients = on; },
+      [](Options& options, bool on) { options.tuning.accumulate_gradients = vjit::to_lever(on); },
       [](const std::string& memplan, const std::string& model, bool pointers, std::array<int64_t, 2> layout_bytes) {
         EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan << (pointers ? " pointers" : "");
         if (model == "lattice_lstm") {
@@ -408,7 +408,7 @@ TEST(AccumulateGradients, KernelsAddGradientPartsIntoTheChildrensRowsInEveryMode
 // gather pointers none at all.
 TEST(ForwardGathers, ChildrenWriteWhatTheirParentsGatherInEveryModel) {
   for_every_layout_with_and_without_pointers(
-      [](Options& options, bool on) { options.forward_gathers = on; },
+      [](Options& options, bool on) { options.tuning.forward_gathers = vjit::to_lever(on); },
       [](const std::string& memplan, const std::string& model, bool pointers, std::array<int64_t, 2> layout_bytes) {
         EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan;
         if (model == "lattice_lstm" && memplan == "copy") {  // into the words' sums of one start state
@@ -459,8 +459,8 @@ TEST(ForwardGathers, AChildForwardsToTheParentThatTakesMostOfItsRow) {
   int64_t bytes[2] = {0, 0};
   for (bool on : {false, true}) {
     Options options = Options::defaults();
-    options.forward_gathers = on;
-    options.gather_pointers = false;
+    options.tuning.forward_gathers = vjit::to_lever(on);
+    options.tuning.gather_pointers = vjit::Lever::Off;
     Engine engine(program, options);
     testing::expect_forward_only_matches_reference(engine, program, batch, kTolerance, on ? "on" : "off");
     bytes[on] = engine.stats().layout_copy_bytes;
@@ -481,7 +481,7 @@ TEST(ForwardGathers, SharedChildrenForwardOnceAndTheOtherGathersCopy) {
   for (const std::string memplan : {"copy", "pqtree"}) {
     const std::array<int64_t, 2> layout_bytes =
         layout_bytes_off_on(*bundle.program, batch, memplan, 1, "tree_lstm",
-                            [](Options& options, bool on) { options.forward_gathers = on; });
+                            [](Options& options, bool on) { options.tuning.forward_gathers = vjit::to_lever(on); });
     EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan;
     EXPECT_GT(layout_bytes[1], 0) << memplan << ": the second parents' gathers copied nothing";
   }
@@ -513,7 +513,7 @@ TEST(GatherSlices, AGatherOfTheSecondHalfOfAStateAndItsGradientMatchTheReference
   }
   for (const std::string memplan : {"copy", "pqtree", "padded"}) {
     Options options = Options::defaults();
-    options.memplan = memplan;
+    apply_flag(options, "memplan", memplan);
     Engine engine(program, options);
     testing::expect_matches_reference(engine, program, batch, kTolerance, memplan);
   }
@@ -630,7 +630,7 @@ TEST(GatherPointers, PerVertexProductsReadChildrenWhereTheyLieAndMatchTheReferen
       for (int threads : {1, 2}) {
         const std::string what = "types " + std::to_string(types.size()) + (has_node ? " node" : " mixed");
         const std::array<int64_t, 2> layout_bytes = layout_bytes_off_on(
-            p.program, batch, memplan, threads, what, [](Options& options, bool on) { options.gather_pointers = on; });
+            p.program, batch, memplan, threads, what, [](Options& options, bool on) { options.tuning.gather_pointers = vjit::to_lever(on); });
         EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan << ": the children's matrices are copied";
         if (types.size() == 1 && !has_node) {
           EXPECT_GT(layout_bytes[1], 0) << memplan << ": a matrix a GEMM over rows reads was not copied";
@@ -653,7 +653,7 @@ TEST(GatherPointers, GradientsOfSharedChildrenAreAddedAndTheOthersWrittenInPlace
   for (const std::string memplan : {"copy", "pqtree"}) {
     const std::array<int64_t, 2> layout_bytes =
         layout_bytes_off_on(*bundle.program, batch, memplan, 1, "mv_rnn",
-                            [](Options& options, bool on) { options.gather_pointers = on; });
+                            [](Options& options, bool on) { options.tuning.gather_pointers = vjit::to_lever(on); });
     EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan;
   }
   // On, the planner gives the gathered matrices and their concat no buffer:
@@ -661,7 +661,7 @@ TEST(GatherPointers, GradientsOfSharedChildrenAreAddedAndTheOthersWrittenInPlace
   // error, "values N").
   auto value_bytes = [&](bool on) {
     Options options = Options::defaults();
-    options.gather_pointers = on;
+    options.tuning.gather_pointers = vjit::to_lever(on);
     options.max_memory = 1024;
     Engine engine(*bundle.program, options);
     const std::string message = test_util::user_error_of([&] { engine.forward(batch); });
@@ -684,7 +684,7 @@ TEST(VertexGemm, EveryValueMatchesTheReferenceAndReachesThePerVertexProducts) {
   std::map<std::string, double> objective;
   for (std::string_view value : option_values::vertex_gemm) {
     Options options = Options::defaults();
-    options.vertex_gemm = std::string(value);
+    apply_flag(options, "vertex_gemm", value);
     std::unique_ptr<Engine> engine;
     try {
       engine = std::make_unique<Engine>(*bundle.program, options);
@@ -714,7 +714,7 @@ TEST(Bf16Products, EveryExampleModelStaysWithinTheStatedToleranceOfTheReference)
     config.embed = 64;
     models::Bundle bundle = models::make_model(model, config);
     Options options = Options::defaults();
-    options.gemm = "onednn_bf16";
+    options.tuning.gemm = vjit::Options::Gemm::OneDnnBf16;
     std::unique_ptr<Engine> engine;
     try {
       engine = std::make_unique<Engine>(*bundle.program, options);
@@ -750,7 +750,7 @@ TEST(LazyBatching, WeightGradientGemmsDoNotGrowWithTheBatch) {
 TEST(LazyBatching, PerTaskGradientsGrowWithTheTasksWhenOff) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
   Options options = Options::defaults();
-  options.lazy = false;
+  options.tuning.lazy = false;
   Engine engine(*bundle.program, options);
   GraphBatch batch = models::make_batch(bundle.train, first_indices(16));
   engine.forward(batch);
@@ -763,7 +763,7 @@ TEST(LazyBatching, PerTaskGradientsGrowWithTheTasksWhenOff) {
 TEST(Copies, OneCallPerTaskAndSlot) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
   Options options = Options::defaults();
-  options.gather_slices = false;
+  options.tuning.gather_slices = vjit::Lever::Off;
   Engine engine(*bundle.program, options);
   GraphBatch batch = models::make_batch(bundle.train, first_indices(32));
   engine.forward(batch);
@@ -797,8 +797,8 @@ TEST(Copies, StackedWeightsOfMergedProductsAreCountedOncePerPass) {
   const int64_t stacked = (3 + 5) * 4 * int64_t(sizeof(float));
   for (bool merge : {false, true}) {
     Options options = Options::defaults();
-    options.merge_matmuls = merge;
-    options.param_layout = false;
+    options.tuning.merge_matmuls = merge;
+    options.tuning.param_layout = vjit::Lever::Off;
     Engine engine(program, options);
     testing::expect_forward_only_matches_reference(engine, program, batch, kTolerance, merge ? "on" : "off");
     EXPECT_EQ(engine.stats().stacked_weight_bytes, merge ? stacked : 0) << "merging " << merge;
@@ -888,10 +888,10 @@ TEST(MemoryPlan, StridedChildrenAreGatheredInPlace) {
   models::Bundle bundle = models::make_model("tree_fc", small_config());
   GraphBatch batch = models::make_batch(bundle.train, first_indices(16));
   Options options = Options::defaults();
-  options.forward_gathers = false;
+  options.tuning.forward_gathers = vjit::Lever::Off;
   Engine copy(*bundle.program, options);
   copy.forward(batch);
-  options.memplan = "padded";
+  options.tuning.memplan = vjit::Options::MemoryPlanner::Padded;
   Engine padded(*bundle.program, options);
   padded.forward(batch);
   EXPECT_GT(copy.stats().gather_views, copy.stats().tasks / 2);
@@ -914,7 +914,7 @@ TEST(MemoryPlan, PQTreeReadsChainsInPlaceInBothPasses) {
     Options options = Options::defaults();
     Engine copy(*bundle.program, options);
     testing::expect_matches_reference(copy, *bundle.program, batch, kTolerance, model + " copy");
-    options.memplan = "pqtree";
+    options.tuning.memplan = vjit::Options::MemoryPlanner::PqTree;
     Engine pqtree(*bundle.program, options);
     testing::expect_matches_reference(pqtree, *bundle.program, batch, kTolerance, model + " pqtree");
     if (model != "tree_lstm") {
@@ -951,8 +951,8 @@ TEST(MemoryPlan, AutoTriesBothLayoutsThenKeepsOneAndStaysExact) {
   for (const std::string model : {"tree_lstm", "var_lstm", "lattice_lstm"}) {
     models::Bundle bundle = models::make_model(model, small_config());
     Options options = Options::defaults();
-    options.memplan = "auto";
-    options.deterministic = false;
+    options.tuning.memplan = vjit::Options::MemoryPlanner::Auto;
+    options.deterministic = vjit::Lever::Off;
     Engine engine(*bundle.program, options);
     constexpr int kTrials = 8;  // Engine::memory_planner: auto's first 8 timed batches
     for (int step = 0; step < kTrials + 2; ++step) {
@@ -986,11 +986,11 @@ TEST(MemoryPlan, AutoTriesBothLayoutsThenKeepsOneAndStaysExact) {
 TEST(MemoryPlan, AutoNeedsDeterminismOff) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
   Options options = Options::defaults();
-  options.memplan = "auto";
-  options.deterministic = true;
+  options.tuning.memplan = vjit::Options::MemoryPlanner::Auto;
+  options.deterministic = vjit::Lever::On;
   const std::string message = test_util::user_error_of([&] { Engine engine(*bundle.program, options); });
   EXPECT_NE(message.find("VJIT_DETERMINISTIC=0"), std::string::npos) << message;
-  options.memplan = "pqtree";
+  options.tuning.memplan = vjit::Options::MemoryPlanner::PqTree;
   Engine pqtree(*bundle.program, options);
   EXPECT_EQ(pqtree.memory_planner(), "pqtree");
 }
@@ -1097,6 +1097,46 @@ TEST(Engine, TrainStepUpdatesTheLookedUpRowsOfTheEmbeddingTable) {
   }
 }
 
+// The CPU-only levers on the CPU: auto is on (the engine runs them resolved,
+// Options::resolve), on does the same, bit for bit, and off does without.
+// CompileInfo counts what two of them make: the inference kernels
+// (VJIT_INFER_KERNELS) and the accumulating kernels (VJIT_ACCUMULATE_GRADIENTS).
+TEST(Levers, AutoIsOnOnTheCpuAndOffDoesWithout) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  const GraphBatch batch = models::make_batch(bundle.train, first_indices(7));
+  struct Made {
+    Options resolved;
+    CompileInfo info;
+    double objective;
+  };
+  auto run = [&](Lever lever) {
+    Options options = Options::defaults();
+    Options::Tuning& t = options.tuning;
+    for (Lever* each : {&t.pretranspose, &t.infer_kernels, &t.gather_slices, &t.gather_pointers, &t.forward_gathers,
+                        &t.accumulate_gradients, &t.param_layout})
+      *each = lever;
+    Engine engine(*bundle.program, options);
+    RunOptions forward_and_backward;
+    forward_and_backward.backward = true;
+    const double objective = engine.forward(batch, forward_and_backward);
+    return Made{engine.options(), engine.compile_info(), objective};
+  };
+  const Made automatic = run(Lever::Auto), on = run(Lever::On), off = run(Lever::Off);
+  EXPECT_EQ(automatic.resolved, on.resolved) << "auto is on on the CPU";
+  const Options::Tuning& t = off.resolved.tuning;
+  for (Lever lever : {t.pretranspose, t.infer_kernels, t.gather_slices, t.gather_pointers, t.forward_gathers,
+                      t.accumulate_gradients, t.param_layout})
+    EXPECT_EQ(lever, Lever::Off);
+  EXPECT_EQ(automatic.objective, on.objective) << "the same operations: the same bits";
+  EXPECT_NEAR(off.objective, on.objective, 1e-4 * std::abs(on.objective));
+  for (const Made* made : {&automatic, &on}) {
+    EXPECT_GT(made->info.inference_kernels, 0);
+    EXPECT_GT(made->info.accumulating_kernels, 0);
+  }
+  EXPECT_EQ(off.info.inference_kernels, 0);
+  EXPECT_EQ(off.info.accumulating_kernels, 0);
+}
+
 }  // namespace
 }  // namespace vjit
 
@@ -1110,7 +1150,7 @@ TEST(FsmPolicyFiles, SavedWithTheProgramAndRejectedByAnother) {
   models::Bundle trees = models::make_model("tree_lstm_outputs", config);
   models::Bundle lattices = models::make_model("lattice_lstm", config);
   Options options = Options::defaults();
-  options.policy = "fsm";
+  options.policy = vjit::Options::Policy::Fsm;
   std::string path = ::testing::TempDir() + "/vjit_fsm_policy.json";
   {
     Engine engine(*trees.program, options);
@@ -1135,7 +1175,7 @@ TEST(FsmPolicyFiles, SavedWithTheProgramAndRejectedByAnother) {
 TEST(FsmPolicyFiles, CacheDirKeepsThePolicyAcrossEngines) {
   models::Bundle bundle = models::make_model("tree_lstm_2type", small_config());
   Options options = Options::defaults();
-  options.policy = "fsm";
+  options.policy = vjit::Options::Policy::Fsm;
   options.cache_dir = ::testing::TempDir() + "/vjit_cache_" + std::to_string(::getpid());
   GraphBatch batch = models::make_batch(bundle.train, first_indices(32));
   {
@@ -1238,9 +1278,9 @@ struct LogProgram {
 Options check_finite_options(bool fusion, int threads, bool streaming) {
   Options options = Options::defaults();
   options.check_finite = true;
-  options.fusion = fusion;
+  options.tuning.fusion = fusion;
   options.threads = threads;
-  options.streaming = streaming;
+  options.tuning.streaming = streaming;
   return options;
 }
 
@@ -1283,7 +1323,7 @@ TEST(CheckFinite, RefusedOnTheCudaExecutorAtConstruction) {
   // check_finite refusal is then tested by test_cuda_engine on a GPU.
   LogProgram p;
   Options options = check_finite_options(true, 1, false);
-  options.device = "cuda";
+  options.device = vjit::Options::Device::Cuda;
   const std::string message = user_error_of([&] { Engine engine(p.program, options); });
   EXPECT_TRUE(message.find("VJIT_CHECK_FINITE=1 runs on the CPU executor only") != std::string::npos ||
               message.find("VJIT_DEVICE=cuda: ") != std::string::npos)

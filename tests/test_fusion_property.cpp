@@ -196,8 +196,8 @@ TEST(FusionProperty, RandomDagsMatchTheReferenceOnEveryIsa) {
     ++checked;
     for (const std::string& isa : isas) {
       Options options = Options::defaults();
-      options.fusion = true;
-      options.isa = isa;
+      options.tuning.fusion = true;
+      apply_flag(options, "isa", isa);
       options.threads = 1;
       const jit::KernelCacheCounters before = jit::KernelCache::global().counters();
       Engine engine(*c.program, options);

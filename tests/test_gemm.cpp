@@ -227,9 +227,9 @@ TEST(GemmNames, EngineUsesTheOption) {
   Program program(model);
   program.add_type("leaf", [&](Builder& b) { b.add_loss(b.sum(b.matmul(w, b.pull(4)))); });
   Options options = Options::defaults();
-  options.gemm = "reference";
+  options.tuning.gemm = vjit::Options::Gemm::Reference;
   EXPECT_NO_THROW({ Engine engine(program, options); });
-  options.gemm = "auto";
+  options.tuning.gemm = vjit::Options::Gemm::Auto;
   EXPECT_NO_THROW({ Engine engine(program, options); });
   unsetenv("VJIT_GEMM");
 }

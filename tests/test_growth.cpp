@@ -71,7 +71,7 @@ TEST(Growth, BatchedGreedyDecodingEqualsDecodingEachSampleAlone) {
   for (const char* policy : {"agenda", "depth", "frontier"}) {
     models::Bundle bundle = small_seq2seq();
     Options options = Options::defaults();
-    options.policy = policy;
+    apply_flag(options, "policy", policy);
     Engine engine(*bundle.program, options);
     train_a_little(engine, bundle);
     engine.set_growth(bundle.program->type_index("decoder"), models::seq2seq_greedy_decoder(*bundle.program));

@@ -22,9 +22,9 @@ constexpr double kTolerance = 1e-5;
 
 Options grouped(int groups, int threads, const std::string& policy = "agenda") {
   Options options = Options::defaults();
-  options.infer_shards = groups;
+  options.tuning.infer_shards = groups;
   options.threads = threads;
-  options.policy = policy;
+  apply_flag(options, "policy", policy);
   return options;
 }
 

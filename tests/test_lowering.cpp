@@ -56,7 +56,7 @@ int count(const std::string& text, const std::string& part) {
 TEST(PassList, LogsTheIrAfterEachPassInOrder) {
   models::Bundle bundle = models::make_model("var_lstm_gates", small_config());
   Options options = Options::defaults();
-  options.log = "passes";
+  options.log = vjit::Options::Log::Passes;
   ::testing::internal::CaptureStderr();
   Engine engine(*bundle.program, options);
   const std::string log = ::testing::internal::GetCapturedStderr();
@@ -91,7 +91,7 @@ TEST(MergeMatmuls, IrAfterThePassShowsOneMatmulWhereThereWereFour) {
   const std::string program_ir = ir::to_string(bundle.program->forward(0));
   EXPECT_EQ(count(program_ir, "= matmul("), 9) << program_ir;
   Options options = Options::defaults();
-  options.log = "passes";
+  options.log = vjit::Options::Log::Passes;
   ::testing::internal::CaptureStderr();
   { Engine engine(*bundle.program, options); }
   const std::string log = ::testing::internal::GetCapturedStderr();
@@ -101,7 +101,7 @@ TEST(MergeMatmuls, IrAfterThePassShowsOneMatmulWhereThereWereFour) {
   EXPECT_EQ(count(merged, "[32,6] uniform"), 1) << "W_i..W_u stacked: " << merged;
   EXPECT_EQ(count(merged, "[32,8] uniform"), 1) << "U_i..U_u stacked: " << merged;
 
-  options.merge_matmuls = false;
+  options.tuning.merge_matmuls = false;
   ::testing::internal::CaptureStderr();
   { Engine engine(*bundle.program, options); }
   const std::string unmerged = ::testing::internal::GetCapturedStderr();
@@ -117,7 +117,7 @@ TEST(MergeMatmuls, ForwardGemmsPerTaskDrop) {
   GraphBatch batch = first_samples(bundle, 16);
   auto run = [&](bool merge) {
     Options options = Options::defaults();
-    options.merge_matmuls = merge;
+    options.tuning.merge_matmuls = merge;
     Engine engine(*bundle.program, options);
     engine.infer(batch);
     EngineStats forward = engine.stats();
@@ -140,8 +140,8 @@ TEST(MergeMatmuls, ForwardGemmsPerTaskDrop) {
 // (VJIT_LOG=passes) its lowering printed.
 std::pair<std::string, std::unique_ptr<Engine>> engine_with_pass_log(const Program& program, bool epilogue) {
   Options options = Options::defaults();
-  options.epilogue = epilogue;
-  options.log = "passes";
+  options.tuning.epilogue = epilogue;
+  options.log = vjit::Options::Log::Passes;
   ::testing::internal::CaptureStderr();
   auto engine = std::make_unique<Engine>(program, options);
   return {::testing::internal::GetCapturedStderr(), std::move(engine)};
@@ -174,7 +174,7 @@ TEST(GemmEpilogue, TheBiasAddFollowingAProductIsDoneByTheGemm) {
 TEST(FoldedProducts, PerVertexWeightGradientProductsAreAccumulatedByTheParamGrad) {
   models::Bundle bundle = models::make_model("mv_rnn", small_config());
   Options options = Options::defaults();
-  options.log = "passes";
+  options.log = vjit::Options::Log::Passes;
   ::testing::internal::CaptureStderr();
   { Engine engine(*bundle.program, options); }
   const std::string log = ::testing::internal::GetCapturedStderr();
@@ -258,8 +258,8 @@ TEST(ScheduleLog, PrintsEveryTaskWithTypeVerticesAndPolicy) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
   GraphBatch batch = first_samples(bundle, 8);
   Options options = Options::defaults();
-  options.log = "schedule";
-  options.policy = "depth";
+  options.log = vjit::Options::Log::Schedule;
+  options.policy = vjit::Options::Policy::Depth;
   Engine engine(*bundle.program, options);
   ::testing::internal::CaptureStderr();
   engine.forward(batch);
@@ -299,7 +299,7 @@ TEST(KernelsLog, PrintsEachKernelCompiledOrFoundInTheCache) {
   config.hidden = 13;  // kernels no other test in this process has compiled
   models::Bundle bundle = models::make_model("tree_lstm", config);
   Options options = Options::defaults();
-  options.log = "kernels";
+  options.log = vjit::Options::Log::Kernels;
   auto kernel_lines = [&] {
     ::testing::internal::CaptureStderr();
     Engine engine(*bundle.program, options);
@@ -371,7 +371,7 @@ TEST(JitRefusal, FallsBackToTheReferenceKernelLoggedOnce) {
   for (const auto& [kernel, n] : reports) EXPECT_EQ(n, 1) << kernel << " reported " << n << " times";
   // The refused builds were not cached: now the JIT compiles them.
   Options options = Options::defaults();
-  options.log = "kernels";
+  options.log = vjit::Options::Log::Kernels;
   ::testing::internal::CaptureStderr();
   Engine jit(*bundle.program, options);
   const std::string kernels = ::testing::internal::GetCapturedStderr();

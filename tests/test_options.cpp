@@ -16,6 +16,9 @@
 
 namespace {
 
+using vjit::Lever;
+using Options = vjit::Options;
+
 const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM", "VJIT_VERTEX_GEMM",
@@ -61,41 +64,41 @@ class OptionsEnv : public ::testing::Test {
 TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   vjit::Options o = vjit::Options::from_env();
   EXPECT_EQ(o, vjit::Options::defaults());
-  EXPECT_TRUE(o.fusion);
-  EXPECT_TRUE(o.lazy);
-  EXPECT_FALSE(o.streaming);
-  EXPECT_TRUE(o.merge_matmuls);
-  EXPECT_TRUE(o.inplace_concat);
-  EXPECT_TRUE(o.epilogue);
-  EXPECT_TRUE(o.pad_wide_rows);
-  EXPECT_TRUE(o.pretranspose);
-  EXPECT_TRUE(o.infer_kernels);
-  EXPECT_TRUE(o.gather_slices);
-  EXPECT_TRUE(o.gather_pointers);
-  EXPECT_TRUE(o.forward_gathers);
-  EXPECT_TRUE(o.accumulate_gradients);
-  EXPECT_TRUE(o.param_layout);
-  EXPECT_TRUE(o.fuse_across_phases);
-  EXPECT_EQ(o.policy, "agenda");
-  EXPECT_EQ(o.memplan, "copy");
-  EXPECT_EQ(o.device, "cpu");
+  EXPECT_TRUE(o.tuning.fusion);
+  EXPECT_TRUE(o.tuning.lazy);
+  EXPECT_FALSE(o.tuning.streaming);
+  EXPECT_TRUE(o.tuning.merge_matmuls);
+  EXPECT_TRUE(o.tuning.inplace_concat);
+  EXPECT_TRUE(o.tuning.epilogue);
+  EXPECT_TRUE(o.tuning.pad_wide_rows);
+  EXPECT_EQ(o.tuning.pretranspose, Lever::Auto);
+  EXPECT_EQ(o.tuning.infer_kernels, Lever::Auto);
+  EXPECT_EQ(o.tuning.gather_slices, Lever::Auto);
+  EXPECT_EQ(o.tuning.gather_pointers, Lever::Auto);
+  EXPECT_EQ(o.tuning.forward_gathers, Lever::Auto);
+  EXPECT_EQ(o.tuning.accumulate_gradients, Lever::Auto);
+  EXPECT_EQ(o.tuning.param_layout, Lever::Auto);
+  EXPECT_TRUE(o.tuning.fuse_across_phases);
+  EXPECT_EQ(o.policy, Options::Policy::Agenda);
+  EXPECT_EQ(o.tuning.memplan, Options::MemoryPlanner::Copy);
+  EXPECT_EQ(o.device, Options::Device::Cpu);
   EXPECT_EQ(o.threads, vjit::Options::default_threads());
   EXPECT_GE(o.threads, 1);
-  EXPECT_EQ(o.infer_shards, 1);
+  EXPECT_EQ(o.tuning.infer_shards, 1);
   EXPECT_EQ(o.max_memory, 0);
-  EXPECT_TRUE(o.deterministic);
-  EXPECT_EQ(o.isa, "auto");
-  EXPECT_EQ(o.gemm, "auto");
-  EXPECT_EQ(o.vertex_gemm, "auto");
+  EXPECT_EQ(o.deterministic, Lever::Auto);
+  EXPECT_EQ(o.tuning.isa, Options::Isa::Auto);
+  EXPECT_EQ(o.tuning.gemm, Options::Gemm::Auto);
+  EXPECT_EQ(o.tuning.vertex_gemm, Options::VertexGemm::Auto);
   EXPECT_EQ(o.cache_dir, "");
   EXPECT_EQ(o.dist_timeout, 300);
-  EXPECT_TRUE(o.dist_nccl);
-  EXPECT_FALSE(o.dist_overlap);
+  EXPECT_EQ(o.tuning.dist_nccl, Lever::Auto);
+  EXPECT_EQ(o.tuning.dist_overlap, Lever::Auto);
   EXPECT_FALSE(o.profile);
   EXPECT_FALSE(o.perf_map);
   EXPECT_EQ(o.trace_path, "");
   EXPECT_FALSE(o.check_finite);
-  EXPECT_EQ(o.log, "off");
+  EXPECT_EQ(o.log, Options::Log::Off);
   EXPECT_NO_THROW(o.validate());
 }
 
@@ -129,46 +132,48 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_DIST_TIMEOUT", "12");
   set("VJIT_DIST_NCCL", "off");
   set("VJIT_DIST_OVERLAP", "on");
+  set("VJIT_TF32", "1");
   set("VJIT_PROFILE", "on");
   set("VJIT_PERF_MAP", "1");
   set("VJIT_TRACE", "/tmp/run trace.json");
   set("VJIT_CHECK_FINITE", "on");
   set("VJIT_LOG", "schedule");
   vjit::Options o = vjit::Options::from_env();
-  EXPECT_FALSE(o.fusion);
-  EXPECT_FALSE(o.lazy);
-  EXPECT_TRUE(o.streaming);
-  EXPECT_FALSE(o.merge_matmuls);
-  EXPECT_FALSE(o.inplace_concat);
-  EXPECT_FALSE(o.epilogue);
-  EXPECT_FALSE(o.pad_wide_rows);
-  EXPECT_FALSE(o.pretranspose);
-  EXPECT_FALSE(o.infer_kernels);
-  EXPECT_FALSE(o.gather_slices);
-  EXPECT_FALSE(o.gather_pointers);
-  EXPECT_FALSE(o.forward_gathers);
-  EXPECT_FALSE(o.accumulate_gradients);
-  EXPECT_FALSE(o.param_layout);
-  EXPECT_FALSE(o.fuse_across_phases);
-  EXPECT_EQ(o.policy, "fsm");
-  EXPECT_EQ(o.memplan, "pqtree");
-  EXPECT_EQ(o.device, "cuda");
+  EXPECT_FALSE(o.tuning.fusion);
+  EXPECT_FALSE(o.tuning.lazy);
+  EXPECT_TRUE(o.tuning.streaming);
+  EXPECT_FALSE(o.tuning.merge_matmuls);
+  EXPECT_FALSE(o.tuning.inplace_concat);
+  EXPECT_FALSE(o.tuning.epilogue);
+  EXPECT_FALSE(o.tuning.pad_wide_rows);
+  EXPECT_EQ(o.tuning.pretranspose, Lever::Off);
+  EXPECT_EQ(o.tuning.infer_kernels, Lever::Off);
+  EXPECT_EQ(o.tuning.gather_slices, Lever::Off);
+  EXPECT_EQ(o.tuning.gather_pointers, Lever::Off);
+  EXPECT_EQ(o.tuning.forward_gathers, Lever::Off);
+  EXPECT_EQ(o.tuning.accumulate_gradients, Lever::Off);
+  EXPECT_EQ(o.tuning.param_layout, Lever::Off);
+  EXPECT_FALSE(o.tuning.fuse_across_phases);
+  EXPECT_EQ(o.policy, Options::Policy::Fsm);
+  EXPECT_EQ(o.tuning.memplan, Options::MemoryPlanner::PqTree);
+  EXPECT_EQ(o.device, Options::Device::Cuda);
   EXPECT_EQ(o.threads, 7);
-  EXPECT_EQ(o.infer_shards, 3);
+  EXPECT_EQ(o.tuning.infer_shards, 3);
   EXPECT_EQ(o.max_memory, int64_t(3) << 30);
-  EXPECT_FALSE(o.deterministic);
-  EXPECT_EQ(o.isa, "avx2");
-  EXPECT_EQ(o.gemm, "openblas");
-  EXPECT_EQ(o.vertex_gemm, "libxsmm");
+  EXPECT_EQ(o.deterministic, Lever::Off);
+  EXPECT_EQ(o.tuning.isa, Options::Isa::Avx2);
+  EXPECT_EQ(o.tuning.gemm, Options::Gemm::OpenBlas);
+  EXPECT_EQ(o.tuning.vertex_gemm, Options::VertexGemm::Libxsmm);
   EXPECT_EQ(o.cache_dir, "/tmp/vjit cache");
   EXPECT_EQ(o.dist_timeout, 12);
-  EXPECT_FALSE(o.dist_nccl);
-  EXPECT_TRUE(o.dist_overlap);
+  EXPECT_EQ(o.tuning.dist_nccl, Lever::Off);
+  EXPECT_EQ(o.tuning.dist_overlap, Lever::On);
+  EXPECT_EQ(o.tuning.tf32, Lever::On);
   EXPECT_TRUE(o.profile);
   EXPECT_TRUE(o.perf_map);
   EXPECT_EQ(o.trace_path, "/tmp/run trace.json");
   EXPECT_TRUE(o.check_finite);
-  EXPECT_EQ(o.log, "schedule");
+  EXPECT_EQ(o.log, Options::Log::Schedule);
   EXPECT_NO_THROW(o.validate());
 }
 
@@ -179,30 +184,55 @@ TEST_F(OptionsEnv, BoolSpellings) {
   }
   for (const char* no : {"0", "false", "off", "FALSE", "Off"}) {
     set("VJIT_FUSION", no);
-    EXPECT_FALSE(vjit::Options::from_env().fusion) << no;
+    EXPECT_FALSE(vjit::Options::from_env().tuning.fusion) << no;
   }
 }
 
+// Every spelling of every enumeration parses to the enumerator of its index
+// and prints back (to_string) as itself.
 TEST_F(OptionsEnv, EveryChoiceOfEveryEnumIsAccepted) {
-  auto check = [&](const char* variable, auto choices, std::string vjit::Options::*field) {
-    for (std::string_view choice : choices) {
-      set(variable, std::string(choice));
-      EXPECT_EQ(vjit::Options::from_env().*field, choice) << variable;
+  auto check = [&](const char* variable, auto choices, auto read) {
+    for (size_t i = 0; i < choices.size(); ++i) {
+      set(variable, std::string(choices[i]));
+      const auto value = read(vjit::Options::from_env());
+      EXPECT_EQ(size_t(value), i) << variable << "=" << choices[i];
+      EXPECT_EQ(vjit::to_string(value), choices[i]) << variable;
     }
     unsetenv(variable);
   };
-  check("VJIT_POLICY", vjit::option_values::policy, &vjit::Options::policy);
-  check("VJIT_MEMPLAN", vjit::option_values::memplan, &vjit::Options::memplan);
-  check("VJIT_DEVICE", vjit::option_values::device, &vjit::Options::device);
-  check("VJIT_ISA", vjit::option_values::isa, &vjit::Options::isa);
-  check("VJIT_GEMM", vjit::option_values::gemm, &vjit::Options::gemm);
-  check("VJIT_VERTEX_GEMM", vjit::option_values::vertex_gemm, &vjit::Options::vertex_gemm);
-  check("VJIT_LOG", vjit::option_values::log, &vjit::Options::log);
+  check("VJIT_POLICY", vjit::option_values::policy, [](const Options& o) { return o.policy; });
+  check("VJIT_MEMPLAN", vjit::option_values::memplan, [](const Options& o) { return o.tuning.memplan; });
+  check("VJIT_DEVICE", vjit::option_values::device, [](const Options& o) { return o.device; });
+  check("VJIT_ISA", vjit::option_values::isa, [](const Options& o) { return o.tuning.isa; });
+  check("VJIT_GEMM", vjit::option_values::gemm, [](const Options& o) { return o.tuning.gemm; });
+  check("VJIT_VERTEX_GEMM", vjit::option_values::vertex_gemm, [](const Options& o) { return o.tuning.vertex_gemm; });
+  check("VJIT_LOG", vjit::option_values::log, [](const Options& o) { return o.log; });
+  check("VJIT_GATHER_POINTERS", vjit::option_values::lever, [](const Options& o) { return o.tuning.gather_pointers; });
+  check("VJIT_DETERMINISTIC", vjit::option_values::lever, [](const Options& o) { return o.deterministic; });
+  EXPECT_EQ(Options::Policy::Fsm, Options::Policy(4));
+  EXPECT_EQ(Options::Gemm::OneDnnBf16, Options::Gemm(5));
 }
 
-TEST_F(OptionsEnv, EnumsAreCaseInsensitiveAndStoredLowerCase) {
+TEST_F(OptionsEnv, EnumsAreCaseInsensitive) {
   set("VJIT_POLICY", "Frontier");
-  EXPECT_EQ(vjit::Options::from_env().policy, "frontier");
+  EXPECT_EQ(vjit::Options::from_env().policy, Options::Policy::Frontier);
+  set("VJIT_GATHER_SLICES", "AUTO");
+  EXPECT_EQ(vjit::Options::from_env().tuning.gather_slices, Lever::Auto);
+}
+
+// A lever takes auto/on/off and the booleans' spellings.
+TEST_F(OptionsEnv, LeverSpellings) {
+  const std::pair<const char*, Lever> spellings[] = {{"auto", Lever::Auto}, {"on", Lever::On},   {"off", Lever::Off},
+                                                     {"1", Lever::On},      {"0", Lever::Off},   {"true", Lever::On},
+                                                     {"FALSE", Lever::Off}, {"Auto", Lever::Auto}};
+  for (const auto& [text, lever] : spellings) {
+    set("VJIT_FORWARD_GATHERS", text);
+    EXPECT_EQ(vjit::Options::from_env().tuning.forward_gathers, lever) << text;
+  }
+  set("VJIT_FORWARD_GATHERS", "maybe");
+  const std::string message = env_error();
+  EXPECT_NE(message.find("VJIT_FORWARD_GATHERS='maybe'"), std::string::npos) << message;
+  EXPECT_NE(message.find("auto, on, off, 0, 1, true, false"), std::string::npos) << message;
 }
 
 TEST_F(OptionsEnv, EmptyValueCountsAsUnset) {
@@ -239,9 +269,9 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
 }
 
 TEST_F(OptionsEnv, MalformedBoolIsRejected) {
-  for (const char* variable :
-       {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS", "VJIT_ACCUMULATE_GRADIENTS", "VJIT_PARAM_LAYOUT", "VJIT_FUSE_ACROSS_PHASES",
-        "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_DETERMINISTIC"}) {
+  for (const char* variable : {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_INPLACE_CONCAT",
+                               "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_PROFILE",
+                               "VJIT_PERF_MAP", "VJIT_CHECK_FINITE"}) {
     set(variable, "yes please");
     const std::string message = env_error();
     EXPECT_NE(message.find(variable), std::string::npos) << message;
@@ -279,7 +309,7 @@ TEST_F(OptionsEnv, MaxMemoryTakesBytesWithPowerOfTwoSuffixes) {
 TEST(Options, DescribeIsOneLineNamingEveryField) {
   vjit::Options o;
   o.threads = 3;
-  o.policy = "ratio";
+  o.policy = vjit::Options::Policy::Ratio;
   const std::string line = o.describe();
   EXPECT_EQ(line.find('\n'), std::string::npos);
   for (const std::string& name : vjit::option_names()) EXPECT_NE(line.find(name + "="), std::string::npos) << name;
@@ -297,8 +327,8 @@ TEST(Options, ApplyFlagUsesTheSameValidation) {
   vjit::apply_flag(o, "--cache_dir", "/tmp/k2");
   vjit::apply_flag(o, "--trace", "/tmp/t.json");
   EXPECT_EQ(o.trace_path, "/tmp/t.json");
-  EXPECT_EQ(o.policy, "depth");
-  EXPECT_FALSE(o.fusion);
+  EXPECT_EQ(o.policy, Options::Policy::Depth);
+  EXPECT_FALSE(o.tuning.fusion);
   EXPECT_EQ(o.cache_dir, "/tmp/k2");
   EXPECT_EQ(o.threads, 5);
 
@@ -310,7 +340,7 @@ TEST(Options, ApplyFlagUsesTheSameValidation) {
     EXPECT_NE(message.find("--policy='random'"), std::string::npos) << message;
     EXPECT_NE(message.find("depth, agenda, frontier, ratio, fsm"), std::string::npos) << message;
   }
-  EXPECT_EQ(o.policy, "depth");  // unchanged by the failed flag
+  EXPECT_EQ(o.policy, Options::Policy::Depth);  // unchanged by the failed flag
 
   try {
     vjit::apply_flag(o, "--polcy", "depth");
@@ -328,9 +358,9 @@ TEST(Options, ApplyFlagsConsumesOptionsAndReturnsTheRest) {
                         "--threads=2", "input.txt", "--lazy",   "0",        "--", "--policy", "x"};
   vjit::Options o;
   std::vector<std::string> rest = vjit::apply_flags(o, int(std::size(argv)), argv);
-  EXPECT_EQ(o.policy, "fsm");
-  EXPECT_FALSE(o.fusion);
-  EXPECT_FALSE(o.lazy);
+  EXPECT_EQ(o.policy, Options::Policy::Fsm);
+  EXPECT_FALSE(o.tuning.fusion);
+  EXPECT_FALSE(o.tuning.lazy);
   EXPECT_EQ(o.threads, 2);
   EXPECT_EQ(rest, (std::vector<std::string>{"--epochs", "3", "input.txt", "--", "--policy", "x"}));
 
@@ -344,10 +374,10 @@ TEST(Options, ApplyFlagsConsumesOptionsAndReturnsTheRest) {
 
 TEST(Options, ValidateCatchesValuesSetByCode) {
   vjit::Options o;
-  o.policy = "Agenda";  // must be the canonical lower-case spelling
+  o.policy = Options::Policy(17);  // not an enumerator
   EXPECT_THROW(o.validate(), vjit::UserError);
   o = vjit::Options{};
-  o.gemm = "mkl";
+  o.tuning.gemm = Options::Gemm(-1);
   try {
     o.validate();
     FAIL() << "no throw";
@@ -358,19 +388,19 @@ TEST(Options, ValidateCatchesValuesSetByCode) {
   o.threads = 0;
   EXPECT_THROW(o.validate(), vjit::UserError);
   o = vjit::Options{};
-  o.infer_shards = 0;
+  o.tuning.infer_shards = 0;
   EXPECT_THROW(o.validate(), vjit::UserError);
 }
 
 TEST(Options, LogTopics) {
   vjit::Options o;
-  EXPECT_FALSE(o.logs("passes"));
-  o.log = "passes";
-  EXPECT_TRUE(o.logs("passes"));
-  EXPECT_FALSE(o.logs("schedule"));
-  o.log = "all";
-  EXPECT_TRUE(o.logs("schedule"));
-  EXPECT_TRUE(o.logs("kernels"));
+  EXPECT_FALSE(o.logs(vjit::Options::Log::Passes));
+  o.log = vjit::Options::Log::Passes;
+  EXPECT_TRUE(o.logs(vjit::Options::Log::Passes));
+  EXPECT_FALSE(o.logs(vjit::Options::Log::Schedule));
+  o.log = vjit::Options::Log::All;
+  EXPECT_TRUE(o.logs(vjit::Options::Log::Schedule));
+  EXPECT_TRUE(o.logs(vjit::Options::Log::Kernels));
 }
 
 // docs/options.md is made from the table the options are parsed by. With
@@ -418,4 +448,119 @@ TEST_F(OptionsEnv, ThreadsAboveTheBoundAreRefused) {
   vjit::Options o;
   o.threads = 2147483647;
   EXPECT_THROW(o.validate(), vjit::UserError);
+}
+
+namespace {
+
+using vjit::Lever;
+using Options = vjit::Options;
+
+// The levers only the CPU device honours: each is refused when on with the
+// CUDA device (and so are the other CPU-only options at any value but their
+// default); off is what the CUDA device does.
+struct CpuOnly {
+  const char* variable;
+  const char* value;  // a value the CUDA device cannot honour
+  bool lever;         // auto, on, off
+};
+const CpuOnly kCpuOnly[] = {
+    {"VJIT_PRETRANSPOSE", "on", true},     {"VJIT_INFER_KERNELS", "on", true},   {"VJIT_GATHER_SLICES", "on", true},
+    {"VJIT_GATHER_POINTERS", "on", true},  {"VJIT_FORWARD_GATHERS", "on", true}, {"VJIT_ACCUMULATE_GRADIENTS", "on", true},
+    {"VJIT_PARAM_LAYOUT", "on", true},     {"VJIT_DIST_OVERLAP", "on", true},    {"VJIT_DETERMINISTIC", "on", true},
+    {"VJIT_ISA", "avx2", false},           {"VJIT_GEMM", "openblas", false},     {"VJIT_VERTEX_GEMM", "same", false},
+    {"VJIT_INFER_SHARDS", "2", false},     {"VJIT_PERF_MAP", "on", false},       {"VJIT_CHECK_FINITE", "on", false},
+};
+
+Options with(const char* variable, const char* value, Options::Device device) {
+  Options options;
+  vjit::apply_flag(options, variable, value);
+  options.device = device;
+  return options;
+}
+
+std::string resolve_error(const Options& options) {
+  try {
+    options.resolve();
+  } catch (const vjit::UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(OptionsResolve, AutoIsWhatEachDeviceDoes) {
+  Options options;
+  const Options cpu = options.resolve();
+  for (Lever lever : {cpu.tuning.pretranspose, cpu.tuning.infer_kernels, cpu.tuning.gather_slices,
+                      cpu.tuning.gather_pointers, cpu.tuning.forward_gathers, cpu.tuning.accumulate_gradients,
+                      cpu.tuning.param_layout, cpu.deterministic})
+    EXPECT_EQ(lever, Lever::On);
+  EXPECT_EQ(cpu.tuning.tf32, Lever::Off);
+  EXPECT_EQ(cpu.tuning.dist_nccl, Lever::Off);
+  EXPECT_EQ(cpu.tuning.dist_overlap, Lever::Off);
+
+  options.device = Options::Device::Cuda;
+  const Options cuda = options.resolve();
+  for (Lever lever : {cuda.tuning.pretranspose, cuda.tuning.infer_kernels, cuda.tuning.gather_slices,
+                      cuda.tuning.gather_pointers, cuda.tuning.forward_gathers, cuda.tuning.accumulate_gradients,
+                      cuda.tuning.param_layout, cuda.deterministic, cuda.tuning.dist_overlap, cuda.tuning.tf32})
+    EXPECT_EQ(lever, Lever::Off);
+  EXPECT_EQ(cuda.tuning.dist_nccl, Lever::On);
+  EXPECT_EQ(cuda.resolve(), cuda) << "resolving twice changes nothing";
+  EXPECT_EQ(cpu.resolve(), cpu);
+}
+
+TEST(OptionsResolve, OnAndOffAreKept) {
+  Options options;
+  options.tuning.gather_pointers = Lever::Off;
+  options.tuning.dist_overlap = Lever::On;
+  const Options cpu = options.resolve();
+  EXPECT_EQ(cpu.tuning.gather_pointers, Lever::Off);
+  EXPECT_EQ(cpu.tuning.dist_overlap, Lever::On);
+  options.device = Options::Device::Cuda;
+  options.tuning.dist_overlap = Lever::Off;
+  options.tuning.tf32 = Lever::On;
+  const Options cuda = options.resolve();
+  EXPECT_EQ(cuda.tuning.gather_pointers, Lever::Off);
+  EXPECT_EQ(cuda.tuning.tf32, Lever::On);
+}
+
+TEST(OptionsResolve, CudaRefusesWhatOnlyTheCpuDoes) {
+  for (const CpuOnly& option : kCpuOnly) {
+    EXPECT_NO_THROW(with(option.variable, option.value, Options::Device::Cpu).resolve()) << option.variable;
+    const std::string message = resolve_error(with(option.variable, option.value, Options::Device::Cuda));
+    EXPECT_NE(message.find(std::string(option.variable) + "=" + option.value), std::string::npos) << message;
+    EXPECT_NE(message.find("cuda device"), std::string::npos) << message;
+    if (option.lever) {
+      EXPECT_NO_THROW(with(option.variable, "off", Options::Device::Cuda).resolve()) << option.variable;
+      EXPECT_NO_THROW(with(option.variable, "auto", Options::Device::Cuda).resolve()) << option.variable;
+    }
+  }
+}
+
+TEST(OptionsResolve, CpuRefusesWhatOnlyTheGpuDoes) {
+  for (const char* variable : {"VJIT_TF32", "VJIT_DIST_NCCL"}) {
+    const std::string message = resolve_error(with(variable, "on", Options::Device::Cpu));
+    EXPECT_NE(message.find(std::string(variable) + "=on"), std::string::npos) << message;
+    EXPECT_NE(message.find("cpu device"), std::string::npos) << message;
+    EXPECT_NO_THROW(with(variable, "off", Options::Device::Cpu).resolve()) << variable;
+  }
+}
+
+// Every option whose devices column leaves a device out is checked by the test
+// above or the one before it: the lists and the table agree.
+TEST(OptionsResolve, TheTestsNameEveryOptionADeviceLeavesOut) {
+  const std::string doc = vjit::options_markdown();
+  size_t single_device = 0;
+  for (size_t at = doc.find("\n| `VJIT_"); at != std::string::npos; at = doc.find("\n| `VJIT_", at + 1)) {
+    const std::string row = doc.substr(at + 1, doc.find('\n', at + 1) - at - 1);
+    if (row.find(" | cpu | ") == std::string::npos && row.find(" | cuda | ") == std::string::npos) continue;
+    ++single_device;
+    const std::string variable = row.substr(3, row.find('`', 3) - 3);
+    bool listed = variable == "VJIT_TF32" || variable == "VJIT_DIST_NCCL";
+    for (const CpuOnly& option : kCpuOnly) listed = listed || variable == option.variable;
+    EXPECT_TRUE(listed) << variable << " is honoured by one device only but no test checks the other refuses it";
+  }
+  EXPECT_EQ(single_device, std::size(kCpuOnly) + 2);
 }

@@ -208,7 +208,7 @@ TEST(ParamLayout, StackedWeightsAreReadInPlaceNotCopied) {
     StackedProgram p;
     const std::vector<std::vector<float>> before = values_of(p.model);
     Options options = Options::defaults();
-    options.param_layout = laid_out;
+    options.tuning.param_layout = vjit::to_lever(laid_out);
     Engine engine(p.program, options);
     const std::string what = laid_out ? "laid out" : "copied";
     EXPECT_EQ(values_of(p.model), before) << what;
@@ -251,7 +251,7 @@ TEST(ParamLayout, BuildingAnEngineThatMovesTheValuesSaysSo) {
     const float* held = p.model.param(p.w2).value.data();
     const uint64_t moves = p.model.value_moves();
     Options options = Options::defaults();
-    options.param_layout = laid_out;
+    options.tuning.param_layout = vjit::to_lever(laid_out);
     Engine engine(p.program, options);
     const std::string what = laid_out ? "laid out" : "copied";
     const bool moved = p.model.param(p.w2).value.data() != held;
@@ -304,7 +304,7 @@ TEST(ParamLayout, TrainingInPlaceEqualsTrainingWithCopiesBitForBit) {
   for (bool laid_out : {false, true}) {
     models::Bundle bundle = models::make_model("var_lstm_gates", testing::small_config(16));
     Options options = Options::defaults();
-    options.param_layout = laid_out;
+    options.tuning.param_layout = vjit::to_lever(laid_out);
     Engine engine(*bundle.program, options);
     EXPECT_EQ(engine.compile_info().stacked_in_place, laid_out ? engine.compile_info().stacked_weights : 0);
     EXPECT_GT(engine.compile_info().stacked_weights, 0);

@@ -365,7 +365,7 @@ std::vector<LoggedCall> parse_primitive_log(const std::string& text) {
 TEST(Primitives, EachCallListsWhatTheStatsCount) {
   models::Bundle bundle = traced_model();
   Options options = Options::defaults();
-  options.log = "primitives";
+  options.log = vjit::Options::Log::Primitives;
   options.threads = 2;
   EngineStats stats;
   ::testing::internal::CaptureStderr();
@@ -407,10 +407,10 @@ TEST(Primitives, GathersReadInPlaceRunNone) {
   models::Bundle bundle = traced_model();
   auto move_rows = [&](bool in_place) {
     Options options = Options::defaults();
-    options.gather_pointers = in_place;
-    options.forward_gathers = in_place;
-    options.gather_slices = in_place;
-    options.accumulate_gradients = in_place;
+    options.tuning.gather_pointers = vjit::to_lever(in_place);
+    options.tuning.forward_gathers = vjit::to_lever(in_place);
+    options.tuning.gather_slices = vjit::to_lever(in_place);
+    options.tuning.accumulate_gradients = vjit::to_lever(in_place);
     Engine engine(*bundle.program, options);
     Adam adam(1e-3f);
     engine.train_step(models::make_batch(bundle.train, range(0, 16)), adam);

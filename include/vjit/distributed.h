@@ -21,7 +21,7 @@
 // rank sends its touched rows and their gradient rows; every rank merges them
 // into the union of the rows, which the optimizer then updates, as a single
 // process would). The exchange runs after the backward pass, unless
-// Options::dist_overlap (VJIT_DIST_OVERLAP) asks the CPU executor to start each
+// Options::Tuning::dist_overlap (VJIT_DIST_OVERLAP) asks the CPU executor to start each
 // dense bucket's sum during the backward pass, once the last step that writes
 // one of its gradients has run (start_sum; jit/gradient_exchange.h): the sums
 // are the same, bitwise. The embedding rows are exchanged after the backward
@@ -114,7 +114,7 @@ class Distributed {
 
   /// The same sum as allreduce_sum(data), not waited for: it progresses while
   /// test_sum or wait_sum is called (the overlap of the gradient exchange with
-  /// the backward pass, Options::dist_overlap). `data` (at most kBucketFloats
+  /// the backward pass, Options::Tuning::dist_overlap). `data` (at most kBucketFloats
   /// floats) must stay alive and untouched until wait_sum returns; every rank
   /// starts its sums in the same order. Returns the sum's ticket. Deterministic:
   /// the ranks' data are gathered, and added in rank order by wait_sum.

@@ -175,13 +175,13 @@ class Engine {
   /// rows), takes the optimizer step on the summed gradients, and returns the
   /// global batch's objective; last_result()'s pushes stay this shard's. Null
   /// (the default) trains alone. On the CPU and CUDA executors (on GPUs the
-  /// dense sums go through NCCL where built: Options::dist_nccl).
+  /// dense sums go through NCCL where built: Options::Tuning::dist_nccl).
   /// @{
   void set_distributed(std::shared_ptr<Distributed> comm);
   std::shared_ptr<Distributed> distributed() const;
   /// @}
   /// Forward without dropout or gradients; returns objective and pushed values.
-  /// With Options::infer_shards > 1 (VJIT_INFER_SHARDS) on the CPU, the batch is
+  /// With Options::Tuning::infer_shards > 1 (VJIT_INFER_SHARDS) on the CPU, the batch is
   /// inferred in that many groups of consecutive samples at once, each by an
   /// engine of its own on one thread; the results come back in sample order,
   /// and growth callbacks of different groups run concurrently.
@@ -236,7 +236,7 @@ class Engine {
   void upload_parameters();
 
   EngineStats stats() const;  ///< a copy, taken under the engine's lock
-  /// The memory planner that lays batches out (VJIT_MEMPLAN): options().memplan,
+  /// The memory planner that lays batches out (VJIT_MEMPLAN): options().tuning.memplan,
   /// except auto's choice once made ("copy" or "pqtree"; "auto" while the two
   /// still take turns, its first 8 timed batches), and "copy" for auto on the GPU.
   std::string memory_planner() const;
@@ -245,14 +245,16 @@ class Engine {
   void track_lower_bound(bool on);
   const CompileInfo& compile_info() const;  ///< what building the plans cost and made
   void reset_stats();                       ///< zeroes stats()
-  const Options& options() const;           ///< the options it was built with
+  /// The options the engine runs: the device chosen (never auto) and every
+  /// lever resolved for it (Options::resolve: on or off, never auto).
+  const Options& options() const;
 
   /// VJIT_TRACE: writes the trace recorded so far to Options::trace_path now
   /// (the destructor writes it too). UserError when tracing is off or the file
   /// cannot be written.
   void flush_trace();
 
-  /// The learned policy used when options().policy is "fsm" (ED-Batch learns
+  /// The learned policy used when options().policy is Fsm (ED-Batch learns
   /// one per program). Without one, the engine loads it at start from
   /// options().cache_dir when a policy for this program was saved there, and
   /// otherwise learns it on the first batch it sees (and saves it there). A policy

@@ -3,20 +3,22 @@
 // environment variable. Defaults are the fast configuration; the environment
 // overrides them (Options::from_env) and command-line flags reuse the same
 // parsing and validation (apply_flag / apply_flags). An unknown or malformed value
-// is a UserError naming the variable, the bad value and the valid values. On the
-// CUDA device the options only the CPU device honours (docs/options.md, the
-// devices column) have no effect.
+// is a UserError naming the variable, the bad value and the valid values.
+//
+// `Options` holds what a user chooses (device, policy, threads, diagnostics);
+// `Options::Tuning` the performance levers, each off or on without changing what
+// is computed beyond float rounding. A lever that a device might not honour is a
+// `Lever`: `Auto` lets the device choose, `On` and `Off` are honoured, and a
+// value the chosen device cannot honour is refused when the Engine is built
+// (a UserError naming the device and the option), never ignored.
 //
 // docs/options.md lists every option — variable, flag, values, default, the
 // devices that honour it, what it does — made from the table the options are
 // parsed by (jit/options.cpp), so the two agree.
 //
-// Bools accept 0/1/true/false/on/off (any case). Enumerated values match case-
-// insensitively and are stored in lower case. A variable that is set but empty
+// Bools accept 0/1/true/false/on/off (any case), levers those and auto.
+// Enumerated values match case-insensitively. A variable that is set but empty
 // counts as unset (the default stays).
-//
-// `policy` is kept as a validated string here, not as the scheduler's enum, so
-// that options depend on nothing else of vjit; the engine converts it.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -25,8 +27,14 @@
 
 namespace vjit {
 
-// The valid values of each enumerated option, in the order error messages list them.
+/// A lever that a device might not honour (see above); the environment spells
+/// it auto, on or off (or 0/1/true/false). After Options::resolve() it is On or Off.
+enum class Lever { Auto, On, Off };
+
+// The environment's spelling of each enumerated value, in the order error
+// messages list them: a value's index is its enumerator's.
 namespace option_values {
+inline constexpr std::array<std::string_view, 3> lever{"auto", "on", "off"};
 inline constexpr std::array<std::string_view, 5> policy{"depth", "agenda", "frontier", "ratio", "fsm"};
 inline constexpr std::array<std::string_view, 4> memplan{"copy", "padded", "pqtree", "auto"};
 inline constexpr std::array<std::string_view, 3> device{"cpu", "cuda", "auto"};
@@ -41,42 +49,66 @@ inline constexpr std::array<std::string_view, 6> log{"off", "passes", "schedule"
 /// Every switch of vjit, each with its VJIT_* variable; docs/options.md
 /// describes every field, its values and default.
 struct Options {
-  bool fusion = true;               ///< VJIT_FUSION
-  bool fuse_across_phases = true;   ///< VJIT_FUSE_ACROSS_PHASES
-  bool lazy = true;                 ///< VJIT_LAZY
-  bool streaming = false;           ///< VJIT_STREAMING (measured: no gain on 2 cores; README)
-  bool merge_matmuls = true;        ///< VJIT_MERGE_MATMULS
-  bool inplace_concat = true;       ///< VJIT_INPLACE_CONCAT
-  bool epilogue = true;             ///< VJIT_EPILOGUE
-  bool pad_wide_rows = true;        ///< VJIT_PAD_WIDE_ROWS
-  bool pretranspose = true;         ///< VJIT_PRETRANSPOSE
-  bool infer_kernels = true;        ///< VJIT_INFER_KERNELS
-  bool gather_slices = true;        ///< VJIT_GATHER_SLICES
-  bool gather_pointers = true;      ///< VJIT_GATHER_POINTERS
-  bool forward_gathers = true;      ///< VJIT_FORWARD_GATHERS
-  bool accumulate_gradients = true; ///< VJIT_ACCUMULATE_GRADIENTS
-  bool param_layout = true;         ///< VJIT_PARAM_LAYOUT
-  std::string policy = "agenda";    ///< VJIT_POLICY
-  std::string memplan = "copy";     ///< VJIT_MEMPLAN
-  std::string device = "cpu";       ///< VJIT_DEVICE
-  bool tf32 = false;                ///< VJIT_TF32
+  // The enumerated options, each in the order of its option_values spelling.
+  /// VJIT_DEVICE
+  enum class Device { Cpu, Cuda, Auto };
+  /// VJIT_POLICY
+  enum class Policy { Depth, Agenda, Frontier, Ratio, Fsm };
+  /// VJIT_MEMPLAN
+  enum class MemoryPlanner { Copy, Padded, PqTree, Auto };
+  /// VJIT_ISA
+  enum class Isa { Auto, Avx512, Avx2, Neon, Scalar };
+  /// VJIT_GEMM
+  enum class Gemm { Auto, OneDnn, OpenBlas, Blis, Libxsmm, OneDnnBf16, Reference };
+  /// VJIT_VERTEX_GEMM
+  enum class VertexGemm { Auto, Same, OneDnn, OpenBlas, Blis, Libxsmm, Reference };
+  /// VJIT_LOG
+  enum class Log { Off, Passes, Schedule, Kernels, Primitives, All };
+
+  /// The performance levers. Levers both devices honour are bools; the others
+  /// are Levers (docs/options.md's devices column says which device honours them).
+  struct Tuning {
+    bool fusion = true;                           ///< VJIT_FUSION
+    bool fuse_across_phases = true;               ///< VJIT_FUSE_ACROSS_PHASES
+    bool lazy = true;                             ///< VJIT_LAZY
+    bool streaming = false;                       ///< VJIT_STREAMING (measured: no gain on 2 cores)
+    bool merge_matmuls = true;                    ///< VJIT_MERGE_MATMULS
+    bool inplace_concat = true;                   ///< VJIT_INPLACE_CONCAT
+    bool epilogue = true;                         ///< VJIT_EPILOGUE
+    bool pad_wide_rows = true;                    ///< VJIT_PAD_WIDE_ROWS
+    Lever pretranspose = Lever::Auto;             ///< VJIT_PRETRANSPOSE (CPU)
+    Lever infer_kernels = Lever::Auto;            ///< VJIT_INFER_KERNELS (CPU)
+    Lever gather_slices = Lever::Auto;            ///< VJIT_GATHER_SLICES (CPU)
+    Lever gather_pointers = Lever::Auto;          ///< VJIT_GATHER_POINTERS (CPU)
+    Lever forward_gathers = Lever::Auto;          ///< VJIT_FORWARD_GATHERS (CPU)
+    Lever accumulate_gradients = Lever::Auto;     ///< VJIT_ACCUMULATE_GRADIENTS (CPU)
+    Lever param_layout = Lever::Auto;             ///< VJIT_PARAM_LAYOUT (CPU)
+    MemoryPlanner memplan = MemoryPlanner::Copy;  ///< VJIT_MEMPLAN
+    Lever tf32 = Lever::Auto;                     ///< VJIT_TF32 (CUDA; auto: off)
+    int infer_shards = 1;                         ///< VJIT_INFER_SHARDS (CPU; infer() on groups of samples at once)
+    Isa isa = Isa::Auto;                          ///< VJIT_ISA (CPU)
+    Gemm gemm = Gemm::Auto;                       ///< VJIT_GEMM (CPU)
+    VertexGemm vertex_gemm = VertexGemm::Auto;    ///< VJIT_VERTEX_GEMM (CPU)
+    Lever dist_nccl = Lever::Auto;                ///< VJIT_DIST_NCCL (CUDA: gradients summed by NCCL)
+    Lever dist_overlap = Lever::Auto;             ///< VJIT_DIST_OVERLAP (CPU; auto: off)
+
+    bool operator==(const Tuning& other) const = default;  ///< field by field
+  };
+
+  Device device = Device::Cpu;        ///< VJIT_DEVICE
+  Policy policy = Policy::Agenda;     ///< VJIT_POLICY
   static constexpr int max_threads = 1024;  ///< the most threads VJIT_THREADS may ask for
-  int threads = default_threads();  ///< VJIT_THREADS, 1 to max_threads
-  int infer_shards = 1;             ///< VJIT_INFER_SHARDS (infer() on groups of samples at once, one thread each)
-  int64_t max_memory = 0;           ///< VJIT_MAX_MEMORY, bytes (0: no bound)
-  bool deterministic = true;        ///< VJIT_DETERMINISTIC (results independent of `threads`)
-  std::string isa = "auto";         ///< VJIT_ISA
-  std::string gemm = "auto";        ///< VJIT_GEMM
-  std::string vertex_gemm = "auto"; ///< VJIT_VERTEX_GEMM
-  std::string cache_dir;            ///< VJIT_CACHE_DIR
-  int dist_timeout = 300;           ///< VJIT_DIST_TIMEOUT, seconds (vjit::Distributed collectives)
-  bool dist_nccl = true;            ///< VJIT_DIST_NCCL (GPU gradients summed by NCCL; jit/gradient_exchange.h)
-  bool dist_overlap = false;        ///< VJIT_DIST_OVERLAP (gradient sums overlapped with the backward pass)
-  bool profile = false;             ///< VJIT_PROFILE
-  bool perf_map = false;            ///< VJIT_PERF_MAP
-  std::string trace_path;           ///< VJIT_TRACE (flag --trace); empty: no trace
-  bool check_finite = false;        ///< VJIT_CHECK_FINITE (CPU executor only)
-  std::string log = "off";          ///< VJIT_LOG
+  int threads = default_threads();    ///< VJIT_THREADS, 1 to max_threads
+  int64_t max_memory = 0;             ///< VJIT_MAX_MEMORY, bytes (0: no bound)
+  Lever deterministic = Lever::Auto;  ///< VJIT_DETERMINISTIC (CPU: results independent of `threads`)
+  std::string cache_dir;              ///< VJIT_CACHE_DIR
+  int dist_timeout = 300;             ///< VJIT_DIST_TIMEOUT, seconds (vjit::Distributed collectives)
+  bool profile = false;               ///< VJIT_PROFILE
+  bool perf_map = false;              ///< VJIT_PERF_MAP (CPU)
+  std::string trace_path;             ///< VJIT_TRACE (flag --trace); empty: no trace
+  bool check_finite = false;          ///< VJIT_CHECK_FINITE (CPU)
+  Log log = Log::Off;                 ///< VJIT_LOG
+  Tuning tuning;  ///< the performance levers
 
   /// The built-in defaults, ignoring the environment.
   static Options defaults();
@@ -86,20 +118,42 @@ struct Options {
   /// std::thread::hardware_concurrency(), at least 1 and at most max_threads.
   static int default_threads();
 
-  /// Throws UserError when a field holds a value outside its list (or threads
-  /// outside 1 to max_threads);
+  /// Throws UserError when a field holds a value outside its range (an enum
+  /// outside its enumerators, threads outside 1 to max_threads, ...);
   /// for Options filled in by code rather than parsed.
   void validate() const;
+
+  /// These options as their device (cpu or cuda, not auto: the Engine chooses
+  /// first) runs them: every Auto lever replaced by what the device does (On or
+  /// Off, docs/options.md). Throws UserError, naming the device and the option,
+  /// where an option asks for what the device does not do
+  /// (VJIT_GATHER_POINTERS=on with VJIT_DEVICE=cuda). Resolving resolved
+  /// options changes nothing.
+  Options resolve() const;
 
   /// One line for logs: "fusion=on lazy=on streaming=on policy=agenda ...".
   std::string describe() const;
 
-  /// True when VJIT_LOG asks for `topic` ("passes", "schedule", "kernels", "primitives"):
-  /// log == topic or log == "all".
-  bool logs(std::string_view topic) const;
+  /// True when VJIT_LOG asks for `topic`: log == topic or log == All.
+  bool logs(Log topic) const;
 
   bool operator==(const Options& other) const = default;  ///< field by field
 };
+
+/// True for a lever of resolved options that is on (Options::resolve).
+constexpr bool is_on(Lever lever) { return lever == Lever::On; }
+/// On or Off: `options.tuning.gather_pointers = to_lever(flag)`.
+constexpr Lever to_lever(bool on) { return on ? Lever::On : Lever::Off; }
+
+/// The environment's spelling of a value: to_string(Options::Policy::Agenda) == "agenda".
+std::string_view to_string(Lever value);
+std::string_view to_string(Options::Device value);
+std::string_view to_string(Options::Policy value);
+std::string_view to_string(Options::MemoryPlanner value);
+std::string_view to_string(Options::Isa value);
+std::string_view to_string(Options::Gemm value);
+std::string_view to_string(Options::VertexGemm value);
+std::string_view to_string(Options::Log value);
 
 /// The option names accepted by apply_flag, in table order: "fusion", "lazy", ...
 std::vector<std::string> option_names();

@@ -8,7 +8,7 @@
 //   double ratio = useful_flops / seconds / (peak.all_threads_gflops_per_s * 1e9);
 //
 // It times C = A·B with n×n×n single-precision operands (2·n³ flops a call) on
-// the back end Options::gemm selects: once on the calling thread alone, and
+// the back end Options::Tuning::gemm selects: once on the calling thread alone, and
 // once on Options::threads threads split the way the engine splits its GEMMs
 // when Options::deterministic is off (one block of C per thread; the fixed
 // blocks of deterministic mode are not used here, so both modes' roofline
