@@ -1,13 +1,17 @@
 # vjit as a package (issue 13): what `cmake --install` puts under the prefix
 #   include/vjit/*.h                      the public API, and nothing internal
 #   lib/libvjit.a                         every module's object files in one archive
+#   lib/libvjit_distributed.a             the communicators of data-parallel training (distributed/)
 #   lib/cmake/vjit/vjitConfig.cmake       find_package(vjit): the target vjit::vjit,
 #     vjitConfigVersion.cmake             its version check,
-#     vjitTargets*.cmake                  and the exported target itself
-#   lib/pkgconfig/vjit.pc                 the same for pkg-config
+#     vjitTargets*.cmake                  and the exported target itself;
+#     vjitDistributedTargets*.cmake       vjit::distributed, read only for COMPONENTS distributed
+#   lib/pkgconfig/vjit.pc                 vjit::vjit for pkg-config
 # vjit::vjit carries include/, C++20 and, as $<LINK_ONLY:...>, the system
-# libraries the modules link (VJIT_SYSTEM_LIBRARIES: the GEMM back ends found
-# here, libdl, ...), so a program links it with nothing else to know.
+# libraries the modules link (VJIT_SYSTEM_LIBRARIES: zlib and Threads as
+# imported targets, which vjitConfig.cmake finds again; the GEMM back ends
+# found here by path, libdl, ...), so a program links it with nothing else to
+# know. No MPI: only vjit::distributed links it.
 #
 # libvjit.a is made of the module libraries' objects ($<TARGET_OBJECTS>), not
 # compiled again: the module libraries stay what the build checks for layering
@@ -38,6 +42,10 @@ install(DIRECTORY ${VJIT_SOURCE_DIR}/include/vjit DESTINATION ${CMAKE_INSTALL_IN
         FILES_MATCHING PATTERN "*.h")
 install(TARGETS vjit_library EXPORT vjitTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT vjitTargets NAMESPACE vjit:: DESTINATION ${vjit_config_dir})
+# The optional component `distributed` (find_package(vjit COMPONENTS distributed)):
+# libvjit_distributed.a, the target vjit::distributed, which alone links MPI.
+install(TARGETS vjit_distributed EXPORT vjitDistributedTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(EXPORT vjitDistributedTargets NAMESPACE vjit:: DESTINATION ${vjit_config_dir})
 configure_package_config_file(${VJIT_SOURCE_DIR}/cmake/vjitConfig.cmake.in ${VJIT_BINARY_DIR}/vjitConfig.cmake
                               INSTALL_DESTINATION ${vjit_config_dir})
 # Before 1.0 a minor version may change the API: only the same major.minor matches.
@@ -55,6 +63,13 @@ if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
 endif()
 set(VJIT_PC_LIBS)
 foreach(library IN LISTS VJIT_SYSTEM_LIBRARIES)
+  if(TARGET "${library}")  # an imported target (ZLIB::ZLIB): its file
+    get_target_property(location ${library} IMPORTED_LOCATION)
+    if(NOT location)
+      get_target_property(location ${library} IMPORTED_LOCATION_RELEASE)
+    endif()
+    set(library "${location}")
+  endif()
   if(IS_ABSOLUTE "${library}" OR library MATCHES "^-")
     list(APPEND VJIT_PC_LIBS "${library}")
   else()

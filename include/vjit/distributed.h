@@ -51,6 +51,10 @@
 // written for it run unchanged; launched by mpirun (OMPI_COMM_WORLD_SIZE > 1)
 // it throws a UserError saying vjit was built without MPI.
 //
+// Linking: world(), available() and launched_with_several_processes() are in
+// the component `distributed` (target vjit::distributed: find_package(vjit
+// COMPONENTS distributed)), which links MPI; vjit::vjit alone does not.
+//
 // Threads: call a Distributed from one thread at a time (MPI_THREAD_FUNNELED).
 // GPUs: with the CUDA executor (VJIT_DEVICE=cuda) each process drives the
 // GPU of its local rank (runtime/cuda_driver.h); the dense gradients are
@@ -71,6 +75,10 @@
 #include "vjit/options.h"
 
 namespace vjit {
+
+namespace detail {
+class Communicator;  // jit/communicator.h
+}
 
 /// Time and bytes spent in collectives since the communicator was made.
 struct CommStats {
@@ -145,9 +153,8 @@ class Distributed {
   void reset_stats();              ///< zeroes stats()
 
  private:
-  struct Impl;
-  explicit Distributed(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Distributed(std::unique_ptr<detail::Communicator> communicator);
+  std::unique_ptr<detail::Communicator> impl_;
 };
 
 }  // namespace vjit

@@ -5,6 +5,11 @@
 #      include/ holds vjit/ and nothing else (no internal header), the archive,
 #      the CMake package files and vjit.pc are there;
 #   2. find_package: builds tests/consumer against the prefix and runs it;
+#      neither its link command, nor its binary (ldd), nor vjit::vjit's
+#      exported link interface names MPI;
+#   2b. find_package(vjit COMPONENTS distributed): builds consumer_distributed
+#      (vjit::distributed) and runs its one-process sums; a component vjit does
+#      not have fails find_package with a message naming it;
 #   3. pkg-config: compiles tests/consumer/main.cpp with
 #      `pkg-config --cflags --libs vjit` alone and runs it;
 #   4. add_subdirectory: configures tests/consumer with vjit added from its
@@ -38,6 +43,11 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work
 [[ $(ls "$prefix/include") == vjit ]] || fail "include/ holds more than vjit/: $(ls "$prefix/include" | tr '\n' ' ')"
 [[ -f $prefix/include/vjit/vjit.h && -f $prefix/include/vjit/models.h ]] || fail "vjit/vjit.h or vjit/models.h not installed"
 archive="$(find "$prefix" -name libvjit.a)"
+distributed_archive="$(find "$prefix" -name libvjit_distributed.a)"
+[[ -n $distributed_archive ]] || fail "libvjit_distributed.a (the component distributed) is not installed"
+ar t "$distributed_archive" | grep -qx world.cpp.o || fail "libvjit_distributed.a lacks world.cpp.o (distributed/)"
+# MPI is called from distributed/ only: nothing in libvjit.a may need it.
+if nm -u "$archive" 2>/dev/null | grep -q ' MPI_'; then fail "libvjit.a calls MPI: $(nm -u "$archive" | grep ' MPI_' | sort -u | head -3 | tr '\n' ' ')"; fi
 config="$(find "$prefix" -name vjitConfig.cmake)"
 version="$(find "$prefix" -name vjitConfigVersion.cmake)"
 pc="$(find "$prefix" -name vjit.pc)"
@@ -63,6 +73,37 @@ cmake -S "$consumer" -B "$work/find_package" "${generator[@]}" -DCMAKE_BUILD_TYP
 cmake --build "$work/find_package" >>"$work/find_package.log" ||
   { cat "$work/find_package.log" >&2; fail "building the consumer with find_package failed"; }
 "$work/find_package/consumer" || fail "the consumer built with find_package failed"
+targets="$(dirname "$config")/vjitTargets.cmake"
+names_mpi() { grep -E "MPI::|libmpi|-lmpi"; }
+if names_mpi <"$targets"; then fail "vjit::vjit's exported link interface ($targets) names MPI (above)"; fi
+if [[ -f $work/find_package/build.ninja ]]; then
+  link_command="$(ninja -C "$work/find_package" -t commands consumer | tail -n 1)"
+else
+  link_command="$(cat "$work/find_package/CMakeFiles/consumer.dir/link.txt")"
+fi
+if names_mpi <<<"$link_command"; then fail "the consumer's link command names MPI: $link_command"; fi
+if ldd "$work/find_package/consumer" | grep -i "libmpi"; then fail "the consumer built with find_package(vjit) loads MPI (above)"; fi
+echo "find_package(vjit): the consumer links no MPI (exported link interface, link command, ldd)"
+
+step "find_package(vjit COMPONENTS distributed) against the installed tree"
+expect_mpi=none
+if grep -q "set(vjit_distributed_MPI ON)" "$config"; then expect_mpi=mpi; fi
+cmake -S "$consumer" -B "$work/distributed" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DVJIT_CONSUMER_COMPONENTS=distributed >"$work/distributed.log" ||
+  { cat "$work/distributed.log" >&2; fail "configuring the consumer with COMPONENTS distributed failed"; }
+cmake --build "$work/distributed" >>"$work/distributed.log" ||
+  { cat "$work/distributed.log" >&2; fail "building the consumer with COMPONENTS distributed failed"; }
+"$work/distributed/consumer_distributed" "$expect_mpi" || fail "consumer_distributed (vjit::distributed, one process) failed"
+if [[ $expect_mpi == mpi ]]; then
+  ldd "$work/distributed/consumer_distributed" | grep -q "libmpi" || fail "consumer_distributed does not load MPI, yet vjit was built with it"
+fi
+if cmake -S "$consumer" -B "$work/no_such_component" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DVJIT_CONSUMER_COMPONENTS=no_such_component >"$work/no_such_component.log" 2>&1; then
+  fail "find_package(vjit COMPONENTS no_such_component) succeeded"
+fi
+grep -q "vjit has no component 'no_such_component'" "$work/no_such_component.log" ||
+  { cat "$work/no_such_component.log" >&2; fail "find_package(vjit COMPONENTS no_such_component) failed without naming the component"; }
+echo "find_package(vjit COMPONENTS no_such_component) fails naming it"
 
 step "pkg-config vjit"
 command -v pkg-config >/dev/null 2>&1 || fail "pkg-config not found (scripts/install-deps.sh installs it)"
