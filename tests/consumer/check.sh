@@ -21,6 +21,9 @@
 # ARCH is the build's VJIT_ARCH (x86_64 or aarch64): the code generators of
 # the other architecture (codegen/x86_*, codegen/a64_*) are not in its library.
 set -euo pipefail
+# No `| grep -q` under pipefail: grep -q stops at the first match, and the
+# writer killed by SIGPIPE fails the pipeline (a pass read as a failure, or
+# the other way round, depending on timing).
 if [[ $# -ne 5 ]]; then
   echo "usage: $0 BUILD_DIR SOURCE_DIR CXX WORK_DIR ARCH" >&2
   exit 2
@@ -45,9 +48,9 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work
 archive="$(find "$prefix" -name libvjit.a)"
 distributed_archive="$(find "$prefix" -name libvjit_distributed.a)"
 [[ -n $distributed_archive ]] || fail "libvjit_distributed.a (the component distributed) is not installed"
-ar t "$distributed_archive" | grep -qx world.cpp.o || fail "libvjit_distributed.a lacks world.cpp.o (distributed/)"
+ar t "$distributed_archive" | grep -x world.cpp.o >/dev/null || fail "libvjit_distributed.a lacks world.cpp.o (distributed/)"
 # MPI is called from distributed/ only: nothing in libvjit.a may need it.
-if nm -u "$archive" 2>/dev/null | grep -q ' MPI_'; then fail "libvjit.a calls MPI: $(nm -u "$archive" | grep ' MPI_' | sort -u | head -3 | tr '\n' ' ')"; fi
+if nm -u "$archive" 2>/dev/null | grep ' MPI_' >/dev/null; then fail "libvjit.a calls MPI: $(nm -u "$archive" | grep ' MPI_' | sort -u | head -3 | tr '\n' ' ')"; fi
 config="$(find "$prefix" -name vjitConfig.cmake)"
 version="$(find "$prefix" -name vjitConfigVersion.cmake)"
 pc="$(find "$prefix" -name vjit.pc)"
@@ -61,7 +64,7 @@ for folder in ir io scheduler layout data codegen runtime jit models; do
       x86_*) [[ $arch == x86_64 ]] || continue ;;
       a64_*) [[ $arch == aarch64 ]] || continue ;;
     esac
-    ar t "$archive" | grep -qx "$object" || fail "libvjit.a lacks $object ($folder/)"
+    ar t "$archive" | grep -x "$object" >/dev/null || fail "libvjit.a lacks $object ($folder/)"
   done
 done
 echo "installed: $(cd "$prefix" && find . -type f | sort | tr '\n' ' ')"
@@ -95,7 +98,7 @@ cmake --build "$work/distributed" >>"$work/distributed.log" ||
   { cat "$work/distributed.log" >&2; fail "building the consumer with COMPONENTS distributed failed"; }
 "$work/distributed/consumer_distributed" "$expect_mpi" || fail "consumer_distributed (vjit::distributed, one process) failed"
 if [[ $expect_mpi == mpi ]]; then
-  ldd "$work/distributed/consumer_distributed" | grep -q "libmpi" || fail "consumer_distributed does not load MPI, yet vjit was built with it"
+  ldd "$work/distributed/consumer_distributed" | grep "libmpi" >/dev/null || fail "consumer_distributed does not load MPI, yet vjit was built with it"
 fi
 if cmake -S "$consumer" -B "$work/no_such_component" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_PREFIX_PATH="$prefix" -DVJIT_CONSUMER_COMPONENTS=no_such_component >"$work/no_such_component.log" 2>&1; then
