@@ -65,7 +65,7 @@ fi
 
 if [[ "$cross" == aarch64 ]]; then
   PACKAGES+=("${AARCH64_PACKAGES[@]}")
-  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  if ! dpkg --print-foreign-architectures | grep -x arm64 >/dev/null; then
     echo "install-deps: adding the arm64 architecture to dpkg" >&2
     "${as_root[@]}" dpkg --add-architecture arm64
     "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
