@@ -670,6 +670,12 @@ TEST(Checkpoint, StaleTemporaryFilesOfDeadWritersAreRemovedByTheNextSave) {
 // checkpoint of those written (never a mix or a torn file); a killed writer
 // leaves at most its one temporary file, which the next save removes.
 TEST(Checkpoint, KilledWritersLeaveAWholeCheckpoint) {
+#if defined(__SANITIZE_THREAD__)
+  // A writer forked from a threaded process under TSan takes longer than the
+  // 20 ms kill window to reach its first write (100 kills, none inside a
+  // write), so the test cannot test what it is for; the other builds run it.
+  GTEST_SKIP() << "under ThreadSanitizer no kill lands inside a write: run in the Release, NoCuda and ASan builds";
+#endif
   const fs::path dir = fresh_dir("kill");
   const std::string path = (dir / "run.safetensors").string();
   // Two models of one shape with different values, about 2 MB each, so that a
