@@ -90,18 +90,8 @@ TEST_P(A64VMath, MaxUlpErrorOverTheFloatLine) {
 }
 
 TEST_P(A64VMath, SpecialValuesAreExact) {
-  const UnaryFn fn = GetParam();
-  ArrayFunction kernel(fn);
-  for (const Special& s : specials(fn)) {
-    float got = 0.0f;
-    kernel(&s.x, &got, 1);
-    if (std::isnan(s.want)) {
-      EXPECT_TRUE(std::isnan(got)) << unary_fn_name(fn) << "(" << s.x << ") = " << got;
-    } else {
-      EXPECT_EQ(to_bits(got), to_bits(s.want)) << unary_fn_name(fn) << "(" << s.x << ") = " << got << ", want "
-                                                << s.want;
-    }
-  }
+  ArrayFunction kernel(GetParam());
+  expect_special_values_exact(GetParam(), std::ref(kernel));
 }
 
 INSTANTIATE_TEST_SUITE_P(Neon, A64VMath, testing::ValuesIn(kAllFns), fn_param_name);

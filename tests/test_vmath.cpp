@@ -138,16 +138,7 @@ TEST_P(VMathAccuracy, DISABLED_ExhaustiveMaxUlpError) {
 TEST_P(VMathAccuracy, SpecialValuesAreExact) {
   const auto [fn, isa] = GetParam();
   const UnaryKernel kernel(isa, fn);
-  for (const Special& s : specials(fn)) {
-    float got = 0.0f;
-    kernel(&s.x, &got, 1);
-    if (std::isnan(s.want)) {
-      EXPECT_TRUE(std::isnan(got)) << unary_fn_name(fn) << "(" << s.x << ") = " << got;
-    } else {
-      EXPECT_EQ(to_bits(got), to_bits(s.want))
-          << unary_fn_name(fn) << "(" << s.x << ") = " << got << ", want " << s.want;
-    }
-  }
+  expect_special_values_exact(fn, kernel.entry());
 }
 
 INSTANTIATE_TEST_SUITE_P(Vector, VMathAccuracy, testing::ValuesIn(vector_cases()), param_name);

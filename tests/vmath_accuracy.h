@@ -191,6 +191,22 @@ inline std::vector<Special> specials(UnaryFn fn) {
   return {};
 }
 
+// Expects `kernel` (dst[i] = fn(src[i]) for i < n) to give every special
+// value of `fn` exactly (a NaN for a NaN).
+inline void expect_special_values_exact(UnaryFn fn,
+                                        const std::function<void(const float*, float*, std::int64_t)>& kernel) {
+  for (const Special& s : specials(fn)) {
+    float got = 0.0f;
+    kernel(&s.x, &got, 1);
+    if (std::isnan(s.want)) {
+      EXPECT_TRUE(std::isnan(got)) << unary_fn_name(fn) << "(" << s.x << ") = " << got;
+    } else {
+      EXPECT_EQ(to_bits(got), to_bits(s.want))
+          << unary_fn_name(fn) << "(" << s.x << ") = " << got << ", want " << s.want;
+    }
+  }
+}
+
 // The largest ulp error of `kernel` (dst[i] = fn(src[i]) for i < n) over all
 // test points, printed as a line of the ulp table ("[ vmath    ] exp avx2 max
 // error ...") and recorded as test properties; expects at most kMaxUlp.
