@@ -160,8 +160,7 @@ class A64Jit {
   }
 
   void generate() {
-    asmjit::Label row_loop = a_.newLabel(), unrolled_loop = a_.newLabel(), single_loop = a_.newLabel(),
-                  done = a_.newLabel(), by_ld = a_.newLabel(), advanced = a_.newLabel();
+    asmjit::Label row_loop = a_.newLabel(), done = a_.newLabel(), by_ld = a_.newLabel(), advanced = a_.newLabel();
     prologue();
     if (!plan_.vmath_fns.empty()) vmath_.load_table_address();
     a_.adr(kConstTable, constant_table_);
@@ -174,27 +173,9 @@ class A64Jit {
 
     a_.bind(row_loop);
     a_.mov(kOff, 0);
-    if (plan_.unrolled_steps > 0) {
-      const int step_bytes = plan_.unrolled.copies * kVectorBytes;
-      a_.bind(unrolled_loop);
-      emit_body(plan_.unrolled, false);
-      a_.add(kOff, kOff, step_bytes);
-      if (plan_.unrolled_steps > 1) {
-        move_immediate(kTmp2, uint64_t(plan_.unrolled_steps * step_bytes));
-        a_.cmp(kOff, kTmp2);
-        a_.b_lo(unrolled_loop);
-      }
-    }
-    if (plan_.single_steps > 0) {
-      a_.bind(single_loop);
-      emit_body(plan_.single, false);
-      a_.add(kOff, kOff, kVectorBytes);
-      if (plan_.single_steps > 1) {
-        move_immediate(kTmp2, uint64_t(plan_.full_vectors * kVectorBytes));
-        a_.cmp(kOff, kTmp2);
-        a_.b_lo(single_loop);
-      }
-    }
+    const int unrolled_bytes = plan_.unrolled.copies * kVectorBytes;
+    emit_vector_loop(plan_.unrolled, plan_.unrolled_steps, unrolled_bytes, plan_.unrolled_steps * unrolled_bytes);
+    emit_vector_loop(plan_.single, plan_.single_steps, kVectorBytes, plan_.full_vectors * kVectorBytes);
     if (plan_.tail_lanes > 0) emit_body(plan_.tail, true);
     a_.subs(kRows, kRows, 1);
     a_.b_eq(done);
@@ -230,6 +211,21 @@ class A64Jit {
   }
 
   // dst = value (< 2^32) in at most two instructions.
+  // `steps` runs of `body`, each advancing kOff by `step_bytes`, until kOff
+  // reaches `end_bytes` (the unrolled loop, then the single-vector one).
+  void emit_vector_loop(const BodyPlan& body, int64_t steps, int step_bytes, int64_t end_bytes) {
+    if (steps <= 0) return;
+    asmjit::Label loop = a_.newLabel();
+    a_.bind(loop);
+    emit_body(body, false);
+    a_.add(kOff, kOff, step_bytes);
+    if (steps > 1) {
+      move_immediate(kTmp2, uint64_t(end_bytes));
+      a_.cmp(kOff, kTmp2);
+      a_.b_lo(loop);
+    }
+  }
+
   void move_immediate(const a64::GpX& dst, uint64_t value) {
     VJIT_INTERNAL_CHECK(value < (uint64_t(1) << 32), "fused kernel (neon): immediate " << value << " too large");
     a_.movz(dst, value & 0xffff, 0);
