@@ -4,6 +4,7 @@
 #include <numeric>
 #include <vector>
 
+#include "codegen/vmath_reference.h"
 #include "codegen/x86_jit_generator.h"
 #include "vjit/error.h"
 
@@ -140,20 +141,6 @@ class UnaryJit final : public JitGenerator {
 };
 
 }  // namespace
-
-float unary_reference(UnaryFn fn, float x) {
-  switch (fn) {
-    case UnaryFn::Exp: return std::exp(x);
-    case UnaryFn::Log: return std::log(x);
-    case UnaryFn::Tanh: return std::tanh(x);
-    case UnaryFn::Sigmoid: {
-      if (x >= 0.0f) return 1.0f / (1.0f + std::exp(-x));
-      const float z = std::exp(x);  // NaN lands here and propagates
-      return z / (1.0f + z);
-    }
-  }
-  return x;
-}
 
 UnaryKernel::UnaryKernel(Isa isa, UnaryFn fn, bool perf_map)
     : isa_(isa),

@@ -16,10 +16,6 @@ namespace vjit::codegen {
 
 class JitGenerator;
 
-// The scalar reference in float: std::exp, std::log, std::tanh, and sigmoid
-// as 1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) below.
-float unary_reference(UnaryFn fn, float x);
-
 class UnaryKernel {
  public:
   using Entry = void (*)(const float* src, float* dst, std::int64_t n);

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codegen/isa.h"
+#include "codegen/vmath_reference.h"
 #include "codegen/x86_unary_kernel.h"
 
 namespace {
@@ -39,27 +40,12 @@ std::vector<float> make_inputs(UnaryFn fn, std::size_t n) {
   return xs;
 }
 
-double reference(UnaryFn fn, double x) {
-  switch (fn) {
-    case UnaryFn::Exp: return std::exp(x);
-    case UnaryFn::Log: return std::log(x);
-    case UnaryFn::Tanh: return std::tanh(x);
-    case UnaryFn::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
-  }
-  return x;
-}
-
-std::int64_t ordinal(float x) {
-  const auto bits = std::bit_cast<std::int32_t>(x);
-  return bits >= 0 ? bits : -static_cast<std::int64_t>(bits & 0x7fffffff);
-}
-
 // Largest ulp distance from double libm rounded to float.
 std::int64_t max_ulp(UnaryFn fn, const std::vector<float>& xs, const std::vector<float>& got) {
   std::int64_t worst = 0;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    const float want = static_cast<float>(reference(fn, xs[i]));
-    worst = std::max(worst, std::abs(ordinal(got[i]) - ordinal(want)));
+    const float want = static_cast<float>(vjit::codegen::unary_reference<double>(fn, xs[i]));
+    worst = std::max(worst, std::abs(vjit::codegen::float_ordinal(got[i]) - vjit::codegen::float_ordinal(want)));
   }
   return worst;
 }

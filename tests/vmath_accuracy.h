@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "codegen/vmath_constants.h"
+#include "codegen/vmath_reference.h"
 
 namespace vjit::codegen::vmath_accuracy {
 
@@ -38,27 +39,16 @@ inline std::uint32_t to_bits(float x) { return std::bit_cast<std::uint32_t>(x); 
 // ---------------------------------------------------------------------------
 // Reference and metric
 
-inline double reference(UnaryFn fn, double x) {
-  switch (fn) {
-    case UnaryFn::Exp: return std::exp(x);
-    case UnaryFn::Log: return std::log(x);
-    case UnaryFn::Tanh: return std::tanh(x);
-    case UnaryFn::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
-  }
-  return x;
-}
+// The reference is the C library in double, rounded to float.
+inline double reference(UnaryFn fn, double x) { return vjit::codegen::unary_reference(fn, x); }
 
-// Floats ordered as integers: +-0 -> 0, each next float +1.
-inline std::int64_t ordinal(float x) {
-  const auto bits = static_cast<std::int32_t>(to_bits(x));
-  return bits >= 0 ? bits : -static_cast<std::int64_t>(bits & 0x7fffffff);
-}
+using vjit::codegen::float_ordinal;
 
 constexpr std::int64_t kNanMismatch = std::numeric_limits<std::int64_t>::max();
 
 inline std::int64_t ulp_distance(float got, float want) {
   if (std::isnan(got) || std::isnan(want)) return std::isnan(got) == std::isnan(want) ? 0 : kNanMismatch;
-  const std::int64_t d = ordinal(got) - ordinal(want);
+  const std::int64_t d = float_ordinal(got) - float_ordinal(want);
   return d < 0 ? -d : d;
 }
 
@@ -89,8 +79,8 @@ inline std::vector<float> boundary_points() {
   for (float c : centres) {
     for (float centre : {c, -c}) {
       for (int k = -kHalfWidth; k <= kHalfWidth; ++k) {
-        const std::int64_t o = ordinal(centre) + k;
-        if (o > ordinal(FLT_MAX) || o < ordinal(-FLT_MAX)) continue;
+        const std::int64_t o = float_ordinal(centre) + k;
+        if (o > float_ordinal(FLT_MAX) || o < float_ordinal(-FLT_MAX)) continue;
         points.push_back(o >= 0 ? from_bits(static_cast<std::uint32_t>(o))
                                 : -from_bits(static_cast<std::uint32_t>(-o)));
       }
