@@ -17,7 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/pool_parallel_for.h"
+#include "runtime/optimizer_access.h"
+#include "runtime/parallel_for.h"
 #include "runtime/thread_pool.h"
 #include "vjit/optimizer.h"
 
@@ -36,7 +37,7 @@ vjit::Model make_model() {
 }
 
 // Median milliseconds of `steps` Adam steps (after two warm-up steps).
-double ms_per_step(int steps, bool with_rows, vjit::ParallelFor* parallel) {
+double ms_per_step(int steps, bool with_rows, vjit::runtime::ParallelFor* parallel) {
   vjit::Model model = make_model();
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-1e-3f, 1e-3f);
@@ -63,7 +64,7 @@ double ms_per_step(int steps, bool with_rows, vjit::ParallelFor* parallel) {
   std::vector<double> ms;
   for (int s = 0; s < steps + 2; ++s) {
     const auto start = std::chrono::steady_clock::now();
-    adam.step(model, grads, gradient_rows, parallel);
+    vjit::runtime::OptimizerAccess::step(adam, model, grads, gradient_rows, parallel);
     const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (s >= 2) ms.push_back(elapsed);
   }

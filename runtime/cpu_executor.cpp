@@ -12,8 +12,9 @@
 
 #include "ir/model_layout.h"
 #include "ir/passes.h"
-#include "runtime/kernels.h"
 #include "runtime/batch_rows.h"
+#include "runtime/kernels.h"
+#include "runtime/optimizer_access.h"
 #include "vjit/error.h"
 
 namespace vjit::runtime {
@@ -387,7 +388,8 @@ void CpuExecutor::update(Optimizer& optimizer) {
   TraceScope scope(trace_, "optimizer step", TraceCategory::Optimizer, args);
   frame_.at(Pass::Backward, -1, -1, 0, "optimizer step");
   frame_.issue(Primitive::OptimizerStep);
-  optimizer.step(store_.model(), store_.gradients(), store_.gradient_rows(), &parallel_, &store_.optimizer_state());
+  OptimizerAccess::step(optimizer, store_.model(), store_.gradients(), store_.gradient_rows(), &parallel_,
+                        &store_.optimizer_state());
 }
 
 // Streaming (Cavs §3.4): a second thread runs the eager steps type by type, in

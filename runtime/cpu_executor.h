@@ -24,7 +24,7 @@
 #include "runtime/products.h"
 #include "runtime/row_placement.h"
 #include "runtime/runner.h"
-#include "runtime/pool_parallel_for.h"
+#include "runtime/parallel_for.h"
 #include "runtime/thread_pool.h"
 #include "runtime/touched_rows.h"
 #include "runtime/trace.h"

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "ir/op_semantics.h"
+#include "runtime/optimizer_access.h"
 #include "runtime/products.h"
 #include "vjit/error.h"
 
@@ -430,7 +431,7 @@ void CudaExecutor::update_on_host(Optimizer& optimizer) {
   download_slots();  // the device's slots are the live ones: bring them over
   slots_on_device_ = false;
   store_.gradients();
-  optimizer.step(model, store_.host_grads_, store_.touched_.all(), &parallel_, &state);
+  OptimizerAccess::step(optimizer, model, store_.host_grads_, store_.touched_.all(), &parallel_, &state);
   upload_updated(optimizer.dense_updates());
 }
 
@@ -450,7 +451,7 @@ void CudaExecutor::update(Optimizer& optimizer) {
   CudaDevice::get();
   UncountedWork uncounted(stats_);
   lanes_[0].at(Pass::Backward, -1, -1, 0, "optimizer step");
-  DeviceUpdate rule = optimizer.device_rule();
+  DeviceUpdate rule = OptimizerAccess::device_rule(optimizer);
   if (rule.kind == DeviceUpdate::Kind::None || optimizer.dense_updates()) return update_on_host(optimizer);
   Model& model = store_.model();
   staging_used_ = 0;
@@ -499,12 +500,12 @@ void CudaExecutor::update(Optimizer& optimizer) {
   if (!std::isfinite(sum)) return update_on_host(optimizer);  // step() names the culprit
   OptimizerState& state = store_.optimizer_state();
   const bool slots_were_on_device = slots_on_device_;
-  rule = optimizer.begin_device_step(model, state, sum);
+  rule = OptimizerAccess::begin_device_step(optimizer, model, state, sum);
   if (rule.state_made && slots_were_on_device) {
     // Another state's slots are live on the device (another optimizer, or one
     // before a reset()): the host step brings them into that state before it
     // is replaced, so that a failed step can give it back as it was.
-    optimizer.cancel_device_step(state);
+    OptimizerAccess::cancel_device_step(optimizer, state);
     return update_on_host(optimizer);
   }
   if (rule.state_made || !slots_on_device_) {
@@ -536,7 +537,7 @@ void CudaExecutor::update(Optimizer& optimizer) {
     // Nothing was written on the device. The host step runs the same float
     // operations over the same values and throws the UserError naming the
     // parameter, element and step, leaving the model and state as they are.
-    optimizer.cancel_device_step(state);
+    OptimizerAccess::cancel_device_step(optimizer, state);
     if (rule.state_made) slots_on_device_ = false;  // zeros for a state that was not made: nothing to bring back
     return update_on_host(optimizer);
   }

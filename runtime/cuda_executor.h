@@ -26,10 +26,10 @@
 // the staging buffer is shared, each list uploaded on the stream that reads it.
 //
 // Parameter store: parameters, gradients and the optimizer's state slots live
-// on the device. An SGD or Adam step runs there (Optimizer::device_rule: the
+// on the device. An SGD or Adam step runs there (OptimizerAccess::device_rule: the
 // same float operations as runtime/optimizer.cpp, so the same weights as a CPU
 // step): the norm of the listed gradients is summed on the device, the
-// optimizer does its bookkeeping (Optimizer::begin_device_step), one kernel
+// optimizer does its bookkeeping (OptimizerAccess::begin_device_step), one kernel
 // per parameter updates the listed rows, and the changed values are copied
 // back into the Model, which stays current for its user. The kernel first runs
 // as a preview (the same float operations, nothing stored) that flags a value
@@ -43,7 +43,7 @@
 
 #include "runtime/cuda_driver.h"
 #include "runtime/touched_rows.h"
-#include "runtime/pool_parallel_for.h"
+#include "runtime/parallel_for.h"
 #include "runtime/runner.h"
 #include "runtime/thread_pool.h"
 

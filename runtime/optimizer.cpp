@@ -5,8 +5,11 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <typeinfo>
 
 #include "runtime/kernels.h"
+#include "runtime/optimizer_access.h"
 #include "runtime/vector_clones.h"
 #include "vjit/error.h"
 
@@ -27,6 +30,9 @@ void check_hyper(bool ok, const char* optimizer, const char* name, float value, 
 }
 
 bool finite(float x) { return std::isfinite(x); }
+
+// Adam's 1 − βᵗ of step t, on the host and for the device's kernel alike.
+float bias_correction(float beta, int64_t t) { return float(1.0 - std::pow(double(beta), double(t))); }
 
 int64_t rows_per_chunk(int64_t cols) { return std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, cols)); }
 
@@ -253,12 +259,113 @@ NonFiniteUpdate first_non_finite_value(int64_t n, Values&& values) {
 
 }  // namespace
 
+// --- how a step runs ---
+
+class Optimizer::Runner {
+ public:
+  explicit Runner(Optimizer& rule) : rule_(rule) {}
+
+  /// The step of Optimizer::step (vjit/optimizer.h), with `state`, its chunks
+  /// on `parallel` when given.
+  void step(Model& model, const std::vector<std::vector<float>>& grads, const std::vector<GradientRows>& rows,
+            runtime::ParallelFor* parallel, OptimizerState& state);
+  /// Makes the state when needed, counts the step, calls begin_update; remembers how to undo it.
+  void begin_step(const Model& model, OptimizerState& state, double sum_of_squares);
+  void undo_step(OptimizerState& state);
+  /// Whether the last begin_step made the state it stepped with.
+  bool made_state() const { return record_.made_state; }
+
+ private:
+  /// A unit of work: a range of a parameter's elements (dense), or a run of its
+  /// listed rows (row-sparse).
+  struct Chunk {
+    int32_t param = 0;
+    bool by_rows = false;
+    int64_t begin = 0, end = 0;    ///< dense: elements; by rows: the table rows the chunk updates
+    int64_t first = 0, last = 0;   ///< by rows: its listed rows, indices into GradientRows::rows
+    int64_t written = 0;           ///< elements written by the chunks before it (its place in the undo log)
+  };
+  /// The first non-finite value a chunk's update would write (element -1:
+  /// none; element in the parameter), and the value there before the step.
+  struct ChunkCheck {
+    NonFiniteUpdate found;
+    float before = 0;
+  };
+  /// What a step changes besides the parameters and slots, to undo it.
+  struct StepRecord {
+    int64_t steps = 0;        ///< steps() before the step
+    double grad_norm = 0;     ///< last_grad_norm() before the step
+    bool made_state = false;  ///< the state was made by the step; replaced_state_ holds the one it replaced
+    int64_t step = 0;         ///< the state's step count the step reaches
+  };
+
+  /// Fills chunks_ for this step; returns the number of elements they read or update.
+  int64_t plan_chunks(const Model& model, const std::vector<GradientRows>& rows);
+  /// Runs fn(c) for every chunk, on `parallel` when the work is worth it.
+  void for_each_chunk(runtime::ParallelFor* parallel, int64_t work, runtime::TaskRef fn);
+  double chunk_sum_of_squares(const Chunk& chunk, const std::vector<float>& g, const GradientRows* rows,
+                              int64_t cols) const;
+  void update_chunk(const Chunk& chunk, float* w, float* const* state, const float* g, const GradientRows* rows,
+                    int64_t cols, float grad_scale);
+  /// Calls fn(g, begin, end) for each range of elements the chunk's update
+  /// writes, in element order: g the gradient, or null for rows updated with
+  /// a zero gradient (unlisted rows under dense updates).
+  template <typename Fn>
+  void for_each_update(const Chunk& chunk, const float* g, const GradientRows* rows, int64_t cols, Fn&& fn) const;
+  /// The preview of a chunk's update (has_preview()).
+  ChunkCheck preview_chunk(const Chunk& chunk, const float* w, float* const* state, const float* g,
+                           const GradientRows* rows, int64_t cols, float grad_scale) const;
+  /// The index of the first chunk whose check found a non-finite value, or the number of chunks.
+  size_t first_failed_chunk() const;
+  /// Copies the elements the chunk writes (the weights w, then each state slot)
+  /// into its place in the undo log, or back from it.
+  void save_chunk(const Chunk& chunk, const float* w, float* const* state, const GradientRows* rows, int64_t cols);
+  void restore_chunk(const Chunk& chunk, float* w, float* const* state, const GradientRows* rows, int64_t cols);
+  /// The first non-finite value among the elements the chunk wrote (the undo log has their old values).
+  ChunkCheck check_chunk(const Chunk& chunk, const float* w, float* const* state, const GradientRows* rows,
+                         int64_t cols) const;
+  /// The update pass of a rule with a preview, and of one checked with the undo log.
+  void update_previewed(Model& model, const std::vector<std::vector<float>>& grads,
+                        const std::vector<GradientRows>& rows, runtime::ParallelFor* parallel, int64_t work,
+                        float scale);
+  void update_with_undo_log(Model& model, const std::vector<std::vector<float>>& grads,
+                            const std::vector<GradientRows>& rows, runtime::ParallelFor* parallel, int64_t work,
+                            float scale);
+  /// Throws the UserError for the first failed chunk, after the step was undone.
+  [[noreturn]] void throw_non_finite_update(const Model& model, const ChunkCheck& check, int param) const;
+  /// Throws the UserError naming the first non-finite listed gradient value.
+  [[noreturn]] void throw_non_finite(const Model& model, const std::vector<std::vector<float>>& grads,
+                                     const std::vector<GradientRows>& rows) const;
+
+  Optimizer& rule_;
+  std::vector<float*> slot_pointers_;  ///< scratch: [param][slot] of the step's state
+  std::vector<Chunk> chunks_;          ///< scratch, capacity kept between steps
+  std::vector<double> partial_;        ///< per chunk: Σ g² of its listed elements
+  std::vector<ChunkCheck> checks_;     ///< per chunk: what its update left
+  std::vector<float> undo_;            ///< the undo log (rules without a preview): the old values of what the step writes
+  StepRecord record_;                  ///< the last step's bookkeeping, to undo it
+  OptimizerState replaced_state_;      ///< the state a step made a new one over, until the step succeeds
+};
+
 // --- Optimizer ---
 
-Optimizer::Optimizer(float lr, float clip_norm) : lr_(lr), clip_norm_(clip_norm) {
+Optimizer::Optimizer(float lr, float clip_norm)
+    : lr_(lr), clip_norm_(clip_norm), runner_(std::make_unique<Runner>(*this)) {
   check_hyper(finite(lr) && lr > 0.0f, "Optimizer", "lr", lr, "a finite value > 0");
   check_hyper(finite(clip_norm) && clip_norm >= 0.0f, "Optimizer", "clip_norm", clip_norm,
               "a finite value >= 0 (0 = no clipping)");
+}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads) {
+  static const std::vector<GradientRows> kAllDense;
+  runner_->step(model, grads, kAllDense, nullptr, own_state_);
+}
+
+void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads,
+                     const std::vector<GradientRows>& rows) {
+  runner_->step(model, grads, rows, nullptr, own_state_);
 }
 
 void Optimizer::set_lr(float lr) {
@@ -364,7 +471,7 @@ void Optimizer::validate(const Model& model, const std::vector<std::vector<float
   }
 }
 
-int64_t Optimizer::plan_chunks(const Model& model, const std::vector<GradientRows>& rows) {
+int64_t Optimizer::Runner::plan_chunks(const Model& model, const std::vector<GradientRows>& rows) {
   // The most chunks a model of these shapes can need, so that the vector
   // reaches its final capacity on the first step.
   size_t bound = 0;
@@ -400,7 +507,7 @@ int64_t Optimizer::plan_chunks(const Model& model, const std::vector<GradientRow
     const int64_t n = int64_t(listed.size());
     const int64_t cols = shape.cols();
     const int64_t per_chunk = rows_per_chunk(cols);
-    if (dense_updates_) {
+    if (rule_.dense_updates_) {
       // Every row of the table, in row ranges, each with the listed rows it holds.
       const int64_t table_rows = shape.rows();
       int64_t t = 0;
@@ -437,13 +544,13 @@ int64_t Optimizer::plan_chunks(const Model& model, const std::vector<GradientRow
   for (Chunk& c : chunks_) {
     c.written = written;
     const int64_t cols = model.param(c.param).shape.cols();
-    written += !c.by_rows ? c.end - c.begin : dense_updates_ ? (c.end - c.begin) * cols : (c.last - c.first) * cols;
+    written += !c.by_rows ? c.end - c.begin : rule_.dense_updates_ ? (c.end - c.begin) * cols : (c.last - c.first) * cols;
   }
   VJIT_INTERNAL_CHECK(written == work, "the chunks write " << written << " elements, the step " << work);
   return work;
 }
 
-void Optimizer::for_each_chunk(ParallelFor* parallel, int64_t work, TaskRef fn) {
+void Optimizer::Runner::for_each_chunk(runtime::ParallelFor* parallel, int64_t work, runtime::TaskRef fn) {
   const int64_t n = int64_t(chunks_.size());
   if (parallel && n > 1 && work >= 2 * kChunkElements) {
     parallel->run(n, fn);
@@ -452,7 +559,7 @@ void Optimizer::for_each_chunk(ParallelFor* parallel, int64_t work, TaskRef fn) 
   }
 }
 
-double Optimizer::chunk_sum_of_squares(const Chunk& chunk, const std::vector<float>& g, const GradientRows* rows,
+double Optimizer::Runner::chunk_sum_of_squares(const Chunk& chunk, const std::vector<float>& g, const GradientRows* rows,
                                        int64_t cols) const {
   if (!chunk.by_rows) return sum_of_squares(g.data() + chunk.begin, chunk.end - chunk.begin);
   double sum = 0.0;
@@ -462,7 +569,7 @@ double Optimizer::chunk_sum_of_squares(const Chunk& chunk, const std::vector<flo
 }
 
 template <typename Fn>
-void Optimizer::for_each_update(const Chunk& chunk, const float* g, const GradientRows* rows, int64_t cols,
+void Optimizer::Runner::for_each_update(const Chunk& chunk, const float* g, const GradientRows* rows, int64_t cols,
                                 Fn&& fn) const {
   if (!chunk.by_rows) {
     fn(g, chunk.begin, chunk.end);
@@ -476,40 +583,40 @@ void Optimizer::for_each_update(const Chunk& chunk, const float* g, const Gradie
     const int64_t run_begin = listed[t];
     int64_t run_end = run_begin + 1;
     for (++t; t < chunk.last && listed[t] == run_end; ++t) ++run_end;
-    if (dense_updates_ && next < run_begin) fn(nullptr, next * cols, run_begin * cols);
+    if (rule_.dense_updates_ && next < run_begin) fn(nullptr, next * cols, run_begin * cols);
     fn(g, run_begin * cols, run_end * cols);
     next = run_end;
   }
-  if (dense_updates_ && next < chunk.end) fn(nullptr, next * cols, chunk.end * cols);
+  if (rule_.dense_updates_ && next < chunk.end) fn(nullptr, next * cols, chunk.end * cols);
 }
 
-void Optimizer::update_chunk(const Chunk& chunk, float* w, float* const* state, const float* g,
+void Optimizer::Runner::update_chunk(const Chunk& chunk, float* w, float* const* state, const float* g,
                              const GradientRows* rows, int64_t cols, float grad_scale) {
   for_each_update(chunk, g, rows, cols, [&](const float* gradient, int64_t begin, int64_t end) {
-    update(chunk.param, w, state, gradient, begin, end, grad_scale);
+    rule_.update(chunk.param, w, state, gradient, begin, end, grad_scale);
   });
 }
 
-Optimizer::ChunkCheck Optimizer::preview_chunk(const Chunk& chunk, const float* w, float* const* state,
+Optimizer::Runner::ChunkCheck Optimizer::Runner::preview_chunk(const Chunk& chunk, const float* w, float* const* state,
                                                const float* g, const GradientRows* rows, int64_t cols,
                                                float grad_scale) const {
   ChunkCheck check;
   for_each_update(chunk, g, rows, cols, [&](const float* gradient, int64_t begin, int64_t end) {
     if (check.found.element >= 0) return;
-    check.found = preview(chunk.param, w, state, gradient, begin, end, grad_scale);
+    check.found = rule_.preview(chunk.param, w, state, gradient, begin, end, grad_scale);
     if (check.found.element >= 0)
       check.before = (check.found.array == 0 ? w : state[check.found.array - 1])[check.found.element];
   });
   return check;
 }
 
-size_t Optimizer::first_failed_chunk() const {
+size_t Optimizer::Runner::first_failed_chunk() const {
   size_t c = 0;
   while (c < chunks_.size() && checks_[c].found.element < 0) ++c;
   return c;
 }
 
-void Optimizer::throw_non_finite(const Model& model, const std::vector<std::vector<float>>& grads,
+void Optimizer::Runner::throw_non_finite(const Model& model, const std::vector<std::vector<float>>& grads,
                                  const std::vector<GradientRows>& rows) const {
   for (int i = 0; i < model.size(); ++i) {
     const ParamData& p = model.param(i);
@@ -532,15 +639,10 @@ void Optimizer::throw_non_finite(const Model& model, const std::vector<std::vect
   VJIT_INTERNAL_CHECK(false, "Optimizer::step: the sum of squares is not finite but every gradient value is");
 }
 
-void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads) {
-  static const std::vector<GradientRows> kAllDense;
-  step(model, grads, kAllDense, nullptr, nullptr);
-}
-
-void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads,
-                     const std::vector<GradientRows>& rows, ParallelFor* parallel, OptimizerState* given) {
-  OptimizerState& state = given ? *given : own_state_;
-  validate(model, grads, rows, state);  // throws before anything changes
+void Optimizer::Runner::step(Model& model, const std::vector<std::vector<float>>& grads,
+                             const std::vector<GradientRows>& rows, runtime::ParallelFor* parallel,
+                             OptimizerState& state) {
+  rule_.validate(model, grads, rows, state);  // throws before anything changes
   const int64_t work = plan_chunks(model, rows);
   auto rows_of = [&](int param) { return rows.empty() ? nullptr : &rows[size_t(param)]; };
 
@@ -555,14 +657,14 @@ void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads,
   for (double p : partial_) sum += p;
   if (!std::isfinite(sum)) throw_non_finite(model, grads, rows);
 
-  const float scale = clip_scale(sum);
+  const float scale = rule_.clip_scale(sum);
   begin_step(model, state, sum);
-  const size_t slots = size_t(state_slots());
+  const size_t slots = size_t(rule_.state_slots());
   slot_pointers_.resize(size_t(model.size()) * slots);
   for (size_t p = 0; p < size_t(model.size()); ++p)
     for (size_t k = 0; k < slots; ++k) slot_pointers_[p * slots + k] = state.slots[p][k].data();
   try {
-    if (has_preview()) update_previewed(model, grads, rows, parallel, work, scale);
+    if (rule_.has_preview()) update_previewed(model, grads, rows, parallel, work, scale);
     else update_with_undo_log(model, grads, rows, parallel, work, scale);
   } catch (...) {
     undo_step(state);
@@ -573,10 +675,10 @@ void Optimizer::step(Model& model, const std::vector<std::vector<float>>& grads,
 
 // Pass 2: every chunk's preview; pass 3, when all values stay finite: the
 // updates, each chunk writing only its own elements.
-void Optimizer::update_previewed(Model& model, const std::vector<std::vector<float>>& grads,
-                                 const std::vector<GradientRows>& rows, ParallelFor* parallel, int64_t work,
+void Optimizer::Runner::update_previewed(Model& model, const std::vector<std::vector<float>>& grads,
+                                 const std::vector<GradientRows>& rows, runtime::ParallelFor* parallel, int64_t work,
                                  float scale) {
-  const size_t slots = size_t(state_slots());
+  const size_t slots = size_t(rule_.state_slots());
   auto preview_one = [&](int64_t c) {
     const Chunk& chunk = chunks_[size_t(c)];
     const ParamData& param = model.param(chunk.param);
@@ -600,10 +702,10 @@ void Optimizer::update_previewed(Model& model, const std::vector<std::vector<flo
 // Pass 2: each chunk saves the elements it writes to the undo log, updates
 // them, then checks them while they are still in cache; when one is
 // non-finite, every chunk copies its elements back.
-void Optimizer::update_with_undo_log(Model& model, const std::vector<std::vector<float>>& grads,
-                                     const std::vector<GradientRows>& rows, ParallelFor* parallel, int64_t work,
+void Optimizer::Runner::update_with_undo_log(Model& model, const std::vector<std::vector<float>>& grads,
+                                     const std::vector<GradientRows>& rows, runtime::ParallelFor* parallel, int64_t work,
                                      float scale) {
-  const size_t slots = size_t(state_slots());
+  const size_t slots = size_t(rule_.state_slots());
   size_t log_floats = 0;  // sized once for the largest step this model can take
   for (int p = 0; p < model.size(); ++p) log_floats += size_t(model.param(p).shape.numel()) * (1 + slots);
   if (undo_.size() < log_floats) undo_.resize(log_floats);
@@ -631,9 +733,9 @@ void Optimizer::update_with_undo_log(Model& model, const std::vector<std::vector
   throw_non_finite_update(model, checks_[failed], chunks_[failed].param);
 }
 
-void Optimizer::save_chunk(const Chunk& chunk, const float* w, float* const* state, const GradientRows* rows,
+void Optimizer::Runner::save_chunk(const Chunk& chunk, const float* w, float* const* state, const GradientRows* rows,
                            int64_t cols) {
-  const int arrays = 1 + state_slots();
+  const int arrays = 1 + rule_.state_slots();
   float* log = undo_.data() + chunk.written * arrays;
   for_each_update(chunk, nullptr, rows, cols, [&](const float*, int64_t begin, int64_t end) {
     for (int a = 0; a < arrays; ++a) {
@@ -643,9 +745,9 @@ void Optimizer::save_chunk(const Chunk& chunk, const float* w, float* const* sta
   });
 }
 
-void Optimizer::restore_chunk(const Chunk& chunk, float* w, float* const* state, const GradientRows* rows,
+void Optimizer::Runner::restore_chunk(const Chunk& chunk, float* w, float* const* state, const GradientRows* rows,
                               int64_t cols) {
-  const int arrays = 1 + state_slots();
+  const int arrays = 1 + rule_.state_slots();
   const float* log = undo_.data() + chunk.written * arrays;
   for_each_update(chunk, nullptr, rows, cols, [&](const float*, int64_t begin, int64_t end) {
     for (int a = 0; a < arrays; ++a) {
@@ -655,9 +757,9 @@ void Optimizer::restore_chunk(const Chunk& chunk, float* w, float* const* state,
   });
 }
 
-Optimizer::ChunkCheck Optimizer::check_chunk(const Chunk& chunk, const float* w, float* const* state,
+Optimizer::Runner::ChunkCheck Optimizer::Runner::check_chunk(const Chunk& chunk, const float* w, float* const* state,
                                              const GradientRows* rows, int64_t cols) const {
-  const int arrays = 1 + state_slots();
+  const int arrays = 1 + rule_.state_slots();
   const float* log = undo_.data() + chunk.written * arrays;
   ChunkCheck check;
   for_each_update(chunk, nullptr, rows, cols, [&](const float*, int64_t begin, int64_t end) {
@@ -684,39 +786,37 @@ Optimizer::ChunkCheck Optimizer::check_chunk(const Chunk& chunk, const float* w,
   return check;
 }
 
-void Optimizer::begin_step(const Model& model, OptimizerState& state, double sum_of_squares) {
-  record_ = StepRecord{steps_, last_grad_norm_, !made(state), 0};
+void Optimizer::Runner::begin_step(const Model& model, OptimizerState& state, double sum_of_squares) {
+  record_ = StepRecord{rule_.steps_, rule_.last_grad_norm_, !rule_.made(state), 0};
   replaced_state_ = OptimizerState{};  // one a device step replaced and did not cancel
   if (record_.made_state) {
     replaced_state_ = std::move(state);
-    make_state(model, state);
+    rule_.make_state(model, state);
   }
-  last_grad_norm_ = std::sqrt(sum_of_squares);
-  ++steps_;
+  rule_.last_grad_norm_ = std::sqrt(sum_of_squares);
+  ++rule_.steps_;
   record_.step = ++state.steps;
-  begin_update(state.steps);
+  rule_.begin_update(state.steps);
 }
 
-void Optimizer::undo_step(OptimizerState& state) {
-  steps_ = record_.steps;
-  last_grad_norm_ = record_.grad_norm;
+void Optimizer::Runner::undo_step(OptimizerState& state) {
+  rule_.steps_ = record_.steps;
+  rule_.last_grad_norm_ = record_.grad_norm;
   if (record_.made_state) {
     state = std::move(replaced_state_);
     replaced_state_ = OptimizerState{};
   } else {
     --state.steps;
-    if (state.steps > 0) begin_update(state.steps);  // the per-step constants of the last step taken
+    if (state.steps > 0) rule_.begin_update(state.steps);  // the per-step constants of the last step taken
   }
   record_ = {};
 }
 
-void Optimizer::cancel_device_step(OptimizerState& state) { undo_step(state); }
-
-void Optimizer::throw_non_finite_update(const Model& model, const ChunkCheck& check, int param) const {
+void Optimizer::Runner::throw_non_finite_update(const Model& model, const ChunkCheck& check, int param) const {
   const ParamData& p = model.param(param);
   const NonFiniteUpdate& found = check.found;
   detail::Message what;
-  if (found.array > 0) what << "the " << state_slot_name(found.array - 1) << " of ";
+  if (found.array > 0) what << "the " << rule_.state_slot_name(found.array - 1) << " of ";
   what << "parameter '" << p.name << "' at " << element_name(p.shape, found.element);
   throw UserError((detail::Message() << "Optimizer::step: step " << record_.step << " would make " << what.str()
                                      << " non-finite: " << found.value << " (it is " << check.before
@@ -736,27 +836,58 @@ float Optimizer::clip_scale(double sum_of_squares) const {
   return scale;
 }
 
-DeviceUpdate Optimizer::begin_device_step(const Model& model, OptimizerState& state, double sum_of_squares) {
-  VJIT_INTERNAL_CHECK(device_rule().kind != DeviceUpdate::Kind::None && std::isfinite(sum_of_squares),
-                      "begin_device_step needs a rule with a device form and a finite norm");
-  const float scale = clip_scale(sum_of_squares);
-  begin_step(model, state, sum_of_squares);
-  DeviceUpdate rule = device_rule();
-  rule.scale = scale;
-  rule.state_made = record_.made_state;
+// --- what the executors use (runtime/optimizer_access.h) ---
+
+namespace runtime {
+
+void OptimizerAccess::step(Optimizer& optimizer, Model& model, const std::vector<std::vector<float>>& grads,
+                           const std::vector<GradientRows>& rows, ParallelFor* parallel, OptimizerState* state) {
+  optimizer.runner_->step(model, grads, rows, parallel, state ? *state : optimizer.own_state_);
+}
+
+DeviceUpdate OptimizerAccess::device_rule(const Optimizer& optimizer) {
+  DeviceUpdate rule;
+  if (typeid(optimizer) == typeid(SGD)) {
+    const auto& sgd = static_cast<const SGD&>(optimizer);
+    rule.kind = sgd.momentum() > 0.0f ? DeviceUpdate::Kind::SgdMomentum : DeviceUpdate::Kind::Sgd;
+    rule.lr = sgd.lr();
+    rule.weight_decay = sgd.weight_decay();
+    rule.momentum = sgd.momentum();
+  } else if (typeid(optimizer) == typeid(Adam)) {
+    const auto& adam = static_cast<const Adam&>(optimizer);
+    rule.kind = DeviceUpdate::Kind::Adam;
+    rule.lr = adam.lr();
+    rule.weight_decay = adam.weight_decay();
+    rule.beta1 = adam.beta1();
+    rule.beta2 = adam.beta2();
+    rule.eps = adam.eps();
+    rule.decay = 1.0f - adam.lr() * adam.weight_decay();
+  }
   return rule;
 }
+
+DeviceUpdate OptimizerAccess::begin_device_step(Optimizer& optimizer, const Model& model, OptimizerState& state,
+                                                double sum_of_squares) {
+  DeviceUpdate rule = device_rule(optimizer);
+  VJIT_INTERNAL_CHECK(rule.kind != DeviceUpdate::Kind::None && std::isfinite(sum_of_squares),
+                      "begin_device_step needs a rule with a device form and a finite norm");
+  rule.scale = optimizer.clip_scale(sum_of_squares);
+  optimizer.runner_->begin_step(model, state, sum_of_squares);
+  rule.state_made = optimizer.runner_->made_state();
+  if (rule.kind == DeviceUpdate::Kind::Adam) {
+    rule.correction1 = bias_correction(rule.beta1, state.steps);
+    rule.correction2 = bias_correction(rule.beta2, state.steps);
+  }
+  return rule;
+}
+
+void OptimizerAccess::cancel_device_step(Optimizer& optimizer, OptimizerState& state) {
+  optimizer.runner_->undo_step(state);
+}
+
+}  // namespace runtime
 
 // --- SGD ---
-
-DeviceUpdate SGD::device_rule() const {
-  DeviceUpdate rule;
-  rule.kind = momentum_ > 0.0f ? DeviceUpdate::Kind::SgdMomentum : DeviceUpdate::Kind::Sgd;
-  rule.lr = lr();
-  rule.weight_decay = weight_decay_;
-  rule.momentum = momentum_;
-  return rule;
-}
 
 std::vector<std::string> SGD::state_slot_names() const {
   if (state_slots() == 0) return {};
@@ -832,24 +963,9 @@ std::vector<std::pair<std::string, double>> Adam::hyper_parameters() const {
   return all;
 }
 
-DeviceUpdate Adam::device_rule() const {
-  DeviceUpdate rule;
-  rule.kind = DeviceUpdate::Kind::Adam;
-  rule.lr = lr();
-  rule.weight_decay = weight_decay_;
-  rule.beta1 = beta1_;
-  rule.beta2 = beta2_;
-  rule.correction1 = correction1_;
-  rule.correction2 = correction2_;
-  rule.eps = eps_;
-  rule.decay = 1.0f - lr() * weight_decay_;
-  return rule;
-}
-
 void Adam::begin_update(int64_t steps) {
-  const double t = double(steps);
-  correction1_ = float(1.0 - std::pow(double(beta1_), t));
-  correction2_ = float(1.0 - std::pow(double(beta2_), t));
+  correction1_ = bias_correction(beta1_, steps);
+  correction2_ = bias_correction(beta2_, steps);
 }
 
 void Adam::update(int, float* w, float* const* state, const float* g, int64_t begin, int64_t end,

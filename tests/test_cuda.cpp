@@ -22,6 +22,7 @@
 #include "jit/disk_cache.h"
 #include "jit/nvrtc.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/optimizer_access.h"
 #include "user_error.h"
 
 namespace vjit::testing {
@@ -238,14 +239,14 @@ TEST(CudaHostShim, OptimizerKernelEqualsTheCpuStep) {
       cpu.step(on_cpu, grads);
       double sum = 0;
       for (float g : grads[0]) sum += double(g) * double(g);
-      DeviceUpdate rule = gpu.begin_device_step(on_gpu, state, sum);
+      runtime::DeviceUpdate rule = runtime::OptimizerAccess::begin_device_step(gpu, on_gpu, state, sum);
       std::vector<unsigned long long> ptrs{reinterpret_cast<unsigned long long>(on_gpu.param(0).value.data()),
                                            reinterpret_cast<unsigned long long>(grads[0].data()),
                                            reinterpret_cast<unsigned long long>(slot0.data()),
                                            reinterpret_cast<unsigned long long>(slot1.data())};
       long long rows = 1, width = 35;
       const unsigned long long* p = ptrs.data();
-      int kind = rule.kind == DeviceUpdate::Kind::Adam ? 3 : 2;
+      int kind = rule.kind == runtime::DeviceUpdate::Kind::Adam ? 3 : 2;
       float omb1 = 1.0f - rule.beta1, omb2 = 1.0f - rule.beta2;
       int preview = 1;
       unsigned non_finite = 0;

@@ -83,7 +83,7 @@ TEST_P(CudaEngine, InferenceEqualsTheCpu) {
 
 // Three steps on the GPU and on the CPU from the same weights leave the same
 // weights: Adam and SGD with momentum and clipping run on the device
-// (Optimizer::device_rule), Adam with dense updates on the host; the engine
+// (OptimizerAccess::device_rule), Adam with dense updates on the host; the engine
 // switches between the two with the state carried over.
 TEST_P(CudaEngine, TrainingStepsEqualTheCpu) {
   VJIT_SKIP_WITHOUT_CUDA();

@@ -16,7 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/pool_parallel_for.h"
+#include "runtime/optimizer_access.h"
+#include "runtime/parallel_for.h"
 #include "runtime/thread_pool.h"
 #include "tests/allocation_counter.h"
 #include "tests/user_error.h"
@@ -29,6 +30,8 @@
 
 // Allocation counting: this program's operator new, on every thread.
 using vjit::test_util::AllocationCounter;
+// Steps on other runners and states than a standalone step's, as the engine's executors take them.
+using vjit::runtime::OptimizerAccess;
 
 namespace {
 
@@ -704,9 +707,9 @@ TEST(GradientRows, BadRowsAreRejectedNamingTheParameter) {
 // --- threads ---
 
 // Runs the tasks on the calling thread, last first, and counts them.
-class ReversedParallelFor : public vjit::ParallelFor {
+class ReversedParallelFor : public vjit::runtime::ParallelFor {
  public:
-  void run(int64_t n, vjit::TaskRef fn) override {
+  void run(int64_t n, vjit::runtime::TaskRef fn) override {
     ++runs;
     tasks += n;
     for (int64_t i = n; i-- > 0;) fn(i);
@@ -715,10 +718,10 @@ class ReversedParallelFor : public vjit::ParallelFor {
 };
 
 // A pool that counts what it is given.
-class CountingPool : public vjit::ParallelFor {
+class CountingPool : public vjit::runtime::ParallelFor {
  public:
   explicit CountingPool(int threads) : pool_(threads), parallel_(pool_) {}
-  void run(int64_t n, vjit::TaskRef fn) override {
+  void run(int64_t n, vjit::runtime::TaskRef fn) override {
     ++runs;
     parallel_.run(n, fn);
   }
@@ -768,7 +771,7 @@ Steps large_steps(const vjit::Model& model, const std::vector<int>& listed, bool
 TEST(OptimizerThreads, ResultsDoNotDependOnTheThreads) {
   ReversedParallelFor reversed;
   CountingPool two(2), three(3);
-  const std::vector<vjit::ParallelFor*> runners = {nullptr, &reversed, &two, &three};
+  const std::vector<vjit::runtime::ParallelFor*> runners = {nullptr, &reversed, &two, &three};
   for (bool use_rows : {true, false}) {
     const Steps steps = large_steps(large_model(), {300, 450, 1000}, use_rows);
     for (const Config& c : sparse_configs()) {
@@ -778,7 +781,7 @@ TEST(OptimizerThreads, ResultsDoNotDependOnTheThreads) {
       for (size_t r = 0; r < runners.size(); ++r) {
         vjit::Model model = large_model();
         std::unique_ptr<vjit::Optimizer> opt = make_optimizer(c);
-        for (size_t s = 0; s < steps.grads.size(); ++s) opt->step(model, steps.grads[s], steps.rows[s], runners[r]);
+        for (size_t s = 0; s < steps.grads.size(); ++s) OptimizerAccess::step(*opt, model, steps.grads[s], steps.rows[s], runners[r]);
         if (r == 0) {
           first_values = values(model);
           first_norm = opt->last_grad_norm();
@@ -800,7 +803,7 @@ TEST(OptimizerThreads, SmallModelsStayOnTheCallingThread) {
   Quadratic q;
   ReversedParallelFor parallel;
   vjit::Adam adam(0.05f);
-  adam.step(q.model, q.grads(), {}, &parallel);
+  OptimizerAccess::step(adam, q.model, q.grads(), {}, &parallel);
   EXPECT_EQ(parallel.runs, 0);
   EXPECT_EQ(adam.steps(), 1);
 }
@@ -822,12 +825,12 @@ TEST(OptimizerAllocations, NoneAfterTheFirstStep) {
     for (const Config& c : sparse_configs()) {
       vjit::Model model = large_model();
       std::unique_ptr<vjit::Optimizer> opt = make_optimizer(c);
-      opt->step(model, steps.grads[0], steps.rows[0], &pool);
+      OptimizerAccess::step(*opt, model, steps.grads[0], steps.rows[0], &pool);
       int64_t allocations = 0;
       {
         AllocationCounter counter;
         for (size_t s = 1; s < steps.grads.size(); ++s)
-          opt->step(model, steps.grads[s], steps.rows[s], s % 2 ? &pool : nullptr);
+          OptimizerAccess::step(*opt, model, steps.grads[s], steps.rows[s], s % 2 ? &pool : nullptr);
         allocations = counter.count();
       }
       EXPECT_EQ(allocations, 0) << c.name << (use_rows ? " with rows" : " dense");
@@ -883,10 +886,10 @@ struct Snapshot {
 // checks that the model, the state and the counters are bitwise as before.
 std::string expect_step_undone(vjit::Optimizer& opt, vjit::Model& model, const Grads& grads,
                                const std::vector<GradientRows>& rows, vjit::OptimizerState& state,
-                               vjit::ParallelFor* parallel = nullptr) {
+                               vjit::runtime::ParallelFor* parallel = nullptr) {
   const Snapshot before(model, opt, state);
   const std::string message =
-      vjit::test_util::user_error_of([&] { opt.step(model, grads, rows, parallel, &state); });
+      vjit::test_util::user_error_of([&] { OptimizerAccess::step(opt, model, grads, rows, parallel, &state); });
   EXPECT_NE(message.find("non-finite"), std::string::npos) << message;
   EXPECT_NE(message.find("nothing was changed"), std::string::npos) << message;
   before.expect_same(Snapshot(model, opt, state), message);
@@ -902,7 +905,7 @@ TEST(NonFiniteUpdates, SgdOverflowNamesTheWeightAndStepAndChangesNothing) {
     Quadratic q;
     vjit::SGD sgd(1.0f, momentum);
     vjit::OptimizerState state;
-    sgd.step(q.model, q.grads(), {}, nullptr, &state);  // step 1 succeeds
+    OptimizerAccess::step(sgd, q.model, q.grads(), {}, nullptr, &state);  // step 1 succeeds
     q.model.param(0).value[5] = -kHuge;                  // W[1,2]
     Grads g = q.grads();
     g[0][5] = kHuge;  // finite, and so is Σ g² (in double): −3e38 − 3e38 is not
@@ -917,7 +920,7 @@ TEST(NonFiniteUpdates, AdamOverflowOfTheSecondMomentIsNamed) {
   Quadratic q;
   vjit::Adam adam(0.01f);
   vjit::OptimizerState state;
-  for (int i = 0; i < 3; ++i) adam.step(q.model, q.grads(), {}, nullptr, &state);
+  for (int i = 0; i < 3; ++i) OptimizerAccess::step(adam, q.model, q.grads(), {}, nullptr, &state);
   Grads g = q.grads();
   g[1][1] = 1e30f;  // g² overflows a float: v = inf while the weight stays finite
   const std::string message = expect_step_undone(adam, q.model, g, {}, state);
@@ -942,7 +945,7 @@ TEST(NonFiniteUpdates, AStateLeftByAnotherOptimizerIsGivenBack) {
   Quadratic q;
   vjit::Adam first(0.01f), second(1e38f);
   vjit::OptimizerState state;
-  first.step(q.model, q.grads(), {}, nullptr, &state);
+  OptimizerAccess::step(first, q.model, q.grads(), {}, nullptr, &state);
   q.model.param(1).value[0] = -kHuge;
   Grads g = zeros(q.model);
   g[1][0] = 1.0f;
@@ -959,7 +962,7 @@ TEST(NonFiniteUpdates, RowSparseStepsNameTheRowAndChangeNothing) {
     sgd.set_dense_updates(dense);
     vjit::OptimizerState state;
     const std::vector<GradientRows> rows = table_rows(model, {1, 4});
-    sgd.step(model, random_grads(model, rows, 3), rows, nullptr, &state);
+    OptimizerAccess::step(sgd, model, random_grads(model, rows, 3), rows, nullptr, &state);
     model.param(0).value[4 * 4 + 2] = -kHuge;  // emb[4,2], a listed row
     Grads g = random_grads(model, rows, 4);
     g[0][4 * 4 + 2] = kHuge;
@@ -1014,8 +1017,8 @@ TEST(NonFiniteUpdates, ALaterValidStepGoesOnAsIfTheFailedOneNeverHappened) {
     vjit::OptimizerState state_a, state_b;
     const std::vector<GradientRows> rows = table_rows(a, {0, 4, 5});
     for (uint64_t s = 0; s < 2; ++s) {
-      failing->step(a, random_grads(a, rows, s), rows, nullptr, &state_a);
-      clean->step(b, random_grads(b, rows, s), rows, nullptr, &state_b);
+      OptimizerAccess::step(*failing, a, random_grads(a, rows, s), rows, nullptr, &state_a);
+      OptimizerAccess::step(*clean, b, random_grads(b, rows, s), rows, nullptr, &state_b);
     }
     Grads bad = random_grads(a, rows, 9);
     const float saved = c.adam ? 0.0f : state_a.slots[1][0][0];
@@ -1024,8 +1027,8 @@ TEST(NonFiniteUpdates, ALaterValidStepGoesOnAsIfTheFailedOneNeverHappened) {
     expect_contains(message, {"step 3", "parameter 'W' at [0,0]"});
     if (!c.adam) state_a.slots[1][0][0] = saved;
     for (uint64_t s = 2; s < 4; ++s) {
-      failing->step(a, random_grads(a, rows, s), rows, nullptr, &state_a);
-      clean->step(b, random_grads(b, rows, s), rows, nullptr, &state_b);
+      OptimizerAccess::step(*failing, a, random_grads(a, rows, s), rows, nullptr, &state_a);
+      OptimizerAccess::step(*clean, b, random_grads(b, rows, s), rows, nullptr, &state_b);
     }
     EXPECT_EQ(values(a), values(b)) << c.name;
     EXPECT_EQ(failing->steps(), clean->steps()) << c.name;
@@ -1040,11 +1043,11 @@ TEST(NonFiniteUpdates, TheFirstFailureIsNamedWhateverTheThreads) {
     const Steps steps = large_steps(large_model(), {300, 450}, use_rows);
     for (const Config& c : unclipped_configs()) {
       std::string first_message;
-      for (vjit::ParallelFor* runner : std::vector<vjit::ParallelFor*>{nullptr, &reversed, &two}) {
+      for (vjit::runtime::ParallelFor* runner : std::vector<vjit::runtime::ParallelFor*>{nullptr, &reversed, &two}) {
         vjit::Model model = large_model();
         std::unique_ptr<vjit::Optimizer> opt = make_optimizer(c);
         vjit::OptimizerState state;
-        opt->step(model, steps.grads[0], steps.rows[0], runner, &state);
+        OptimizerAccess::step(*opt, model, steps.grads[0], steps.rows[0], runner, &state);
         // Two failures, in the table's last listed row and in W: W comes later in parameter order.
         Grads g = steps.grads[1];
         const int32_t row = steps.rows[1].empty() ? 999 : steps.rows[1][0].rows.back();
@@ -1086,7 +1089,7 @@ TEST(NonFiniteUpdates, RandomExtremeStepsNeverLeaveANonFiniteValue) {
     else opt = std::make_unique<vjit::Adam>(lr, 0.9f, rng() % 2 ? 0.999f : 0.5f, eps, weight_decay);
     vjit::OptimizerState state;
     // Makes the state. Zero weights stay zero unless lr·weight_decay overflows (0·−inf).
-    if (vjit::test_util::user_error_of([&] { opt->step(model, zeros(model), {}, nullptr, &state); }) !=
+    if (vjit::test_util::user_error_of([&] { OptimizerAccess::step(*opt, model, zeros(model), {}, nullptr, &state); }) !=
         "(no UserError)")
       continue;
     for (float& w : model.param(0).value) w = extreme();
@@ -1097,7 +1100,7 @@ TEST(NonFiniteUpdates, RandomExtremeStepsNeverLeaveANonFiniteValue) {
     for (float& x : g[0]) x = extreme();
     const Snapshot before(model, *opt, state);
     try {
-      opt->step(model, g, {}, nullptr, &state);
+      OptimizerAccess::step(*opt, model, g, {}, nullptr, &state);
     } catch (const vjit::UserError& e) {
       ++failed;
       before.expect_same(Snapshot(model, *opt, state), e.what());
@@ -1139,7 +1142,7 @@ TEST(NonFiniteUpdates, ARuleWithoutAPreviewIsUndoneFromTheLog) {
       AccumulatingRule rule(1.0f);
       rule.set_dense_updates(dense);
       vjit::OptimizerState state;
-      rule.step(model, steps.grads[0], steps.rows[0], &two, &state);
+      OptimizerAccess::step(rule, model, steps.grads[0], steps.rows[0], &two, &state);
       // The failure is in W's last element: every chunk before it was updated, then copied back.
       Grads g = steps.grads[1];
       g[1].back() = kHuge;
@@ -1149,7 +1152,7 @@ TEST(NonFiniteUpdates, ARuleWithoutAPreviewIsUndoneFromTheLog) {
       // The undo log keeps later steps allocation-free.
       model.param(1).value.back() = 0.0f;
       AllocationCounter counter;
-      rule.step(model, steps.grads[2], steps.rows[2], &two, &state);
+      OptimizerAccess::step(rule, model, steps.grads[2], steps.rows[2], &two, &state);
       EXPECT_EQ(counter.count(), 0);
       EXPECT_EQ(state.steps, 2);
     }
@@ -1163,19 +1166,19 @@ TEST(NonFiniteUpdates, NoAllocationsOnAFailedPreviewOrAfter) {
     vjit::Model model = large_model();
     std::unique_ptr<vjit::Optimizer> opt = make_optimizer(c);
     vjit::OptimizerState state;
-    opt->step(model, steps.grads[0], steps.rows[0], &two, &state);
+    OptimizerAccess::step(*opt, model, steps.grads[0], steps.rows[0], &two, &state);
     Grads bad = steps.grads[1];
     plant_overflow(c, state, bad, 2, 3);
     int64_t allocations = 0;
     {
       AllocationCounter counter;
-      EXPECT_THROW(opt->step(model, bad, steps.rows[1], &two, &state), vjit::UserError);
+      EXPECT_THROW(OptimizerAccess::step(*opt, model, bad, steps.rows[1], &two, &state), vjit::UserError);
       allocations = counter.count();  // the exception and its message only
     }
     EXPECT_LE(allocations, 8) << c.name;
     if (!c.adam) state.slots[2][0][3] = 0.0f;
     AllocationCounter counter;
-    opt->step(model, steps.grads[2], steps.rows[2], &two, &state);
+    OptimizerAccess::step(*opt, model, steps.grads[2], steps.rows[2], &two, &state);
     EXPECT_EQ(counter.count(), 0) << c.name;
   }
 }

@@ -50,16 +50,17 @@
 //
 // Threads. A step splits its work into chunks of about 16k elements (ranges of a
 // parameter, or groups of listed rows), the same chunks however many threads run
-// them; given a ParallelFor, the chunks run on its threads, otherwise on the
-// calling thread. Results do not depend on the number of threads: every element
-// is updated by the same float operations, and the norm is summed in double, per
-// chunk, the chunk partials then added in chunk order.
+// them; in Engine::train_step the chunks run on the engine's threads
+// (VJIT_THREADS), in a step() of the user's on the calling thread. Results do
+// not depend on the number of threads: every element is updated by the same
+// float operations, and the norm is summed in double, per chunk, the chunk
+// partials then added in chunk order.
 //
 // State. What an optimizer remembers between steps (momentum, Adam moments,
 // the step count t) is an OptimizerState. A standalone step() uses the
 // optimizer's own; an Engine keeps one in its executor's parameter store, next
-// to the parameters and gradients it belongs to, and passes it to every step —
-// so one optimizer object driving two engines keeps two separate states. A
+// to the parameters and gradients it belongs to, and steps with it — so one
+// optimizer object driving two engines keeps two separate states. A
 // state is made (zeros, t = 0) on the first step an optimizer takes with it, and
 // made again after reset() or when another optimizer used it last. State and
 // scratch are allocated on that first step; later steps allocate nothing
@@ -67,16 +68,26 @@
 // UserError (call reset() to start over).
 //
 // Update loops are vectorised for the CPU they run on (AVX-512, AVX2 or SSE2,
-// chosen at load time).
+// chosen at load time). On a GPU (VJIT_DEVICE=cuda) the engine updates with
+// SGD and Adam on the device, with the same float operations; every other rule,
+// a subclass of SGD or Adam included, runs on the host (docs/gpu.md).
+//
+// A rule of your own derives from Optimizer and implements update() (and, to be
+// checked before it writes, preview()); state_slots(), state_slot_names() and
+// kind() describe its state for errors and checkpoints.
 #include <cstdint>
+#include <memory>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "vjit/model.h"
 
 namespace vjit {
+
+namespace runtime {
+class OptimizerAccess;  // runtime/optimizer_access.h: the engine's executors step on their threads and devices
+}  // namespace runtime
 
 /// Which rows of one parameter's gradient may be non-zero. The parameter is read
 /// as a Shape::rows() × Shape::cols() matrix (a vector is one row). all = true
@@ -86,39 +97,6 @@ namespace vjit {
 struct GradientRows {
   bool all = true;            ///< every row may be non-zero
   std::vector<int32_t> rows;  ///< when !all: the rows that may be
-};
-
-/// A non-owning reference to a callable void(int64_t): two pointers, copied
-/// freely, never allocating. The callable must outlive every call through it.
-class TaskRef {
- public:
-  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::remove_cvref_t<F>, TaskRef> &&
-                                                    std::is_invocable_v<F&, int64_t>>>
-  /// Refers to `fn` (not copied). Implicit, like a function pointer's conversion.
-  TaskRef(F&& fn)  // NOLINT(google-explicit-constructor)
-      : object_(const_cast<void*>(static_cast<const void*>(&fn))), call_(&invoke<std::remove_reference_t<F>>) {}
-
-  void operator()(int64_t i) const { call_(object_, i); }  ///< calls the callable with i
-
- private:
-  template <typename F>
-  static void invoke(void* fn, int64_t i) {
-    (*static_cast<F*>(fn))(i);
-  }
-
-  void* object_;
-  void (*call_)(void*, int64_t);
-};
-
-/// Runs independent tasks on several threads: run(n, fn) calls fn(i) once for
-/// every i in [0, n), on any of its threads and in any order, and returns when
-/// all calls have returned (rethrowing an exception one threw). An optimizer's
-/// tasks write disjoint memory. For allocation-free steps an implementation must
-/// not allocate per call. The Engine implements it with its thread pool.
-class ParallelFor {
- public:
-  virtual ~ParallelFor() = default;
-  virtual void run(int64_t n, TaskRef fn) = 0;  ///< fn(i) for every i in [0, n), then returns
 };
 
 /// An optimizer's memory between steps: per parameter, its state slots (Adam: m
@@ -132,27 +110,6 @@ struct OptimizerState {
   int64_t steps = 0;           ///< steps taken with it
   const void* owner = nullptr; ///< the optimizer that made it
   uint64_t generation = 0;     ///< that optimizer's reset() count when it made it
-};
-
-/// An optimizer's update rule as constants, for an executor that updates the
-/// parameters on a device with a kernel of its own (runtime/cuda_executor.cpp):
-/// the same float operations as the rule's update() in runtime/optimizer.cpp.
-struct DeviceUpdate {
-  /// The rule.
-  /// The rule.
-  enum class Kind : uint8_t { None, Sgd, SgdMomentum, Adam };
-  Kind kind = Kind::None;  ///< None: the rule has no device form (a subclass of the user's)
-  /// SGD
-  /// @{
-  float lr = 0, weight_decay = 0, momentum = 0;
-  /// @}
-  /// Adam (the corrections of this step)
-  /// @{
-  float beta1 = 0, beta2 = 0, correction1 = 1, correction2 = 1, eps = 0;
-  /// @}
-  float decay = 1;          ///< Adam: 1 − lr·weight_decay
-  float scale = 1;          ///< the clipping factor of this step
-  bool state_made = false;  ///< the state was made by this step: the device's slots start at zero
 };
 
 /// What a preview found: the first element whose update would leave a
@@ -169,22 +126,12 @@ struct NonFiniteUpdate {
 /// writing, preview()).
 class Optimizer {
  public:
-  virtual ~Optimizer() = default;
-
-  /// The rule as constants (kind None when it has none), for device executors.
-  virtual DeviceUpdate device_rule() const { return {}; }
-  /// One step for an executor that keeps the parameters, gradients and state
-  /// slots on a device and has summed the squares of the listed gradients
-  /// there (finite: a non-finite gradient goes through step() for its error):
-  /// everything step() does but the element loops — the clipping factor, the
-  /// state made when needed (its host slots are zeros; the device keeps the
-  /// live ones), the steps counted, the per-step constants — returning the
-  /// rule to apply. Needs device_rule().kind != None.
-  DeviceUpdate begin_device_step(const Model& model, OptimizerState& state, double sum_of_squares);
-  /// Undoes the bookkeeping of the last begin_device_step (steps(), the
-  /// state's step count, last_grad_norm(), a state it made), for an executor
-  /// that found the update would leave a non-finite value and wrote nothing.
-  void cancel_device_step(OptimizerState& state);
+  virtual ~Optimizer();
+  /// Not copied: a state remembers the optimizer that made it (made(), adopt()).
+  /// @{
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+  /// @}
 
   /// One dense update on the calling thread: every element of every parameter.
   /// Throws UserError (leaving the model and the state untouched) on a mismatch
@@ -192,13 +139,12 @@ class Optimizer {
   /// non-finite weight or state value (above).
   void step(Model& model, const std::vector<std::vector<float>>& grads);
   /// One update where rows[i] says which rows of grads[i] may be non-zero (see
-  /// GradientRows; an empty `rows` means every parameter is dense). `parallel`,
-  /// when given, runs the work on its threads. `state`, when given, is the state
-  /// to read and update (the Engine passes its parameter store's); otherwise the
-  /// optimizer's own. Also throws UserError for rows that are not one per
-  /// parameter, not sorted and unique, or out of range.
-  void step(Model& model, const std::vector<std::vector<float>>& grads, const std::vector<GradientRows>& rows,
-            ParallelFor* parallel = nullptr, OptimizerState* state = nullptr);
+  /// GradientRows; an empty `rows` means every parameter is dense), on the
+  /// calling thread with the optimizer's own state: Engine::gradients() and
+  /// Engine::gradient_rows() after a backward() of your own. Also throws
+  /// UserError for rows that are not one per parameter, not sorted and unique,
+  /// or out of range.
+  void step(Model& model, const std::vector<std::vector<float>>& grads, const std::vector<GradientRows>& rows);
 
   /// Forgets the state (moments, step count): its own, and every state it used
   /// before, which is made again on its next step.
@@ -277,28 +223,10 @@ class Optimizer {
   /// @}
 
  private:
-  /// A unit of work: a range of a parameter's elements (dense), or a run of its
-  /// listed rows (row-sparse).
-  struct Chunk {
-    int32_t param = 0;
-    bool by_rows = false;
-    int64_t begin = 0, end = 0;    ///< dense: elements; by rows: the table rows the chunk updates
-    int64_t first = 0, last = 0;   ///< by rows: its listed rows, indices into GradientRows::rows
-    int64_t written = 0;           ///< elements written by the chunks before it (its place in the undo log)
-  };
-  /// The first non-finite value a chunk's update would write (element -1:
-  /// none; element in the parameter), and the value there before the step.
-  struct ChunkCheck {
-    NonFiniteUpdate found;
-    float before = 0;
-  };
-  /// What a step changes besides the parameters and slots, to undo it.
-  struct StepRecord {
-    int64_t steps = 0;        ///< steps() before the step
-    double grad_norm = 0;     ///< last_grad_norm() before the step
-    bool made_state = false;  ///< the state was made by the step; replaced_state_ holds the one it replaced
-    int64_t step = 0;         ///< the state's step count the step reaches
-  };
+  friend class runtime::OptimizerAccess;
+  /// How a step runs: its chunks of work, their checks, the undo log, and
+  /// what the last step changed besides the parameters (runtime/optimizer.cpp).
+  class Runner;
 
   /// Throws UserError on a wrong count, size or state shape, or bad rows.
   void validate(const Model& model, const std::vector<std::vector<float>>& grads,
@@ -307,59 +235,15 @@ class Optimizer {
   float clip_scale(double sum_of_squares) const;
   /// Makes `state` for `model`: zeros, t = 0, owned by this optimizer.
   void make_state(const Model& model, OptimizerState& state) const;
-  /// Fills chunks_ for this step; returns the number of elements they read or update.
-  int64_t plan_chunks(const Model& model, const std::vector<GradientRows>& rows);
-  /// Runs fn(c) for every chunk, on `parallel` when the work is worth it.
-  void for_each_chunk(ParallelFor* parallel, int64_t work, TaskRef fn);
-  double chunk_sum_of_squares(const Chunk& chunk, const std::vector<float>& g, const GradientRows* rows,
-                              int64_t cols) const;
-  void update_chunk(const Chunk& chunk, float* w, float* const* state, const float* g, const GradientRows* rows,
-                    int64_t cols, float grad_scale);
-  /// Calls fn(g, begin, end) for each range of elements the chunk's update
-  /// writes, in element order: g the gradient, or null for rows updated with
-  /// a zero gradient (unlisted rows under dense updates).
-  template <typename Fn>
-  void for_each_update(const Chunk& chunk, const float* g, const GradientRows* rows, int64_t cols, Fn&& fn) const;
-  /// The preview of a chunk's update (has_preview()).
-  ChunkCheck preview_chunk(const Chunk& chunk, const float* w, float* const* state, const float* g,
-                           const GradientRows* rows, int64_t cols, float grad_scale) const;
-  /// The index of the first chunk whose check found a non-finite value, or the number of chunks.
-  size_t first_failed_chunk() const;
-  /// Copies the elements the chunk writes (the weights w, then each state slot)
-  /// into its place in the undo log, or back from it.
-  void save_chunk(const Chunk& chunk, const float* w, float* const* state, const GradientRows* rows, int64_t cols);
-  void restore_chunk(const Chunk& chunk, float* w, float* const* state, const GradientRows* rows, int64_t cols);
-  /// The first non-finite value among the elements the chunk wrote (the undo log has their old values).
-  ChunkCheck check_chunk(const Chunk& chunk, const float* w, float* const* state, const GradientRows* rows,
-                         int64_t cols) const;
-  /// The update pass of a rule with a preview, and of one checked with the undo log.
-  void update_previewed(Model& model, const std::vector<std::vector<float>>& grads,
-                        const std::vector<GradientRows>& rows, ParallelFor* parallel, int64_t work, float scale);
-  void update_with_undo_log(Model& model, const std::vector<std::vector<float>>& grads,
-                            const std::vector<GradientRows>& rows, ParallelFor* parallel, int64_t work, float scale);
-  /// Makes the state when needed, counts the step, calls begin_update; remembers how to undo it.
-  void begin_step(const Model& model, OptimizerState& state, double sum_of_squares);
-  void undo_step(OptimizerState& state);
-  /// Throws the UserError for the first failed chunk, after the step was undone.
-  [[noreturn]] void throw_non_finite_update(const Model& model, const ChunkCheck& check, int param) const;
-  /// Throws the UserError naming the first non-finite listed gradient value.
-  [[noreturn]] void throw_non_finite(const Model& model, const std::vector<std::vector<float>>& grads,
-                                     const std::vector<GradientRows>& rows) const;
 
   float lr_;
   float clip_norm_;
   bool dense_updates_ = false;
   int64_t steps_ = 0;
   double last_grad_norm_ = 0.0;
-  OptimizerState own_state_;        ///< a standalone step's
-  uint64_t generation_ = 0;          ///< reset() count: states made before are made again
-  std::vector<float*> slot_pointers_;  ///< scratch: [param][slot] of the step's state
-  std::vector<Chunk> chunks_;        ///< scratch, capacity kept between steps
-  std::vector<double> partial_;      ///< per chunk: Σ g² of its listed elements
-  std::vector<ChunkCheck> checks_;   ///< per chunk: what its update left
-  std::vector<float> undo_;          ///< the undo log (rules without a preview): the old values of what the step writes
-  StepRecord record_;                ///< the last step's bookkeeping, to undo it
-  OptimizerState replaced_state_;    ///< the state a step made a new one over, until the step succeeds
+  OptimizerState own_state_;      ///< a standalone step's
+  uint64_t generation_ = 0;       ///< reset() count: states made before are made again
+  std::unique_ptr<Runner> runner_;
 };
 
 /// Stochastic gradient descent with optional (heavy-ball) momentum:
@@ -373,7 +257,6 @@ class SGD : public Optimizer {
  public:
   /// Throws UserError for a setting out of range, naming it.
   explicit SGD(float lr, float momentum = 0.0f, float weight_decay = 0.0f, float clip_norm = 0.0f);
-  DeviceUpdate device_rule() const override;
   std::string kind() const override { return "sgd"; }
   std::vector<std::string> state_slot_names() const override;  ///< "momentum_buffer" with momentum
   std::vector<std::pair<std::string, double>> hyper_parameters() const override;  ///< lr, clip_norm, dense_updates, momentum, weight_decay
@@ -417,7 +300,6 @@ class Adam : public Optimizer {
   /// Throws UserError for a setting out of range, naming it.
   explicit Adam(float lr = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f,
                 float weight_decay = 0.0f, float clip_norm = 0.0f);
-  DeviceUpdate device_rule() const override;
   std::string kind() const override { return "adam"; }
   std::vector<std::string> state_slot_names() const override;  ///< "exp_avg", "exp_avg_sq"
   std::vector<std::pair<std::string, double>> hyper_parameters() const override;  ///< lr, clip_norm, dense_updates, beta1, beta2, eps, weight_decay
@@ -426,8 +308,6 @@ class Adam : public Optimizer {
   /// @{
   float beta1() const { return beta1_; }
   float beta2() const { return beta2_; }
-  /// The settings given to the constructor.
-  /// @{
   float eps() const { return eps_; }
   float weight_decay() const { return weight_decay_; }
   /// @}
