@@ -685,8 +685,9 @@ struct Engine::Impl {
       Impl& group = *s.engines[size_t(g)]->impl_;
       result.objective += group.result.objective;
       result.pushes.append(group.result.pushes);
-      add_counts(stats, group.stats);
+      add_counts(stats, internal, group.stats, group.internal);
       group.stats = EngineStats{};
+      group.internal = jit::InternalStats{};
       if (group.has_grown)
         for (Sample& sample : group.grown.samples) grown.samples.push_back(std::move(sample));
     }
@@ -702,27 +703,22 @@ struct Engine::Impl {
   // A group's counters added to this engine's (their times are thread-
   // seconds: groups run at once). Not call_s (this engine times its own
   // call) nor the dist_* counters (no group trains).
-  static void add_counts(EngineStats& into, const EngineStats& from) {
-    static_assert(sizeof(EngineStats) == 31 * sizeof(int64_t) + sizeof(PrimitiveCounts),
+  static void add_counts(EngineStats& into, jit::InternalStats& internal_into, const EngineStats& from,
+                         const jit::InternalStats& internal_from) {
+    static_assert(sizeof(EngineStats) == 21 * sizeof(int64_t) + sizeof(PrimitiveCounts),
                   "EngineStats changed: sum the new field here (or say above why not), then update the count");
+    static_assert(sizeof(jit::InternalStats) == 10 * sizeof(int64_t),
+                  "InternalStats changed: sum the new field here (or say above why not), then update the count");
     into.batches += from.batches;
     into.vertices += from.vertices;
     into.tasks += from.tasks;
     into.lower_bound += from.lower_bound;
-    into.fsm_fallbacks += from.fsm_fallbacks;
     into.kernels += from.kernels;
     into.gemm_calls += from.gemm_calls;
     into.gemm_flops += from.gemm_flops;
     into.useful_flops += from.useful_flops;
-    into.param_grad_gemms += from.param_grad_gemms;
     into.copy_calls += from.copy_calls;
     into.copy_bytes += from.copy_bytes;
-    into.layout_copy_bytes += from.layout_copy_bytes;
-    into.stacked_weight_bytes += from.stacked_weight_bytes;
-    into.gather_views += from.gather_views;
-    into.pretransposed_weights += from.pretransposed_weights;
-    into.aligned_batches += from.aligned_batches;
-    into.aligned_satisfied += from.aligned_satisfied;
     into.schedule_s += from.schedule_s;
     into.plan_s += from.plan_s;
     into.copy_s += from.copy_s;
@@ -734,7 +730,16 @@ struct Engine::Impl {
     into.growth_rounds += from.growth_rounds;
     into.grown_vertices += from.grown_vertices;
     into.primitives += from.primitives;
+    internal_into.fsm_fallbacks += internal_from.fsm_fallbacks;
+    internal_into.param_grad_gemms += internal_from.param_grad_gemms;
+    internal_into.layout_copy_bytes += internal_from.layout_copy_bytes;
+    internal_into.stacked_weight_bytes += internal_from.stacked_weight_bytes;
+    internal_into.gather_views += internal_from.gather_views;
+    internal_into.pretransposed_weights += internal_from.pretransposed_weights;
+    internal_into.aligned_batches += internal_from.aligned_batches;
+    internal_into.aligned_satisfied += internal_from.aligned_satisfied;
   }
+
 
   // What runs a round: the program's own plans, or those of the program that
   // keeps values (KeptValueProgram), with the evaluation it writes.
@@ -768,12 +773,12 @@ struct Engine::Impl {
     const double plan_s = seconds_since(start);
     stats.plan_s += plan_s;
     check_memory_bound(batch, run);
-    stats.aligned_batches += layout.aligned_batches;
-    stats.aligned_satisfied += layout.aligned_satisfied;
+    internal.aligned_batches += layout.aligned_batches;
+    internal.aligned_satisfied += layout.aligned_satisfied;
     stats.batches += 1;
     stats.vertices += graph.num_vertices();
     stats.tasks += schedule.num_tasks();
-    stats.fsm_fallbacks += schedule.fsm_fallbacks;
+    internal.fsm_fallbacks += schedule.fsm_fallbacks;
     stats.useful_flops += schedule_flops(runner.forward_flops);
     has_result = false;
     start = std::chrono::steady_clock::now();
@@ -861,8 +866,8 @@ struct Engine::Impl {
     }
     executor->set_backward_observer(nullptr);
     exchange->sum_over_ranks(*distributed, program.model(), store);
-    stats.dist_buckets += exchange->stats().buckets - before.buckets;
-    stats.dist_buckets_overlapped += exchange->stats().started_in_backward - before.started_in_backward;
+    internal.dist_buckets += exchange->stats().buckets - before.buckets;
+    internal.dist_buckets_overlapped += exchange->stats().started_in_backward - before.started_in_backward;
   }
 
   // Σ over the schedule's tasks of (vertices × the per-vertex flops of the task's type).
@@ -880,13 +885,13 @@ struct Engine::Impl {
     stats.kernels += e.kernels;
     stats.gemm_calls += e.gemm_calls;
     stats.gemm_flops += e.gemm_flops;
-    stats.param_grad_gemms += e.param_grad_gemms;
+    internal.param_grad_gemms += e.param_grad_gemms;
     stats.copy_calls += e.copy_calls;
     stats.copy_bytes += e.copy_bytes;
-    stats.layout_copy_bytes += e.layout_copy_bytes;
-    stats.stacked_weight_bytes += e.stacked_weight_bytes;
-    stats.gather_views += e.gather_views;
-    stats.pretransposed_weights += e.pretransposed_weights;
+    internal.layout_copy_bytes += e.layout_copy_bytes;
+    internal.stacked_weight_bytes += e.stacked_weight_bytes;
+    internal.gather_views += e.gather_views;
+    internal.pretransposed_weights += e.pretransposed_weights;
     stats.copy_s += e.copy_s;
     stats.gemm_s += e.gemm_s;
     stats.elementwise_s += e.elementwise_s;
@@ -1043,6 +1048,7 @@ struct Engine::Impl {
   std::shared_ptr<Distributed> distributed;  // Engine::set_distributed; null: one process
   std::unique_ptr<GradientExchange> exchange;  // made by set_distributed
   EngineStats stats;
+  jit::InternalStats internal;  // the counters beside stats (jit/engine_access.h)
   // Every public call holds it: one call runs at a time (engine.h, "Threads").
   mutable std::mutex call_mutex;
 };
@@ -1184,6 +1190,7 @@ std::string Engine::memory_planner() const {
 void Engine::reset_stats() {
   std::lock_guard<std::mutex> lock(impl_->call_mutex);
   impl_->stats = {};
+  impl_->internal = {};
   impl_->executor->reset_step_profile();  // its times are compared with the stats' wall time
   if (impl_->kept_program) impl_->kept_program->executor->reset_step_profile();
 }
@@ -1193,6 +1200,7 @@ namespace jit {
 EngineAccess::EngineAccess(const Engine& engine) : impl_(*engine.impl_), lock_(impl_.call_mutex) {}
 OptimizerState EngineAccess::optimizer_state() const { return impl_.executor->optimizer_state(); }
 uint64_t EngineAccess::train_steps() const { return impl_.step; }
+InternalStats EngineAccess::internal_stats() const { return impl_.internal; }
 void EngineAccess::set_optimizer_state(OptimizerState state) { impl_.executor->set_optimizer_state(std::move(state)); }
 void EngineAccess::set_train_steps(uint64_t steps) { impl_.step = steps; }
 void EngineAccess::upload_parameters() { impl_.executor->parameters().upload(impl_.program.model()); }

@@ -231,7 +231,7 @@ const std::array<Spec, 35>& specs() {
           "sequences that agree join into runs (`layout/param_runs.h`), largest first, and one that "
           "conflicts with those before it (two types stacking the same weights in different orders) is "
           "copied every pass, as with off. `CompileInfo::stacked_weights` and `stacked_in_place` count "
-          "them; `EngineStats::stacked_weight_bytes` what is still copied. The Model is laid out only when "
+          "them; vjit-bench's `stacked_weight_bytes` what is still copied. The Model is laid out only when "
           "it does not already hold the runs so; values never change, and results equal off bit for bit. "
           "Off: every stacked weight is copied into the arena once per pass. The CUDA executor stacks its "
           "own copies on the device"),

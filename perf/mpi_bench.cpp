@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "jit/engine_access.h"
 #include "vjit/vjit.h"
 
 int main(int argc, char** argv) {
@@ -72,8 +73,8 @@ int main(int argc, char** argv) {
                   step_s - comm_s, exchange_s, static_cast<long long>(dense_bytes),
                   comm->size() > 1 ? sent - double(dense_bytes) : 0.0, comm->deterministic() ? "true" : "false",
                   is_on(engine.options().tuning.dist_overlap) ? "true" : "false",
-                  double(engine.stats().dist_buckets) / (steps + 2),
-                  double(engine.stats().dist_buckets_overlapped) / (steps + 2));
+                  double(vjit::jit::internal_stats(engine).dist_buckets) / (steps + 2),
+                  double(vjit::jit::internal_stats(engine).dist_buckets_overlapped) / (steps + 2));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpi_bench: %s\n", e.what());

@@ -38,6 +38,7 @@
 #include <string>
 
 #include "bench_util.h"
+#include "jit/engine_access.h"
 #include "vjit/models.h"
 #include "vjit/vjit.h"
 
@@ -164,6 +165,7 @@ struct Timing {
   int samples = 0;
   int exact_matches = 0;  // --mode decode: decoded outputs equal to their target
   EngineStats stats;
+  jit::InternalStats internal;  // the scheduler's, memory planner's and executors' counters
   CompileInfo compile;
   std::string device;          // where the engine ran: cpu or cuda
   std::string memory_planner;  // the planner laying batches out at the end (VJIT_MEMPLAN=auto: its choice)
@@ -232,8 +234,13 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
     const size_t sample = size_t(batches[size_t(args.warmup) + i / size_t(batch_size)][i % size_t(batch_size)]);
     exact_matches += outputs[i] == models::seq2seq_target(*bundle.program, bundle.train[sample]);
   }
-  Timing timing{seconds,        steps * batch_size,   exact_matches,
-                engine.stats(),  engine.compile_info(), std::string(to_string(engine.options().device)),
+  Timing timing{seconds,
+                steps * batch_size,
+                exact_matches,
+                engine.stats(),
+                jit::internal_stats(engine),
+                engine.compile_info(),
+                std::string(to_string(engine.options().device)),
                 engine.memory_planner()};
   if (first_run) measure_peak_half(args, options);
   if (decode) return timing;  // the lower bound of a graph that grows is not defined up front
@@ -278,6 +285,7 @@ json primitives_per_step(const vjit::PrimitiveCounts& counts, double steps) {
 
 json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
   const EngineStats& s = t.stats;
+  const jit::InternalStats& internal = t.internal;
   double steps = double(s.batches);
   const GemmPeak& peak = peak_of(args, options);
   double useful = s.useful_flops / t.seconds * 1e-9;
@@ -296,14 +304,14 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"kernels", double(s.kernels) / steps},
               {"primitives", primitives_per_step(s.primitives, steps)},
               {"gemm_calls", double(s.gemm_calls) / steps},
-              {"param_grad_gemms", double(s.param_grad_gemms) / steps},
+              {"param_grad_gemms", double(internal.param_grad_gemms) / steps},
               {"copy_calls", double(s.copy_calls) / steps},
               {"copy_bytes", double(s.copy_bytes) / steps},
-              {"layout_copy_bytes", double(s.layout_copy_bytes) / steps},
-              {"stacked_weight_bytes", double(s.stacked_weight_bytes) / steps},
-              {"gather_views", double(s.gather_views) / steps},
-              {"aligned_batches", double(s.aligned_batches) / steps},
-              {"aligned_satisfied", double(s.aligned_satisfied) / steps},
+              {"layout_copy_bytes", double(internal.layout_copy_bytes) / steps},
+              {"stacked_weight_bytes", double(internal.stacked_weight_bytes) / steps},
+              {"gather_views", double(internal.gather_views) / steps},
+              {"aligned_batches", double(internal.aligned_batches) / steps},
+              {"aligned_satisfied", double(internal.aligned_satisfied) / steps},
               {"gemm_gflops_per_s", s.gemm_flops / t.seconds * 1e-9},
               {"useful_gflops_per_s", useful},
               {"peak_gflops_per_s", peak.all_threads_gflops_per_s},

@@ -6,7 +6,8 @@
 #   with. It compiles when <consumer> may use <folder>; otherwise the test
 #   passes only when the compiler reports that header not found. Consumers:
 #   every module library, the examples' trainer (what the examples see) and
-#   vjit-bench (what the benchmark drivers see). A module may include its own
+#   vjit-bench (what the benchmark drivers see: the public API, and jit/ for
+#   the engine's internal counters). A module may include its own
 #   folder and those it depends on (VJIT_VISIBLE_<module>): models, written
 #   against the public API, none but its own.
 # layering.public_header.<name>: every public header compiles with include/
@@ -51,7 +52,7 @@ if(TARGET vjit_trainer)
   layering_probes(examples vjit_trainer)
 endif()
 if(TARGET vjit_bench)
-  layering_probes(perf vjit_bench)
+  layering_probes(perf vjit_bench jit)  # jit/engine_access.h: the engine's internal counters
 endif()
 
 file(GLOB public_headers CONFIGURE_DEPENDS ${VJIT_SOURCE_DIR}/include/vjit/*.h)

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "jit/engine_access.h"
 #include "vjit/vjit.h"
 
 namespace {
@@ -91,15 +92,15 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// K distributed steps on this rank's shards (the engine's counters to `stats`).
+// K distributed steps on this rank's shards (the engine's internal counters to `stats`).
 std::vector<float> train_distributed(const std::shared_ptr<vjit::Distributed>& comm, int steps,
-                                     vjit::EngineStats* stats = nullptr) {
+                                     vjit::jit::InternalStats* stats = nullptr) {
   vjit::models::Bundle bundle = make_bundle();
   vjit::Engine engine(*bundle.program, options());
   engine.set_distributed(comm);
   vjit::Adam adam(1e-2f);
   for (int step = 0; step < steps; ++step) engine.train_step(comm->shard(global_batch(bundle, step)), adam);
-  if (stats) *stats = engine.stats();
+  if (stats) *stats = vjit::jit::internal_stats(engine);
   return flatten(bundle.program->model());
 }
 
@@ -158,7 +159,7 @@ std::vector<float> train_alone(int steps) {
 }
 
 void check_train(const std::shared_ptr<vjit::Distributed>& comm) {
-  vjit::EngineStats stats;
+  vjit::jit::InternalStats stats;
   const std::vector<float> mine = train_distributed(comm, kSteps, &stats);
   // VJIT_DIST_OVERLAP: every bucket's sum started during the backward (the
   // executor told the exchange when its gradients were final); off: none.

@@ -19,6 +19,7 @@
 
 #include "codegen/isa.h"
 #include "ir/flops.h"
+#include "jit/engine_access.h"
 #include "tests/engine_check.h"
 #include "tests/user_error.h"
 #include "vjit/models.h"
@@ -199,9 +200,9 @@ TEST(PretransposedWeights, MatchTheReferenceAndFollowEveryUpdate) {
       Engine engine(*bundle.program, options);
       testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance, model + (on ? " on" : " off"));
       if (on) {
-        EXPECT_GT(engine.stats().pretransposed_weights, 0) << model << ": no weight was copied transposed";
+        EXPECT_GT(jit::internal_stats(engine).pretransposed_weights, 0) << model << ": no weight was copied transposed";
       } else {
-        EXPECT_EQ(engine.stats().pretransposed_weights, 0) << model;
+        EXPECT_EQ(jit::internal_stats(engine).pretransposed_weights, 0) << model;
       }
       SGD sgd(0.02f);
       for (int step = 0; step < 3; ++step) losses[on].push_back(engine.train_step(batch, sgd));
@@ -279,7 +280,7 @@ TEST(GatherSlices, EveryModelMatchesTheReferenceOnAndOffUnderEachPlanner) {
         engine.reset_stats();
         testing::expect_forward_only_matches_reference(engine, *bundle.program, batch, kTolerance,
                                                        what + ", forward only");
-        layout_bytes[on] = engine.stats().layout_copy_bytes;
+        layout_bytes[on] = jit::internal_stats(engine).layout_copy_bytes;
       }
       EXPECT_EQ(objective[1], objective[0]) << model << " " << memplan;
       if (model == "tree_lstm" && memplan == "copy") {
@@ -318,7 +319,7 @@ std::array<int64_t, 2> layout_bytes_off_on(const Program& program, const GraphBa
     const std::string run = what + " " + memplan + " threads " + std::to_string(threads) + (on ? " on" : " off");
     testing::expect_matches_reference(engine, program, batch, kTolerance, run);
     testing::expect_forward_only_matches_reference(engine, program, batch, kTolerance, run + ", forward only");
-    bytes[on] = engine.stats().layout_copy_bytes;
+    bytes[on] = jit::internal_stats(engine).layout_copy_bytes;
   }
   return bytes;
 }
@@ -463,7 +464,7 @@ TEST(ForwardGathers, AChildForwardsToTheParentThatTakesMostOfItsRow) {
     options.tuning.gather_pointers = vjit::Lever::Off;
     Engine engine(program, options);
     testing::expect_forward_only_matches_reference(engine, program, batch, kTolerance, on ? "on" : "off");
-    bytes[on] = engine.stats().layout_copy_bytes;
+    bytes[on] = jit::internal_stats(engine).layout_copy_bytes;
   }
   const int64_t samples = int64_t(batch.samples.size()), floats = int64_t(sizeof(float));
   EXPECT_EQ(bytes[0], samples * 24 * floats);
@@ -739,7 +740,7 @@ TEST(LazyBatching, WeightGradientGemmsDoNotGrowWithTheBatch) {
     GraphBatch batch = models::make_batch(bundle.train, first_indices(batch_size));
     engine.forward(batch);
     engine.backward();
-    gemms.push_back(engine.stats().param_grad_gemms);
+    gemms.push_back(jit::internal_stats(engine).param_grad_gemms);
     EXPECT_GT(engine.stats().tasks, 2);
   }
   EXPECT_GT(gemms[0], 0);
@@ -755,7 +756,7 @@ TEST(LazyBatching, PerTaskGradientsGrowWithTheTasksWhenOff) {
   GraphBatch batch = models::make_batch(bundle.train, first_indices(16));
   engine.forward(batch);
   engine.backward();
-  EXPECT_GE(engine.stats().param_grad_gemms, engine.stats().tasks);
+  EXPECT_GE(jit::internal_stats(engine).param_grad_gemms, engine.stats().tasks);
 }
 
 // Gather copies are one call per (task, slot), never one per vertex (whole
@@ -801,7 +802,7 @@ TEST(Copies, StackedWeightsOfMergedProductsAreCountedOncePerPass) {
     options.tuning.param_layout = vjit::Lever::Off;
     Engine engine(program, options);
     testing::expect_forward_only_matches_reference(engine, program, batch, kTolerance, merge ? "on" : "off");
-    EXPECT_EQ(engine.stats().stacked_weight_bytes, merge ? stacked : 0) << "merging " << merge;
+    EXPECT_EQ(jit::internal_stats(engine).stacked_weight_bytes, merge ? stacked : 0) << "merging " << merge;
   }
 }
 
@@ -894,8 +895,8 @@ TEST(MemoryPlan, StridedChildrenAreGatheredInPlace) {
   options.tuning.memplan = vjit::Options::MemoryPlanner::Padded;
   Engine padded(*bundle.program, options);
   padded.forward(batch);
-  EXPECT_GT(copy.stats().gather_views, copy.stats().tasks / 2);
-  EXPECT_EQ(padded.stats().gather_views, 0);
+  EXPECT_GT(jit::internal_stats(copy).gather_views, copy.stats().tasks / 2);
+  EXPECT_EQ(jit::internal_stats(padded).gather_views, 0);
   EXPECT_LT(copy.stats().copy_calls, padded.stats().copy_calls);
   EXPECT_DOUBLE_EQ(copy.last_result().objective, padded.last_result().objective);
 }
@@ -918,27 +919,27 @@ TEST(MemoryPlan, PQTreeReadsChainsInPlaceInBothPasses) {
     Engine pqtree(*bundle.program, options);
     testing::expect_matches_reference(pqtree, *bundle.program, batch, kTolerance, model + " pqtree");
     if (model != "tree_lstm") {
-      EXPECT_GT(copy.stats().layout_copy_bytes, 0) << model;
+      EXPECT_GT(jit::internal_stats(copy).layout_copy_bytes, 0) << model;
     }
-    EXPECT_LE(pqtree.stats().layout_copy_bytes, copy.stats().layout_copy_bytes) << model;
-    EXPECT_GE(pqtree.stats().aligned_batches, pqtree.stats().aligned_satisfied) << model;
+    EXPECT_LE(jit::internal_stats(pqtree).layout_copy_bytes, jit::internal_stats(copy).layout_copy_bytes) << model;
+    EXPECT_GE(jit::internal_stats(pqtree).aligned_batches, jit::internal_stats(pqtree).aligned_satisfied) << model;
     if (model == "var_lstm" || model == "fixed_lstm") {
-      EXPECT_EQ(pqtree.stats().layout_copy_bytes, 0) << model;
-      EXPECT_EQ(pqtree.stats().aligned_satisfied, pqtree.stats().aligned_batches) << model;
-      EXPECT_GT(pqtree.stats().gather_views, pqtree.stats().tasks) << model;  // forward and backward
+      EXPECT_EQ(jit::internal_stats(pqtree).layout_copy_bytes, 0) << model;
+      EXPECT_EQ(jit::internal_stats(pqtree).aligned_satisfied, jit::internal_stats(pqtree).aligned_batches) << model;
+      EXPECT_GT(jit::internal_stats(pqtree).gather_views, pqtree.stats().tasks) << model;  // forward and backward
     }
     // Sentences of one length: each step's children are the rows the step
     // before wrote, so the views continue one another and a weight gradient
     // is a few GEMMs over every step's rows, not one per step.
     if (model == "fixed_lstm") {
-      EXPECT_LE(pqtree.stats().param_grad_gemms, 2 * copy.stats().param_grad_gemms) << model;
+      EXPECT_LE(jit::internal_stats(pqtree).param_grad_gemms, 2 * jit::internal_stats(copy).param_grad_gemms) << model;
     }
     // A Tree-LSTM's views are never read as views: its children's c through
     // row pointers, their h from the [h_l; h_r] buffer the children forward
     // into. So no phase step runs task by task: the weight gradients are one
     // GEMM per parameter over all rows, as under copy.
     if (model == "tree_lstm") {
-      EXPECT_EQ(pqtree.stats().param_grad_gemms, copy.stats().param_grad_gemms) << model;
+      EXPECT_EQ(jit::internal_stats(pqtree).param_grad_gemms, jit::internal_stats(copy).param_grad_gemms) << model;
       EXPECT_EQ(pqtree.stats().gemm_calls, copy.stats().gemm_calls) << model;
     }
   }
@@ -976,7 +977,7 @@ TEST(MemoryPlan, AutoTriesBothLayoutsThenKeepsOneAndStaysExact) {
     const std::string kept = engine.memory_planner();
     EXPECT_TRUE(kept == "copy" || kept == "pqtree") << model << ": " << kept;
     // Both layouts ran: pqtree poses alignment constraints, copy does not.
-    EXPECT_GT(engine.stats().aligned_batches, 0) << model;
+    EXPECT_GT(jit::internal_stats(engine).aligned_batches, 0) << model;
   }
 }
 

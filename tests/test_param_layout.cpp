@@ -14,6 +14,7 @@
 
 #include "ir/model_layout.h"
 #include "layout/param_runs.h"
+#include "jit/engine_access.h"
 #include "tests/engine_check.h"
 #include "tests/user_error.h"
 #include "vjit/models.h"
@@ -218,7 +219,7 @@ TEST(ParamLayout, StackedWeightsAreReadInPlaceNotCopied) {
     const GraphBatch batch = p.batch(3);
     testing::expect_matches_reference(engine, p.program, batch, 1e-5, what);
     // Once per pass, F and ∂F, where copied.
-    EXPECT_EQ(engine.stats().stacked_weight_bytes, laid_out ? 0 : 2 * stacked) << what;
+    EXPECT_EQ(jit::internal_stats(engine).stacked_weight_bytes, laid_out ? 0 : 2 * stacked) << what;
     // New values (as an optimizer step writes them) are what the next pass reads.
     for (float& v : p.model.param(p.w2).value) v = 0.5f - v;
     testing::expect_matches_reference(engine, p.program, batch, 1e-5, what + ", W2 changed");
@@ -275,7 +276,7 @@ TEST(ParamLayout, AnEngineCopiesWhereTheModelNoLongerHoldsTheBlock) {
   ir::ModelLayout::arrange(p.model, {{p.w2.id, p.w1.id}});
   const GraphBatch batch = p.batch(2);
   testing::expect_matches_reference(engine, p.program, batch, 1e-5, "W2 before W1");
-  EXPECT_GT(engine.stats().stacked_weight_bytes, 0);
+  EXPECT_GT(jit::internal_stats(engine).stacked_weight_bytes, 0);
 }
 
 // Two types stack the same weights in opposite orders: one order is laid out
@@ -293,7 +294,7 @@ TEST(ParamLayout, ConflictingStacksKeepOneAndCopyTheOther) {
   GraphBatch batch = p.batch(3);
   for (Sample& sample : batch.samples) sample.vertices[size_t(sample.add_vertex(reversed))].children = {0};
   testing::expect_matches_reference(engine, p.program, batch, 1e-5, "both orders");
-  EXPECT_EQ(engine.stats().stacked_weight_bytes, 2 * (3 + 5) * 4 * int64_t(sizeof(float)));
+  EXPECT_EQ(jit::internal_stats(engine).stacked_weight_bytes, 2 * (3 + 5) * 4 * int64_t(sizeof(float)));
 }
 
 // Training with the weights read in place takes the same steps, bit for bit,
@@ -313,7 +314,7 @@ TEST(ParamLayout, TrainingInPlaceEqualsTrainingWithCopiesBitForBit) {
       GraphBatch batch = models::make_batch(bundle.train, {4 * step, 4 * step + 1, 4 * step + 2, 4 * step + 3});
       engine.train_step(batch, adam);
     }
-    EXPECT_EQ(engine.stats().stacked_weight_bytes > 0, !laid_out);
+    EXPECT_EQ(jit::internal_stats(engine).stacked_weight_bytes > 0, !laid_out);
     trained.push_back(values_of(bundle.program->model()));
   }
   EXPECT_EQ(trained[0], trained[1]);

@@ -47,45 +47,28 @@ namespace jit {
 class EngineAccess;  // jit/engine_access.h: the engine's lock held across a checkpoint's save or load
 }  // namespace jit
 
-/// Counters and times, summed over the calls since the last reset_stats().
+/// Counters and times, summed over the calls since the last reset_stats():
+/// what the batches were, what the device ran for them, and where the time
+/// went (VJIT_PROFILE prints them at exit).
 struct EngineStats {
-  int64_t batches = 0;           ///< batches run (each growth round counts one)
-  int64_t vertices = 0;          ///< their vertices
-  int64_t tasks = 0;             ///< forward tasks (the backward replays them)
-  int64_t lower_bound = 0;       ///< Σ of each batch's ED-Batch lower bound on tasks, when
-                                 ///< Engine::track_lower_bound(true) or VJIT_PROFILE asked for it (else 0)
-  int64_t fsm_fallbacks = 0;     ///< policy "fsm": scheduling steps its table did not decide
-  int64_t kernels = 0;           ///< node executions that did work, forward and backward
-  int64_t gemm_calls = 0;        ///< matrix products run (forward and backward)
-  double gemm_flops = 0;         ///< 2·m·n·k summed over every GEMM
+  int64_t batches = 0;   ///< batches run (each growth round counts one)
+  int64_t vertices = 0;  ///< their vertices
+  int64_t tasks = 0;     ///< forward tasks: batched groups of vertices of one type (the backward replays them)
+  /// Σ of each batch's ED-Batch lower bound on tasks, when
+  /// Engine::track_lower_bound(true) or VJIT_PROFILE asked for it (else 0).
+  int64_t lower_bound = 0;
+  int64_t kernels = 0;     ///< node executions that did work, forward and backward
+  int64_t gemm_calls = 0;  ///< matrix products run (forward and backward)
+  double gemm_flops = 0;   ///< 2·m·n·k summed over every GEMM
   /// What the batches needed, not what was executed: for each vertex, the flops
   /// of its type's F (and of ∂F when backward() ran), counted on the Program's
-  /// own functions before any merging, fusion or recomputation (rule in
-  /// ir/flops.h: MatMul 2·m·n·k, Outer m·n, a weight gradient's add m·n,
-  /// elementwise 1 per element, softmax 4 per class, data movement 0).
+  /// own functions before any merging, fusion or recomputation (MatMul
+  /// 2·m·n·k, Outer m·n, a weight gradient's add m·n, elementwise 1 per
+  /// element, softmax 4 per class, data movement 0). The numerator of
+  /// vjit/roofline.h.
   double useful_flops = 0;
-  int64_t param_grad_gemms = 0;  ///< GEMMs accumulating weight gradients
-  int64_t copy_calls = 0;        ///< row copies run (see copy_bytes)
-  int64_t copy_bytes = 0;         ///< gathers, their gradients, pulls, pushes, embedding gradients
-  /// Bytes moved only because of where values lie (VJIT_MEMPLAN decides them):
-  /// gathers that are not views, their gradients, and Concat arguments not laid
-  /// out in place. A subset of copy_bytes, except the Concat copies.
-  int64_t layout_copy_bytes = 0;
-  /// Matmul merging (VJIT_MERGE_MATMULS) runs products that share an operand
-  /// as one GEMM over their weights stacked in one block; on the CPU the
-  /// weights are copied there once per pass and vertex type that reads them
-  /// (each Param keeps its own memory in the Model). Not in copy_bytes.
-  int64_t stacked_weight_bytes = 0;
-  int64_t gather_views = 0;      ///< gathers that read their rows in place (a view) instead of copying them
-  /// VJIT_PRETRANSPOSE: weights the CPU executor copied transposed, once per
-  /// forward pass each, so that the GEMMs that multiply many rows by them read
-  /// an untransposed operand.
-  int64_t pretransposed_weights = 0;
-  /// VJIT_MEMPLAN=pqtree: the alignment constraints it posed (a task's children
-  /// in one gather slot, consecutive and in the task's order) and how many hold.
-  /// @{
-  int64_t aligned_batches = 0, aligned_satisfied = 0;
-  /// @}
+  int64_t copy_calls = 0;  ///< row copies run: gathers, their gradients, pulls, pushes, embedding gradients
+  int64_t copy_bytes = 0;  ///< the bytes those copies moved
   /// Seconds: validating, flattening and scheduling a batch; laying it out in
   /// memory (the memory planner); gather/pull/push/scatter-gradient copies;
   /// GEMMs; elementwise and other kernels; the optimizer's update.
@@ -104,12 +87,6 @@ struct EngineStats {
   /// @{
   int64_t growth_rounds = 0;
   int64_t grown_vertices = 0;
-  /// @}
-  /// Data-parallel training (vjit/distributed.h): the buckets of dense
-  /// gradients summed over the ranks, and those whose sum started during the
-  /// backward pass (VJIT_DIST_OVERLAP).
-  /// @{
-  int64_t dist_buckets = 0, dist_buckets_overlapped = 0;
   /// @}
   /// The primitives the device ran (vjit/primitive.h), by kind: GEMMs, fused
   /// kernels, row copies, ..., optimizer steps. VJIT_LOG=primitives prints
