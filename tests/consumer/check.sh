@@ -6,12 +6,16 @@
 #      the CMake package files and vjit.pc are there;
 #   2. find_package: builds tests/consumer against the prefix and runs it;
 #      neither its link command, nor its binary (ldd), nor vjit::vjit's
-#      exported link interface names MPI;
+#      exported link interface names MPI; the exported link interfaces
+#      (vjit*Targets.cmake) name targets and library names, no absolute path
+#      of the machine that built vjit;
 #   2b. find_package(vjit COMPONENTS distributed): builds consumer_distributed
 #      (vjit::distributed) and runs its one-process sums; a component vjit does
 #      not have fails find_package with a message naming it;
 #   3. pkg-config: compiles tests/consumer/main.cpp with
-#      `pkg-config --cflags --libs vjit` alone and runs it;
+#      `pkg-config --cflags --libs vjit` alone and runs it, and
+#      tests/consumer/distributed.cpp with `... vjit-distributed`; neither
+#      gives a library by absolute path;
 #   4. add_subdirectory: configures tests/consumer with vjit added from its
 #      source (the project fails to configure if vjit's tests, examples or
 #      benchmarks appear); builds and runs it only with
@@ -79,6 +83,17 @@ cmake --build "$work/find_package" >>"$work/find_package.log" ||
 targets="$(dirname "$config")/vjitTargets.cmake"
 names_mpi() { grep -E "MPI::|libmpi|-lmpi"; }
 if names_mpi <"$targets"; then fail "vjit::vjit's exported link interface ($targets) names MPI (above)"; fi
+# A path in a link interface is the build machine's: a consumer's machine may
+# keep the library elsewhere, or not at all. Every system library must be a
+# target that vjitConfig.cmake finds again (vjit_system::dnnl, ZLIB::ZLIB) or a
+# plain name (dl, m).
+for exported in "$(dirname "$config")"/vjit*Targets.cmake; do
+  link_lines="$(grep -E '^[[:space:]]*INTERFACE_LINK_LIBRARIES' "$exported" || true)"
+  [[ $exported != "$targets" || -n $link_lines ]] || fail "$targets has no INTERFACE_LINK_LIBRARIES to check"
+  paths="$(grep -oE '(^|[";:])/[^";>]*' <<<"$link_lines" || true)"
+  [[ -z $paths ]] || fail "$(basename "$exported")'s link interface holds absolute paths: $(tr '\n' ' ' <<<"$paths")"
+done
+echo "exported link interfaces: $(grep -hE '^[[:space:]]*INTERFACE_LINK_LIBRARIES' "$(dirname "$config")"/vjit*Targets.cmake | tr -s ' ' | tr '\n' ' ')"
 if [[ -f $work/find_package/build.ninja ]]; then
   link_command="$(ninja -C "$work/find_package" -t commands consumer | tail -n 1)"
 else
@@ -119,6 +134,21 @@ mkdir -p "$work/pkg_config"
 "$cxx" -std=c++20 -O1 "$consumer/main.cpp" $flags -o "$work/pkg_config/consumer" ||
   fail "compiling the consumer with pkg-config's flags failed"
 "$work/pkg_config/consumer" || fail "the consumer built with pkg-config failed"
+no_paths_in() {  # the library words of a pkg-config --libs line: -L<dir>, -l<name>, -l:<file>; no /path/lib.so
+  local found
+  found="$(tr ' ' '\n' <<<"$2" | grep -E '^/' || true)"
+  [[ -z $found ]] || fail "pkg-config --libs $1 gives libraries by absolute path: $(tr '\n' ' ' <<<"$found")"
+}
+no_paths_in vjit "$(pkg-config --libs vjit)"
+[[ -f $(dirname "$pc")/vjit-distributed.pc ]] || fail "vjit-distributed.pc (the component distributed) is not installed"
+pkg-config --exists vjit-distributed || fail "pkg-config does not find vjit-distributed in $PKG_CONFIG_PATH"
+distributed_flags="$(pkg-config --cflags --libs vjit-distributed)"
+echo "pkg-config --cflags --libs vjit-distributed: $distributed_flags"
+no_paths_in vjit-distributed "$(pkg-config --libs vjit-distributed)"
+# shellcheck disable=SC2086  # the flags are words
+"$cxx" -std=c++20 -O1 "$consumer/distributed.cpp" $distributed_flags -o "$work/pkg_config/consumer_distributed" ||
+  fail "compiling consumer_distributed with pkg-config's flags failed"
+"$work/pkg_config/consumer_distributed" "$expect_mpi" || fail "consumer_distributed built with pkg-config failed"
 
 step "add_subdirectory(vjit)"
 cmake -S "$consumer" -B "$work/add_subdirectory" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
