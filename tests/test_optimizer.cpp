@@ -1133,6 +1133,33 @@ class AccumulatingRule : public vjit::Optimizer {
   }
 };
 
+// The device form (runtime/optimizer_access.h) is SGD's and Adam's own: a
+// subclass, which may update otherwise, AdaGrad and a rule of the user's have
+// none, and the CUDA executor steps them on the host.
+class RenamedAdam : public vjit::Adam {
+ public:
+  using Adam::Adam;
+  std::string kind() const override { return "renamed"; }
+};
+
+TEST(DeviceRule, OnlySgdAndAdamThemselvesHaveOne) {
+  using Kind = vjit::runtime::DeviceUpdate::Kind;
+  const vjit::runtime::DeviceUpdate adam = OptimizerAccess::device_rule(vjit::Adam(0.01f, 0.8f, 0.99f, 1e-6f, 0.5f));
+  EXPECT_EQ(adam.kind, Kind::Adam);
+  EXPECT_EQ(adam.beta1, 0.8f);
+  EXPECT_EQ(adam.beta2, 0.99f);
+  EXPECT_EQ(adam.eps, 1e-6f);
+  EXPECT_EQ(adam.decay, 1.0f - 0.01f * 0.5f);
+  EXPECT_EQ(OptimizerAccess::device_rule(vjit::SGD(0.1f)).kind, Kind::Sgd);
+  const vjit::runtime::DeviceUpdate sgd = OptimizerAccess::device_rule(vjit::SGD(0.1f, 0.9f, 0.01f));
+  EXPECT_EQ(sgd.kind, Kind::SgdMomentum);
+  EXPECT_EQ(sgd.momentum, 0.9f);
+  EXPECT_EQ(sgd.weight_decay, 0.01f);
+  EXPECT_EQ(OptimizerAccess::device_rule(RenamedAdam(0.01f)).kind, Kind::None);
+  EXPECT_EQ(OptimizerAccess::device_rule(vjit::AdaGrad()).kind, Kind::None);
+  EXPECT_EQ(OptimizerAccess::device_rule(AccumulatingRule(1.0f)).kind, Kind::None);
+}
+
 TEST(NonFiniteUpdates, ARuleWithoutAPreviewIsUndoneFromTheLog) {
   CountingPool two(2);
   for (bool use_rows : {true, false}) {
