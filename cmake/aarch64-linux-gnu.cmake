@@ -4,8 +4,9 @@
 # scripts/install-deps.sh aarch64). Headers are searched on the host, where
 # multiarch keeps the arm64 packages' headers too; programs (the host's cmake
 # helpers, python3) are the host's. ctest runs the test programs under
-# qemu-aarch64 (CMAKE_CROSSCOMPILING_EMULATOR), with the cross toolchain's
-# C library as its root for the dynamic loader.
+# qemu-aarch64 (CMAKE_CROSSCOMPILING_EMULATOR), with / as the guest's root: the
+# programs load the multiarch arm64 libraries, whose C library (libc6:arm64)
+# must come with its own dynamic loader (/lib/ld-linux-aarch64.so.1).
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
@@ -20,4 +21,10 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
 # selects their directory), so / is a root too.
 list(APPEND CMAKE_FIND_ROOT_PATH /)
 
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/usr/aarch64-linux-gnu)
+# Not -L /usr/aarch64-linux-gnu: that root gives the loader of the cross
+# toolchain's C library (libc6-arm64-cross), which then loads libc.so.6 from
+# the multiarch tree, a different build of glibc. The two disagree on the
+# loader's private data, and the first pthread_create loops forever in glibc's
+# stack cache (a hang of every test that starts a thread: the thread pool,
+# OpenBLAS's threads at its dlopen, std::thread).
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/)
