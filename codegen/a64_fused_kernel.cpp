@@ -5,7 +5,7 @@
 //      value lives in over one step of each loop body, lay out the frame;
 //   2. emit (A64Jit::generate): walk the plan and write the machine code with
 //      asmjit's a64 assembler, then copy it into pages of its own that are
-//      never writable and executable at once.
+//      never writable and executable at once (codegen/a64_code.h).
 //
 // A generated kernel, void kernel(const ir::KernelArgs* args) (AAPCS64):
 //
@@ -26,22 +26,19 @@
 //   data          the vector-math constant table, then this kernel's
 #include "codegen/a64_fused_kernel.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <asmjit/arm/a64assembler.h>
 
+#include "codegen/a64_code.h"
 #include "codegen/a64_vmath.h"
 #include "codegen/body_plan.h"
-#include "codegen/perf_map.h"
 #include "vjit/error.h"
 
 namespace vjit::codegen {
@@ -125,19 +122,6 @@ KernelPlan make_plan(const KernelSpec& spec) {
                                                          << " in spec '" << spec.key() << "'");
   return plan;
 }
-
-// Records the first error asmjit reports (it reports instead of throwing).
-class RecordingErrorHandler : public asmjit::ErrorHandler {
- public:
-  void handleError(asmjit::Error err, const char* message, asmjit::BaseEmitter*) override {
-    if (error == asmjit::kErrorOk) {
-      error = err;
-      text = message;
-    }
-  }
-  asmjit::Error error = asmjit::kErrorOk;
-  std::string text;
-};
 
 a64::VecV vec(int idx) { return a64::VecV(uint32_t(idx)); }
 a64::VecV s4(int idx) { return vec(idx).s4(); }
@@ -436,53 +420,13 @@ class A64Jit {
   std::vector<std::uint32_t> constants_;
 };
 
-// Machine code in pages of its own: written while read+write, then read+execute.
-class ExecutableCode {
- public:
-  explicit ExecutableCode(asmjit::CodeHolder& code) {
-    size_ = code.codeSize();
-    void* pages = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    VJIT_INTERNAL_CHECK(pages != MAP_FAILED, "fused kernel (neon): mmap of " << size_ << " bytes failed");
-    memory_ = static_cast<std::uint8_t*>(pages);
-    const asmjit::Error relocated = code.relocateToBase(reinterpret_cast<std::uint64_t>(memory_));
-    const asmjit::Error copied = code.copyFlattenedData(memory_, size_);
-    VJIT_INTERNAL_CHECK(relocated == asmjit::kErrorOk && copied == asmjit::kErrorOk,
-                        "fused kernel (neon): asmjit could not place the code: "
-                            << asmjit::DebugUtils::errorAsString(relocated ? relocated : copied));
-    VJIT_INTERNAL_CHECK(::mprotect(memory_, size_, PROT_READ | PROT_EXEC) == 0,
-                        "fused kernel (neon): mprotect(PROT_READ | PROT_EXEC) failed");
-    __builtin___clear_cache(reinterpret_cast<char*>(memory_), reinterpret_cast<char*>(memory_ + size_));
-  }
-  ~ExecutableCode() { ::munmap(memory_, size_); }
-  ExecutableCode(const ExecutableCode&) = delete;
-  ExecutableCode& operator=(const ExecutableCode&) = delete;
-
-  const std::uint8_t* data() const { return memory_; }
-  size_t size() const { return size_; }
-
- private:
-  std::uint8_t* memory_ = nullptr;
-  size_t size_ = 0;
-};
-
 class A64Kernel final : public FusedKernel {
  public:
   A64Kernel(const KernelSpec& spec, bool perf_map) : name_(fused_kernel_name(spec, Isa::Neon)) {
     KernelPlan plan = make_plan(spec);
     stats_ = plan.stats;
-    asmjit::CodeHolder holder;
-    RecordingErrorHandler errors;
-    holder.init(asmjit::Environment(asmjit::Arch::kAArch64));
-    holder.setErrorHandler(&errors);
-    a64::Assembler assembler(&holder);
-    A64Jit(spec, std::move(plan), assembler).generate();
-    assembler.finalize();
-    if (errors.error == asmjit::kErrorOk) holder.flatten();
-    if (errors.error == asmjit::kErrorOk) holder.resolveUnresolvedLinks();
-    VJIT_INTERNAL_CHECK(errors.error == asmjit::kErrorOk,
-                        "fused kernel (neon): asmjit refused the code of '" << name_ << "': " << errors.text);
-    code_ = std::make_unique<ExecutableCode>(holder);
-    if (perf_map) register_perf_map(code_->data(), code_->size(), name_);
+    code_ = std::make_unique<A64Code>(
+        name_, [&](a64::Assembler& assembler) { A64Jit(spec, std::move(plan), assembler).generate(); }, perf_map);
   }
 
   ir::KernelFn function() const override { return reinterpret_cast<ir::KernelFn>(const_cast<std::uint8_t*>(code_->data())); }
@@ -493,7 +437,7 @@ class A64Kernel final : public FusedKernel {
  private:
   std::string name_;
   FusedKernelStats stats_;
-  std::unique_ptr<ExecutableCode> code_;
+  std::unique_ptr<A64Code> code_;
 };
 
 }  // namespace

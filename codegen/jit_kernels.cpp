@@ -7,6 +7,7 @@
 #include "codegen/x86_unary_kernel.h"
 #elif defined(__aarch64__)
 #include "codegen/a64_fused_kernel.h"
+#include "codegen/a64_unary_kernel.h"
 #endif
 
 namespace vjit::codegen {
@@ -31,6 +32,11 @@ ArrayKernel compile_exp_kernel(Isa isa, bool perf_map) {
 #if defined(__x86_64__)
   if (isa == Isa::Avx2 || isa == Isa::Avx512) {
     auto exp = std::make_shared<UnaryKernel>(isa, UnaryFn::Exp, perf_map);
+    return {exp->entry(), exp};
+  }
+#elif defined(__aarch64__)
+  if (isa == Isa::Neon) {
+    auto exp = std::make_shared<A64UnaryKernel>(UnaryFn::Exp, perf_map);
     return {exp->entry(), exp};
   }
 #endif

@@ -2,7 +2,7 @@
 // The JIT's kernels, whatever the ISA: what the jit layer compiles through.
 // A build has the code generators of its own architecture only: x86-64 builds
 // generate x86 code (x86_fused_kernel.h, x86_unary_kernel.h), AArch64 builds
-// AArch64 code (a64_fused_kernel.h). Asking for an ISA of the other
+// AArch64 code (a64_fused_kernel.h, a64_unary_kernel.h). Asking for an ISA of the other
 // architecture is an InternalError (the pipeline checks the CPU first:
 // require_isa).
 #include <cstdint>
@@ -49,8 +49,7 @@ std::shared_ptr<const FusedKernel> compile_fused_kernel(const KernelSpec& spec, 
 std::string fused_kernel_name(const KernelSpec& spec, Isa isa);
 
 // exp over an array, dst[i] = exp(src[i]) for i < n (the softmax's): entry is
-// null where this build has no such kernel for `isa` (the caller loops over
-// std::exp). `owner` keeps the code alive.
+// null for Isa::Scalar (the caller loops over std::exp). `owner` keeps the code alive.
 struct ArrayKernel {
   void (*entry)(const float* src, float* dst, std::int64_t n) = nullptr;
   std::shared_ptr<const void> owner;

@@ -3,7 +3,6 @@
 // special values, the masked tails of the unary kernel, and the perf map.
 //
 // The accuracy metric and the test points: tests/vmath_accuracy.h.
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +26,7 @@
 #include "codegen/x86_unary_kernel.h"
 #include "codegen/x86_vmath.h"
 #include "vjit/error.h"
+#include "tests/guarded_pages.h"
 #include "tests/vmath_accuracy.h"
 
 namespace vjit::codegen {
@@ -146,28 +146,7 @@ INSTANTIATE_TEST_SUITE_P(Vector, VMathAccuracy, testing::ValuesIn(vector_cases()
 // ---------------------------------------------------------------------------
 // Tails: masked loads and stores stay inside [0, n)
 
-// Two pages, the second PROT_NONE: an array ending at the first page's end
-// faults on any access past it.
-class GuardedPages {
- public:
-  GuardedPages() : page_(static_cast<std::size_t>(sysconf(_SC_PAGESIZE))) {
-    void* p = mmap(nullptr, 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
-    base_ = static_cast<char*>(p);
-    if (mprotect(base_ + page_, page_, PROT_NONE) != 0) throw std::runtime_error("mprotect failed");
-  }
-  ~GuardedPages() { munmap(base_, 2 * page_); }
-  GuardedPages(const GuardedPages&) = delete;
-  GuardedPages& operator=(const GuardedPages&) = delete;
-
-  // n floats ending exactly at the guard page.
-  float* array_at_end(std::size_t n) { return reinterpret_cast<float*>(base_ + page_) - n; }
-  std::size_t page_floats() const { return page_ / sizeof(float); }
-
- private:
-  std::size_t page_;
-  char* base_ = nullptr;
-};
+using test_util::GuardedPages;
 
 class UnaryKernelTail : public testing::TestWithParam<FnIsa> {
  protected:
