@@ -15,7 +15,9 @@
 #   6. cross-builds for AArch64 (scripts/build.sh Aarch64, build-aarch64/) the
 #      programs holding a test labelled `aarch64` (tests/CMakeLists.txt) and
 #      runs those tests under qemu-aarch64: the AArch64 code generator's fused
-#      kernels and vector math.
+#      kernels and vector math, the kernel cache, and the engine against the
+#      reference interpreter for the Tree-LSTM, Var-LSTM and Lattice-LSTM
+#      under every batching policy (docs/aarch64.md: what it costs).
 # Any failure stops it with a non-zero status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
