@@ -127,7 +127,7 @@ float* CpuExecutor::reserve_backward_arena(int64_t backward) {
 }
 
 CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Config& config)
-    : Runner(program, plan),
+    : Runner(program, plan, *this),
       pool_(config.threads),
       parallel_(pool_),
       gemm_backend_(config.gemm),
@@ -185,7 +185,7 @@ std::span<const float> CpuExecutor::scattered_row(int type, int row) {
 
 // --- passes ---
 
-float* CpuExecutor::stacked_in_model(const ir::Function& f, const Node& n) {
+float* CpuExecutor::stacked_in_place(const ir::Function& f, const Node& n) {
   if (!stacked_in_place_) return nullptr;
   stacked_params_.clear();
   for (ValueId arg : n.args) {
@@ -195,38 +195,6 @@ float* CpuExecutor::stacked_in_model(const ir::Function& f, const Node& n) {
   return ir::ModelLayout::consecutive(store_.model(), stacked_params_) ? store_.value(stacked_params_[0]) : nullptr;
 }
 
-// A uniform value other than a parameter is a Concat of parameters (stacked
-// weights, made by matmul merging): one row with ld 0 that changes with every
-// optimizer step. Where the Model holds the parameters as one block, in order
-// (runtime/param_layout.h), bind() points at them (stacked_views_, decided
-// here once per pass); else the block is filled here, once per pass, from the
-// parameters' current values, before any step reads it (run_node skips it).
-void CpuExecutor::fill_uniform_values(Pass pass) {
-  const BatchLayout& layout = *batch_.layout;
-  for (int t = 0; t < program_.num_types(); ++t) {
-    if (layout.type_rows[size_t(t)] == 0) continue;
-    const ir::Function& f = function(pass, t);
-    for (ValueId id = 0; id < f.size(); ++id) {
-      const Node& n = f[id];
-      if (!n.uniform || n.op == Op::Param) continue;
-      VJIT_INTERNAL_CHECK(n.op == Op::Concat, "executor cannot compute uniform " << ir::to_string(f, id));
-      float*& in_model = stacked_views_[int(pass)][size_t(t)][size_t(id)];
-      in_model = stacked_in_model(f, n);
-      if (in_model) continue;
-      float* dst = buffer_view(pass, t, id, 0).data;
-      frame_.at(pass, t, -1, 1, "stacked weights");
-      frame_.issue(Primitive::MoveRows);
-      for (ValueId arg : n.args) {
-        const int64_t part = f[arg].shape.numel();
-        const float* src = f[arg].op == Op::Param ? store_.value(f[arg].param) : buffer_view(pass, t, arg, 0).data;
-        std::memcpy(dst, src, size_t(part) * sizeof(float));
-        stats_.stacked_weight_bytes += part * int64_t(sizeof(float));
-        dst += part;
-      }
-    }
-  }
-}
-
 void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) {
   begin_forward(batch, options, result);
   reserve_forward_arena(batch.layout->arena_floats[int(Pass::Forward)],
@@ -234,7 +202,7 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   size_accumulated_rows();
   point_forwarded_parts();
   ++transposes_.pass;  // the weights' transposed copies are made again
-  fill_uniform_values(Pass::Forward);
+  fill_uniform_values(Pass::Forward, frame_);
   run_forward(streaming_);
   end_forward();
 }
@@ -290,16 +258,6 @@ CpuExecutor::View CpuExecutor::forwarded_rows(const Rows& rows, ValueId value) {
   for (size_t j = 0; j < parts.size(); ++j)
     if (parts[j].value == value) return {nullptr, 0, forward_rows_[size_t(rows.type)][j].data() + rows.begin, 1};
   VJIT_INTERNAL_CHECK(false, "a fused step repeats an output that is not a forwarded part");
-}
-
-bool CpuExecutor::was_forwarded(int child, int parent, int slot, const Node& node) const {
-  const BatchLayout& layout = *batch_.layout;
-  if (layout.forward_parent[size_t(child)] != parent || layout.forward_slot[size_t(child)] != slot) return false;
-  // The parts forwarded into the node's columns must cover them.
-  int64_t covered = 0;
-  for (const ForwardedPart& part : plan_.types[size_t(batch_.graph->type(child))].forward.forwarded)
-    if (part.start >= node.start && part.start + part.width <= node.start + node.shape.numel()) covered += part.width;
-  return covered == node.shape.numel();
 }
 
 // Points each row of the task's gradient parts at the row its accumulating
@@ -364,7 +322,7 @@ void CpuExecutor::backward() {
   const BatchLayout& layout = *batch_.layout;
   reserve_backward_arena(layout.arena_floats[int(Pass::Backward)]);
   zero_scatter_gradients();
-  fill_uniform_values(Pass::Backward);
+  fill_uniform_values(Pass::Backward, frame_);
   run_backward();
   store_.finish_touched();
 }

@@ -51,6 +51,7 @@ class CpuParameterStore final : public ParameterStore {
   void zero_gradients();
   // Notes that the backward wrote row `row` of `param` (an embedding table).
   void touch(int param, int row) { touched_.touch(param, row); }
+  TouchedRows& touched() { return touched_; }
   // Sorts the touched rows, after a backward.
   void finish_touched() { touched_.finish(); }
   // The optimizer's state for these parameters (moments, step count), in host
@@ -64,7 +65,7 @@ class CpuParameterStore final : public ParameterStore {
   TouchedRows touched_;
 };
 
-class CpuExecutor final : public Runner {
+class CpuExecutor final : public Runner, private Device {
  public:
   struct Config {
     int threads = 1;
@@ -169,10 +170,12 @@ class CpuExecutor final : public Runner {
   // `backward` floats, within max_memory.
   void reserve_forward_arena(int64_t forward, int64_t backward);
   float* reserve_backward_arena(int64_t backward);
-  void fill_uniform_values(Pass pass);  // stacked parameters (uniform Concat), once per pass
-  // The stacked weights uniform Concat `n` of `f` stands for, where the Model
-  // holds them as one block and they are read there; else null (copied).
-  float* stacked_in_model(const ir::Function& f, const ir::Node& n);
+  // Where the Model holds the parameters of stacked weights as one block, in
+  // order (runtime/param_layout.h), they are read there.
+  float* stacked_in_place(const ir::Function& f, const ir::Node& n) override;
+  float* push_values() const override { return result_->pushes.data(); }
+  float* param_gradient(int param) override { return store_.gradient(param); }
+  TouchedRows& touched_rows() override { return store_.touched(); }
   std::vector<int> stacked_params_;  // stacked_in_model's scratch
   void run_task(Pass pass, int task, Lane& lane) override;
   void run_forward_streaming() override;
@@ -188,7 +191,7 @@ class CpuExecutor final : public Runner {
   void check_finite(const Rows& rows, const Step& step, const Frame& frame) const;
   [[noreturn]] void throw_non_finite(const Rows& rows, int64_t row, const Step& step, ir::ValueId value,
                                      int64_t element, float found) const;
-  void run_node(Pass pass, const Rows& rows, ir::ValueId id, Frame& frame);
+  void run_device_node(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane) override;
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame);
   // Calls fn(begin, count, block) over blocks of rows, on the pool's threads
   // when rows × work_per_row (elements, or multiply-adds) is large enough.
@@ -208,17 +211,33 @@ class CpuExecutor final : public Runner {
   template <typename Fn>
   void for_column_blocks(const Frame& frame, int64_t rows, int64_t width, Fn&& fn);
 
-  // Node kinds.
-  void gather(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  void gather_variadic(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  void pull(const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  void elementwise(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  void dropout(const Rows& rows, const ir::Node& node, const View& x, const View& out);
-  void concat(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  void reshape_data(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
+  // --- primitives (runtime/device.h) ---
+  // The lane's frame, counting a kernel and recording a primitive of `kind`.
+  Frame& start(Lane& lane, Primitive kind);
+  void move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode) override;
+  void sum_rows(Lane& lane, int64_t rows, int64_t width, int64_t row_width, std::span<const float* const> sources,
+                std::span<const int> begin, bool stack, const uint8_t* keep, const View& out) override;
+  void upload_rows(Lane& lane, std::span<const float* const> host_rows, int64_t width, const View& out) override;
+  void copy_rows(Lane& lane, int64_t rows, std::span<const ColumnCopy> copies) override;
+  void fill_rows(Lane& lane, int64_t rows, int64_t width, float value, const View& out) override;
+  void broadcast_rows(Lane& lane, int64_t rows, int64_t width, const View& src, int64_t period,
+                      const View& out) override;
+  void sum_columns_mod(Lane& lane, int64_t rows, int64_t width, int64_t in_width, const View& src,
+                       const View& out) override;
+  void elementwise(Lane& lane, const ir::Node& node, int64_t rows, int64_t width, Operand a, Operand b,
+                   const View& out) override;
+  void dropout(Lane& lane, int64_t rows, int64_t width, const View& x, const DropoutMask& mask,
+               const View& out) override;
+  void outer(Lane& lane, int64_t rows, int64_t m, int64_t n, const View& a, const View& b, const View* addend,
+             const View& out) override;
+  void sym_outer(Lane& lane, int64_t rows, int64_t n, const View& x, const View* g, const View& out) override;
+  void softmax_ce(Lane& lane, int64_t rows, int64_t classes, const View& logits, std::span<const int> labels,
+                  const View* upstream, const View& out) override;
+  void add_objective(Lane& lane, int64_t rows, const View& x) override;
+
+  // --- the node kinds the CPU runs itself ---
   // SliceCols, PadCols, Transpose, ChildCount, MaxChildren, MaxChildrenGrad.
   void children_block_op(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  int variadic_children(int type, int vertex) const;
   // A per-vertex matrix times a uniform weight, C_r = A_r·op(W): batched GEMMs
   // over the rows of every vertex (one when the rows are packed), adding `bias`
   // [n] to every output row when given. False when the product is not of that form.
@@ -238,14 +257,9 @@ class CpuExecutor final : public Runner {
   void weight_gemm(Pass pass, const Rows& rows, ir::ValueId weight, const RowGemm& g, const View& x, const float* w,
                    const float* bias, const View& out, Frame& frame);
   const float* transposed_weight(int64_t key, const float* w, int64_t n, int64_t k, int64_t ldw, Frame& frame);
-  bool bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  // u·vᵀ, or x + u·vᵀ with an addend x (the epilogue's rank-one update).
-  void outer(Pass pass, const Rows& rows, const ir::Node& node, const View* addend, const View& out, Frame& frame);
+  void bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
   void product_rows_plus_outer(Pass pass, const Rows& rows, const ir::Node& slice, const ir::Node& outer,
                                const View& out, Frame& frame);
-  void sym_outer(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);  // and its gradient
-  void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  void sink(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
   void param_grad(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
   void accumulate_products(const Rows& rows, const ir::Function& f, const ir::Node& product, float* grad,
                            Frame& frame);
@@ -311,8 +325,6 @@ class CpuExecutor final : public Runner {
   float* forward_target(int type, int vertex, const ForwardedPart& part);
   // The view a fused step's repeated output `value` is written through.
   View forwarded_rows(const Rows& rows, ir::ValueId value);
-  // Whether the parent `parent`'s gather `node` of `slot` finds its child's parts there already.
-  bool was_forwarded(int child, int parent, int slot, const ir::Node& node) const;
   // VJIT_ACCUMULATE_GRADIENTS (TypePlacement::accumulated_parts): per type,
   // per such part, this batch's table of where each row goes
   // (bind_accumulated_rows).

@@ -2,23 +2,11 @@
 // The CPU device's row blocks: how a step's rows (or columns) are cut into
 // blocks run on the pool's threads. Included by the files that run steps.
 #include <algorithm>
-#include <chrono>
 #include <utility>
 
 #include "runtime/cpu_executor.h"
 
 namespace vjit::runtime {
-
-// Adds the time from its construction to its destruction to `total`.
-class ScopedTimer {
- public:
-  explicit ScopedTimer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
-  ~ScopedTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
-
- private:
-  double& total_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 template <typename Fn>
 void CpuExecutor::for_row_blocks(const Frame& frame, int64_t rows, int64_t work_per_row, Fn&& fn) {

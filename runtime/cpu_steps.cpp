@@ -237,280 +237,33 @@ int64_t CpuExecutor::parallel_row_blocks(const Frame& frame, int64_t rows, int64
   return parallel ? std::max<int64_t>(1, std::min<int64_t>(pool_.size(), rows)) : 1;
 }
 
-void CpuExecutor::run_node(Pass pass, const Rows& rows, ValueId id, Frame& frame) {
-  const Node& n = function(pass, rows.type)[id];
-  if (is_view(n.op) || n.op == Op::Scatter || n.uniform) return;  // uniform: fill_uniform_values
+void CpuExecutor::run_device_node(Pass pass, const Rows& rows, const Node& n, const View& out, Lane& lane) {
+  Frame& frame = static_cast<Frame&>(lane);
   ExecStats& stats = *frame.stats;
   ++stats.kernels;
-  const View& out = frame.views[int(pass)][size_t(id)];
-  if (is_copy(n.op)) {
-    ScopedTimer timer(stats.copy_s);
-    switch (n.op) {
-      case Op::Gather: gather(rows, n, out, frame); break;
-      case Op::GatherSum:
-      case Op::GatherAll: gather_variadic(rows, n, out, frame); break;
-      case Op::Pull:
-      case Op::PullEmbedding: pull(rows, n, out, frame); break;
-      case Op::GatherGrad: gather_grad(rows, n, frame.views[int(pass)][size_t(n.args[0])], frame); break;
-      default: sink(pass, rows, n, frame); break;
-    }
-    return;
-  }
-  if (n.op == Op::MatMul || n.op == Op::ParamGrad) {
-    ScopedTimer timer(stats.gemm_s);
-    if (n.op == Op::MatMul) matmul(pass, rows, n, out, frame);
-    else param_grad(pass, rows, n, frame);
-    return;
-  }
-  if (n.op == Op::Add && bias_add(pass, rows, n, out, frame)) return;
-  ScopedTimer timer(stats.elementwise_s);
-  switch (ir::op_kind(n.op)) {
-    case ir::OpKind::Unary:
-    case ir::OpKind::Binary: elementwise(pass, rows, n, out, frame); return;
-    default: break;
-  }
   switch (n.op) {
-    case Op::Constant:
-      frame.issue(Primitive::Fill);
-      fill_rows(rows.count, n.shape.numel(), float(n.value), out.data, out.ld);
+    case Op::GatherGrad: {
+      ScopedTimer timer(stats.copy_s);
+      gather_grad(rows, n, frame.views[int(pass)][size_t(n.args[0])], frame);
       return;
-    case Op::Outer: outer(pass, rows, n, nullptr, out, frame); return;
-    case Op::SymOuter:
-    case Op::SymOuterGrad: sym_outer(pass, rows, n, out, frame); return;
-    case Op::SoftmaxCE:
-    case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out, frame); return;
-    case Op::Loss: sink(pass, rows, n, frame); return;
-    case Op::SliceCols:
-    case Op::PadCols:
-    case Op::Transpose:
-    case Op::ChildCount:
-    case Op::MaxChildren:
-    case Op::MaxChildrenGrad: children_block_op(pass, rows, n, out, frame); return;
-    default: reshape_data(pass, rows, n, out, frame); return;
-  }
-}
-
-// --- node kinds ---
-
-void CpuExecutor::gather(const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  const BatchLayout& layout = *batch_.layout;
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  ExecStats& stats = *frame.stats;
-  if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: where each child's row lies
-    ++stats.gather_views;
-    for (int64_t r = 0; r < rows.count; ++r) {
-      RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-      out.pointers[r] = scattered_rows(src.type, src.row).data + node.start;
     }
-    return;
-  }
-  const ValueId id = ValueId(&node - function(Pass::Forward, rows.type).nodes.data());
-  if (rows.task >= 0 && layout.gather(rows.task, node.child_slot).is_view() && !forwarded_over_view(rows, id)) {
-    ++stats.gather_views;  // bind() pointed the value at the children's rows
-    return;
-  }
-  const int64_t width = node.shape.numel();
-  // Rows a child's kernel already wrote here (VJIT_FORWARD_GATHERS) are skipped.
-  const bool forwarded = !layout.forward_parent.empty();
-  std::atomic<int64_t> copied{0};
-  // Each row is written once: blocks of rows copy on the pool's threads.
-  for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
-    int64_t block_copied = 0;
-    for (int64_t r = begin; r < begin + count; ++r) {
-      if (forwarded && was_forwarded(graph.children(rows.vertices[r])[size_t(node.child_slot)], rows.vertices[r],
-                                     node.child_slot, node))
-        continue;
-      RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-      std::memcpy(out.data + r * out.ld, scattered_rows(src.type, src.row).data + node.start,
-                  size_t(width) * sizeof(float));
-      ++block_copied;
+    case Op::MatMul: {
+      ScopedTimer timer(stats.gemm_s);
+      matmul(pass, rows, n, out, frame);
+      return;
     }
-    copied += block_copied;
-  });
-  ++(copied > 0 ? stats.copy_calls : stats.gather_views);  // every row forwarded: nothing copied
-  if (copied > 0) frame.issue(Primitive::MoveRows);
-  stats.copy_bytes += copied * width * int64_t(sizeof(float));
-  stats.layout_copy_bytes += copied * width * int64_t(sizeof(float));
-}
-
-void CpuExecutor::gather_variadic(const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  const BatchLayout& layout = *batch_.layout;
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  ExecStats& stats = *frame.stats;
-  const size_t first = size_t(program_.signature(rows.type).fixed_arity);
-  const ValueId id = ValueId(&node - function(Pass::Forward, rows.type).nodes.data());
-  if (node.op == Op::GatherSum && rows.task >= 0 && layout.gather(rows.task, int(first)).is_view() &&
-      !forwarded_over_view(rows, id)) {
-    ++stats.gather_views;  // one variadic child per row: bind() pointed the value at its rows
-    return;
-  }
-  ++stats.copy_calls;
-  frame.issue(node.op == Op::GatherAll ? Primitive::MoveRows : Primitive::AddRows);
-  const int64_t width = node.op == Op::GatherAll ? node.shape.dims[1] : node.shape.numel();
-  const bool forwarded = node.op == Op::GatherSum && !layout.forward_parent.empty();
-  for (int64_t r = 0; r < rows.count; ++r) {
-    float* dst = out.data + r * out.ld;
-    std::span<const int> children = graph.children(rows.vertices[r]);
-    // A sum of one child that wrote its row here itself (VJIT_FORWARD_GATHERS).
-    if (forwarded && children.size() == first + 1 &&
-        was_forwarded(children[first], rows.vertices[r], int(first), node))
-      continue;
-    std::fill_n(dst, size_t(node.shape.numel()), 0.0f);
-    for (size_t k = first; k < children.size(); ++k) {
-      int child = children[k];
-      const float* src = scattered_rows(graph.type(child), layout.vertex_row[size_t(child)]).data;
-      add_row(src, node.op == Op::GatherAll ? dst + int64_t(k - first) * width : dst, width);
-      stats.copy_bytes += width * int64_t(sizeof(float));
-      stats.layout_copy_bytes += width * int64_t(sizeof(float));
+    case Op::ParamGrad: {
+      ScopedTimer timer(stats.gemm_s);
+      param_grad(pass, rows, n, frame);
+      return;
+    }
+    case Op::Add: bias_add(pass, rows, n, out, frame); return;
+    default: {
+      ScopedTimer timer(stats.elementwise_s);
+      children_block_op(pass, rows, n, out, frame);
+      return;
     }
   }
-}
-
-void CpuExecutor::pull(const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  ++frame.stats->copy_calls;
-  frame.issue(Primitive::MoveRows);
-  const int64_t width = node.shape.numel();
-  const float* table = node.op == Op::PullEmbedding ? store_.value(node.param) : nullptr;
-  for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
-    for (int64_t r = begin; r < begin + count; ++r) {
-      int v = rows.vertices[r];
-      const float* src = table ? table + int64_t(graph.token(v)) * width : graph.vertex(v).features.data();
-      std::memcpy(out.data + r * out.ld, src, size_t(width) * sizeof(float));
-    }
-  });
-  frame.stats->copy_bytes += rows.count * width * int64_t(sizeof(float));
-}
-
-void CpuExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = frame.views[int(pass)];
-  auto operand = [&](int i) {
-    ValueId arg = node.args[size_t(i)];
-    const View& v = views[size_t(arg)];
-    const Shape& shape = f[arg].shape;
-    Operand o{v.data, v.ld, Broadcast::Same, shape.numel()};
-    if (shape != node.shape) o.mode = shape.rank == 0 ? Broadcast::Scalar : Broadcast::RowVector;
-    return o;
-  };
-  frame.issue(Primitive::Elementwise);
-  if (node.op == Op::Dropout) {
-    dropout(rows, node, views[size_t(node.args[0])], out);
-    return;
-  }
-  const int64_t width = node.shape.numel();
-  const bool unary = ir::op_kind(node.op) == ir::OpKind::Unary;
-  Operand a = operand(0), b = unary ? Operand{} : operand(1);
-  // Written through row pointers (gradient_pointers): a row at a time.
-  const bool by_row = out.pointers != nullptr;
-  for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
-    for (int64_t first = begin, end = begin + count; first < end; first += by_row ? 1 : count) {
-      Operand a_block = a, b_block = b;
-      a_block.data += first * a.ld;
-      b_block.data += first * b.ld;
-      const int64_t n = by_row ? 1 : count;
-      float* y = row_at(out, first);
-      if (unary) unary_rows(node, n, width, a_block, y, out.ld);
-      else binary_rows(node.op, n, width, a_block, b_block, y, out.ld);
-    }
-  });
-}
-
-void CpuExecutor::dropout(const Rows& rows, const Node& node, const View& x, const View& out) {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const int64_t width = node.shape.numel();
-  const float keep_scale = options_.training ? float(1.0 / (1.0 - node.rate)) : 1.0f;
-  const int first_sample = graph.first_sample();  // masks follow the global sample index
-  for (int64_t r = 0; r < rows.count; ++r) {
-    scheduler::VertexRef ref = graph.ref(rows.vertices[r]);
-    for (int64_t i = 0; i < width; ++i) {
-      bool keep = !options_.training || ir::dropout_keeps(options_.seed, first_sample + ref.sample, ref.vertex,
-                                                          node.dropout_key, i, node.rate);
-      out.data[r * out.ld + i] = keep ? x.data[r * x.ld + i] * keep_scale : 0.0f;
-    }
-  }
-}
-
-// Copies each argument into its columns of the Concat's rows, except the
-// arguments the planner laid out there already (concat in place).
-void CpuExecutor::concat(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = frame.views[int(pass)];
-  if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: read as its parts, each where it lies
-    if (pass == Pass::Backward) return;  // a gradient its parts wrote in place (gradient_pointers)
-    for (int64_t r = 0; r < rows.count; ++r)
-      for (size_t q = 0; q < node.args.size(); ++q)
-        out.pointers[r * out.parts + int64_t(q)] = views[size_t(node.args[q])].pointers[r];
-    return;
-  }
-  int64_t column = 0;
-  bool copied = false;
-  for (ValueId arg : node.args) {
-    const View& src = views[size_t(arg)];
-    const int64_t part = f[arg].shape.numel();
-    // A gradient part added into the children's rows (VJIT_ACCUMULATE_GRADIENTS): the GatherGrad knows.
-    if (src.pointers == nullptr && (src.data != out.data + column || src.ld != out.ld)) {
-      if (!copied) frame.issue(Primitive::MoveRows);  // one primitive for all the parts it copies
-      copied = true;
-      frame.stats->layout_copy_bytes += rows.count * part * int64_t(sizeof(float));
-      for_row_blocks(frame, rows.count, part, [&](int64_t begin, int64_t count, int) {
-        for (int64_t r = begin; r < begin + count; ++r)
-          std::memcpy(out.data + r * out.ld + column, src.data + r * src.ld, size_t(part) * sizeof(float));
-      });
-    }
-    column += part;
-  }
-}
-
-void CpuExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  if (node.op == Op::Concat) {
-    concat(pass, rows, node, out, frame);
-    return;
-  }
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = frame.views[int(pass)];
-  const int64_t width = node.shape.numel();
-  frame.issue(node.op == Op::Sum || node.op == Op::SumRows ? Primitive::Reduce : Primitive::MoveRows);
-  auto arg_row = [&](size_t i, int64_t r) { return views[size_t(node.args[i])].data + r * views[size_t(node.args[i])].ld; };
-  // Each row is written once: blocks of rows run on the pool's threads.
-  for_row_blocks(frame, rows.count, std::max(width, f[node.args[0]].shape.numel()), [&](int64_t begin, int64_t count, int) {
-  for (int64_t r = begin; r < begin + count; ++r) {
-    float* dst = out.data + r * out.ld;
-    switch (node.op) {
-      case Op::Pad: {
-        std::fill_n(dst, size_t(width), 0.0f);
-        int64_t part = f[node.args[0]].shape.numel();
-        std::memcpy(dst + node.start, arg_row(0, r), size_t(part) * sizeof(float));
-        break;
-      }
-      case Op::Broadcast: std::fill_n(dst, size_t(width), *arg_row(0, r)); break;
-      case Op::BroadcastRows: {
-        const int64_t cols = node.shape.dims[1];
-        for (int64_t i = 0; i < width; i += cols) std::memcpy(dst + i, arg_row(0, r), size_t(cols) * sizeof(float));
-        break;
-      }
-      case Op::Sum: {
-        const float* src = arg_row(0, r);
-        float total = 0.0f;
-        for (int64_t i = 0; i < f[node.args[0]].shape.numel(); ++i) total += src[i];
-        dst[0] = total;
-        break;
-      }
-      case Op::SumRows: {  // row by row, in order: the same sums as element by element
-        const float* src = arg_row(0, r);
-        std::fill_n(dst, size_t(width), 0.0f);
-        for (int64_t i = 0; i < f[node.args[0]].shape.numel(); i += width) add_row(src + i, dst, width);
-        break;
-      }
-      default: VJIT_INTERNAL_CHECK(false, "executor cannot run " << ir::to_string(f, int(&node - f.nodes.data())));
-    }
-  }
-  });
-}
-
-int CpuExecutor::variadic_children(int type, int vertex) const {
-  const int children = int(batch_.graph->children(vertex).size());
-  return std::max(0, children - program_.signature(type).fixed_arity);
 }
 
 // The semantics are the reference interpreter's (ir/interpreter.cpp), one row at a time.
@@ -586,11 +339,10 @@ void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int
 
 // The GEMM epilogue (ir::fold_bias_adds): out = product + bias, where the
 // plan folded the product into this add. The rows start as the bias; the GEMM
-// adds the product to them (beta = 1). False when this add is a plain one.
-bool CpuExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
+// adds the product to them (beta = 1).
+void CpuExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
   const FunctionPlan& fp = function_plan(pass, rows.type);
-  const int side = fp.folded[size_t(node.args[0])] ? 0 : fp.folded[size_t(node.args[1])] ? 1 : -1;
-  if (side < 0) return false;
+  const int side = fp.folded[size_t(node.args[0])] ? 0 : 1;
   const ir::Function& f = *fp.function;
   const Node& product = f[node.args[size_t(side)]];
   const View& addend = frame.views[int(pass)][size_t(node.args[size_t(1 - side)])];
@@ -599,15 +351,16 @@ bool CpuExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const 
     if (other.op == Op::Slice && fp.folded[size_t(other.args[0])]) {
       ScopedTimer timer(frame.stats->gemm_s);
       product_rows_plus_outer(pass, rows, other, product, out, frame);
-      return true;
+      return;
     }
     ScopedTimer timer(frame.stats->elementwise_s);
-    outer(pass, rows, product, &addend, out, frame);
-    return true;
+    const std::vector<View>& views = frame.views[int(pass)];
+    outer(frame, rows.count, f[product.args[0]].shape.numel(), f[product.args[1]].shape.numel(),
+          views[size_t(product.args[0])], views[size_t(product.args[1])], &addend, out);
+    return;
   }
   ScopedTimer timer(frame.stats->gemm_s);
   matmul(pass, rows, product, out, frame, addend.data);
-  return true;
 }
 
 void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame,
@@ -850,17 +603,141 @@ void CpuExecutor::product_rows_plus_outer(Pass pass, const Rows& rows, const Nod
   });
 }
 
+// --- primitives (runtime/device.h) ---
+
+CpuExecutor::Frame& CpuExecutor::start(Lane& lane, Primitive kind) {
+  Frame& frame = static_cast<Frame&>(lane);
+  ++frame.stats->kernels;
+  frame.issue(kind);
+  return frame;
+}
+
+void CpuExecutor::move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode) {
+  Frame& frame = start(lane, mode == RowMode::Add ? Primitive::AddRows : Primitive::MoveRows);
+  const int64_t count = int64_t(moves.size());
+  if (mode == RowMode::Copy) {  // each row written once: blocks of rows on the pool's threads
+    for_row_blocks(frame, count, width, [&](int64_t begin, int64_t n, int) {
+      for (int64_t i = begin; i < begin + n; ++i)
+        std::memcpy(moves[size_t(i)].dst, moves[size_t(i)].src, size_t(width) * sizeof(float));
+    });
+    return;
+  }
+  // Moves into one row: blocks of columns in parallel, never blocks of moves.
+  for_column_blocks(frame, count, width, [&](int64_t first, int64_t n) {
+    for (const RowMove& m : moves) add_row(m.src + first, m.dst + first, n);
+  });
+}
+
+void CpuExecutor::sum_rows(Lane& lane, int64_t rows, int64_t width, int64_t row_width,
+                           std::span<const float* const> sources, std::span<const int> begin, bool stack,
+                           const uint8_t* keep, const View& out) {
+  start(lane, stack ? Primitive::MoveRows : Primitive::AddRows);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (keep && !keep[r]) continue;
+    float* dst = out.data + r * out.ld;
+    std::fill_n(dst, size_t(row_width), 0.0f);
+    for (int i = begin[size_t(r)]; i < begin[size_t(r) + 1]; ++i)
+      add_row(sources[size_t(i)], stack ? dst + int64_t(i - begin[size_t(r)]) * width : dst, width);
+  }
+}
+
+void CpuExecutor::upload_rows(Lane& lane, std::span<const float* const> host_rows, int64_t width, const View& out) {
+  Frame& frame = start(lane, Primitive::MoveRows);
+  for_row_blocks(frame, int64_t(host_rows.size()), width, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r)
+      std::memcpy(out.data + r * out.ld, host_rows[size_t(r)], size_t(width) * sizeof(float));
+  });
+}
+
+void CpuExecutor::copy_rows(Lane& lane, int64_t rows, std::span<const ColumnCopy> copies) {
+  Frame& frame = start(lane, Primitive::MoveRows);  // one primitive for all the parts it copies
+  for (const ColumnCopy& c : copies)
+    for_row_blocks(frame, rows, c.width, [&](int64_t begin, int64_t count, int) {
+      for (int64_t r = begin; r < begin + count; ++r) {
+        float* dst = c.dst.data + r * c.dst.ld;
+        if (c.src.data) std::memcpy(dst, c.src.data + r * c.src.ld, size_t(c.width) * sizeof(float));
+        else std::fill_n(dst, size_t(c.width), 0.0f);
+      }
+    });
+}
+
+void CpuExecutor::fill_rows(Lane& lane, int64_t rows, int64_t width, float value, const View& out) {
+  start(lane, Primitive::Fill);
+  runtime::fill_rows(rows, width, value, out.data, out.ld);
+}
+
+void CpuExecutor::broadcast_rows(Lane& lane, int64_t rows, int64_t width, const View& src, int64_t period,
+                                 const View& out) {
+  Frame& frame = start(lane, Primitive::MoveRows);
+  for_row_blocks(frame, rows, width, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      const float* x = src.data + r * src.ld;
+      float* dst = out.data + r * out.ld;
+      if (period == 0) std::fill_n(dst, size_t(width), x[0]);
+      else
+        for (int64_t i = 0; i < width; i += period) std::memcpy(dst + i, x, size_t(period) * sizeof(float));
+    }
+  });
+}
+
+void CpuExecutor::sum_columns_mod(Lane& lane, int64_t rows, int64_t width, int64_t in_width, const View& src,
+                                  const View& out) {
+  Frame& frame = start(lane, Primitive::Reduce);
+  for_row_blocks(frame, rows, std::max(width, in_width), [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      const float* x = src.data + r * src.ld;
+      float* dst = out.data + r * out.ld;
+      if (width == 1) {
+        float total = 0.0f;
+        for (int64_t i = 0; i < in_width; ++i) total += x[i];
+        dst[0] = total;
+        continue;
+      }
+      std::fill_n(dst, size_t(width), 0.0f);  // row by row, in order: the same sums as element by element
+      for (int64_t i = 0; i < in_width; i += width) add_row(x + i, dst, width);
+    }
+  });
+}
+
+void CpuExecutor::elementwise(Lane& lane, const Node& node, int64_t rows, int64_t width, Operand a, Operand b,
+                              const View& out) {
+  Frame& frame = start(lane, Primitive::Elementwise);
+  const bool unary = ir::op_kind(node.op) == ir::OpKind::Unary;
+  // Written through row pointers (gradient_pointers): a row at a time.
+  const bool by_row = out.pointers != nullptr;
+  for_row_blocks(frame, rows, width, [&](int64_t begin, int64_t count, int) {
+    for (int64_t first = begin, end = begin + count; first < end; first += by_row ? 1 : count) {
+      Operand a_block = a, b_block = b;
+      a_block.data += first * a.ld;
+      b_block.data += first * b.ld;
+      const int64_t n = by_row ? 1 : count;
+      float* y = row_at(out, first);
+      if (unary) unary_rows(node, n, width, a_block, y, out.ld);
+      else binary_rows(node.op, n, width, a_block, b_block, y, out.ld);
+    }
+  });
+}
+
+void CpuExecutor::dropout(Lane& lane, int64_t rows, int64_t width, const View& x, const DropoutMask& mask,
+                          const View& out) {
+  start(lane, Primitive::Elementwise);
+  const float keep_scale = mask.training ? float(1.0 / (1.0 - mask.rate)) : 1.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int sample = mask.sample_vertex[size_t(2 * r)], vertex = mask.sample_vertex[size_t(2 * r + 1)];
+    for (int64_t i = 0; i < width; ++i) {
+      const bool keep = !mask.training || ir::dropout_keeps(mask.seed, sample, vertex, mask.key, i, mask.rate);
+      out.data[r * out.ld + i] = keep ? x.data[r * x.ld + i] * keep_scale : 0.0f;
+    }
+  }
+}
+
 // out = u·vᵀ per row, or with `addend` x + u·vᵀ: the rank-one update an add
 // takes in its epilogue (ir::fold_bias_adds; MV-RNN's matrix gradients), the
 // outer product never written and x read once.
-void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const View* addend, const View& out,
-                        Frame& frame) {
-  const ir::Function& f = function(pass, rows.type);
-  const View& a = frame.views[int(pass)][size_t(node.args[0])];
-  const View& b = frame.views[int(pass)][size_t(node.args[1])];
-  const int64_t m = f[node.args[0]].shape.numel(), n = f[node.args[1]].shape.numel();
-  frame.issue(Primitive::Outer);
-  for_row_blocks(frame, rows.count, m * n, [&](int64_t begin, int64_t count, int) {
+void CpuExecutor::outer(Lane& lane, int64_t rows, int64_t m, int64_t n, const View& a, const View& b,
+                        const View* addend, const View& out) {
+  Frame& frame = start(lane, Primitive::Outer);
+  for_row_blocks(frame, rows, m * n, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r)
       outer_row(a.data + r * a.ld, m, b.data + r * b.ld, n, addend ? addend->data + r * addend->ld : nullptr,
                 out.data + r * out.ld);
@@ -868,33 +745,24 @@ void CpuExecutor::outer(Pass pass, const Rows& rows, const Node& node, const Vie
 }
 
 // SymOuter and SymOuterGrad, row by row (sym_outer_row, sym_outer_grad_row).
-void CpuExecutor::sym_outer(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  const ir::Function& f = function(pass, rows.type);
-  const View& x = frame.views[int(pass)][size_t(node.args[0])];
-  const int64_t n = f[node.args[0]].shape.numel();
-  const bool gradient = node.op == Op::SymOuterGrad;
-  const View* g = gradient ? &frame.views[int(pass)][size_t(node.args[1])] : nullptr;
-  frame.issue(Primitive::Outer);
-  for_row_blocks(frame, rows.count, n * (n + 1) / 2, [&](int64_t begin, int64_t count, int) {
+void CpuExecutor::sym_outer(Lane& lane, int64_t rows, int64_t n, const View& x, const View* g, const View& out) {
+  Frame& frame = start(lane, Primitive::Outer);
+  for_row_blocks(frame, rows, n * (n + 1) / 2, [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r) {
-      if (gradient) sym_outer_grad_row(x.data + r * x.ld, g->data + r * g->ld, n, out.data + r * out.ld);
+      if (g) sym_outer_grad_row(x.data + r * x.ld, g->data + r * g->ld, n, out.data + r * out.ld);
       else sym_outer_row(x.data + r * x.ld, n, out.data + r * out.ld);
     }
   });
 }
 
-void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const View& logits = frame.views[int(pass)][size_t(node.args[0])];
-  const int64_t classes = function(pass, rows.type)[node.args[0]].shape.numel();
-  const bool gradient = node.op == Op::SoftmaxCEGrad;
-  const View* upstream = gradient ? &frame.views[int(pass)][size_t(node.args[1])] : nullptr;
-  frame.issue(Primitive::SoftmaxCE);
-  for_row_blocks(frame, rows.count, classes, [&](int64_t begin, int64_t count, int) {
+void CpuExecutor::softmax_ce(Lane& lane, int64_t rows, int64_t classes, const View& logits,
+                             std::span<const int> labels, const View* upstream, const View& out) {
+  Frame& frame = start(lane, Primitive::SoftmaxCE);
+  for_row_blocks(frame, rows, classes, [&](int64_t begin, int64_t count, int) {
     std::vector<float>& p = t_softmax;  // exp(x − max), then the softmax
     p.resize(size_t(classes));
     for (int64_t r = begin; r < begin + count; ++r) {
-      int label = graph.label(rows.vertices[r]);
+      const int label = labels[size_t(r)];
       const float* x = logits.data + r * logits.ld;
       float* dst = out.data + r * out.ld;
       float max = row_max(x, classes);
@@ -902,7 +770,7 @@ void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, cons
       if (plan_.exp.entry) plan_.exp.entry(p.data(), p.data(), classes);
       else for (float& v : p) v = std::exp(v);
       float total = row_sum(p.data(), classes);
-      if (!gradient) {
+      if (!upstream) {
         dst[0] = label < 0 ? 0.0f : std::log(total) + max - x[label];
         continue;
       }
@@ -914,45 +782,9 @@ void CpuExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, cons
   });
 }
 
-void CpuExecutor::sink(Pass pass, const Rows& rows, const Node& node, Frame& frame) {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const View& x = frame.views[int(pass)][size_t(node.args[0])];
-  const int64_t width = function(pass, rows.type)[node.args[0]].shape.numel();
-  ExecStats& stats = *frame.stats;
-  switch (node.op) {
-    case Op::Push: {
-      ++stats.copy_calls;
-      frame.issue(Primitive::MoveRows);
-      PushedValues<float>& pushes = result_->pushes;
-      int k = push_index_[size_t(rows.type)][size_t(&node - function(pass, rows.type).nodes.data())];
-      // Every vertex has its own place among the pushes: blocks of rows on the pool's threads.
-      for_row_blocks(frame, rows.count, width, [&](int64_t begin, int64_t count, int) {
-        for (int64_t r = begin; r < begin + count; ++r)
-          std::memcpy(pushes.data() + pushes.value_offset(rows.vertices[r], k), x.data + r * x.ld,
-                      size_t(width) * sizeof(float));
-      });
-      stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
-      return;
-    }
-    case Op::Loss:
-      frame.issue(Primitive::Reduce);
-      for (int64_t r = 0; r < rows.count; ++r) result_->objective += double(x.data[r * x.ld]);
-      return;
-    case Op::EmbeddingGrad: {
-      ++stats.copy_calls;
-      frame.issue(Primitive::AddRows);
-      float* grad = store_.gradient(node.param);
-      for (int64_t r = 0; r < rows.count; ++r) store_.touch(node.param, graph.token(rows.vertices[r]));
-      // Rows of one token add into one gradient row: blocks of columns in parallel, never blocks of rows.
-      for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
-        for (int64_t r = 0; r < rows.count; ++r)
-          add_row(x.data + r * x.ld + first, grad + int64_t(graph.token(rows.vertices[r])) * width + first, count);
-      });
-      stats.copy_bytes += rows.count * width * int64_t(sizeof(float));
-      return;
-    }
-    default: VJIT_INTERNAL_CHECK(false, "not a sink: " << ir::op_name(node.op));
-  }
+void CpuExecutor::add_objective(Lane& lane, int64_t rows, const View& x) {
+  start(lane, Primitive::Reduce);
+  for (int64_t r = 0; r < rows; ++r) result_->objective += double(x.data[r * x.ld]);
 }
 
 }  // namespace vjit::runtime

@@ -75,16 +75,16 @@ int64_t bytes_of(int64_t floats) { return floats * int64_t(sizeof(float)); }
 }  // namespace
 
 CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const Config& config)
-    : Runner(program, plan),
-      device_(CudaDevice::get()),
+    : Runner(program, plan, *this),
+      cuda_(CudaDevice::get()),
       config_(config),
       pool_(config.threads),
       parallel_(pool_),
-      store_(*this, device_, program.model(), plan) {
+      store_(*this, cuda_, program.model(), plan) {
   check_cuda_supports(program);
   VJIT_INTERNAL_CHECK(!plan.cuda.image.empty(), "the CUDA executor needs a plan lowered for VJIT_DEVICE=cuda");
-  module_ = DeviceModule(device_, plan.cuda.image);
-  auto fn = [&](const char* name) { return device_.function(module_.get(), name); };
+  module_ = DeviceModule(cuda_, plan.cuda.image);
+  auto fn = [&](const char* name) { return cuda_.function(module_.get(), name); };
   move_rows_fn_ = fn("vjit_move_rows");
   copy_rows_fn_ = fn("vjit_copy_rows");
   elementwise_fn_ = fn("vjit_elementwise");
@@ -115,36 +115,36 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
     }
   }
   set_lanes(lanes_[0], lanes_[1], false);
-  scalars_ = DeviceBuffer(device_, 3 * sizeof(double));
+  scalars_ = DeviceBuffer(cuda_, 3 * sizeof(double));
   objective_ = scalars_.get();
   norm_ = scalars_.get() + sizeof(double);
   non_finite_ = scalars_.get() + 2 * sizeof(double);
   if (config.streaming)
-    for (int t = 0; t < program.num_types(); ++t) type_events_.push_back(device_.create_event());
+    for (int t = 0; t < program.num_types(); ++t) type_events_.push_back(cuda_.create_event());
 }
 
 CudaExecutor::~CudaExecutor() {
   try {
-    device_.synchronize();
+    cuda_.synchronize();
   } catch (...) {  // a failed device cannot be waited for; nothing to save
   }
-  for (void* event : type_events_) device_.destroy_event(event);
-  device_.free_pinned(staging_host_);
+  for (void* event : type_events_) cuda_.destroy_event(event);
+  cuda_.free_pinned(staging_host_);
 }
 
 void CudaExecutor::zero(DevicePtr dst, size_t bytes) {
   issue(Primitive::Fill);
-  device_.memset_zero(dst, bytes);
+  cuda_.memset_zero(dst, bytes);
 }
 
 void CudaExecutor::download(void* dst, DevicePtr src, size_t bytes) {
   issue(Primitive::Download);
-  device_.download_async(dst, src, bytes);
+  cuda_.download_async(dst, src, bytes);
 }
 
 void CudaExecutor::upload(DevicePtr dst, const void* src, size_t bytes) {
   issue(Primitive::Upload);
-  device_.upload(dst, src, bytes);
+  cuda_.upload(dst, src, bytes);
 }
 
 // Arenas grow geometrically, with half again as much room as asked for: a
@@ -155,9 +155,9 @@ void CudaExecutor::upload(DevicePtr dst, const void* src, size_t bytes) {
 // When the new buffer cannot be had, the arena stays as it was.
 DevicePtr CudaExecutor::reserve(Arena& arena, int64_t floats) {
   if (floats > arena.capacity) {
-    device_.synchronize();
+    cuda_.synchronize();
     const int64_t capacity = std::max(floats + floats / 2, 2 * arena.capacity);
-    arena.buffer = DeviceBuffer(device_, size_t(bytes_of(capacity)));
+    arena.buffer = DeviceBuffer(cuda_, size_t(bytes_of(capacity)));
     arena.capacity = capacity;
     arena.data = arena.buffer.get();
   }
@@ -171,13 +171,13 @@ DevicePtr CudaExecutor::stage(const T* data, size_t count) {
   if (staging_used_ + aligned > staging_capacity_) {
     // Everything staged so far must have reached the device, and the kernels
     // reading it run, before either buffer goes.
-    device_.synchronize();
+    cuda_.synchronize();
     grow_staging(std::max(aligned, 2 * staging_capacity_ + (size_t(4) << 20)));
   }
   std::memcpy(staging_host_ + staging_used_, data, bytes);
   DevicePtr dst = staging_device_ + staging_used_;
   issue(Primitive::Upload);
-  device_.upload(dst, staging_host_ + staging_used_, bytes, stream_);
+  cuda_.upload(dst, staging_host_ + staging_used_, bytes, stream_);
   staging_used_ += aligned;
   return dst;
 }
@@ -185,9 +185,9 @@ DevicePtr CudaExecutor::stage(const T* data, size_t count) {
 // Both new buffers are made before the old ones go: when either cannot be
 // had, the staging buffers stay as they were.
 void CudaExecutor::grow_staging(size_t capacity) {
-  DeviceBuffer on_device(device_, capacity);
-  char* pinned = static_cast<char*>(device_.alloc_pinned(capacity));
-  device_.free_pinned(staging_host_);
+  DeviceBuffer on_device(cuda_, capacity);
+  char* pinned = static_cast<char*>(cuda_.alloc_pinned(capacity));
+  cuda_.free_pinned(staging_host_);
   staging_host_ = pinned;
   staging_buffer_ = std::move(on_device);
   staging_device_ = staging_buffer_.get();
@@ -204,19 +204,17 @@ void CudaExecutor::launch(Primitive kind, void* fn, int64_t elements, Args... ar
   ((std::memcpy(&slots[i], &args, sizeof(Args)), params[i] = &slots[i], ++i), ...);
   ++stats_.kernels;
   issue(kind);
-  device_.launch(fn, CudaDevice::grid_for(elements), 256, params, stream_);
+  cuda_.launch(fn, CudaDevice::grid_for(elements), 256, params, stream_);
 }
 
-void CudaExecutor::move_rows(const std::vector<uint64_t>& pairs, int64_t width, int mode) {
+void CudaExecutor::move_pairs(const std::vector<uint64_t>& pairs, int64_t width, int mode) {
   const int64_t rows = int64_t(pairs.size() / 2);
   if (rows == 0 || width == 0) return;
-  ++stats_.copy_calls;
-  stats_.copy_bytes += rows * bytes_of(width);
   launch(mode == kMoveAdd ? Primitive::AddRows : mode == kMoveZero ? Primitive::Fill : Primitive::MoveRows, move_rows_fn_,
          rows * width, rows, width, stage(pairs.data(), pairs.size()), mode);
 }
 
-void CudaExecutor::copy_rows(int64_t rows, int64_t width, DevicePtr src, int64_t sld, DevicePtr dst, int64_t dld) {
+void CudaExecutor::copy_strided(int64_t rows, int64_t width, DevicePtr src, int64_t sld, DevicePtr dst, int64_t dld) {
   if (rows == 0 || width == 0) return;
   launch(Primitive::MoveRows, copy_rows_fn_, rows * width, rows, width, src, sld, dst, dld);
 }
@@ -231,33 +229,16 @@ void CudaExecutor::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, Devic
     return;
   }
   issue(Primitive::Gemm);
-  device_.sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, config_.tf32, stream_);
+  cuda_.sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, config_.tf32, stream_);
 }
 
 float* CudaExecutor::arena(Pass pass) const { return as_view(arena_[int(pass)].data); }
 
-float* CudaExecutor::param_address(int param) const { return as_view(store_.value(param)); }
+float* CudaExecutor::push_values() const { return as_view(pushes_.data); }
 
-void CudaExecutor::fill_uniform_values(Pass pass) {
-  const BatchLayout& layout = *batch_.layout;
-  for (int t = 0; t < program_.num_types(); ++t) {
-    if (layout.type_rows[size_t(t)] == 0) continue;
-    const ir::Function& f = function(pass, t);
-    for (ValueId id = 0; id < f.size(); ++id) {
-      const Node& n = f[id];
-      if (!n.uniform || n.op == Op::Param) continue;
-      VJIT_INTERNAL_CHECK(n.op == Op::Concat, "executor cannot compute uniform " << ir::to_string(f, id));
-      DevicePtr dst = at(arena_[int(pass)].data, layout.value(pass, t, id).offset);
-      for (ValueId arg : n.args) {
-        const int64_t part = f[arg].shape.numel();
-        DevicePtr src = f[arg].op == Op::Param ? store_.value(f[arg].param)
-                                               : at(arena_[int(pass)].data, layout.value(pass, t, arg).offset);
-        copy_rows(1, part, src, 0, dst, 0);
-        dst = at(dst, part);
-      }
-    }
-  }
-}
+float* CudaExecutor::param_gradient(int param) { return as_view(store_.gradient(param)); }
+
+float* CudaExecutor::param_address(int param) const { return as_view(store_.value(param)); }
 
 void CudaExecutor::forward(const PlannedBatch& batch, const RunOptions& options, Evaluation<float>& result) {
   CudaDevice::get();  // the context current on this thread (an engine may move between threads)
@@ -268,13 +249,13 @@ void CudaExecutor::forward(const PlannedBatch& batch, const RunOptions& options,
   staging_used_ = 0;  // the last pass ended with the device idle
   lanes_[0].at(Pass::Forward, -1, -1, 0, "objective");
   zero(objective_, sizeof(double));
-  fill_uniform_values(Pass::Forward);
+  fill_uniform_values(Pass::Forward, lanes_[0]);
   run_forward(config_.streaming);
   double objective = 0;
   lanes_[0].at(Pass::Forward, -1, -1, 0, "objective and pushes");
   download(&objective, objective_, sizeof objective);
   if (push_floats > 0) download(result.pushes.data(), pushes_.data, size_t(bytes_of(push_floats)));
-  device_.synchronize();
+  cuda_.synchronize();
   result.objective = objective;
   end_forward();
 }
@@ -297,7 +278,7 @@ void CudaExecutor::backward() {
       pairs_.push_back(at(store_.gradient(p), int64_t(row) * cols));
       pairs_.push_back(0);
     });
-    move_rows(pairs_, cols, kMoveZero);
+    move_pairs(pairs_, cols, kMoveZero);
   }
   store_.host_current_ = false;
   const BatchLayout& layout = *batch_.layout;
@@ -306,10 +287,10 @@ void CudaExecutor::backward() {
     const ValueLayout& g = layout.scatter_grad[t];
     if (g.offset >= 0) zero(at(arena, g.offset), size_t(bytes_of(layout.type_rows[t] * g.ld)));
   }
-  fill_uniform_values(Pass::Backward);
+  fill_uniform_values(Pass::Backward, lanes_[0]);
   run_backward();
   store_.finish_touched();
-  device_.synchronize();
+  cuda_.synchronize();
 }
 
 // Per parameter: a dense one's device array `source(p)` whole into `dense(p)`
@@ -338,12 +319,12 @@ void CudaExecutor::download_touched(Source&& source, Dense&& dense, Put&& put) {
       pairs_.push_back(at(block, used + int64_t(i) * cols));
       pairs_.push_back(at(source(p), int64_t(rows.rows[i]) * cols));
     }
-    move_rows(pairs_, cols, kMoveCopy);
+    move_pairs(pairs_, cols, kMoveCopy);
     used += int64_t(rows.rows.size()) * cols;
   }
   floats_.resize(size_t(std::max<int64_t>(sparse_floats, 1)));
   if (sparse_floats > 0) download(floats_.data(), block, size_t(bytes_of(sparse_floats)));
-  device_.synchronize();
+  cuda_.synchronize();
   used = 0;
   for (int p = 0; p < model.size(); ++p) {
     if (model.param(p).frozen) continue;  // optimizers never update it
@@ -398,9 +379,9 @@ void CudaExecutor::upload_updated(bool dense) {
       pairs_.push_back(at(store_.value(p), int64_t(rows.rows[i]) * cols));
       pairs_.push_back(at(block, int64_t(i) * cols));
     }
-    move_rows(pairs_, cols, kMoveCopy);
+    move_pairs(pairs_, cols, kMoveCopy);
   }
-  device_.synchronize();
+  cuda_.synchronize();
 }
 
 void CudaExecutor::download_slots() {
@@ -411,7 +392,7 @@ void CudaExecutor::download_slots() {
     for (size_t k = 0; k < 2 && size_t(p) < state.slots.size() && k < state.slots[size_t(p)].size(); ++k)
       download(state.slots[size_t(p)][k].data(), slots_[size_t(2 * p) + k],
                              state.slots[size_t(p)][k].size() * sizeof(float));
-  device_.synchronize();
+  cuda_.synchronize();
 }
 
 OptimizerState CudaExecutor::optimizer_state() {
@@ -458,7 +439,7 @@ void CudaExecutor::update(Optimizer& optimizer) {
   if (slots_.empty()) {  // two slots per parameter, in one block
     size_t bytes = 0;
     for (int p = 0; p < model.size(); ++p) bytes += 2 * ((size_t(bytes_of(model.param(p).shape.numel())) + 255) & ~size_t(255));
-    slots_block_ = DeviceBuffer(device_, bytes);
+    slots_block_ = DeviceBuffer(cuda_, bytes);
     DevicePtr next = slots_block_.get();
     for (int p = 0; p < model.size(); ++p)
       for (int k = 0; k < 2; ++k) {
@@ -496,7 +477,7 @@ void CudaExecutor::update(Optimizer& optimizer) {
            tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t), norm_);
   double sum = 0;
   download(&sum, norm_, sizeof sum);
-  device_.synchronize();
+  cuda_.synchronize();
   if (!std::isfinite(sum)) return update_on_host(optimizer);  // step() names the culprit
   OptimizerState& state = store_.optimizer_state();
   const bool slots_were_on_device = slots_on_device_;
@@ -532,7 +513,7 @@ void CudaExecutor::update(Optimizer& optimizer) {
   run_kernel(1);
   unsigned non_finite = 0;
   download(&non_finite, non_finite_, sizeof non_finite);
-  device_.synchronize();
+  cuda_.synchronize();
   if (non_finite != 0) {
     // Nothing was written on the device. The host step runs the same float
     // operations over the same values and throws the UserError naming the
@@ -554,12 +535,12 @@ void CudaExecutor::update(Optimizer& optimizer) {
 void CudaExecutor::run_forward_streaming() {
   const scheduler::FlatSchedule& schedule = *batch_.schedule;
   type_waited_.assign(size_t(program_.num_types()), 0);
-  device_.wait(1, 0);
+  cuda_.wait(1, 0);
   stream_ = 1;
   try {
     for (int t : stream_order()) {
       run_type_phase(Pass::Forward, ir::Phase::Eager, t, lanes_[1]);
-      device_.record(type_events_[size_t(t)], 1);
+      cuda_.record(type_events_[size_t(t)], 1);
     }
   } catch (...) {
     stream_ = 0;
@@ -569,13 +550,13 @@ void CudaExecutor::run_forward_streaming() {
   auto wait_for = [&](int type) {
     if (type_waited_[size_t(type)]) return;
     type_waited_[size_t(type)] = 1;
-    device_.wait_event(0, type_events_[size_t(type)]);
+    cuda_.wait_event(0, type_events_[size_t(type)]);
   };
   for (int t = 0; t < schedule.num_tasks(); ++t) {
     for_each_input_type(t, wait_for);
     run_task(Pass::Forward, t, lanes_[0]);
   }
-  device_.wait(0, 1);
+  cuda_.wait(0, 1);
 }
 
 void CudaExecutor::run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) {
@@ -586,7 +567,7 @@ void CudaExecutor::run_steps(Pass pass, const Rows& rows, std::span<const Step> 
               step.fused >= 0 ? std::string_view(fp.fused[size_t(step.fused)].kernel.name)
                               : ir::op_name((*fp.function)[step.node].op));
     if (step.fused >= 0) run_fused(pass, rows, fp.fused[size_t(step.fused)]);
-    else run_node(pass, rows, step.node);
+    else run_node(pass, rows, step.node, lane);
   }
 }
 
@@ -605,225 +586,133 @@ void CudaExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step)
   for (size_t i = 0; i < slots.size(); ++i) params_[i] = &slots[i];
   ++stats_.kernels;
   issue(Primitive::Fused);
-  device_.launch(fn, CudaDevice::grid_for(rows.count * step.width), 256, params_.data(), stream_);
+  cuda_.launch(fn, CudaDevice::grid_for(rows.count * step.width), 256, params_.data(), stream_);
 }
 
-void CudaExecutor::run_node(Pass pass, const Rows& rows, ValueId id) {
-  const Node& n = function(pass, rows.type)[id];
-  if (is_view(n.op) || n.op == Op::Scatter || n.uniform) return;
-  const View& out = lanes_[stream_].views[int(pass)][size_t(id)];
-  if (is_copy(n.op)) {
-    switch (n.op) {
-      case Op::Gather: gather(rows, n, out); break;
-      case Op::GatherSum:
-      case Op::GatherAll: gather_variadic(rows, n, out); break;
-      case Op::Pull:
-      case Op::PullEmbedding: pull(rows, n, out); break;
-      case Op::GatherGrad: gather_grad(rows, n, lanes_[stream_].views[int(pass)][size_t(n.args[0])]); break;
-      default: sink(pass, rows, n); break;
-    }
-    return;
-  }
-  if (n.op == Op::MatMul) return matmul(pass, rows, n, out);
-  if (n.op == Op::ParamGrad) return param_grad(pass, rows, n);
-  if (n.op == Op::Add && bias_add(pass, rows, n, out)) return;
-  switch (ir::op_kind(n.op)) {
-    case ir::OpKind::Unary:
-    case ir::OpKind::Binary: elementwise(pass, rows, n, out); return;
-    default: break;
-  }
-  const ir::Function& f = function(pass, rows.type);
+void CudaExecutor::run_device_node(Pass pass, const Rows& rows, const Node& n, const View& out, Lane& lane) {
   switch (n.op) {
-    case Op::Constant:
-      launch(Primitive::Fill, fill_rows_fn_, rows.count * n.shape.numel(), int64_t(rows.count), n.shape.numel(), float(n.value),
-             address(out.data), out.ld);
-      return;
-    case Op::Outer: {
-      const View& a = lanes_[stream_].views[int(pass)][size_t(n.args[0])];
-      const View& b = lanes_[stream_].views[int(pass)][size_t(n.args[1])];
-      int64_t m = f[n.args[0]].shape.numel(), k = f[n.args[1]].shape.numel();
-      launch(Primitive::Outer, outer_fn_, rows.count * m * k, int64_t(rows.count), m, k, address(a.data), a.ld, address(b.data), b.ld, address(out.data), out.ld);
-      return;
-    }
-    case Op::SymOuter: {
-      const View& x = lanes_[stream_].views[int(pass)][size_t(n.args[0])];
-      const int64_t width = f[n.args[0]].shape.numel();
-      launch(Primitive::Outer, sym_outer_fn_, rows.count * n.shape.numel(), int64_t(rows.count), width, address(x.data), x.ld, address(out.data), out.ld);
-      return;
-    }
-    case Op::SymOuterGrad: {
-      const View& x = lanes_[stream_].views[int(pass)][size_t(n.args[0])];
-      const View& g = lanes_[stream_].views[int(pass)][size_t(n.args[1])];
-      const int64_t width = f[n.args[0]].shape.numel();
-      launch(Primitive::Outer, sym_outer_grad_fn_, rows.count * width, int64_t(rows.count), width, address(x.data), x.ld, address(g.data), g.ld, address(out.data),
-             out.ld);
-      return;
-    }
-    case Op::SoftmaxCE:
-    case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out); return;
-    case Op::Loss: sink(pass, rows, n); return;
-    default: reshape_data(pass, rows, n, out); return;
+    case Op::MatMul: matmul(pass, rows, n, out); return;
+    case Op::ParamGrad: param_grad(pass, rows, n); return;
+    case Op::GatherGrad: gather_grad(rows, n, lane.views[int(pass)][size_t(n.args[0])]); return;
+    case Op::Add: bias_add(pass, rows, n, out); return;
+    default: VJIT_INTERNAL_CHECK(false, "the CUDA executor cannot run " << ir::op_name(n.op));
   }
 }
 
-// --- node kinds ---
+// --- primitives (runtime/device.h) ---
 
-void CudaExecutor::gather(const Rows& rows, const Node& node, const View& out) {
-  const BatchLayout& layout = *batch_.layout;
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  if (rows.task >= 0 && layout.gather(rows.task, node.child_slot).is_view()) {
-    ++stats_.gather_views;
-    return;
-  }
-  pairs_.clear();
-  for (int64_t r = 0; r < rows.count; ++r) {
-    RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-    pairs_.push_back(at(out.data, r * out.ld));
-    pairs_.push_back(address(scattered_rows(src.type, src.row).data));
-  }
-  move_rows(pairs_, node.shape.numel(), kMoveCopy);
+void CudaExecutor::move_rows(Lane&, std::span<const RowMove> moves, int64_t width, RowMode mode) {
+  if (moves.empty() || width == 0) return;
+  const int64_t rows = int64_t(moves.size());
+  static_assert(sizeof(RowMove) == 2 * sizeof(uint64_t), "vjit_move_rows reads (dst, src) address pairs");
+  launch(mode == RowMode::Add ? Primitive::AddRows : Primitive::MoveRows, move_rows_fn_, rows * width, rows, width,
+         stage(moves.data(), moves.size()), mode == RowMode::Add ? kMoveAdd : kMoveCopy);
 }
 
-// Sources in order per row (vjit_gather_sum): GatherSum adds them in child
-// order like the CPU; GatherAll stacks them into zeroed rows.
-void CudaExecutor::gather_variadic(const Rows& rows, const Node& node, const View& out) {
-  const BatchLayout& layout = *batch_.layout;
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const bool stack = node.op == Op::GatherAll;
-  const int64_t width = stack ? node.shape.dims[1] : node.shape.numel();
-  const size_t first = size_t(program_.signature(rows.type).fixed_arity);
-  const ValueId id = ValueId(&node - function(Pass::Forward, rows.type).nodes.data());
-  if (!stack && rows.task >= 0 && layout.gather(rows.task, int(first)).is_view() && !forwarded_over_view(rows, id)) {
-    ++stats_.gather_views;  // one variadic child per row: bind() pointed the value at its rows
+// Sources in order per row (vjit_gather_sum), as offsets into the forward arena.
+void CudaExecutor::sum_rows(Lane&, int64_t rows, int64_t width, int64_t row_width,
+                            std::span<const float* const> sources, std::span<const int> begin, bool stack,
+                            const uint8_t* keep, const View& out) {
+  VJIT_INTERNAL_CHECK(keep == nullptr, "the CUDA device's children forward no rows");
+  if (stack) fill_rows(lanes_[stream_], rows, row_width, 0.0f, out);
+  if (sources.empty()) {
+    if (!stack) fill_rows(lanes_[stream_], rows, width, 0.0f, out);
     return;
   }
-  ints_.assign(1, 0);
-  offsets_.clear();
   const DevicePtr base = arena_[0].data;
-  for (int64_t r = 0; r < rows.count; ++r) {
-    std::span<const int> children = graph.children(rows.vertices[r]);
-    for (size_t k = first; k < children.size(); ++k) {
-      int child = children[k];
-      offsets_.push_back(int64_t((address(scattered_rows(graph.type(child), layout.vertex_row[size_t(child)]).data) - base) /
-                                 sizeof(float)));
-    }
-    ints_.push_back(int(offsets_.size()));
-  }
-  if (stack) launch(Primitive::Fill, fill_rows_fn_, rows.count * node.shape.numel(), int64_t(rows.count), node.shape.numel(), 0.0f,
-                    address(out.data), out.ld);
-  if (offsets_.empty()) {
-    if (!stack) launch(Primitive::Fill, fill_rows_fn_, rows.count * width, int64_t(rows.count), width, 0.0f, address(out.data), out.ld);
-    return;
-  }
-  ++stats_.copy_calls;
-  stats_.copy_bytes += int64_t(offsets_.size()) * bytes_of(width);
-  DevicePtr begin = stage(ints_.data(), ints_.size());
-  DevicePtr src = stage(offsets_.data(), offsets_.size());
-  launch(Primitive::AddRows, gather_sum_fn_, rows.count * width, int64_t(rows.count), width, begin, src, base, address(out.data), out.ld,
+  offsets_.clear();
+  for (const float* source : sources) offsets_.push_back(int64_t((address(source) - base) / sizeof(float)));
+  const DevicePtr first = stage(begin.data(), begin.size());
+  const DevicePtr src = stage(offsets_.data(), offsets_.size());
+  launch(Primitive::AddRows, gather_sum_fn_, rows * width, rows, width, first, src, base, address(out.data), out.ld,
          int(stack));
 }
 
-void CudaExecutor::pull(const Rows& rows, const Node& node, const View& out) {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const int64_t width = node.shape.numel();
-  if (node.op == Op::PullEmbedding) {
-    pairs_.clear();
-    for (int64_t r = 0; r < rows.count; ++r) {
-      pairs_.push_back(at(out.data, r * out.ld));
-      pairs_.push_back(at(store_.value(node.param), int64_t(graph.token(rows.vertices[r])) * width));
-    }
-    move_rows(pairs_, width, kMoveCopy);
-    return;
-  }
-  // Features: the rows' feature vectors, staged packed, then copied to their rows.
-  floats_.resize(size_t(rows.count * width));
-  for (int64_t r = 0; r < rows.count; ++r)
-    std::copy_n(graph.vertex(rows.vertices[r]).features.data(), width, floats_.begin() + r * width);
-  ++stats_.copy_calls;
-  stats_.copy_bytes += rows.count * bytes_of(width);
-  copy_rows(rows.count, width, stage(floats_.data(), floats_.size()), width, address(out.data), out.ld);
+// Staged packed, then copied to their rows.
+void CudaExecutor::upload_rows(Lane&, std::span<const float* const> host_rows, int64_t width, const View& out) {
+  const int64_t rows = int64_t(host_rows.size());
+  floats_.resize(size_t(rows * width));
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(host_rows[size_t(r)], width, floats_.begin() + r * width);
+  copy_strided(rows, width, stage(floats_.data(), floats_.size()), width, address(out.data), out.ld);
 }
 
-void CudaExecutor::elementwise(Pass pass, const Rows& rows, const Node& node, const View& out) {
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = lanes_[stream_].views[int(pass)];
-  const int64_t width = node.shape.numel();
-  const View& a = views[size_t(node.args[0])];
-  if (node.op == Op::Dropout) {
-    const scheduler::FlatBatch& graph = *batch_.graph;
-    ints_.resize(size_t(2 * rows.count));
-    for (int64_t r = 0; r < rows.count; ++r) {
-      scheduler::VertexRef ref = graph.ref(rows.vertices[r]);
-      ints_[size_t(2 * r)] = graph.first_sample() + ref.sample;  // masks follow the global sample index
-      ints_[size_t(2 * r + 1)] = ref.vertex;
-    }
-    const float scale = options_.training ? float(1.0 / (1.0 - node.rate)) : 1.0f;
-    launch(Primitive::Elementwise, dropout_fn_, rows.count * width, int64_t(rows.count), width, address(a.data), a.ld, address(out.data), out.ld,
-           stage(ints_.data(), ints_.size()), uint64_t(options_.seed), int(node.dropout_key), double(node.rate), scale,
-           int(options_.training));
-    return;
+void CudaExecutor::copy_rows(Lane& lane, int64_t rows, std::span<const ColumnCopy> copies) {
+  for (const ColumnCopy& c : copies) {
+    if (c.src.data) copy_strided(rows, c.width, address(c.src.data), c.src.ld, address(c.dst.data), c.dst.ld);
+    else fill_rows(lane, rows, c.width, 0.0f, c.dst);
   }
-  // An operand of another shape is a scalar (element 0) or a vector broadcast
-  // over the rows (element i mod n), as in the CPU's elementwise.
-  auto count = [&](ValueId arg) { return f[arg].shape == node.shape ? width : f[arg].shape.numel(); };
-  const bool unary = ir::op_kind(node.op) == ir::OpKind::Unary;
-  const View b = unary ? View{} : views[size_t(node.args[1])];
-  launch(Primitive::Elementwise, elementwise_fn_, rows.count * width, int(node.op), int64_t(rows.count), width, address(a.data), a.ld,
-         count(node.args[0]), address(b.data), b.ld, unary ? int64_t(1) : count(node.args[1]), float(ir::unary_constant(node)),
+}
+
+void CudaExecutor::fill_rows(Lane&, int64_t rows, int64_t width, float value, const View& out) {
+  launch(Primitive::Fill, fill_rows_fn_, rows * width, rows, width, value, address(out.data), out.ld);
+}
+
+void CudaExecutor::broadcast_rows(Lane&, int64_t rows, int64_t width, const View& src, int64_t period,
+                                  const View& out) {
+  launch(Primitive::MoveRows, broadcast_fn_, rows * width, rows, width, address(src.data), src.ld, period,
          address(out.data), out.ld);
 }
 
-void CudaExecutor::reshape_data(Pass pass, const Rows& rows, const Node& node, const View& out) {
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = lanes_[stream_].views[int(pass)];
-  const int64_t width = node.shape.numel();
-  const int64_t R = rows.count;
-  switch (node.op) {
-    case Op::Concat: {  // parts laid out in place (ValueLayout::in_concat) are already there
-      int64_t column = 0;
-      for (ValueId arg : node.args) {
-        const View& src = views[size_t(arg)];
-        const int64_t part = f[arg].shape.numel();
-        if (address(src.data) != at(out.data, column) || src.ld != out.ld)
-          copy_rows(R, part, address(src.data), src.ld, at(out.data, column), out.ld);
-        column += part;
-      }
-      return;
-    }
-    case Op::Pad: {
-      const View& src = views[size_t(node.args[0])];
-      launch(Primitive::Fill, fill_rows_fn_, R * width, R, width, 0.0f, address(out.data), out.ld);
-      copy_rows(R, f[node.args[0]].shape.numel(), address(src.data), src.ld, at(out.data, node.start), out.ld);
-      return;
-    }
-    case Op::Broadcast:
-    case Op::BroadcastRows: {
-      const View& src = views[size_t(node.args[0])];
-      const int64_t mod = node.op == Op::Broadcast ? 0 : node.shape.dims[1];
-      launch(Primitive::MoveRows, broadcast_fn_, R * width, R, width, address(src.data), src.ld, mod, address(out.data), out.ld);
-      return;
-    }
-    case Op::Sum:
-    case Op::SumRows: {
-      const View& src = views[size_t(node.args[0])];
-      launch(Primitive::Reduce, sum_mod_fn_, R * width, R, width, f[node.args[0]].shape.numel(), address(src.data), src.ld, address(out.data), out.ld);
-      return;
-    }
-    default: break;
-  }
-  VJIT_INTERNAL_CHECK(false, "the CUDA executor cannot run " << ir::to_string(f, int(&node - f.nodes.data())));
+void CudaExecutor::sum_columns_mod(Lane&, int64_t rows, int64_t width, int64_t in_width, const View& src,
+                                   const View& out) {
+  launch(Primitive::Reduce, sum_mod_fn_, rows * width, rows, width, in_width, address(src.data), src.ld,
+         address(out.data), out.ld);
 }
 
+// An operand of another shape is a scalar (element 0) or a vector broadcast
+// over the rows (element i mod n).
+void CudaExecutor::elementwise(Lane&, const Node& node, int64_t rows, int64_t width, Operand a, Operand b,
+                               const View& out) {
+  launch(Primitive::Elementwise, elementwise_fn_, rows * width, int(node.op), rows, width, address(a.data), a.ld,
+         a.n, address(b.data), b.ld, b.n, float(ir::unary_constant(node)), address(out.data), out.ld);
+}
+
+void CudaExecutor::dropout(Lane&, int64_t rows, int64_t width, const View& x, const DropoutMask& mask,
+                           const View& out) {
+  const float scale = mask.training ? float(1.0 / (1.0 - mask.rate)) : 1.0f;
+  launch(Primitive::Elementwise, dropout_fn_, rows * width, rows, width, address(x.data), x.ld, address(out.data),
+         out.ld, stage(mask.sample_vertex.data(), mask.sample_vertex.size()), mask.seed, mask.key, mask.rate, scale,
+         int(mask.training));
+}
+
+void CudaExecutor::outer(Lane&, int64_t rows, int64_t m, int64_t n, const View& a, const View& b,
+                         const View* addend, const View& out) {
+  VJIT_INTERNAL_CHECK(addend == nullptr, "the CUDA plan folds no outer product into an add");
+  launch(Primitive::Outer, outer_fn_, rows * m * n, rows, m, n, address(a.data), a.ld, address(b.data), b.ld,
+         address(out.data), out.ld);
+}
+
+void CudaExecutor::sym_outer(Lane&, int64_t rows, int64_t n, const View& x, const View* g, const View& out) {
+  if (g)
+    launch(Primitive::Outer, sym_outer_grad_fn_, rows * n, rows, n, address(x.data), x.ld, address(g->data), g->ld,
+           address(out.data), out.ld);
+  else
+    launch(Primitive::Outer, sym_outer_fn_, rows * n * (n + 1) / 2, rows, n, address(x.data), x.ld,
+           address(out.data), out.ld);
+}
+
+void CudaExecutor::softmax_ce(Lane&, int64_t rows, int64_t classes, const View& logits, std::span<const int> labels,
+                              const View* upstream, const View& out) {
+  const View up = upstream ? *upstream : View{};
+  launch(Primitive::SoftmaxCE, softmax_fn_, rows, rows, classes, address(logits.data), logits.ld,
+         stage(labels.data(), labels.size()), address(up.data), up.ld, int(upstream != nullptr), address(out.data),
+         out.ld);
+}
+
+void CudaExecutor::add_objective(Lane&, int64_t rows, const View& x) {
+  launch(Primitive::Reduce, loss_sum_fn_, rows, rows, address(x.data), x.ld, objective_);
+}
+
+// --- the node kinds the CUDA device runs itself ---
+
 // The GEMM epilogue: the rows start as the bias, the GEMM adds the product.
-bool CudaExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const View& out) {
+void CudaExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const View& out) {
   const FunctionPlan& fp = function_plan(pass, rows.type);
-  const int side = fp.folded[size_t(node.args[0])] ? 0 : fp.folded[size_t(node.args[1])] ? 1 : -1;
-  if (side < 0) return false;
+  const int side = fp.folded[size_t(node.args[0])] ? 0 : 1;
   const Node& product = (*fp.function)[node.args[size_t(side)]];
   const View& bias = lanes_[stream_].views[int(pass)][size_t(node.args[size_t(1 - side)])];
-  copy_rows(rows.count, node.shape.numel(), address(bias.data), 0, address(out.data), out.ld);
+  copy_strided(rows.count, node.shape.numel(), address(bias.data), 0, address(out.data), out.ld);
   matmul(pass, rows, product, out, 1.0f);
-  return true;
 }
 
 void CudaExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, float beta) {
@@ -851,50 +740,6 @@ void CudaExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const V
   stats_.gemm_flops += p.flops() * double(R);
   launch(Primitive::VertexProducts, batched_matmul_fn_, R * p.m * p.n, R, p.m, p.n, p.k, address(a.data), a.ld, p.lda, int(node.trans_a), address(b.data), b.ld,
          p.ldb, int(node.trans_b), address(out.data), out.ld);
-}
-
-void CudaExecutor::softmax_ce(Pass pass, const Rows& rows, const Node& node, const View& out) {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const View& logits = lanes_[stream_].views[int(pass)][size_t(node.args[0])];
-  const int64_t classes = function(pass, rows.type)[node.args[0]].shape.numel();
-  const bool gradient = node.op == Op::SoftmaxCEGrad;
-  const View upstream = gradient ? lanes_[stream_].views[int(pass)][size_t(node.args[1])] : View{};
-  ints_.resize(size_t(rows.count));
-  for (int64_t r = 0; r < rows.count; ++r) ints_[size_t(r)] = graph.label(rows.vertices[r]);
-  launch(Primitive::SoftmaxCE, softmax_fn_, rows.count, int64_t(rows.count), classes, address(logits.data), logits.ld,
-         stage(ints_.data(), ints_.size()), address(upstream.data), upstream.ld, int(gradient), address(out.data), out.ld);
-}
-
-void CudaExecutor::sink(Pass pass, const Rows& rows, const Node& node) {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const View& x = lanes_[stream_].views[int(pass)][size_t(node.args[0])];
-  const int64_t width = function(pass, rows.type)[node.args[0]].shape.numel();
-  switch (node.op) {
-    case Op::Push: {
-      PushedValues<float>& pushes = result_->pushes;
-      int k = push_index_[size_t(rows.type)][size_t(&node - function(pass, rows.type).nodes.data())];
-      pairs_.clear();
-      for (int64_t r = 0; r < rows.count; ++r) {
-        pairs_.push_back(at(pushes_.data, pushes.value_offset(rows.vertices[r], k)));
-        pairs_.push_back(at(x.data, r * x.ld));
-      }
-      move_rows(pairs_, width, kMoveCopy);
-      return;
-    }
-    case Op::Loss: launch(Primitive::Reduce, loss_sum_fn_, rows.count, int64_t(rows.count), address(x.data), x.ld, objective_); return;
-    case Op::EmbeddingGrad: {
-      pairs_.clear();
-      for (int64_t r = 0; r < rows.count; ++r) {
-        int token = graph.token(rows.vertices[r]);
-        store_.touch(node.param, token);
-        pairs_.push_back(at(store_.gradient(node.param), int64_t(token) * width));
-        pairs_.push_back(at(x.data, r * x.ld));
-      }
-      move_rows(pairs_, width, kMoveAdd);
-      return;
-    }
-    default: VJIT_INTERNAL_CHECK(false, "not a sink: " << ir::op_name(node.op));
-  }
 }
 
 void CudaExecutor::param_grad(Pass pass, const Rows& rows, const Node& node) {
@@ -936,7 +781,7 @@ void CudaExecutor::gather_grad(const Rows& rows, const Node& node, const View& g
   auto add = [&](int type, int64_t row, DevicePtr src) {
     const int64_t w = scatter_width_[size_t(type)];
     if (width >= 0 && w != width) {
-      move_rows(pairs_, width, kMoveAdd);
+      move_pairs(pairs_, width, kMoveAdd);
       pairs_.clear();
     }
     width = w;
@@ -962,7 +807,7 @@ void CudaExecutor::gather_grad(const Rows& rows, const Node& node, const View& g
       }
     }
   }
-  if (width >= 0) move_rows(pairs_, width, kMoveAdd);
+  if (width >= 0) move_pairs(pairs_, width, kMoveAdd);
 }
 
 }  // namespace vjit::runtime

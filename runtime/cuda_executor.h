@@ -90,7 +90,7 @@ class CudaParameterStore final : public ParameterStore {
   friend class CudaExecutor;
 };
 
-class CudaExecutor final : public Runner {
+class CudaExecutor final : public Runner, private Device {
  public:
   struct Config {
     int threads = 1;   // the host optimizer's threads
@@ -134,26 +134,45 @@ class CudaExecutor final : public Runner {
   void download(void* dst, DevicePtr src, size_t bytes);
   void upload(DevicePtr dst, const void* src, size_t bytes);
   void issue(Primitive kind) { lanes_[stream_].issue(kind); }
-  void move_rows(const std::vector<uint64_t>& pairs, int64_t width, int mode);
-  void copy_rows(int64_t rows, int64_t width, DevicePtr src, int64_t sld, DevicePtr dst, int64_t dld);
+  // Moves rows by (dst, src) address pairs (dst only, zeroing: kMoveZero).
+  void move_pairs(const std::vector<uint64_t>& pairs, int64_t width, int mode);
+  void copy_strided(int64_t rows, int64_t width, DevicePtr src, int64_t sld, DevicePtr dst, int64_t dld);
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, DevicePtr a, int64_t lda, DevicePtr b, int64_t ldb,
             float beta, DevicePtr c, int64_t ldc);
 
-  void fill_uniform_values(Pass pass);
+  float* push_values() const override;
+  float* param_gradient(int param) override;
+  TouchedRows& touched_rows() override { return store_.touched_; }
   void run_forward_streaming() override;
   void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) override;
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step);
-  void run_node(Pass pass, const Rows& rows, ir::ValueId id);
 
-  void gather(const Rows& rows, const ir::Node& node, const View& out);
-  void gather_variadic(const Rows& rows, const ir::Node& node, const View& out);
-  void pull(const Rows& rows, const ir::Node& node, const View& out);
-  void elementwise(Pass pass, const Rows& rows, const ir::Node& node, const View& out);
-  void reshape_data(Pass pass, const Rows& rows, const ir::Node& node, const View& out);
+  // --- primitives (runtime/device.h) ---
+  void move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode) override;
+  void sum_rows(Lane& lane, int64_t rows, int64_t width, int64_t row_width, std::span<const float* const> sources,
+                std::span<const int> begin, bool stack, const uint8_t* keep, const View& out) override;
+  void upload_rows(Lane& lane, std::span<const float* const> host_rows, int64_t width, const View& out) override;
+  void copy_rows(Lane& lane, int64_t rows, std::span<const ColumnCopy> copies) override;
+  void fill_rows(Lane& lane, int64_t rows, int64_t width, float value, const View& out) override;
+  void broadcast_rows(Lane& lane, int64_t rows, int64_t width, const View& src, int64_t period,
+                      const View& out) override;
+  void sum_columns_mod(Lane& lane, int64_t rows, int64_t width, int64_t in_width, const View& src,
+                       const View& out) override;
+  void elementwise(Lane& lane, const ir::Node& node, int64_t rows, int64_t width, Operand a, Operand b,
+                   const View& out) override;
+  void dropout(Lane& lane, int64_t rows, int64_t width, const View& x, const DropoutMask& mask,
+               const View& out) override;
+  void outer(Lane& lane, int64_t rows, int64_t m, int64_t n, const View& a, const View& b, const View* addend,
+             const View& out) override;
+  void sym_outer(Lane& lane, int64_t rows, int64_t n, const View& x, const View* g, const View& out) override;
+  void softmax_ce(Lane& lane, int64_t rows, int64_t classes, const View& logits, std::span<const int> labels,
+                  const View* upstream, const View& out) override;
+  void add_objective(Lane& lane, int64_t rows, const View& x) override;
+
+  // --- the node kinds the CUDA device runs itself ---
+  void run_device_node(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane) override;
   void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, float beta = 0.0f);
-  bool bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out);
-  void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out);
-  void sink(Pass pass, const Rows& rows, const ir::Node& node);
+  void bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out);
   void param_grad(Pass pass, const Rows& rows, const ir::Node& node);
   void gather_grad(const Rows& rows, const ir::Node& node, const View& g);
   // The store's host copy of the gradients, from the device.
@@ -174,7 +193,7 @@ class CudaExecutor final : public Runner {
   void download_slots();
   friend class CudaParameterStore;
 
-  CudaDevice& device_;
+  CudaDevice& cuda_;
   Config config_;
   ThreadPool pool_;
   PoolParallelFor parallel_;

@@ -5,6 +5,7 @@
 // rows of each embedding table a batch touched — and updates the parameters
 // with an optimizer. The engine (jit/engine.cpp) holds one through this
 // interface, chosen by Options::device; the CPU executor is the first.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -54,6 +55,20 @@ struct ExecStats {
     primitives += o.primitives;
     return *this;
   }
+};
+
+// Adds the time from its construction to its destruction to `total` (one of
+// ExecStats' times).
+class ScopedTimer {
+ public:
+  explicit ScopedTimer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~ScopedTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  ScopedTimer(const ScopedTimer&) = delete;
+  ScopedTimer& operator=(const ScopedTimer&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 // One primitive an executor issued (VJIT_LOG=primitives): its kind, where in

@@ -11,7 +11,8 @@ using ir::Node;
 using ir::Op;
 using ir::ValueId;
 
-Runner::Runner(const Program& program, const ExecPlan& plan) : program_(program), plan_(plan) {
+Runner::Runner(const Program& program, const ExecPlan& plan, Device& device)
+    : program_(program), plan_(plan), device_(device) {
   VJIT_INTERNAL_CHECK(plan.placement && plan.placement->types.size() == plan.types.size(),
                       "the plan was lowered without its row placement (jit::lower_program)");
   push_widths_.resize(plan.types.size());
@@ -192,6 +193,16 @@ const GatherLayout* Runner::in_place_gather(const Rows& rows, const Node& gather
 bool Runner::computed_in_place(const Rows& rows, const Node& gather_grad, ValueId id) const {
   const std::vector<ValueId>& in_place = placed(rows.type).in_place_gather_grads;
   return in_place_gather(rows, gather_grad) && std::find(in_place.begin(), in_place.end(), id) != in_place.end();
+}
+
+bool Runner::was_forwarded(int child, int parent, int slot, const Node& node) const {
+  const BatchLayout& layout = *batch_.layout;
+  if (layout.forward_parent[size_t(child)] != parent || layout.forward_slot[size_t(child)] != slot) return false;
+  // The parts forwarded into the node's columns must cover them.
+  int64_t covered = 0;
+  for (const ForwardedPart& part : plan_.types[size_t(batch_.graph->type(child))].forward.forwarded)
+    if (part.start >= node.start && part.start + part.width <= node.start + node.shape.numel()) covered += part.width;
+  return covered == node.shape.numel();
 }
 
 bool Runner::forwarded_over_view(const Rows& rows, ValueId gather) const {

@@ -29,8 +29,10 @@
 #include <span>
 #include <vector>
 
+#include "runtime/device.h"
 #include "runtime/executor.h"
 #include "runtime/row_placement.h"
+#include "runtime/touched_rows.h"
 
 namespace vjit::runtime {
 
@@ -49,23 +51,8 @@ class Runner : public Executor {
     int64_t begin = 0, count = 0;
     const int* vertices = nullptr;  // flat vertex id of each row
   };
-  // Row 0 of a value for the rows being run, in the device's memory (floats,
-  // whatever the device's address space); ld 0 for a uniform value.
-  struct View {
-    float* data = nullptr;
-    int64_t ld = 0;
-    // A value read through a pointer per row (row_pointer_parts): row r's
-    // value is `parts` equal parts, part q at pointers[r·parts + q] + offset,
-    // where it lies (a child's scatter row); data is null then. In the
-    // backward, a gradient written through one (GradientPointers).
-    float** pointers = nullptr;
-    int64_t parts = 0;
-    int64_t offset = 0;
-  };
-  // Where row r of a value is written.
-  static float* row_at(const View& v, int64_t r) {
-    return v.pointers ? v.pointers[r * v.parts] + v.offset : v.data + r * v.ld;
-  }
+  using View = runtime::View;
+  using Lane = runtime::Lane;
   // Row i of row r's value, stored as `stored_rows` rows of `row_ld` floats
   // (a per-vertex matrix operand as its product reads it), whether the view
   // is a buffer (ld 0: uniform) or row pointers.
@@ -74,20 +61,9 @@ class Runner : public Executor {
     const int64_t per_part = stored_rows / v.parts;
     return v.pointers[r * v.parts + i / per_part] + v.offset + (i % per_part) * row_ld;
   }
-  // One sequence of issued work: the views it binds, its counters and the
-  // primitives it issues (where they come from and, with VJIT_LOG=primitives,
-  // their list).
-  struct Lane {
-    std::vector<View> views[2];  // [pass][value id] of the rows being run
-    ExecStats* stats = nullptr;
-    PrimitiveRecorder primitives;
-    void issue(Primitive kind) { primitives.issue(stats->primitives, kind); }
-    void at(Pass pass, int type, int task, int64_t rows, std::string_view what) {
-      primitives.at(pass, type, task, rows, what);
-    }
-  };
 
-  Runner(const Program& program, const ExecPlan& plan);
+  // `device` runs the primitives of every step (the derived device itself).
+  Runner(const Program& program, const ExecPlan& plan, Device& device);
   // The device's lanes: `main` issues everything but a streamed forward's
   // eager steps, which `stream` issues. With `stream_concurrent` the stream
   // lane runs on a thread of its own and keeps its own counters and list
@@ -105,6 +81,29 @@ class Runner : public Executor {
   virtual float* arena(Pass pass) const = 0;
   virtual float* param_address(int param) const = 0;
   virtual void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) = 0;
+  // Where the pushed values go, a parameter's gradient, and the rows of the
+  // embedding tables' gradients a backward touched.
+  virtual float* push_values() const = 0;
+  virtual float* param_gradient(int param) = 0;
+  virtual TouchedRows& touched_rows() = 0;
+  // The stacked weights uniform Concat `n` of `f` stands for, where the
+  // device reads them in place as one block; else null (copied).
+  virtual float* stacked_in_place(const ir::Function&, const ir::Node&) { return nullptr; }
+  // The node kinds the device runs itself: products, weight gradients, the
+  // gradients sent to the children, the children-block ops.
+  virtual void run_device_node(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane) = 0;
+
+  // --- steps (runtime/steps.cpp) ---
+  // Runs the unfused node `id` over the rows.
+  void run_node(Pass pass, const Rows& rows, ir::ValueId id, Lane& lane);
+  // Stacked weights (uniform Concats of parameters), once per pass.
+  void fill_uniform_values(Pass pass, Lane& lane);
+  // Whether `add` is the epilogue of a product the plan folded into it.
+  bool folded_into(Pass pass, int type, const ir::Node& add) const;
+  // Whether the parent `parent`'s gather `node` of `slot` finds its child's
+  // parts there already (VJIT_FORWARD_GATHERS).
+  bool was_forwarded(int child, int parent, int slot, const ir::Node& node) const;
+  int variadic_children(int type, int vertex) const;
   // The forward's eager steps on the stream lane, type by type in
   // stream_order(), while the main lane runs the tasks, each after the eager
   // steps of the types task_input_types() names.
@@ -157,6 +156,7 @@ class Runner : public Executor {
 
   const Program& program_;
   const ExecPlan& plan_;
+  Device& device_;
   // The batch being run.
   PlannedBatch batch_;
   RunOptions options_;
@@ -187,6 +187,15 @@ class Runner : public Executor {
   std::vector<std::vector<std::vector<float*>>> gradient_rows_;  // [type][gradient value]
 
  private:
+  void gather(const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
+  void gather_variadic(const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
+  void pull(const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
+  void sink(Pass pass, const Rows& rows, const ir::Node& node, Lane& lane);
+  void elementwise(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
+  void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
+  void concat(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
+  void reshape(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
+
   // Runs steps once per task of the type (the gathers they read are views in
   // some task, so not one buffer: BatchLayout::view_slots), or once per run of
   // consecutive tasks whose views continue each other.

@@ -1,0 +1,129 @@
+#pragma once
+// The primitives a device runs. The plan runner (runtime/runner.h) decides
+// what each step means; runtime/steps.cpp turns the steps of every node kind
+// into calls of these, each over the rows of a step. A device (the CPU's, the
+// CUDA one) implements them and records each call it runs as one primitive
+// (vjit/primitive.h) on the lane that issued it.
+//
+// Addresses in Views and row moves are the device's (float* whatever its
+// address space); the index lists a primitive takes (labels, which sample a
+// row is, host rows to upload) are host memory the device reads or copies as
+// it needs before the call returns.
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "runtime/executor.h"
+#include "runtime/kernels.h"
+
+namespace vjit::runtime {
+
+// Row 0 of a value for the rows being run, in the device's memory (floats,
+// whatever the device's address space); ld 0 for a uniform value.
+struct View {
+  float* data = nullptr;
+  int64_t ld = 0;
+  // A value read through a pointer per row (row_pointer_parts): row r's value
+  // is `parts` equal parts, part q at pointers[r·parts + q] + offset, where it
+  // lies (a child's scatter row); data is null then. In the backward, a
+  // gradient written through one (GradientPointers).
+  float** pointers = nullptr;
+  int64_t parts = 0;
+  int64_t offset = 0;
+};
+
+// Where row r of a value is written.
+inline float* row_at(const View& v, int64_t r) {
+  return v.pointers ? v.pointers[r * v.parts] + v.offset : v.data + r * v.ld;
+}
+
+// Row moves: dst = src (Copy) or dst += src (Add), `width` floats each.
+struct RowMove {
+  float* dst = nullptr;
+  const float* src = nullptr;
+};
+enum class RowMode : uint8_t { Copy, Add };
+
+// `width` columns of every row copied from one view into another.
+struct ColumnCopy {
+  View src, dst;
+  int64_t width = 0;
+};
+
+// One sequence of issued work: the views it binds, its counters and the
+// primitives it issues (where they come from and, with VJIT_LOG=primitives,
+// their list).
+struct Lane {
+  std::vector<View> views[2];  // [pass][value id] of the rows being run
+  ExecStats* stats = nullptr;
+  PrimitiveRecorder primitives;
+  // The runner's scratch for the index lists of the steps it issues here.
+  std::vector<RowMove> moves;
+  std::vector<ColumnCopy> copies;
+  std::vector<const float*> sources;
+  std::vector<int> ints;
+  std::vector<uint8_t> keep;
+  void issue(Primitive kind) { primitives.issue(stats->primitives, kind); }
+  void at(Pass pass, int type, int task, int64_t rows, std::string_view what) {
+    primitives.at(pass, type, task, rows, what);
+  }
+};
+
+// Per-vertex indices a dropout mask is a function of (ir/dropout.h).
+struct DropoutMask {
+  std::span<const int> sample_vertex;  // per row: the sample (global index) and the vertex in it
+  uint64_t seed = 0;
+  int key = 0;
+  double rate = 0;
+  bool training = false;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // Each move in turn; the moves of one call into one row are applied in
+  // list order (Add sums in that order). A Copy call's destinations are distinct.
+  virtual void move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode) = 0;
+  // Row r of `out` (`row_width` floats) = the sum of its sources, each
+  // `width` floats, sources[begin[r], begin[r+1]) added in order (`stack`:
+  // the sources side by side, zeros after them). Rows whose `keep` is 0 (null:
+  // none) are left as they are.
+  virtual void sum_rows(Lane& lane, int64_t rows, int64_t width, int64_t row_width,
+                        std::span<const float* const> sources, std::span<const int> begin, bool stack,
+                        const uint8_t* keep, const View& out) = 0;
+  // Rows of host memory (one address per row) copied to the rows of `out`.
+  virtual void upload_rows(Lane& lane, std::span<const float* const> host_rows, int64_t width, const View& out) = 0;
+  // For each copy, rows × its width floats from its src to its dst (strided
+  // views): a Concat's parts, a Pad's one.
+  virtual void copy_rows(Lane& lane, int64_t rows, std::span<const ColumnCopy> copies) = 0;
+  virtual void fill_rows(Lane& lane, int64_t rows, int64_t width, float value, const View& out) = 0;
+  // Element i of row r of `out` ([rows, width]) = src element i mod `period`
+  // of row r (period 0: element 0).
+  virtual void broadcast_rows(Lane& lane, int64_t rows, int64_t width, const View& src, int64_t period,
+                              const View& out) = 0;
+  // Element i of row r of `out` ([rows, width]) = Σ src_r[j] over j ≡ i mod
+  // width, j < in_width, in order of j.
+  virtual void sum_columns_mod(Lane& lane, int64_t rows, int64_t width, int64_t in_width, const View& src,
+                               const View& out) = 0;
+  // `node`'s unary or binary op over the rows (kernels.h's broadcasting).
+  virtual void elementwise(Lane& lane, const ir::Node& node, int64_t rows, int64_t width, Operand a, Operand b,
+                           const View& out) = 0;
+  virtual void dropout(Lane& lane, int64_t rows, int64_t width, const View& x, const DropoutMask& mask,
+                       const View& out) = 0;
+  // Per row: out = a·bᵀ (a [m], b [n]), plus `addend` when given (the
+  // epilogue of an add the plan folded the outer product into).
+  virtual void outer(Lane& lane, int64_t rows, int64_t m, int64_t n, const View& a, const View& b,
+                     const View* addend, const View& out) = 0;
+  // Per row: x_a x_b for a ≤ b (the triangle row by row), or with `g` its gradient.
+  virtual void sym_outer(Lane& lane, int64_t rows, int64_t n, const View& x, const View* g, const View& out) = 0;
+  // Per row: −log softmax(logits)[label] (0 for label −1), or with `upstream`
+  // the gradient by the logits, scaled by upstream's element 0.
+  virtual void softmax_ce(Lane& lane, int64_t rows, int64_t classes, const View& logits, std::span<const int> labels,
+                          const View* upstream, const View& out) = 0;
+  // The objective += Σ_r element 0 of row r, summed in row order (in double).
+  virtual void add_objective(Lane& lane, int64_t rows, const View& x) = 0;
+};
+
+}  // namespace vjit::runtime

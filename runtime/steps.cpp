@@ -1,0 +1,348 @@
+// What an unfused step of each node kind means, on every device: the rows it
+// reads and writes, found in the batch's layout, and the device primitives
+// (runtime/device.h) that move, fill or compute them. The counters a step
+// keeps (copies, bytes moved, gathers read in place) are counted here.
+#include "ir/passes.h"
+#include "runtime/batch_rows.h"
+#include "runtime/runner.h"
+#include "vjit/error.h"
+
+namespace vjit::runtime {
+
+using ir::Node;
+using ir::Op;
+using ir::ValueId;
+
+namespace {
+
+void count_copies(ExecStats& stats, int64_t rows, int64_t width, bool layout) {
+  const int64_t bytes = rows * width * int64_t(sizeof(float));
+  stats.copy_bytes += bytes;
+  if (layout) stats.layout_copy_bytes += bytes;
+}
+
+}  // namespace
+
+void Runner::run_node(Pass pass, const Rows& rows, ValueId id, Lane& lane) {
+  const Node& n = function(pass, rows.type)[id];
+  if (ir::is_view(n.op) || n.op == Op::Scatter || n.uniform) return;  // uniform: fill_uniform_values
+  const View& out = lane.views[int(pass)][size_t(id)];
+  switch (n.op) {
+    case Op::MatMul:
+    case Op::ParamGrad:
+    case Op::GatherGrad:
+    case Op::SliceCols:
+    case Op::PadCols:
+    case Op::Transpose:
+    case Op::ChildCount:
+    case Op::MaxChildren:
+    case Op::MaxChildrenGrad: run_device_node(pass, rows, n, out, lane); return;
+    case Op::Add:
+      if (folded_into(pass, rows.type, n)) {
+        run_device_node(pass, rows, n, out, lane);
+        return;
+      }
+      break;
+    default: break;
+  }
+  ExecStats& stats = *lane.stats;
+  if (ir::is_copy(n.op)) {
+    ScopedTimer timer(stats.copy_s);
+    switch (n.op) {
+      case Op::Gather: gather(rows, n, out, lane); return;
+      case Op::GatherSum:
+      case Op::GatherAll: gather_variadic(rows, n, out, lane); return;
+      case Op::Pull:
+      case Op::PullEmbedding: pull(rows, n, out, lane); return;
+      default: sink(pass, rows, n, lane); return;
+    }
+  }
+  ScopedTimer timer(stats.elementwise_s);
+  switch (ir::op_kind(n.op)) {
+    case ir::OpKind::Unary:
+    case ir::OpKind::Binary: elementwise(pass, rows, n, out, lane); return;
+    default: break;
+  }
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = lane.views[int(pass)];
+  auto arg = [&](size_t i) -> const View& { return views[size_t(n.args[i])]; };
+  auto width_of = [&](size_t i) { return f[n.args[i]].shape.numel(); };
+  switch (n.op) {
+    case Op::Constant: device_.fill_rows(lane, rows.count, n.shape.numel(), float(n.value), out); return;
+    case Op::Outer: device_.outer(lane, rows.count, width_of(0), width_of(1), arg(0), arg(1), nullptr, out); return;
+    case Op::SymOuter: device_.sym_outer(lane, rows.count, width_of(0), arg(0), nullptr, out); return;
+    case Op::SymOuterGrad: device_.sym_outer(lane, rows.count, width_of(0), arg(0), &arg(1), out); return;
+    case Op::SoftmaxCE:
+    case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out, lane); return;
+    case Op::Loss: sink(pass, rows, n, lane); return;
+    default: reshape(pass, rows, n, out, lane); return;
+  }
+}
+
+// The GEMM epilogue (ir::fold_bias_adds): an add one of whose arguments is a
+// product the plan folded into it.
+bool Runner::folded_into(Pass pass, int type, const Node& add) const {
+  const FunctionPlan& fp = function_plan(pass, type);
+  return fp.folded[size_t(add.args[0])] || fp.folded[size_t(add.args[1])];
+}
+
+// --- gathers and pulls ---
+
+void Runner::gather(const Rows& rows, const Node& node, const View& out, Lane& lane) {
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  ExecStats& stats = *lane.stats;
+  if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: where each child's row lies
+    ++stats.gather_views;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
+      out.pointers[r] = scattered_rows(src.type, src.row).data + node.start;
+    }
+    return;
+  }
+  const ValueId id = ValueId(&node - function(Pass::Forward, rows.type).nodes.data());
+  if (rows.task >= 0 && layout.gather(rows.task, node.child_slot).is_view() && !forwarded_over_view(rows, id)) {
+    ++stats.gather_views;  // bind() pointed the value at the children's rows
+    return;
+  }
+  // Rows a child's kernel already wrote here (VJIT_FORWARD_GATHERS) are skipped.
+  const bool forwarded = !layout.forward_parent.empty();
+  std::vector<RowMove>& moves = lane.moves;
+  moves.clear();
+  for (int64_t r = 0; r < rows.count; ++r) {
+    if (forwarded && was_forwarded(graph.children(rows.vertices[r])[size_t(node.child_slot)], rows.vertices[r],
+                                   node.child_slot, node))
+      continue;
+    RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
+    moves.push_back({out.data + r * out.ld, scattered_rows(src.type, src.row).data + node.start});
+  }
+  if (moves.empty()) {
+    ++stats.gather_views;  // every row forwarded: nothing copied
+    return;
+  }
+  ++stats.copy_calls;
+  count_copies(stats, int64_t(moves.size()), node.shape.numel(), true);
+  device_.move_rows(lane, moves, node.shape.numel(), RowMode::Copy);
+}
+
+int Runner::variadic_children(int type, int vertex) const {
+  const int children = int(batch_.graph->children(vertex).size());
+  return std::max(0, children - program_.signature(type).fixed_arity);
+}
+
+// GatherSum adds the variadic children's rows in child order; GatherAll
+// stacks them into zeroed rows.
+void Runner::gather_variadic(const Rows& rows, const Node& node, const View& out, Lane& lane) {
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  ExecStats& stats = *lane.stats;
+  const bool stack = node.op == Op::GatherAll;
+  const size_t first = size_t(program_.signature(rows.type).fixed_arity);
+  const ValueId id = ValueId(&node - function(Pass::Forward, rows.type).nodes.data());
+  if (!stack && rows.task >= 0 && layout.gather(rows.task, int(first)).is_view() && !forwarded_over_view(rows, id)) {
+    ++stats.gather_views;  // one variadic child per row: bind() pointed the value at its rows
+    return;
+  }
+  const int64_t width = stack ? node.shape.dims[1] : node.shape.numel();
+  // A sum of one child that wrote its row here itself (VJIT_FORWARD_GATHERS) is kept.
+  const bool forwarded = !stack && !layout.forward_parent.empty();
+  std::vector<const float*>& sources = lane.sources;
+  std::vector<int>& begin = lane.ints;
+  std::vector<uint8_t>& keep = lane.keep;
+  sources.clear();
+  begin.assign(1, 0);
+  keep.assign(forwarded ? size_t(rows.count) : 0, 1);
+  for (int64_t r = 0; r < rows.count; ++r) {
+    std::span<const int> children = graph.children(rows.vertices[r]);
+    if (forwarded && children.size() == first + 1 && was_forwarded(children[first], rows.vertices[r], int(first), node))
+      keep[size_t(r)] = 0;
+    for (size_t k = first; k < children.size() && (keep.empty() || keep[size_t(r)]); ++k)
+      sources.push_back(scattered_rows(graph.type(children[k]), layout.vertex_row[size_t(children[k])]).data);
+    begin.push_back(int(sources.size()));
+  }
+  ++stats.copy_calls;
+  count_copies(stats, int64_t(sources.size()), width, true);
+  device_.sum_rows(lane, rows.count, width, node.shape.numel(), sources, begin, stack,
+                   keep.empty() ? nullptr : keep.data(), out);
+}
+
+void Runner::pull(const Rows& rows, const Node& node, const View& out, Lane& lane) {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const int64_t width = node.shape.numel();
+  ++lane.stats->copy_calls;
+  count_copies(*lane.stats, rows.count, width, false);
+  if (node.op == Op::PullEmbedding) {
+    const float* table = param_address(node.param);
+    lane.moves.clear();
+    for (int64_t r = 0; r < rows.count; ++r)
+      lane.moves.push_back({out.data + r * out.ld, table + int64_t(graph.token(rows.vertices[r])) * width});
+    device_.move_rows(lane, lane.moves, width, RowMode::Copy);
+    return;
+  }
+  lane.sources.clear();  // the rows' feature vectors, in host memory
+  for (int64_t r = 0; r < rows.count; ++r) lane.sources.push_back(graph.vertex(rows.vertices[r]).features.data());
+  device_.upload_rows(lane, lane.sources, width, out);
+}
+
+// --- sinks: pushes, losses, embedding gradients ---
+
+void Runner::sink(Pass pass, const Rows& rows, const Node& node, Lane& lane) {
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const View& x = lane.views[int(pass)][size_t(node.args[0])];
+  const int64_t width = function(pass, rows.type)[node.args[0]].shape.numel();
+  ExecStats& stats = *lane.stats;
+  std::vector<RowMove>& moves = lane.moves;
+  moves.clear();
+  switch (node.op) {
+    case Op::Push: {
+      const PushedValues<float>& pushes = result_->pushes;
+      const int k = push_index_[size_t(rows.type)][size_t(&node - function(pass, rows.type).nodes.data())];
+      float* values = push_values();
+      for (int64_t r = 0; r < rows.count; ++r)
+        moves.push_back({values + pushes.value_offset(rows.vertices[r], k), x.data + r * x.ld});
+      ++stats.copy_calls;
+      count_copies(stats, rows.count, width, false);
+      device_.move_rows(lane, moves, width, RowMode::Copy);
+      return;
+    }
+    case Op::Loss: device_.add_objective(lane, rows.count, x); return;
+    case Op::EmbeddingGrad: {
+      float* grad = param_gradient(node.param);
+      TouchedRows& touched = touched_rows();
+      for (int64_t r = 0; r < rows.count; ++r) {
+        const int token = graph.token(rows.vertices[r]);
+        touched.touch(node.param, token);
+        moves.push_back({grad + int64_t(token) * width, x.data + r * x.ld});
+      }
+      ++stats.copy_calls;
+      count_copies(stats, rows.count, width, false);
+      device_.move_rows(lane, moves, width, RowMode::Add);
+      return;
+    }
+    default: VJIT_INTERNAL_CHECK(false, "not a sink: " << ir::op_name(node.op));
+  }
+}
+
+// --- computed rows ---
+
+void Runner::elementwise(Pass pass, const Rows& rows, const Node& node, const View& out, Lane& lane) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = lane.views[int(pass)];
+  const int64_t width = node.shape.numel();
+  if (node.op == Op::Dropout) {
+    const scheduler::FlatBatch& graph = *batch_.graph;
+    lane.ints.resize(size_t(2 * rows.count));
+    for (int64_t r = 0; r < rows.count; ++r) {
+      scheduler::VertexRef ref = graph.ref(rows.vertices[r]);
+      lane.ints[size_t(2 * r)] = graph.first_sample() + ref.sample;  // masks follow the global sample index
+      lane.ints[size_t(2 * r + 1)] = ref.vertex;
+    }
+    const DropoutMask mask{lane.ints, options_.seed, node.dropout_key, node.rate, options_.training};
+    device_.dropout(lane, rows.count, width, views[size_t(node.args[0])], mask, out);
+    return;
+  }
+  // An operand of another shape is a scalar or a vector broadcast over the rows.
+  auto operand = [&](size_t i) {
+    const ValueId arg = node.args[i];
+    const View& v = views[size_t(arg)];
+    const Shape& shape = f[arg].shape;
+    Operand o{v.data, v.ld, Broadcast::Same, shape.numel()};
+    if (shape != node.shape) o.mode = shape.rank == 0 ? Broadcast::Scalar : Broadcast::RowVector;
+    return o;
+  };
+  const bool unary = ir::op_kind(node.op) == ir::OpKind::Unary;
+  device_.elementwise(lane, node, rows.count, width, operand(0), unary ? Operand{} : operand(1), out);
+}
+
+void Runner::softmax_ce(Pass pass, const Rows& rows, const Node& node, const View& out, Lane& lane) {
+  const std::vector<View>& views = lane.views[int(pass)];
+  lane.ints.resize(size_t(rows.count));
+  for (int64_t r = 0; r < rows.count; ++r) lane.ints[size_t(r)] = batch_.graph->label(rows.vertices[r]);
+  const int64_t classes = function(pass, rows.type)[node.args[0]].shape.numel();
+  const View* upstream = node.op == Op::SoftmaxCEGrad ? &views[size_t(node.args[1])] : nullptr;
+  device_.softmax_ce(lane, rows.count, classes, views[size_t(node.args[0])], lane.ints, upstream, out);
+}
+
+// Copies each argument into its columns of the Concat's rows, except the
+// arguments the planner laid out there already (concat in place).
+void Runner::concat(Pass pass, const Rows& rows, const Node& node, const View& out, Lane& lane) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = lane.views[int(pass)];
+  if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: read as its parts, each where it lies
+    if (pass == Pass::Backward) return;  // a gradient its parts wrote in place (gradient_pointers)
+    for (int64_t r = 0; r < rows.count; ++r)
+      for (size_t q = 0; q < node.args.size(); ++q)
+        out.pointers[r * out.parts + int64_t(q)] = views[size_t(node.args[q])].pointers[r];
+    return;
+  }
+  std::vector<ColumnCopy>& copies = lane.copies;
+  copies.clear();
+  int64_t column = 0;
+  for (ValueId arg : node.args) {
+    const View& src = views[size_t(arg)];
+    const int64_t part = f[arg].shape.numel();
+    // A gradient part added into the children's rows (VJIT_ACCUMULATE_GRADIENTS): the GatherGrad knows.
+    if (src.pointers == nullptr && (src.data != out.data + column || src.ld != out.ld)) {
+      copies.push_back({src, {out.data + column, out.ld}, part});
+      lane.stats->layout_copy_bytes += rows.count * part * int64_t(sizeof(float));
+    }
+    column += part;
+  }
+  if (!copies.empty()) device_.copy_rows(lane, rows.count, copies);
+}
+
+void Runner::reshape(Pass pass, const Rows& rows, const Node& node, const View& out, Lane& lane) {
+  const ir::Function& f = function(pass, rows.type);
+  const View& src = lane.views[int(pass)][size_t(node.args[0])];
+  const int64_t width = node.shape.numel(), in_width = f[node.args[0]].shape.numel();
+  switch (node.op) {
+    case Op::Concat: concat(pass, rows, node, out, lane); return;
+    case Op::Pad: {  // zeros, then the argument in its columns
+      const ColumnCopy copies[] = {{{}, out, width}, {src, {out.data + node.start, out.ld}, in_width}};
+      device_.copy_rows(lane, rows.count, copies);
+      return;
+    }
+    case Op::Broadcast: device_.broadcast_rows(lane, rows.count, width, src, 0, out); return;
+    case Op::BroadcastRows: device_.broadcast_rows(lane, rows.count, width, src, node.shape.dims[1], out); return;
+    case Op::Sum:
+    case Op::SumRows: device_.sum_columns_mod(lane, rows.count, width, in_width, src, out); return;
+    default: VJIT_INTERNAL_CHECK(false, "no device runs " << ir::to_string(f, int(&node - f.nodes.data())));
+  }
+}
+
+// --- uniform values ---
+
+// A uniform value other than a parameter is a Concat of parameters (stacked
+// weights, made by matmul merging): one row with ld 0 that changes with every
+// optimizer step. Where the device reads the parameters in place as one block
+// (stacked_in_place), bind() points at them (stacked_views_, decided here once
+// per pass); else the block is filled here, once per pass, from the
+// parameters' current values, before any step reads it (run_node skips it).
+void Runner::fill_uniform_values(Pass pass, Lane& lane) {
+  const BatchLayout& layout = *batch_.layout;
+  for (int t = 0; t < program_.num_types(); ++t) {
+    if (layout.type_rows[size_t(t)] == 0) continue;
+    const ir::Function& f = function(pass, t);
+    for (ValueId id = 0; id < f.size(); ++id) {
+      const Node& n = f[id];
+      if (!n.uniform || n.op == Op::Param) continue;
+      VJIT_INTERNAL_CHECK(n.op == Op::Concat, "no device computes uniform " << ir::to_string(f, id));
+      float*& in_place = stacked_views_[int(pass)][size_t(t)][size_t(id)];
+      in_place = stacked_in_place(f, n);
+      if (in_place) continue;
+      float* dst = buffer_view(pass, t, id, 0).data;
+      lane.copies.clear();
+      for (ValueId arg : n.args) {
+        const int64_t part = f[arg].shape.numel();
+        float* src = f[arg].op == Op::Param ? param_address(f[arg].param) : buffer_view(pass, t, arg, 0).data;
+        lane.copies.push_back({{src, 0}, {dst, 0}, part});
+        lane.stats->stacked_weight_bytes += part * int64_t(sizeof(float));
+        dst += part;
+      }
+      lane.at(pass, t, -1, 1, "stacked weights");
+      device_.copy_rows(lane, 1, lane.copies);
+    }
+  }
+}
+
+}  // namespace vjit::runtime
