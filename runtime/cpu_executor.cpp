@@ -133,17 +133,13 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       gemm_backend_(config.gemm),
       vertex_gemm_backend_(config.vertex_gemm.value_or(config.gemm)),
       gemm_split_(config.deterministic ? GemmSplit::Fixed : GemmSplit::Auto),
-      // A back end that copies its operands itself reads Wᵀ as fast as W: the
-      // transposed copies only cost there (bf16, SST Tree-LSTM inference,
-      // hidden 256, Zen 4: 0.38 against 0.49 of the bf16 peak with them).
-      pretranspose_(config.pretranspose && !gemm_backend_copies_operands(config.gemm)),
+      pretranspose_(config.pretranspose),
       stacked_in_place_(config.stacked_in_place),
       deterministic_(config.deterministic),
       streaming_(config.streaming),
       profile_(config.profile),
       trace_(config.trace),
       max_memory_floats_(config.max_memory / int64_t(sizeof(float))),
-      check_finite_(config.check_finite),
       store_(program.model(), plan) {
   size_t max_inputs = 0, max_outputs = 0;
   for (size_t t = 0; t < plan.types.size(); ++t) {
@@ -164,19 +160,12 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     frame->inputs.resize(max_inputs * blocks);
     frame->outputs.resize(max_outputs * blocks);
     frame->operand_ld.resize((max_inputs + max_outputs) * blocks);
-    frame->operands.resize(max_inputs + max_outputs);
     frame->row_tables.resize((max_inputs + max_outputs) * blocks);
   }
   set_lanes(frame_, stream_frame_, true);
+  observe_steps_ = config.profile || config.trace;
+  check_finite_ = config.check_finite;
   stream_frame_.use_pool = false;  // the pool belongs to the thread running the tasks
-}
-
-// A forward pass that no backward follows runs the inference kernel
-// (FunctionPlan::inference_fused: only what the forward reads is written).
-const FusedStep& CpuExecutor::fused_step(Pass pass, int type, int index) const {
-  const FunctionPlan& fp = function_plan(pass, type);
-  const bool inference = pass == Pass::Forward && !options_.backward;
-  return (inference ? fp.inference_fused : fp.fused)[size_t(index)];
 }
 
 std::span<const float> CpuExecutor::scattered_row(int type, int row) {
@@ -200,7 +189,6 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   reserve_forward_arena(batch.layout->arena_floats[int(Pass::Forward)],
                         options.backward ? batch.layout->arena_floats[int(Pass::Backward)] : 0);
   size_accumulated_rows();
-  point_forwarded_parts();
   ++transposes_.pass;  // the weights' transposed copies are made again
   fill_uniform_values(Pass::Forward, frame_);
   run_forward(streaming_);
@@ -214,50 +202,6 @@ void CpuExecutor::size_accumulated_rows() {
     accumulated_rows_[t].resize(placed(int(t)).accumulated_parts.size());
     for (std::vector<float*>& table : accumulated_rows_[t]) table.resize(size_t(batch_.layout->type_rows[t]));
   }
-}
-
-// VJIT_FORWARD_GATHERS: for each vertex whose type forwards parts, where each
-// part is written a second time: into the gather row of the parent the
-// planner chose (BatchLayout::forward_parent), where one of its gathers takes
-// the part (usable_forward_target), else into the part's own row again.
-void CpuExecutor::point_forwarded_parts() {
-  const BatchLayout& layout = *batch_.layout;
-  if (layout.forward_parent.empty()) return;
-  forward_rows_.resize(plan_.types.size());
-  for (size_t c = 0; c < plan_.types.size(); ++c) {
-    const std::vector<ForwardedPart>& parts = plan_.types[c].forward.forwarded;
-    forward_rows_[c].resize(parts.size());
-    for (std::vector<float*>& to : forward_rows_[c]) to.resize(size_t(layout.type_rows[c]));
-    for (int r = 0; r < layout.type_rows[c]; ++r) {
-      const int v = layout.rows_of(int(c))[size_t(r)];
-      for (size_t j = 0; j < parts.size(); ++j) {
-        float* target = forward_target(int(c), v, parts[j]);
-        forward_rows_[c][j][size_t(r)] = target ? target : buffer_view(Pass::Forward, int(c), parts[j].value, r).data;
-      }
-    }
-  }
-}
-
-// Where `part` of `vertex` is written a second time: the gather row of the
-// parent the planner chose (BatchLayout::forward_parent), or nullptr.
-float* CpuExecutor::forward_target(int type, int vertex, const ForwardedPart& part) {
-  const BatchLayout& layout = *batch_.layout;
-  const int p = layout.forward_parent[size_t(vertex)];
-  if (p < 0) return nullptr;
-  const int i = usable_forward_target(plan_, layout, *batch_.graph, p, layout.forward_slot[size_t(vertex)], part,
-                                      scatter_width_[size_t(type)]);
-  if (i < 0) return nullptr;
-  const int parent_type = batch_.graph->type(p);
-  const ForwardTarget& g = placed(parent_type).forward_targets[size_t(i)];
-  const ValueLayout& at = layout.value(Pass::Forward, parent_type, g.gather);
-  return arena(Pass::Forward) + at.offset + int64_t(layout.vertex_row[size_t(p)]) * at.ld + (part.start - g.start);
-}
-
-CpuExecutor::View CpuExecutor::forwarded_rows(const Rows& rows, ValueId value) {
-  const std::vector<ForwardedPart>& parts = plan_.types[size_t(rows.type)].forward.forwarded;
-  for (size_t j = 0; j < parts.size(); ++j)
-    if (parts[j].value == value) return {nullptr, 0, forward_rows_[size_t(rows.type)][j].data() + rows.begin, 1};
-  VJIT_INTERNAL_CHECK(false, "a fused step repeats an output that is not a forwarded part");
 }
 
 // Points each row of the task's gradient parts at the row its accumulating
@@ -321,7 +265,7 @@ void CpuExecutor::backward() {
   frame_.issue(Primitive::Fill);
   const BatchLayout& layout = *batch_.layout;
   reserve_backward_arena(layout.arena_floats[int(Pass::Backward)]);
-  zero_scatter_gradients();
+  zero_scatter_gradients(frame_);
   fill_uniform_values(Pass::Backward, frame_);
   run_backward();
   store_.finish_touched();
@@ -350,53 +294,40 @@ void CpuExecutor::update(Optimizer& optimizer) {
                         &store_.optimizer_state());
 }
 
-// Streaming (Cavs §3.4): a second thread runs the eager steps type by type, in
-// the order the tasks first need them, while this thread runs the tasks; a task
-// waits only for the eager steps of its own type and of its children's types.
-// Eager forward steps write only their own type's buffers, so the two threads
-// never write the same memory. (A thread is started per forward: streaming is
-// off by default and allocates.)
-void CpuExecutor::run_forward_streaming() {
-  const scheduler::FlatSchedule& schedule = *batch_.schedule;
-  const std::vector<int> order = stream_order();
-  std::vector<std::atomic<bool>> done(size_t(program_.num_types()));
-  for (auto& d : done) d.store(false);
-  std::exception_ptr error;
-  auto run_eager_steps = [&] {
+// Streaming: a second thread runs the eager steps while this thread runs the
+// tasks, the two never writing the same memory. (A thread is started per
+// forward: streaming is off by default and allocates.)
+void CpuExecutor::start_stream(const std::function<void()>& eager) {
+  eager_done_ = std::vector<std::atomic<bool>>(size_t(program_.num_types()));
+  for (std::atomic<bool>& done : eager_done_) done.store(false);
+  stream_error_ = nullptr;
+  auto run = [this, eager] {
     if (trace_) trace_->name_this_thread("vjit stream");
     try {
-      for (int t : order) {
-        run_type_phase(Pass::Forward, ir::Phase::Eager, t, stream_frame_);
-        done[size_t(t)].store(true, std::memory_order_release);
-      }
+      eager();
     } catch (...) {
-      error = std::current_exception();
+      stream_error_ = std::current_exception();
     }
-    for (auto& d : done) d.store(true, std::memory_order_release);  // never leave a waiter behind
+    for (std::atomic<bool>& done : eager_done_) done.store(true, std::memory_order_release);  // no waiter left behind
   };
-  std::thread streamer;
   try {
-    streamer = std::thread(run_eager_steps);
+    streamer_ = std::thread(run);
   } catch (const std::system_error& e) {
     throw UserError(std::string("VJIT_STREAMING: cannot start the thread that runs the eager steps: ") + e.what() +
                     "; turn streaming off");
   }
-  auto wait_for = [&](int type) {
-    while (!done[size_t(type)].load(std::memory_order_acquire)) std::this_thread::yield();
-  };
-  std::exception_ptr task_error;
-  try {
-    for (int t = 0; t < schedule.num_tasks(); ++t) {
-      for_each_input_type(t, wait_for);
-      run_task(Pass::Forward, t, frame_);
-    }
-  } catch (...) {
-    task_error = std::current_exception();
-  }
-  streamer.join();
+}
+
+void CpuExecutor::eager_done(int type) { eager_done_[size_t(type)].store(true, std::memory_order_release); }
+
+void CpuExecutor::wait_for_eager(int type) {
+  while (!eager_done_[size_t(type)].load(std::memory_order_acquire)) std::this_thread::yield();
+}
+
+std::exception_ptr CpuExecutor::join_stream() {
+  streamer_.join();
   merge_stream_lane();
-  if (task_error) std::rethrow_exception(task_error);
-  if (error) std::rethrow_exception(error);
+  return stream_error_;
 }
 
 void CpuExecutor::run_task(Pass pass, int task, Lane& lane) {
@@ -421,91 +352,8 @@ void CpuExecutor::run_task_steps(Pass pass, const Rows& rows, Frame& frame) {
   run_steps(pass, rows, function_plan(pass, rows.type).core, frame);
 }
 
-void CpuExecutor::run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) {
-  Frame& frame = static_cast<Frame&>(lane);
-  for (const Step& step : steps) {
-    if (profile_ || trace_) [[unlikely]] run_step_observed(pass, rows, step, frame);
-    else run_step(pass, rows, step, frame);
-    if (check_finite_ && pass == Pass::Forward) check_finite(rows, step, frame);
-  }
-}
-
-void CpuExecutor::check_finite(const Rows& rows, const Step& step, const Frame& frame) const {
-  const FunctionPlan& fp = function_plan(Pass::Forward, rows.type);
-  const ir::Function& f = *fp.function;
-  const std::vector<View>& views = frame.views[int(Pass::Forward)];
-  const std::span<const ValueId> written =
-      step.fused >= 0 ? std::span<const ValueId>(fused_step(Pass::Forward, rows.type, step.fused).outputs)
-                      : std::span(&step.node, 1);
-  // Values with rows of their own: not views, sinks, parameters or stacked parameters.
-  auto has_rows = [&](ValueId id) {
-    const Node& n = f[id];
-    return !is_view(n.op) && !ir::is_sink(n.op) && !n.uniform && !fp.folded[size_t(id)] &&
-           views[size_t(id)].data != nullptr;
-  };
-  for (int64_t r = 0; r < rows.count; ++r)
-    for (ValueId id : written) {
-      if (!has_rows(id)) continue;
-      const float* row = views[size_t(id)].data + r * views[size_t(id)].ld;
-      const int64_t k = first_non_finite(row, f[id].shape.numel());
-      if (k >= 0) throw_non_finite(rows, r, step, id, k, row[k]);
-    }
-}
-
-namespace {
-// "%12 log": a value and its op, as the Builder names the op.
-std::string value_label(const ir::Function& f, ValueId id) {
-  std::string name = ir::op_name(f[id].op);
-  for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return "%" + std::to_string(id) + " " + name;
-}
-}  // namespace
-
-void CpuExecutor::throw_non_finite(const Rows& rows, int64_t row, const Step& step, ValueId value, int64_t element,
-                                   float found) const {
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const FunctionPlan& fp = function_plan(Pass::Forward, rows.type);
-  const ir::Function& f = *fp.function;
-  const scheduler::VertexRef ref = graph.ref(rows.vertices[row]);
-  const std::string& name = graph.batch().samples[size_t(ref.sample)].name;
-  detail::Message m;
-  m << "VJIT_CHECK_FINITE: sample " << ref.sample;
-  if (!name.empty()) m << " ('" << name << "')";
-  m << ", vertex " << ref.vertex << " (type '" << program_.type_name(rows.type) << "'): " << value_label(f, value)
-    << " of shape " << f[value].shape.str() << " is " << found << " at element " << element;
-  if (step.fused >= 0) {
-    // The group's ops: what the kernel computes from its inputs up to its outputs.
-    const FusedStep& group = fused_step(Pass::Forward, rows.type, step.fused);
-    std::vector<char> member(size_t(f.size()), 0);
-    std::vector<ValueId> pending(group.outputs.begin(), group.outputs.end());
-    while (!pending.empty()) {
-      const ValueId id = pending.back();
-      pending.pop_back();
-      if (member[size_t(id)] || std::find(group.inputs.begin(), group.inputs.end(), id) != group.inputs.end())
-        continue;
-      member[size_t(id)] = 1;
-      for (ValueId arg : f[id].args) pending.push_back(arg);
-    }
-    m << ", an output of fused kernel " << group.kernel.name << " (ops";
-    for (ValueId id = 0; id < f.size(); ++id)
-      if (member[size_t(id)]) m << " " << value_label(f, id);
-    m << "; which of them first went non-finite is not tracked)";
-  }
-  m << "; the first non-finite value of this forward pass, in execution order";
-  throw UserError(m.str());
-}
-
-void CpuExecutor::run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame) {
-  if (step.fused >= 0) {
-    const FusedStep& fused = fused_step(pass, rows.type, step.fused);
-    if (fused.outputs.empty()) return;  // an inference pass needs none of its outputs
-    if (frame.primitives.log) [[unlikely]] frame.at(pass, rows.type, rows.task, rows.count, fused.kernel.name);
-    run_fused(pass, rows, fused, frame);
-  } else {
-    if (frame.primitives.log) [[unlikely]]
-      frame.at(pass, rows.type, rows.task, rows.count, ir::op_name(function(pass, rows.type)[step.node].op));
-    run_node(pass, rows, step.node, frame);
-  }
+void CpuExecutor::observe_step(Pass pass, const Rows& rows, const Step& step, Lane& lane) {
+  run_step_observed(pass, rows, step, static_cast<Frame&>(lane));
 }
 
 void CpuExecutor::run_step_observed(Pass pass, const Rows& rows, const Step& step, Frame& frame) {

@@ -10,12 +10,16 @@
 // a gather the planner made a view — the children's scattered rows in place.
 // Each thread that runs steps has its own Frame. A steady-state step (a batch
 // no larger than one seen before) allocates nothing.
+#include <atomic>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -127,10 +131,8 @@ class CpuExecutor final : public Runner, private Device {
   struct Frame : Lane {
     std::vector<const float*> inputs;
     std::vector<float*> outputs;
-    // run_fused's: the step's inputs', then its outputs' views; per row block,
-    // their ld and row tables (null: none); the tables, per operand a row
-    // address per row being run.
-    std::vector<View> operands;
+    // launch_fused's: per row block, the operands' ld and row tables (null:
+    // none); the tables, per operand a row address per row being run.
     std::vector<int64_t> operand_ld;
     std::vector<const float* const*> row_tables;
     std::vector<const float*> row_addresses;
@@ -147,7 +149,6 @@ class CpuExecutor final : public Runner, private Device {
     }
   };
 
-  const FusedStep& fused_step(Pass pass, int type, int index) const;
   float* arena(Pass pass) const override { return arena_[int(pass)].data(); }
   float* param_address(int param) const override { return store_.value(param); }
   // The buffers of one pass: uninitialised floats, grown geometrically.
@@ -178,21 +179,20 @@ class CpuExecutor final : public Runner, private Device {
   TouchedRows& touched_rows() override { return store_.touched(); }
   std::vector<int> stacked_params_;  // stacked_in_model's scratch
   void run_task(Pass pass, int task, Lane& lane) override;
-  void run_forward_streaming() override;
-  void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) override;
-  void run_step(Pass pass, const Rows& rows, const Step& step, Frame& frame);
+  void start_stream(const std::function<void()>& eager) override;
+  void eager_done(int type) override;
+  void wait_for_eager(int type) override;
+  std::exception_ptr join_stream() override;
+  // The streaming thread, the types whose eager steps it ran, what it threw.
+  std::thread streamer_;
+  std::vector<std::atomic<bool>> eager_done_;
+  std::exception_ptr stream_error_;
+  void observe_step(Pass pass, const Rows& rows, const Step& step, Lane& lane) override;
   // A step timed for VJIT_PROFILE and/or recorded for VJIT_TRACE.
   void run_step_observed(Pass pass, const Rows& rows, const Step& step, Frame& frame);
   void trace_step(Pass pass, const Rows& rows, const Step& step, const Frame& frame, const ExecStats& before,
                   int64_t start);
   void run_task_steps(Pass pass, const Rows& rows, Frame& frame);
-  // VJIT_CHECK_FINITE: the values the forward step wrote for the rows, row by
-  // row; throws UserError at the first NaN or ±Inf.
-  void check_finite(const Rows& rows, const Step& step, const Frame& frame) const;
-  [[noreturn]] void throw_non_finite(const Rows& rows, int64_t row, const Step& step, ir::ValueId value,
-                                     int64_t element, float found) const;
-  void run_device_node(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane) override;
-  void run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame);
   // Calls fn(begin, count, block) over blocks of rows, on the pool's threads
   // when rows × work_per_row (elements, or multiply-adds) is large enough.
   template <typename Fn>
@@ -214,7 +214,11 @@ class CpuExecutor final : public Runner, private Device {
   // --- primitives (runtime/device.h) ---
   // The lane's frame, counting a kernel and recording a primitive of `kind`.
   Frame& start(Lane& lane, Primitive kind);
-  void move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode) override;
+  void launch_fused(Lane& lane, const KernelLaunch& launch) override;
+  void move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode,
+                 const uint8_t* assign) override;
+  void zero_gradient_rows(Lane& lane, int64_t rows, int64_t ld, int64_t width, const uint8_t* assigned,
+                          float* data) override;
   void sum_rows(Lane& lane, int64_t rows, int64_t width, int64_t row_width, std::span<const float* const> sources,
                 std::span<const int> begin, bool stack, const uint8_t* keep, const View& out) override;
   void upload_rows(Lane& lane, std::span<const float* const> host_rows, int64_t width, const View& out) override;
@@ -234,41 +238,18 @@ class CpuExecutor final : public Runner, private Device {
   void softmax_ce(Lane& lane, int64_t rows, int64_t classes, const View& logits, std::span<const int> labels,
                   const View* upstream, const View& out) override;
   void add_objective(Lane& lane, int64_t rows, const View& x) override;
+  NonFinite find_non_finite(Lane& lane, int64_t rows, int64_t width, const View& x) override;
 
-  // --- the node kinds the CPU runs itself ---
-  // SliceCols, PadCols, Transpose, ChildCount, MaxChildren, MaxChildrenGrad.
-  void children_block_op(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  // A per-vertex matrix times a uniform weight, C_r = A_r·op(W): batched GEMMs
-  // over the rows of every vertex (one when the rows are packed), adding `bias`
-  // [n] to every output row when given. False when the product is not of that form.
-  bool matrix_times_weight(const Rows& rows, const ir::Node& node, const Shape& sa, const Shape& sb, const View& a,
-                           const View& b, const View& out, Frame& frame, const float* bias = nullptr);
-  // Σ_r op(A_r)ᵀ·B_r of two per-vertex matrices as GEMMs over the stacked rows;
-  // false when the product is not of that form.
-  bool accumulate_stacked_products(const Rows& rows, const ir::Node& product, const Shape& sa, const Shape& sb,
-                                   const View& a, const View& b, float* grad, Frame& frame);
-  // With `bias` (a row of the product's width), out = product + bias (the
-  // GEMM epilogue); only a product of a uniform weight and per-vertex vectors
-  // (one GEMM) takes one.
-  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame,
-              const float* bias = nullptr);
-  // Y = X·op(W) over the rows (one GEMM): op(W) = Wᵀ read from the pass's
-  // transposed copy of W where VJIT_PRETRANSPOSE finds it pays.
-  void weight_gemm(Pass pass, const Rows& rows, ir::ValueId weight, const RowGemm& g, const View& x, const float* w,
-                   const float* bias, const View& out, Frame& frame);
+  void gemm(Lane& lane, const Gemm& gemm) override;
+  void vertex_products(Lane& lane, int64_t rows, const VertexProducts& products) override;
+  void accumulate_vertex_products(Lane& lane, int64_t rows, const ir::Node& product, const Shape& a_shape,
+                                  const Shape& b_shape, const View& a, const View& b, float* grad) override;
+  void reduce_rows(Lane& lane, int64_t rows, int64_t width, const View& x, float* dst) override;
+  void children_block(Lane& lane, const ir::Node& node, int64_t rows, const Shape& in, const View& x, const View* g,
+                      std::span<const int> children, const View& out) override;
+  // Wᵀ [k, n] of the weight w [n, k] (leading dimension ldw) as of this
+  // forward pass, made at its first use in the pass (WeightTransposes).
   const float* transposed_weight(int64_t key, const float* w, int64_t n, int64_t k, int64_t ldw, Frame& frame);
-  void bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Frame& frame);
-  void product_rows_plus_outer(Pass pass, const Rows& rows, const ir::Node& slice, const ir::Node& outer,
-                               const View& out, Frame& frame);
-  void param_grad(Pass pass, const Rows& rows, const ir::Node& node, Frame& frame);
-  void accumulate_products(const Rows& rows, const ir::Function& f, const ir::Node& product, float* grad,
-                           Frame& frame);
-  void gather_grad(const Rows& rows, const ir::Node& node, const View& g, Frame& frame);
-  void gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-  // C = op(A)·op(B) + the bias row (nullptr: no bias, beta = 0).
-  void gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-            const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc);
 
   ThreadPool pool_;
   PoolParallelFor parallel_;  // the pool, lent to the optimizer
@@ -308,23 +289,11 @@ class CpuExecutor final : public Runner, private Device {
   bool profile_;
   TraceRecorder* trace_;  // null unless VJIT_TRACE
   int64_t max_memory_floats_;  // Config::max_memory in floats (0: no bound)
-  bool check_finite_;
   CpuParameterStore store_;
   Frame frame_;             // the calling thread's
   Frame stream_frame_;      // the streaming thread's
   // Sizes accumulated_rows_ for the batch.
   void size_accumulated_rows();
-  // VJIT_FORWARD_GATHERS: per type, per forwarded part (FunctionPlan::
-  // forwarded), this batch's row pointers where each row writes the part a
-  // second time: the gather row of the parent the planner chose
-  // (BatchLayout::forward_parent), or the part's own row again.
-  std::vector<std::vector<std::vector<float*>>> forward_rows_;
-  void point_forwarded_parts();
-  // The parent gather row the child `vertex` of type `type` writes its part
-  // (start, width) into, or nullptr.
-  float* forward_target(int type, int vertex, const ForwardedPart& part);
-  // The view a fused step's repeated output `value` is written through.
-  View forwarded_rows(const Rows& rows, ir::ValueId value);
   // VJIT_ACCUMULATE_GRADIENTS (TypePlacement::accumulated_parts): per type,
   // per such part, this batch's table of where each row goes
   // (bind_accumulated_rows).
@@ -338,9 +307,8 @@ class CpuExecutor final : public Runner, private Device {
   // Whether the rows being run add their gradient parts into the children's
   // rows (bound by run_task_steps), for GatherGrad `gather_grad`.
   bool accumulates(const Rows& rows, ir::ValueId gather_grad, const Frame& frame) const;
-  void add_accumulated_gather_grad(const Rows& rows, const ir::Node& node, ir::ValueId id, const View& g,
-                                   Frame& frame);
-  void zero_scatter_gradients();
+  bool add_accumulated_gradient(const Rows& rows, const ir::Node& node, ir::ValueId id, const View& g,
+                                Lane& lane) override;
 
   Arena arena_[2];
 

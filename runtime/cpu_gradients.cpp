@@ -19,27 +19,16 @@ using ir::Node;
 using ir::Op;
 using ir::ValueId;
 
-// The scatter gradients are sums over the parents' gathers, so they start at
-// zero, on the pool's threads (tens of megabytes a step for MV-RNN's
-// 4160-float rows), except where the one contribution is assigned: there only
-// the padding after the row's width.
-void CpuExecutor::zero_scatter_gradients() {
-  const BatchLayout& layout = *batch_.layout;
-  for (size_t t = 0; t < layout.scatter_grad.size(); ++t) {
-    const ValueLayout& g = layout.scatter_grad[t];
-    if (g.offset < 0) continue;
-    float* rows = arena(Pass::Backward) + g.offset;
-    frame_.at(Pass::Backward, int(t), -1, layout.type_rows[t], "zero scatter gradients");
-    frame_.issue(Primitive::Fill);
-    const std::vector<uint8_t>& assigned = layout.assigned_once[t];
-    const int64_t width = scatter_width_[t];
-    for_row_blocks(frame_, layout.type_rows[t], g.ld, [&](int64_t begin, int64_t count, int) {
-      for (int64_t r = begin; r < begin + count; ++r) {
-        const int64_t from = assigned[size_t(r)] ? width : 0;
-        std::fill(rows + r * g.ld + from, rows + (r + 1) * g.ld, 0.0f);
-      }
-    });
-  }
+void CpuExecutor::zero_gradient_rows(Lane& lane, int64_t rows, int64_t ld, int64_t width, const uint8_t* assigned,
+                                     float* data) {
+  Frame& frame = start(lane, Primitive::Fill);
+  // On the pool's threads: tens of megabytes a step for MV-RNN's 4160-float rows.
+  for_row_blocks(frame, rows, ld, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r) {
+      const int64_t from = assigned && assigned[r] ? width : 0;
+      std::fill(data + r * ld + from, data + (r + 1) * ld, 0.0f);
+    }
+  });
 }
 
 namespace {
@@ -86,120 +75,18 @@ void add_rows_pairwise(const float* x, int64_t ld, int64_t count, int64_t width,
 
 }  // namespace
 
-void CpuExecutor::param_grad(Pass pass, const Rows& rows, const Node& node, Frame& frame) {
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = frame.views[int(pass)];
-  float* grad = store_.gradient(node.param);
-  ValueId term = node.args[0];
-  if (function_plan(pass, rows.type).folded[size_t(term)] && f[term].op == Op::MatMul) {
-    const Node& product = f[term];
-    if (accumulate_stacked_products(rows, product, f[product.args[0]].shape, f[product.args[1]].shape,
-                                    views[size_t(product.args[0])], views[size_t(product.args[1])], grad, frame))
-      return;
-    ++frame.stats->param_grad_gemms;
-    accumulate_products(rows, f, product, grad, frame);
-    return;
-  }
-  if (function_plan(pass, rows.type).folded[size_t(term)]) {
-    // Σ_rows a bᵀ = Aᵀ B over the rows: one GEMM accumulating into the gradient.
-    const Node& o = f[term];
-    const View& a = views[size_t(o.args[0])];
-    const View& b = views[size_t(o.args[1])];
-    int64_t m = f[o.args[0]].shape.numel(), n = f[o.args[1]].shape.numel();
-    ++frame.stats->param_grad_gemms;
-    gemm(frame, true, false, m, n, rows.count, a.data, a.ld, b.data, b.ld, 1.0f, grad, n);
-    return;
-  }
-  const View& x = views[size_t(term)];
-  frame.issue(Primitive::Reduce);
-  add_rows_pairwise(x.data, x.ld, rows.count, f[term].shape.numel(), grad);
-}
-
-void CpuExecutor::gather_grad(const Rows& rows, const Node& node, const View& g, Frame& frame) {
-  const BatchLayout& layout = *batch_.layout;
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  ExecStats& stats = *frame.stats;
-  const ValueId id = ValueId(&node - function(Pass::Backward, rows.type).nodes.data());
-  if (computed_in_place(rows, node, id)) {
-    ++stats.gather_views;  // bind() placed the gradient in the children's scatter-gradient rows
-    return;
-  }
-  if (accumulates(rows, id, frame)) {
-    add_accumulated_gather_grad(rows, node, id, g, frame);
-    return;
-  }
-  auto grad_row = [&](int type, int64_t row) {
-    const ValueLayout& s = layout.scatter_grad[size_t(type)];
-    return arena(Pass::Backward) + s.offset + row * s.ld;
-  };
-  // Every child row is as wide as the gradient's row (Slot: from `start`;
-  // EveryVariadic) or as one row of its [K, d] block (VariadicRows): the
-  // graph's validation made every child scatter the shape its parent gathers.
-  const Shape& shape = function(Pass::Backward, rows.type)[node.args[0]].shape;
-  const int64_t width = node.target == ir::GatherGradTarget::VariadicRows ? shape.dims[1] : shape.numel();
-  const size_t first_child = size_t(program_.signature(rows.type).fixed_arity);
-  if (g.pointers != nullptr) {  // gradient_pointers: the rows assigned once were written in place
-    ++stats.gather_views;
-    int64_t added = 0;
-    for (int64_t r = 0; r < rows.count; ++r) {
-      RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-      if (batch_.layout->assigned_once[size_t(dst.type)][size_t(dst.row)]) continue;
-      add_row(g.pointers[r], grad_row(dst.type, dst.row) + node.start, width);
-      ++added;
-    }
-    if (added > 0) frame.issue(Primitive::AddRows);
-    stats.copy_bytes += added * width * int64_t(sizeof(float));
-    stats.layout_copy_bytes += added * width * int64_t(sizeof(float));
-    return;
-  }
-  ++stats.copy_calls;
-  frame.issue(Primitive::AddRows);
-  int64_t child_rows = rows.count;  // rows added into
-  if (node.target == ir::GatherGradTarget::Slot) {
-    const bool whole_slot = placed(rows.type).whole_slot_gather_grads >> node.child_slot & 1;
-    for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
-      for (int64_t r = 0; r < rows.count; ++r) {
-        RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-        const float* part = g.data + r * g.ld + first;
-        float* into = grad_row(dst.type, dst.row) + node.start + first;
-        if (whole_slot && batch_.layout->assigned_once[size_t(dst.type)][size_t(dst.row)]) std::copy_n(part, count, into);
-        else add_row(part, into, count);
-      }
-    });
-  } else if (node.target == ir::GatherGradTarget::EveryVariadic && rows.task >= 0 &&
-             layout.gather(rows.task, int(first_child)).is_view()) {
-    const GatherLayout& view = layout.gather(rows.task, int(first_child));  // one variadic child per row
-    for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
-      for (int64_t r = 0; r < rows.count; ++r)
-        add_row(g.data + r * g.ld + first, grad_row(view.source_type, view.first_row + r * view.row_step) + first,
-                count);
-    });
-  } else {  // every variadic child, or row k to variadic child k
-    const bool by_rows = node.target == ir::GatherGradTarget::VariadicRows;
-    for_column_blocks(frame, rows.count, width, [&](int64_t first, int64_t count) {
-      for (int64_t r = 0; r < rows.count; ++r) {
-        std::span<const int> children = graph.children(rows.vertices[r]);
-        for (size_t k = first_child; k < children.size(); ++k) {
-          const float* part = g.data + r * g.ld + (by_rows ? int64_t(k - first_child) * width : 0);
-          add_row(part + first, grad_row(graph.type(children[k]), layout.vertex_row[size_t(children[k])]) + first,
-                  count);
-        }
-      }
-    });
-    child_rows = 0;
-    for (int64_t r = 0; r < rows.count; ++r) child_rows += int64_t(graph.children(rows.vertices[r]).size() - first_child);
-  }
-  const int64_t bytes = child_rows * width;
-  stats.copy_bytes += bytes * int64_t(sizeof(float));
-  stats.layout_copy_bytes += bytes * int64_t(sizeof(float));
+void CpuExecutor::reduce_rows(Lane& lane, int64_t rows, int64_t width, const View& x, float* dst) {
+  start(lane, Primitive::Reduce);
+  add_rows_pairwise(x.data, x.ld, rows, width, dst);
 }
 
 // VJIT_ACCUMULATE_GRADIENTS: a GatherGrad (`id`) some parts of whose gradient
 // `g` their kernels added into the children's rows (bind_accumulated_rows).
 // It adds the rest of the columns, and each part from the rows that went to
 // their own row instead.
-void CpuExecutor::add_accumulated_gather_grad(const Rows& rows, const Node& node, ValueId id, const View& g,
-                                              Frame& frame) {
+bool CpuExecutor::add_accumulated_gradient(const Rows& rows, const Node& node, ValueId id, const View& g, Lane& lane) {
+  Frame& frame = static_cast<Frame&>(lane);
+  if (!accumulates(rows, id, frame)) return false;
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatBatch& graph = *batch_.graph;
   const std::vector<View>& views = frame.views[int(Pass::Backward)];
@@ -234,10 +121,10 @@ void CpuExecutor::add_accumulated_gather_grad(const Rows& rows, const Node& node
     }
   if (added == 0) {
     ++frame.stats->gather_views;
-    return;
+    return true;
   }
   ++frame.stats->copy_calls;
-  frame.issue(Primitive::AddRows);
+  start(lane, Primitive::AddRows);
   // Column blocks: a child twice in the rows is added to by one thread.
   for_column_blocks(frame, rows.count, width, [&](int64_t block, int64_t count) {
     // Adds columns [begin, end) of the row at `row` (column 0) within this block.
@@ -255,6 +142,7 @@ void CpuExecutor::add_accumulated_gather_grad(const Rows& rows, const Node& node
   });
   frame.stats->copy_bytes += added * int64_t(sizeof(float));
   frame.stats->layout_copy_bytes += added * int64_t(sizeof(float));
+  return true;
 }
 
 }  // namespace vjit::runtime

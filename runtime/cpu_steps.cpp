@@ -187,39 +187,25 @@ VJIT_VECTOR_CLONES void matrix_vector(bool trans, int64_t m, int64_t k, const fl
 // or its parent's: gather pointers, forwarded parts) go to the kernel as a
 // table of their rows' addresses (ir::KernelArgs::row_tables); the others as row
 // 0 and ld. One call per block of rows.
-void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, Frame& frame) {
+void CpuExecutor::launch_fused(Lane& lane, const KernelLaunch& launch) {
+  Frame& frame = start(lane, Primitive::Fused);
   ScopedTimer timer(frame.stats->elementwise_s);
-  ++frame.stats->kernels;
-  frame.issue(Primitive::Fused);
-  const std::vector<View>& views = frame.views[int(pass)];
-  // VJIT_ACCUMULATE_GRADIENTS: where a task bound the gradient parts to the
-  // children's rows, the kernel that adds them there, reading each as an input.
-  const bool accumulate = pass == Pass::Backward && rows.task >= 0 && !step.accumulated.empty() &&
-                          placed(rows.type).accumulating_steps[size_t(&step - function_plan(pass, rows.type).fused.data())];
-  const Kernel& kernel = accumulate ? step.accumulating : step.kernel;
-  const size_t added = accumulate ? step.accumulated.size() : 0;
-  const size_t n_in = step.inputs.size() + added, n_out = step.outputs.size(), n = n_in + n_out;
+  const std::span<const View> operands = launch.operands;
+  const size_t n = operands.size(), n_in = launch.inputs, n_out = n - n_in;
   bool pointers = false;
-  for (size_t i = 0; i < n; ++i) {
-    View& v = frame.operands[i];
-    if (i < step.inputs.size()) v = views[size_t(step.inputs[i])];
-    else if (i < n_in) v = views[size_t(step.outputs[size_t(step.accumulated[i - step.inputs.size()])])];
-    else v = views[size_t(step.outputs[i - n_in])];
-    if (i >= n - size_t(step.forwarded_outputs)) v = forwarded_rows(rows, step.outputs[i - n_in]);
-    pointers = pointers || v.pointers;
-  }
-  if (pointers) frame.row_addresses.resize(std::max(frame.row_addresses.size(), n * size_t(rows.count)));
-  for_row_blocks(frame, rows.count, step.width, [&](int64_t begin, int64_t count, int block) {
+  for (const View& v : operands) pointers = pointers || v.pointers;
+  if (pointers) frame.row_addresses.resize(std::max(frame.row_addresses.size(), n * size_t(launch.rows)));
+  for_row_blocks(frame, launch.rows, launch.width, [&](int64_t begin, int64_t count, int block) {
     const float** in = frame.inputs.data() + size_t(block) * n_in;
     float** out = frame.outputs.data() + size_t(block) * n_out;
     int64_t* ld = frame.operand_ld.data() + size_t(block) * n;
     const float* const** tables = frame.row_tables.data() + size_t(block) * n;
     for (size_t i = 0; i < n; ++i) {
-      const View& v = frame.operands[i];
+      const View& v = operands[i];
       ld[i] = v.ld;
       tables[i] = nullptr;
       if (v.pointers) {
-        const float** table = frame.row_addresses.data() + i * size_t(rows.count) + begin;
+        const float** table = frame.row_addresses.data() + i * size_t(launch.rows) + begin;
         for (int64_t r = 0; r < count; ++r) table[r] = row_at(v, begin + r);
         tables[i] = table;
       }
@@ -227,8 +213,8 @@ void CpuExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step, 
       if (i < n_in) in[i] = first;
       else out[i - n_in] = first;
     }
-    ir::KernelArgs args{count, in, ld, out, ld + n_in, kernel.context, pointers ? tables : nullptr};
-    kernel.entry(&args);
+    ir::KernelArgs args{count, in, ld, out, ld + n_in, launch.kernel->context, pointers ? tables : nullptr};
+    launch.kernel->entry(&args);
   });
 }
 
@@ -237,48 +223,16 @@ int64_t CpuExecutor::parallel_row_blocks(const Frame& frame, int64_t rows, int64
   return parallel ? std::max<int64_t>(1, std::min<int64_t>(pool_.size(), rows)) : 1;
 }
 
-void CpuExecutor::run_device_node(Pass pass, const Rows& rows, const Node& n, const View& out, Lane& lane) {
-  Frame& frame = static_cast<Frame&>(lane);
-  ExecStats& stats = *frame.stats;
-  ++stats.kernels;
-  switch (n.op) {
-    case Op::GatherGrad: {
-      ScopedTimer timer(stats.copy_s);
-      gather_grad(rows, n, frame.views[int(pass)][size_t(n.args[0])], frame);
-      return;
-    }
-    case Op::MatMul: {
-      ScopedTimer timer(stats.gemm_s);
-      matmul(pass, rows, n, out, frame);
-      return;
-    }
-    case Op::ParamGrad: {
-      ScopedTimer timer(stats.gemm_s);
-      param_grad(pass, rows, n, frame);
-      return;
-    }
-    case Op::Add: bias_add(pass, rows, n, out, frame); return;
-    default: {
-      ScopedTimer timer(stats.elementwise_s);
-      children_block_op(pass, rows, n, out, frame);
-      return;
-    }
-  }
-}
-
 // The semantics are the reference interpreter's (ir/interpreter.cpp), one row at a time.
-void CpuExecutor::children_block_op(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = frame.views[int(pass)];
+void CpuExecutor::children_block(Lane& lane, const Node& node, int64_t rows, const Shape& in, const View& x,
+                                 const View* g_view, std::span<const int> children, const View& out) {
   const bool reduces = node.op == Op::MaxChildren || node.op == Op::MaxChildrenGrad;
-  frame.issue(node.op == Op::ChildCount ? Primitive::Fill : reduces ? Primitive::Reduce : Primitive::MoveRows);
+  Frame& frame = start(lane, node.op == Op::ChildCount ? Primitive::Fill : reduces ? Primitive::Reduce : Primitive::MoveRows);
   if (node.op == Op::ChildCount) {
-    for (int64_t r = 0; r < rows.count; ++r) out.data[r * out.ld] = float(variadic_children(rows.type, rows.vertices[r]));
+    for (int64_t r = 0; r < rows; ++r) out.data[r * out.ld] = float(children[size_t(r)]);
     return;
   }
-  const View& x = views[size_t(node.args[0])];
-  const Shape& in = f[node.args[0]].shape;
-  for_row_blocks(frame, rows.count, node.shape.numel(), [&](int64_t begin, int64_t count, int) {
+  for_row_blocks(frame, rows, node.shape.numel(), [&](int64_t begin, int64_t count, int) {
     for (int64_t r = begin; r < begin + count; ++r) {
       const float* src = x.data + r * x.ld;
       float* dst = out.data + r * out.ld;
@@ -298,14 +252,14 @@ void CpuExecutor::children_block_op(Pass pass, const Rows& rows, const Node& nod
             for (int64_t j = 0; j < in.dims[1]; ++j) dst[j * in.dims[0] + i] = src[i * in.dims[1] + j];
           break;
         default: {  // MaxChildren, MaxChildrenGrad: over the actual children's rows
-          const int64_t children = std::min<int64_t>(variadic_children(rows.type, rows.vertices[r]), in.dims[0]);
+          const int64_t k_children = std::min<int64_t>(children[size_t(r)], in.dims[0]);
           const int64_t cols = in.dims[1];
           const bool grad = node.op == Op::MaxChildrenGrad;
-          const float* g = grad ? views[size_t(node.args[1])].data + r * views[size_t(node.args[1])].ld : nullptr;
+          const float* g = grad ? g_view->data + r * g_view->ld : nullptr;
           std::fill_n(dst, size_t(node.shape.numel()), 0.0f);
-          for (int64_t j = 0; j < cols && children > 0; ++j) {
+          for (int64_t j = 0; j < cols && k_children > 0; ++j) {
             int64_t best = 0;  // the first row of the largest value
-            for (int64_t k = 1; k < children; ++k)
+            for (int64_t k = 1; k < k_children; ++k)
               if (src[k * cols + j] > src[best * cols + j]) best = k;
             if (grad) dst[best * cols + j] = g[j];
             else dst[j] = src[best * cols + j];
@@ -317,115 +271,27 @@ void CpuExecutor::children_block_op(Pass pass, const Rows& rows, const Node& nod
   });
 }
 
-void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
-                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  frame.count_gemms(1, m, n, k);
-  frame.issue(Primitive::Gemm);
-  if (!frame.use_pool) serial_sgemm(gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
-  else parallel_sgemm(pool_, gemm_backend_, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, gemm_split_);
-}
-
-void CpuExecutor::gemm(Frame& frame, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
-                       int64_t lda, const float* b, int64_t ldb, const float* bias, float* c, int64_t ldc) {
-  if (bias == nullptr) {
-    gemm(frame, ta, tb, m, n, k, a, lda, b, ldb, 0.0f, c, ldc);
+// VJIT_PRETRANSPOSE: a weight's product over few enough rows of a type that
+// multiplies enough of them reads the weight's transposed copy of the pass.
+void CpuExecutor::gemm(Lane& lane, const Gemm& g) {
+  Frame& frame = start(lane, Primitive::Gemm);
+  frame.count_gemms(1, g.m, g.n, g.k);
+  const float* b = g.b;
+  bool tb = g.tb;
+  int64_t ldb = g.ldb;
+  if (g.weight >= 0 && tb && pretranspose_ && g.n >= kPretransposeMinOutputs && g.m <= kPretransposeMaxRows &&
+      g.weight_rows >= kPretransposeMinRows) {
+    b = transposed_weight(g.weight, g.b, g.n, g.k, g.ldb, frame);
+    tb = false;
+    ldb = g.n;
+  }
+  if (g.bias == nullptr) {
+    if (!frame.use_pool) serial_sgemm(gemm_backend_, g.ta, tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, b, ldb, g.beta, g.c, g.ldc, gemm_split_);
+    else parallel_sgemm(pool_, gemm_backend_, g.ta, tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, b, ldb, g.beta, g.c, g.ldc, gemm_split_);
     return;
   }
-  frame.count_gemms(1, m, n, k);
-  frame.issue(Primitive::Gemm);
-  if (frame.use_pool) parallel_sgemm_bias(pool_, gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
-  else serial_sgemm_bias(gemm_backend_, ta, tb, m, n, k, a, lda, b, ldb, bias, c, ldc, gemm_split_);
-}
-
-// The GEMM epilogue (ir::fold_bias_adds): out = product + bias, where the
-// plan folded the product into this add. The rows start as the bias; the GEMM
-// adds the product to them (beta = 1).
-void CpuExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame) {
-  const FunctionPlan& fp = function_plan(pass, rows.type);
-  const int side = fp.folded[size_t(node.args[0])] ? 0 : 1;
-  const ir::Function& f = *fp.function;
-  const Node& product = f[node.args[size_t(side)]];
-  const View& addend = frame.views[int(pass)][size_t(node.args[size_t(1 - side)])];
-  if (product.op == Op::Outer) {
-    const Node& other = f[node.args[size_t(1 - side)]];
-    if (other.op == Op::Slice && fp.folded[size_t(other.args[0])]) {
-      ScopedTimer timer(frame.stats->gemm_s);
-      product_rows_plus_outer(pass, rows, other, product, out, frame);
-      return;
-    }
-    ScopedTimer timer(frame.stats->elementwise_s);
-    const std::vector<View>& views = frame.views[int(pass)];
-    outer(frame, rows.count, f[product.args[0]].shape.numel(), f[product.args[1]].shape.numel(),
-          views[size_t(product.args[0])], views[size_t(product.args[1])], &addend, out);
-    return;
-  }
-  ScopedTimer timer(frame.stats->gemm_s);
-  matmul(pass, rows, product, out, frame, addend.data);
-}
-
-void CpuExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Frame& frame,
-                         const float* bias) {
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = frame.views[int(pass)];
-  const Shape& sa = f[node.args[0]].shape;
-  const Shape& sb = f[node.args[1]].shape;
-  const View& a = views[size_t(node.args[0])];
-  const View& b = views[size_t(node.args[1])];
-  const int64_t R = rows.count;
-  const bool row_pointers = a.pointers != nullptr || b.pointers != nullptr;  // never a weight's GEMM over rows
-  // Every vertex times one parameter matrix: a single GEMM over the rows.
-  if (!row_pointers && a.ld == 0 && sb.rank == 1) {  // y = op(W) x
-    weight_gemm(pass, rows, node.args[0], row_gemm(node, sa, true), b, a.data, bias, out, frame);
-    return;
-  }
-  if (!row_pointers && b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)
-    weight_gemm(pass, rows, node.args[1], row_gemm(node, sb, false), a, b.data, bias, out, frame);
-    return;
-  }
-  if (!row_pointers && matrix_times_weight(rows, node, sa, sb, a, b, out, frame, bias)) return;
-  VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
-  const PerVertexProduct p = per_vertex_product(node, sa, sb);
-  frame.count_gemms(R, p.m, p.n, p.k);
-  frame.issue(Primitive::VertexProducts);
-  const int64_t a_rows = node.trans_a ? p.k : p.m;  // as stored
-  // The rows' products are independent: blocks of rows run on the pool's threads.
-  if (sb.rank == 1 || sa.rank == 1) {  // matrix times vector, or vector times matrix
-    for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
-      for (int64_t r = begin; r < begin + count; ++r) {
-        const float* pa = stored_row(a, r, 0, sa.rank == 2 ? a_rows : 1, p.lda);
-        const float* pb = stored_row(b, r, 0, sb.rank == 2 ? sb.dims[0] : 1, p.ldb);
-        float* y = row_at(out, r);
-        if (sb.rank == 1) matrix_vector(node.trans_a, p.m, p.k, pa, p.lda, pb, y);
-        else matrix_vector(!node.trans_b, p.n, p.k, pb, p.ldb, pa, y);  // yᵀ = op(B)ᵀ a
-      }
-    });
-    return;
-  }
-  // B read in parts (a Concat read through row pointers, untransposed): the
-  // inner dimension splits, Σ_q op(A)[:, k_q]·B_q, each part where it lies.
-  const int64_t parts = std::max<int64_t>(1, b.parts), k_part = p.k / parts;
-  for_row_blocks(frame, R, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
-    for (int64_t r = begin; r < begin + count; ++r)
-      for (int64_t q = 0; q < parts; ++q)
-        sgemm(vertex_gemm_backend_, node.trans_a, node.trans_b, p.m, p.n, k_part, 1.0f,
-              stored_row(a, r, 0, a_rows, p.lda) + (node.trans_a ? q * k_part * p.lda : q * k_part), p.lda,
-              stored_row(b, r, q * k_part, sb.dims[0], p.ldb), p.ldb, q == 0 ? 0.0f : 1.0f, row_at(out, r), p.n);
-  });
-}
-
-void CpuExecutor::weight_gemm(Pass pass, const Rows& rows, ir::ValueId weight, const RowGemm& g, const View& x,
-                              const float* w, const float* bias, const View& out, Frame& frame) {
-  if (g.trans_w && pretranspose_ && g.n >= kPretransposeMinOutputs && rows.count <= kPretransposeMaxRows &&
-      batch_.layout->type_rows[size_t(rows.type)] >= kPretransposeMinRows) {
-    const Node& node = function(pass, rows.type)[weight];
-    const int64_t key = node.op == Op::Param ? int64_t(node.param)
-                                             : (int64_t(1) << 62) | (int64_t(pass) << 56) |
-                                                   (int64_t(rows.type) << 28) | int64_t(weight);
-    gemm(frame, false, false, rows.count, g.n, g.k, x.data, x.ld, transposed_weight(key, w, g.n, g.k, g.ldw, frame),
-         g.n, bias, out.data, out.ld);
-    return;
-  }
-  gemm(frame, false, g.trans_w, rows.count, g.n, g.k, x.data, x.ld, w, g.ldw, bias, out.data, out.ld);
+  if (frame.use_pool) parallel_sgemm_bias(pool_, gemm_backend_, g.ta, tb, g.m, g.n, g.k, g.a, g.lda, b, ldb, g.bias, g.c, g.ldc, gemm_split_);
+  else serial_sgemm_bias(gemm_backend_, g.ta, tb, g.m, g.n, g.k, g.a, g.lda, b, ldb, g.bias, g.c, g.ldc, gemm_split_);
 }
 
 // Wᵀ [k, n] of the weight w [n, k] (leading dimension ldw) as of this forward
@@ -500,27 +366,23 @@ void accumulate_product_rows(GemmBackend backend, GemmBackend vertex_backend, co
 // the others into their own zeroed scratch, added in block order at the end.
 // Deterministic: the blocks depend on the rows alone, so the sum's order does
 // not depend on the thread count (on one thread the blocks run in turn).
-void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, const Node& product, float* grad,
-                                      Frame& frame) {
-  const std::vector<View>& views = frame.views[int(Pass::Backward)];
-  const View& a = views[size_t(product.args[0])];
-  const View& b = views[size_t(product.args[1])];
-  const PerVertexProduct p = per_vertex_product(product, f[product.args[0]].shape, f[product.args[1]].shape);
+void CpuExecutor::accumulate_vertex_products(Lane& lane, int64_t rows, const Node& product, const Shape& sa,
+                                             const Shape& sb, const View& a, const View& b, float* grad) {
+  Frame& frame = start(lane, Primitive::VertexProducts);
+  const PerVertexProduct p = per_vertex_product(product, sa, sb);
   const int64_t size = p.m * p.n;
-  frame.count_gemms(rows.count, p.m, p.n, p.k);
-  frame.issue(Primitive::VertexProducts);
+  frame.count_gemms(rows, p.m, p.n, p.k);
   const int64_t work_per_row = p.m * p.n * p.k;
-  const int64_t blocks = deterministic_ ? fixed_row_blocks(rows.count, work_per_row)
-                                        : parallel_row_blocks(frame, rows.count, work_per_row);
+  const int64_t blocks = deterministic_ ? fixed_row_blocks(rows, work_per_row)
+                                        : parallel_row_blocks(frame, rows, work_per_row);
   if (frame.scratch.size() < size_t(blocks)) frame.scratch.resize(size_t(blocks));
   for (int64_t block = 1; block < blocks; ++block)
     if (int64_t(frame.scratch[size_t(block)].size()) < size) frame.scratch[size_t(block)].resize(size_t(size));
-  const bool joined = !product.trans_a && product.trans_b && f[product.args[0]].shape.rank == 2 &&
-                      f[product.args[1]].shape.rank == 2;
+  const bool joined = !product.trans_a && product.trans_b && sa.rank == 2 && sb.rank == 2;
   const int64_t group = joined ? std::max<int64_t>(1, kJoinedReductionDepth / p.k) : 1;
   const int64_t a_rows = product.trans_a ? p.k : p.m, b_rows = product.trans_b ? p.n : p.k;  // as stored
   VJIT_INTERNAL_CHECK(joined || (a.parts <= 1 && b.parts <= 1), "a weight gradient reads an operand in parts");
-  run_row_blocks(frame, rows.count, blocks, [&](int64_t begin, int64_t count, int block) {
+  run_row_blocks(frame, rows, blocks, [&](int64_t begin, int64_t count, int block) {
     float* c = grad;
     if (block > 0) {
       c = frame.scratch[size_t(block)].data();
@@ -534,72 +396,53 @@ void CpuExecutor::accumulate_products(const Rows& rows, const ir::Function& f, c
   for (int64_t block = 1; block < blocks; ++block) add_row(frame.scratch[size_t(block)].data(), grad, size);
 }
 
-// C_r = A_r·op(W) with A_r [m, k] per vertex: row i of every vertex's A is
-// one [R, k] matrix (stride lda = the value's row stride), so m GEMMs of R
-// rows compute every product; when the rows are packed (ld = m·k and m·n) the
-// vertices' matrices stack into one [R·m, k] matrix and one GEMM does it all.
-bool CpuExecutor::matrix_times_weight(const Rows& rows, const Node& node, const Shape& sa, const Shape& sb,
-                                      const View& a, const View& b, const View& out, Frame& frame,
-                                      const float* bias) {
-  if (b.ld != 0 || a.ld == 0 || sa.rank != 2 || sb.rank != 2 || node.trans_a) return false;
-  const int64_t m = sa.dims[0], k = sa.dims[1];
-  const int64_t n = node.trans_b ? sb.dims[0] : sb.dims[1];
-  if (a.ld == m * k && out.ld == m * n) {
-    gemm(frame, false, node.trans_b, rows.count * m, n, k, a.data, k, b.data, sb.dims[1], bias, out.data, n);
-    return true;
+// Per vertex: a matrix-vector product in loops (too small for a library call
+// to pay), a product of matrices on the vertex GEMM back end (B read in parts
+// where it is a Concat read through row pointers: the inner dimension splits,
+// Σ_q op(A)[:, k_q]·B_q, each part where it lies), or rows of one plus u·vᵀ,
+// the rank-one update following while the rows are in cache. The rows'
+// products are independent: blocks of rows run on the pool's threads.
+void CpuExecutor::vertex_products(Lane& lane, int64_t rows, const VertexProducts& v) {
+  Frame& frame = start(lane, Primitive::VertexProducts);
+  const Node& node = *v.node;
+  const Shape &sa = v.a_shape, &sb = v.b_shape;
+  const View &a = v.a, &b = v.b, &out = v.out;
+  const PerVertexProduct p = per_vertex_product(node, sa, sb);
+  const int64_t a_rows = node.trans_a ? p.k : p.m;  // as stored
+  if (v.u) {
+    const int64_t first = v.slice_start / p.n, m = v.slice_width / p.n;
+    const int64_t a_offset = node.trans_a ? first : first * p.lda;  // row `first` of op(A)
+    frame.count_gemms(rows, m, p.n, p.k);
+    for_row_blocks(frame, rows, m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
+      for (int64_t r = begin; r < begin + count; ++r) {
+        float* y = row_at(out, r);
+        sgemm(vertex_gemm_backend_, node.trans_a, node.trans_b, m, p.n, p.k, 1.0f, a.data + r * a.ld + a_offset,
+              p.lda, b.data + r * b.ld, p.ldb, 0.0f, y, p.n);
+        outer_row(v.u->data + r * v.u->ld, m, v.v->data + r * v.v->ld, p.n, y, y);
+      }
+    });
+    return;
   }
-  for (int64_t i = 0; i < m; ++i)
-    gemm(frame, false, node.trans_b, rows.count, n, k, a.data + i * k, a.ld, b.data, sb.dims[1], bias,
-         out.data + i * n, out.ld);
-  return true;
-}
-
-// Σ_r A_rᵀ·B_r (A_r [m, k], B_r [m, n] per vertex) = Σ_i (rows i of A)ᵀ·(rows i
-// of B): m GEMMs over the R vertices accumulating into the gradient, or one
-// over the R·m stacked rows when both are packed. The gradient of a weight
-// that multiplied every row of a children block.
-bool CpuExecutor::accumulate_stacked_products(const Rows& rows, const Node& product, const Shape& sa, const Shape& sb,
-                                              const View& a, const View& b, float* grad, Frame& frame) {
-  if (!product.trans_a || product.trans_b || sa.rank != 2 || sb.rank != 2 || sa.dims[0] != sb.dims[0] ||
-      a.pointers != nullptr || b.pointers != nullptr)
-    return false;
-  const int64_t m = sa.dims[0], k = sa.dims[1], n = sb.dims[1];
-  ++frame.stats->param_grad_gemms;
-  if (a.ld == m * k && b.ld == m * n) {
-    gemm(frame, true, false, k, n, rows.count * m, a.data, k, b.data, n, 1.0f, grad, n);
-    return true;
+  frame.count_gemms(rows, p.m, p.n, p.k);
+  if (sb.rank == 1 || sa.rank == 1) {  // matrix times vector, or vector times matrix
+    for_row_blocks(frame, rows, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
+      for (int64_t r = begin; r < begin + count; ++r) {
+        const float* pa = stored_row(a, r, 0, sa.rank == 2 ? a_rows : 1, p.lda);
+        const float* pb = stored_row(b, r, 0, sb.rank == 2 ? sb.dims[0] : 1, p.ldb);
+        float* y = row_at(out, r);
+        if (sb.rank == 1) matrix_vector(node.trans_a, p.m, p.k, pa, p.lda, pb, y);
+        else matrix_vector(!node.trans_b, p.n, p.k, pb, p.ldb, pa, y);  // yᵀ = op(B)ᵀ a
+      }
+    });
+    return;
   }
-  for (int64_t i = 0; i < m; ++i)
-    gemm(frame, true, false, k, n, rows.count, a.data + i * k, a.ld, b.data + i * n, b.ld, 1.0f, grad, n);
-  return true;
-}
-
-// out = rows [first, first + m) of a per-vertex product the plan folded into
-// this add (`slice` takes them) + u·vᵀ, vertex by vertex: the GEMM writes the
-// rows, and the rank-one update follows while they are in cache
-// (ir::fold_bias_adds; MV-RNN's gradients of A and B from W_Mᵀ·dP).
-void CpuExecutor::product_rows_plus_outer(Pass pass, const Rows& rows, const Node& slice, const Node& outer,
-                                          const View& out, Frame& frame) {
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = frame.views[int(pass)];
-  const Node& product = f[slice.args[0]];
-  const PerVertexProduct p = per_vertex_product(product, f[product.args[0]].shape, f[product.args[1]].shape);
-  const int64_t first = slice.start / p.n, m = slice.shape.numel() / p.n;
-  const int64_t a_offset = product.trans_a ? first : first * p.lda;  // row `first` of op(A)
-  const View& a = views[size_t(product.args[0])];
-  const View& b = views[size_t(product.args[1])];
-  const View& u = views[size_t(outer.args[0])];
-  const View& v = views[size_t(outer.args[1])];
-  const int64_t u_size = f[outer.args[0]].shape.numel(), v_size = f[outer.args[1]].shape.numel();
-  frame.count_gemms(rows.count, m, p.n, p.k);
-  frame.issue(Primitive::VertexProducts);
-  for_row_blocks(frame, rows.count, m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
-    for (int64_t r = begin; r < begin + count; ++r) {
-      float* y = row_at(out, r);
-      sgemm(vertex_gemm_backend_, product.trans_a, product.trans_b, m, p.n, p.k, 1.0f,
-            a.data + r * a.ld + a_offset, p.lda, b.data + r * b.ld, p.ldb, 0.0f, y, p.n);
-      outer_row(u.data + r * u.ld, u_size, v.data + r * v.ld, v_size, y, y);
-    }
+  const int64_t parts = std::max<int64_t>(1, b.parts), k_part = p.k / parts;
+  for_row_blocks(frame, rows, p.m * p.n * p.k, [&](int64_t begin, int64_t count, int) {
+    for (int64_t r = begin; r < begin + count; ++r)
+      for (int64_t q = 0; q < parts; ++q)
+        sgemm(vertex_gemm_backend_, node.trans_a, node.trans_b, p.m, p.n, k_part, 1.0f,
+              stored_row(a, r, 0, a_rows, p.lda) + (node.trans_a ? q * k_part * p.lda : q * k_part), p.lda,
+              stored_row(b, r, q * k_part, sb.dims[0], p.ldb), p.ldb, q == 0 ? 0.0f : 1.0f, row_at(out, r), p.n);
   });
 }
 
@@ -612,7 +455,8 @@ CpuExecutor::Frame& CpuExecutor::start(Lane& lane, Primitive kind) {
   return frame;
 }
 
-void CpuExecutor::move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode) {
+void CpuExecutor::move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode,
+                            const uint8_t* assign) {
   Frame& frame = start(lane, mode == RowMode::Add ? Primitive::AddRows : Primitive::MoveRows);
   const int64_t count = int64_t(moves.size());
   if (mode == RowMode::Copy) {  // each row written once: blocks of rows on the pool's threads
@@ -622,9 +466,14 @@ void CpuExecutor::move_rows(Lane& lane, std::span<const RowMove> moves, int64_t 
     });
     return;
   }
-  // Moves into one row: blocks of columns in parallel, never blocks of moves.
+  // Moves into one row: blocks of columns in parallel, never blocks of moves,
+  // so that no two threads write one float and each float is summed in the
+  // same order as on one thread. A row assigned once was not zeroed.
   for_column_blocks(frame, count, width, [&](int64_t first, int64_t n) {
-    for (const RowMove& m : moves) add_row(m.src + first, m.dst + first, n);
+    for (size_t i = 0; i < moves.size(); ++i) {
+      if (assign && assign[i]) std::copy_n(moves[i].src + first, n, moves[i].dst + first);
+      else add_row(moves[i].src + first, moves[i].dst + first, n);
+    }
   });
 }
 
@@ -780,6 +629,15 @@ void CpuExecutor::softmax_ce(Lane& lane, int64_t rows, int64_t classes, const Vi
       if (label >= 0) dst[label] -= g;
     }
   });
+}
+
+NonFinite CpuExecutor::find_non_finite(Lane&, int64_t rows, int64_t width, const View& x) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x.data + r * x.ld;
+    const int64_t k = first_non_finite(row, width);
+    if (k >= 0) return {r, k, row[k]};
+  }
+  return {};
 }
 
 void CpuExecutor::add_objective(Lane& lane, int64_t rows, const View& x) {

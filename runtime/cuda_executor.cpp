@@ -46,7 +46,6 @@ constexpr int kMoveCopy = 0, kMoveAdd = 1, kMoveZero = 2;
 DevicePtr at(DevicePtr base, int64_t floats) { return base + DevicePtr(floats) * sizeof(float); }
 // A view's device address (the runner's views hold them as float*), and back.
 DevicePtr address(const float* view) { return DevicePtr(reinterpret_cast<uintptr_t>(view)); }
-DevicePtr at(const float* view, int64_t floats) { return at(address(view), floats); }
 float* as_view(DevicePtr p) { return reinterpret_cast<float*>(uintptr_t(p)); }
 
 // Work that is no pass's (an optimizer step, gradients downloaded): what it
@@ -219,19 +218,6 @@ void CudaExecutor::copy_strided(int64_t rows, int64_t width, DevicePtr src, int6
   launch(Primitive::MoveRows, copy_rows_fn_, rows * width, rows, width, src, sld, dst, dld);
 }
 
-void CudaExecutor::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, DevicePtr a, int64_t lda, DevicePtr b,
-                        int64_t ldb, float beta, DevicePtr c, int64_t ldc) {
-  ++stats_.gemm_calls;
-  stats_.gemm_flops += 2.0 * double(m) * double(n) * double(k);
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // C = beta·C: nothing to add
-    VJIT_INTERNAL_CHECK(beta == 1.0f, "a GEMM over no terms must accumulate");
-    return;
-  }
-  issue(Primitive::Gemm);
-  cuda_.sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, config_.tf32, stream_);
-}
-
 float* CudaExecutor::arena(Pass pass) const { return as_view(arena_[int(pass)].data); }
 
 float* CudaExecutor::push_values() const { return as_view(pushes_.data); }
@@ -281,12 +267,8 @@ void CudaExecutor::backward() {
     move_pairs(pairs_, cols, kMoveZero);
   }
   store_.host_current_ = false;
-  const BatchLayout& layout = *batch_.layout;
-  DevicePtr arena = reserve(arena_[1], layout.arena_floats[1]);
-  for (size_t t = 0; t < layout.scatter_grad.size(); ++t) {
-    const ValueLayout& g = layout.scatter_grad[t];
-    if (g.offset >= 0) zero(at(arena, g.offset), size_t(bytes_of(layout.type_rows[t] * g.ld)));
-  }
+  reserve(arena_[1], batch_.layout->arena_floats[1]);
+  zero_scatter_gradients(lanes_[0]);
   fill_uniform_values(Pass::Backward, lanes_[0]);
   run_backward();
   store_.finish_touched();
@@ -532,81 +514,61 @@ void CudaExecutor::update(Optimizer& optimizer) {
 // second stream before the lazy steps. The staging buffer is one: each list is
 // copied on the stream whose kernel reads it, and the buffer is replaced only
 // after a synchronize() of both streams (stage()).
-void CudaExecutor::run_forward_streaming() {
-  const scheduler::FlatSchedule& schedule = *batch_.schedule;
+void CudaExecutor::start_stream(const std::function<void()>& eager) {
   type_waited_.assign(size_t(program_.num_types()), 0);
   cuda_.wait(1, 0);
   stream_ = 1;
   try {
-    for (int t : stream_order()) {
-      run_type_phase(Pass::Forward, ir::Phase::Eager, t, lanes_[1]);
-      cuda_.record(type_events_[size_t(t)], 1);
-    }
+    eager();
   } catch (...) {
     stream_ = 0;
     throw;
   }
   stream_ = 0;
-  auto wait_for = [&](int type) {
-    if (type_waited_[size_t(type)]) return;
-    type_waited_[size_t(type)] = 1;
-    cuda_.wait_event(0, type_events_[size_t(type)]);
-  };
-  for (int t = 0; t < schedule.num_tasks(); ++t) {
-    for_each_input_type(t, wait_for);
-    run_task(Pass::Forward, t, lanes_[0]);
-  }
+}
+
+void CudaExecutor::eager_done(int type) { cuda_.record(type_events_[size_t(type)], 1); }
+
+void CudaExecutor::wait_for_eager(int type) {
+  if (type_waited_[size_t(type)]) return;
+  type_waited_[size_t(type)] = 1;
+  cuda_.wait_event(0, type_events_[size_t(type)]);
+}
+
+std::exception_ptr CudaExecutor::join_stream() {
   cuda_.wait(0, 1);
-}
-
-void CudaExecutor::run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) {
-  const FunctionPlan& fp = function_plan(pass, rows.type);
-  for (const Step& step : steps) {
-    if (lane.primitives.log) [[unlikely]]
-      lane.at(pass, rows.type, rows.task, rows.count,
-              step.fused >= 0 ? std::string_view(fp.fused[size_t(step.fused)].kernel.name)
-                              : ir::op_name((*fp.function)[step.node].op));
-    if (step.fused >= 0) run_fused(pass, rows, fp.fused[size_t(step.fused)]);
-    else run_node(pass, rows, step.node, lane);
-  }
-}
-
-void CudaExecutor::run_fused(Pass pass, const Rows& rows, const FusedStep& step) {
-  const std::vector<View>& views = lanes_[stream_].views[int(pass)];
-  const size_t index = size_t(&step - function_plan(pass, rows.type).fused.data());
-  void* fn = fused_fn_[int(pass)][fused_begin_[int(pass)][size_t(rows.type)] + index];
-  // long long rows, then (pointer, ld) per input and per output.
-  std::vector<uint64_t>& slots = pairs_;
-  slots.clear();
-  slots.push_back(uint64_t(rows.count));
-  for (ValueId in : step.inputs) slots.insert(slots.end(), {address(views[size_t(in)].data), uint64_t(views[size_t(in)].ld)});
-  for (ValueId out : step.outputs)
-    slots.insert(slots.end(), {address(views[size_t(out)].data), uint64_t(views[size_t(out)].ld)});
-  params_.resize(slots.size());
-  for (size_t i = 0; i < slots.size(); ++i) params_[i] = &slots[i];
-  ++stats_.kernels;
-  issue(Primitive::Fused);
-  cuda_.launch(fn, CudaDevice::grid_for(rows.count * step.width), 256, params_.data(), stream_);
-}
-
-void CudaExecutor::run_device_node(Pass pass, const Rows& rows, const Node& n, const View& out, Lane& lane) {
-  switch (n.op) {
-    case Op::MatMul: matmul(pass, rows, n, out); return;
-    case Op::ParamGrad: param_grad(pass, rows, n); return;
-    case Op::GatherGrad: gather_grad(rows, n, lane.views[int(pass)][size_t(n.args[0])]); return;
-    case Op::Add: bias_add(pass, rows, n, out); return;
-    default: VJIT_INTERNAL_CHECK(false, "the CUDA executor cannot run " << ir::op_name(n.op));
-  }
+  return nullptr;
 }
 
 // --- primitives (runtime/device.h) ---
 
-void CudaExecutor::move_rows(Lane&, std::span<const RowMove> moves, int64_t width, RowMode mode) {
+// The kernel's arguments: long long rows, then (pointer, ld) per operand.
+void CudaExecutor::launch_fused(Lane&, const KernelLaunch& launch) {
+  void* fn = fused_fn_[int(launch.pass)][fused_begin_[int(launch.pass)][size_t(launch.type)] + launch.index];
+  std::vector<uint64_t>& slots = pairs_;
+  slots.assign(1, uint64_t(launch.rows));
+  for (const View& v : launch.operands) {
+    VJIT_INTERNAL_CHECK(v.pointers == nullptr, "the CUDA plan reads no operand through row tables");
+    slots.insert(slots.end(), {address(v.data), uint64_t(v.ld)});
+  }
+  params_.resize(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) params_[i] = &slots[i];
+  ++stats_.kernels;
+  issue(Primitive::Fused);
+  cuda_.launch(fn, CudaDevice::grid_for(launch.rows * launch.width), 256, params_.data(), stream_);
+}
+
+// A row assigned once was zeroed whole (zero_gradient_rows): adding assigns it.
+void CudaExecutor::move_rows(Lane&, std::span<const RowMove> moves, int64_t width, RowMode mode, const uint8_t*) {
   if (moves.empty() || width == 0) return;
   const int64_t rows = int64_t(moves.size());
   static_assert(sizeof(RowMove) == 2 * sizeof(uint64_t), "vjit_move_rows reads (dst, src) address pairs");
   launch(mode == RowMode::Add ? Primitive::AddRows : Primitive::MoveRows, move_rows_fn_, rows * width, rows, width,
          stage(moves.data(), moves.size()), mode == RowMode::Add ? kMoveAdd : kMoveCopy);
+}
+
+void CudaExecutor::zero_gradient_rows(Lane&, int64_t rows, int64_t ld, int64_t, const uint8_t*, float* data) {
+  zero(address(data), size_t(bytes_of(rows * ld)));
 }
 
 // Sources in order per row (vjit_gather_sum), as offsets into the forward arena.
@@ -703,111 +665,53 @@ void CudaExecutor::add_objective(Lane&, int64_t rows, const View& x) {
   launch(Primitive::Reduce, loss_sum_fn_, rows, rows, address(x.data), x.ld, objective_);
 }
 
-// --- the node kinds the CUDA device runs itself ---
-
-// The GEMM epilogue: the rows start as the bias, the GEMM adds the product.
-void CudaExecutor::bias_add(Pass pass, const Rows& rows, const Node& node, const View& out) {
-  const FunctionPlan& fp = function_plan(pass, rows.type);
-  const int side = fp.folded[size_t(node.args[0])] ? 0 : 1;
-  const Node& product = (*fp.function)[node.args[size_t(side)]];
-  const View& bias = lanes_[stream_].views[int(pass)][size_t(node.args[size_t(1 - side)])];
-  copy_strided(rows.count, node.shape.numel(), address(bias.data), 0, address(out.data), out.ld);
-  matmul(pass, rows, product, out, 1.0f);
+// VJIT_CHECK_FINITE is refused on this device (Options::resolve).
+NonFinite CudaExecutor::find_non_finite(Lane&, int64_t, int64_t, const View&) {
+  VJIT_INTERNAL_CHECK(false, "the CUDA device does not check values for VJIT_CHECK_FINITE");
 }
 
-void CudaExecutor::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, float beta) {
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = lanes_[stream_].views[int(pass)];
-  const Shape& sa = f[node.args[0]].shape;
-  const Shape& sb = f[node.args[1]].shape;
-  const View& a = views[size_t(node.args[0])];
-  const View& b = views[size_t(node.args[1])];
-  const int64_t R = rows.count;
-  if (a.ld == 0 && sb.rank == 1) {  // y = op(W) x
-    const RowGemm g = row_gemm(node, sa, true);
-    gemm(false, g.trans_w, R, g.n, g.k, address(b.data), b.ld, address(a.data), g.ldw, beta, address(out.data), out.ld);
+// cuBLASLt; with a bias, the rows start as the bias and the GEMM adds the product.
+void CudaExecutor::gemm(Lane&, const Gemm& g) {
+  if (g.bias) copy_strided(g.m, g.n, address(g.bias), 0, address(g.c), g.ldc);
+  ++stats_.gemm_calls;
+  stats_.gemm_flops += 2.0 * double(g.m) * double(g.n) * double(g.k);
+  if (g.m == 0 || g.n == 0) return;
+  const float beta = g.bias ? 1.0f : g.beta;
+  if (g.k == 0) {  // C = beta·C: nothing to add
+    VJIT_INTERNAL_CHECK(beta == 1.0f, "a GEMM over no terms must accumulate");
     return;
   }
-  if (b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)
-    const RowGemm g = row_gemm(node, sb, false);
-    gemm(false, g.trans_w, R, g.n, g.k, address(a.data), a.ld, address(b.data), g.ldw, beta, address(out.data), out.ld);
-    return;
-  }
-  VJIT_INTERNAL_CHECK(beta == 0.0f, "a per-vertex product cannot accumulate");
-  // Per-vertex matrices (MV-RNN): one launch over every row's product.
-  const PerVertexProduct p = per_vertex_product(node, sa, sb);
-  stats_.gemm_calls += R;
-  stats_.gemm_flops += p.flops() * double(R);
-  launch(Primitive::VertexProducts, batched_matmul_fn_, R * p.m * p.n, R, p.m, p.n, p.k, address(a.data), a.ld, p.lda, int(node.trans_a), address(b.data), b.ld,
-         p.ldb, int(node.trans_b), address(out.data), out.ld);
+  issue(Primitive::Gemm);
+  cuda_.sgemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, address(g.a), g.lda, address(g.b), g.ldb, beta, address(g.c), g.ldc,
+              config_.tf32, stream_);
 }
 
-void CudaExecutor::param_grad(Pass pass, const Rows& rows, const Node& node) {
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = lanes_[stream_].views[int(pass)];
-  DevicePtr grad = store_.gradient(node.param);
-  ValueId term = node.args[0];
-  if (function_plan(pass, rows.type).folded[size_t(term)]) {
-    const Node& o = f[term];
-    // The pipeline folds only outer products into a ParamGrad for this executor.
-    VJIT_INTERNAL_CHECK(o.op == Op::Outer, "the CUDA executor cannot accumulate a folded " << ir::op_name(o.op));
-    const View& a = views[size_t(o.args[0])];
-    const View& b = views[size_t(o.args[1])];
-    int64_t m = f[o.args[0]].shape.numel(), n = f[o.args[1]].shape.numel();
-    ++stats_.param_grad_gemms;
-    gemm(true, false, m, n, rows.count, address(a.data), a.ld, address(b.data), b.ld, 1.0f, grad, n);
-    return;
-  }
-  const View& x = views[size_t(term)];
-  const int64_t width = f[term].shape.numel();
-  launch(Primitive::Reduce, sum_columns_fn_, width, int64_t(rows.count), width, address(x.data), x.ld, grad);
+// Per-vertex matrices (MV-RNN): one launch over every row's product.
+void CudaExecutor::vertex_products(Lane&, int64_t rows, const VertexProducts& v) {
+  VJIT_INTERNAL_CHECK(v.u == nullptr && v.a.pointers == nullptr && v.b.pointers == nullptr,
+                      "the CUDA plan folds no product into an outer product's add and reads no row tables");
+  const Node& node = *v.node;
+  const PerVertexProduct p = per_vertex_product(node, v.a_shape, v.b_shape);
+  stats_.gemm_calls += rows;
+  stats_.gemm_flops += p.flops() * double(rows);
+  launch(Primitive::VertexProducts, batched_matmul_fn_, rows * p.m * p.n, rows, p.m, p.n, p.k, address(v.a.data),
+         v.a.ld, p.lda, int(node.trans_a), address(v.b.data), v.b.ld, p.ldb, int(node.trans_b), address(v.out.data),
+         v.out.ld);
 }
 
-void CudaExecutor::gather_grad(const Rows& rows, const Node& node, const View& g) {
-  const BatchLayout& layout = *batch_.layout;
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  if (computed_in_place(rows, node, ValueId(&node - function(Pass::Backward, rows.type).nodes.data()))) {
-    ++stats_.gather_views;  // bind() placed the gradient in the children's scatter-gradient rows
-    return;
-  }
-  auto grad_row = [&](int type, int64_t row) {
-    const ValueLayout& s = layout.scatter_grad[size_t(type)];
-    return at(arena_[1].data, s.offset + row * s.ld);
-  };
-  // One launch per width (the children of a slot may be of types that scatter
-  // rows of different widths only in principle; each width is its own launch).
-  int64_t width = -1;
-  pairs_.clear();
-  auto add = [&](int type, int64_t row, DevicePtr src) {
-    const int64_t w = scatter_width_[size_t(type)];
-    if (width >= 0 && w != width) {
-      move_pairs(pairs_, width, kMoveAdd);
-      pairs_.clear();
-    }
-    width = w;
-    pairs_.push_back(grad_row(type, row));
-    pairs_.push_back(src);
-  };
-  if (node.target == ir::GatherGradTarget::Slot) {
-    for (int64_t r = 0; r < rows.count; ++r) {
-      RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
-      add(dst.type, dst.row, at(g.data, r * g.ld));
-    }
-  } else {
-    const size_t first = size_t(program_.signature(rows.type).fixed_arity);
-    for (int64_t r = 0; r < rows.count; ++r) {
-      std::span<const int> children = graph.children(rows.vertices[r]);
-      for (size_t k = first; k < children.size(); ++k) {
-        int child = children[k];
-        int type = graph.type(child);
-        DevicePtr part = at(g.data, r * g.ld + (node.target == ir::GatherGradTarget::VariadicRows
-                                                    ? int64_t(k - first) * scatter_width_[size_t(type)]
-                                                    : 0));
-        add(type, layout.vertex_row[size_t(child)], part);
-      }
-    }
-  }
-  if (width >= 0) move_pairs(pairs_, width, kMoveAdd);
+void CudaExecutor::accumulate_vertex_products(Lane&, int64_t, const Node& product, const Shape&, const Shape&,
+                                              const View&, const View&, float*) {
+  VJIT_INTERNAL_CHECK(false, "the CUDA plan folds no per-vertex " << ir::op_name(product.op) << " into a weight gradient");
+}
+
+void CudaExecutor::reduce_rows(Lane&, int64_t rows, int64_t width, const View& x, float* dst) {
+  launch(Primitive::Reduce, sum_columns_fn_, width, rows, width, address(x.data), x.ld, address(dst));
+}
+
+// Refused before anything runs (check_cuda_supports).
+void CudaExecutor::children_block(Lane&, const Node& node, int64_t, const Shape&, const View&, const View*,
+                                  std::span<const int>, const View&) {
+  VJIT_INTERNAL_CHECK(false, "the CUDA device cannot run " << ir::op_name(node.op));
 }
 
 }  // namespace vjit::runtime

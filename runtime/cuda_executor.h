@@ -16,7 +16,7 @@
 // (the objective and the pushed values come back) and of a backward.
 //
 // Streaming (Config::streaming, VJIT_STREAMING; Cavs §3.4, as in
-// CpuExecutor::run_forward_streaming): the forward's eager steps are queued on
+// Runner::run_forward_streaming): the forward's eager steps are queued on
 // the second stream, type by type in the order the tasks first need them, with
 // an event recorded after each type's; the tasks run on the main stream, each
 // after a wait on the events of its type and of its children's types. Eager
@@ -137,18 +137,21 @@ class CudaExecutor final : public Runner, private Device {
   // Moves rows by (dst, src) address pairs (dst only, zeroing: kMoveZero).
   void move_pairs(const std::vector<uint64_t>& pairs, int64_t width, int mode);
   void copy_strided(int64_t rows, int64_t width, DevicePtr src, int64_t sld, DevicePtr dst, int64_t dld);
-  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, DevicePtr a, int64_t lda, DevicePtr b, int64_t ldb,
-            float beta, DevicePtr c, int64_t ldc);
 
   float* push_values() const override;
   float* param_gradient(int param) override;
   TouchedRows& touched_rows() override { return store_.touched_; }
-  void run_forward_streaming() override;
-  void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) override;
-  void run_fused(Pass pass, const Rows& rows, const FusedStep& step);
+  void start_stream(const std::function<void()>& eager) override;
+  void eager_done(int type) override;
+  void wait_for_eager(int type) override;
+  std::exception_ptr join_stream() override;
 
   // --- primitives (runtime/device.h) ---
-  void move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode) override;
+  void launch_fused(Lane& lane, const KernelLaunch& launch) override;
+  void move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode,
+                 const uint8_t* assign) override;
+  void zero_gradient_rows(Lane& lane, int64_t rows, int64_t ld, int64_t width, const uint8_t* assigned,
+                          float* data) override;
   void sum_rows(Lane& lane, int64_t rows, int64_t width, int64_t row_width, std::span<const float* const> sources,
                 std::span<const int> begin, bool stack, const uint8_t* keep, const View& out) override;
   void upload_rows(Lane& lane, std::span<const float* const> host_rows, int64_t width, const View& out) override;
@@ -168,13 +171,15 @@ class CudaExecutor final : public Runner, private Device {
   void softmax_ce(Lane& lane, int64_t rows, int64_t classes, const View& logits, std::span<const int> labels,
                   const View* upstream, const View& out) override;
   void add_objective(Lane& lane, int64_t rows, const View& x) override;
+  NonFinite find_non_finite(Lane& lane, int64_t rows, int64_t width, const View& x) override;
 
-  // --- the node kinds the CUDA device runs itself ---
-  void run_device_node(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane) override;
-  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, float beta = 0.0f);
-  void bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out);
-  void param_grad(Pass pass, const Rows& rows, const ir::Node& node);
-  void gather_grad(const Rows& rows, const ir::Node& node, const View& g);
+  void gemm(Lane& lane, const Gemm& gemm) override;
+  void vertex_products(Lane& lane, int64_t rows, const VertexProducts& products) override;
+  void accumulate_vertex_products(Lane& lane, int64_t rows, const ir::Node& product, const Shape& a_shape,
+                                  const Shape& b_shape, const View& a, const View& b, float* grad) override;
+  void reduce_rows(Lane& lane, int64_t rows, int64_t width, const View& x, float* dst) override;
+  void children_block(Lane& lane, const ir::Node& node, int64_t rows, const Shape& in, const View& x, const View* g,
+                      std::span<const int> children, const View& out) override;
   // The store's host copy of the gradients, from the device.
   void fetch_gradients();
   template <typename Source, typename Dense, typename Put>

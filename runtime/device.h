@@ -61,6 +61,7 @@ struct Lane {
   // The runner's scratch for the index lists of the steps it issues here.
   std::vector<RowMove> moves;
   std::vector<ColumnCopy> copies;
+  std::vector<View> operands;
   std::vector<const float*> sources;
   std::vector<int> ints;
   std::vector<uint8_t> keep;
@@ -68,6 +69,57 @@ struct Lane {
   void at(Pass pass, int type, int task, int64_t rows, std::string_view what) {
     primitives.at(pass, type, task, rows, what);
   }
+};
+
+// One launch of a fused step's kernel over the rows: its operands, inputs
+// first, each a view (a row table where it has pointers: the kernel reads
+// and writes those rows where they lie).
+struct KernelLaunch {
+  const Kernel* kernel = nullptr;
+  Pass pass = Pass::Forward;
+  int type = 0;
+  size_t index = 0;  // which fused step of the type's function plan
+  int64_t rows = 0, width = 0;
+  std::span<const View> operands;
+  size_t inputs = 0;
+};
+
+// C = op(A)·op(B) + beta·C, row-major; with `bias`, every row of C = its
+// product + the bias row (beta unused).
+struct Gemm {
+  bool ta = false, tb = false;
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  float beta = 0.0f;
+  const float* bias = nullptr;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  // B is a weight that stays as it is through the pass, named by `weight`
+  // (-1: not one) and multiplying `weight_rows` rows of its vertex type in the
+  // batch: a device may read it from a transposed copy it keeps for the pass.
+  int64_t weight = -1, weight_rows = 0;
+};
+
+// Per row r, the per-vertex product `node` C_r = op(A_r)·op(B_r) of operands
+// shaped `a_shape` and `b_shape` (runtime/products.h). With `u` and `v`, the
+// epilogue of an add the plan folded both into: out_r = the floats
+// [slice_start, slice_start + slice_width) of C_r + u_r·v_rᵀ.
+struct VertexProducts {
+  const ir::Node* node = nullptr;
+  Shape a_shape, b_shape;
+  View a, b, out;
+  const View* u = nullptr;
+  const View* v = nullptr;
+  int64_t slice_start = 0, slice_width = 0;
+};
+
+// The first NaN or ±Inf of some rows (row -1: none).
+struct NonFinite {
+  int64_t row = -1, element = 0;
+  float value = 0.0f;
 };
 
 // Per-vertex indices a dropout mask is a function of (ir/dropout.h).
@@ -83,9 +135,19 @@ class Device {
  public:
   virtual ~Device() = default;
 
+  virtual void launch_fused(Lane& lane, const KernelLaunch& launch) = 0;
   // Each move in turn; the moves of one call into one row are applied in
-  // list order (Add sums in that order). A Copy call's destinations are distinct.
-  virtual void move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode) = 0;
+  // list order (Add sums in that order). A Copy call's destinations are
+  // distinct. With `assign` (Add; null: none), a move flagged there is its
+  // row's one contribution: it copies or adds, as the device zeroed the row
+  // (zero_gradient_rows).
+  virtual void move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode,
+                         const uint8_t* assign) = 0;
+  // Zeroes `rows` rows of `ld` floats at `data`, except that a row whose
+  // `assigned` is set (null: none) may keep its first `width` floats: a
+  // gradient row that one move will assign.
+  virtual void zero_gradient_rows(Lane& lane, int64_t rows, int64_t ld, int64_t width, const uint8_t* assigned,
+                                  float* data) = 0;
   // Row r of `out` (`row_width` floats) = the sum of its sources, each
   // `width` floats, sources[begin[r], begin[r+1]) added in order (`stack`:
   // the sources side by side, zeros after them). Rows whose `keep` is 0 (null:
@@ -124,6 +186,24 @@ class Device {
                           const View* upstream, const View& out) = 0;
   // The objective += Σ_r element 0 of row r, summed in row order (in double).
   virtual void add_objective(Lane& lane, int64_t rows, const View& x) = 0;
+  // VJIT_CHECK_FINITE: the first non-finite float of the rows ([rows, width]), row by row.
+  virtual NonFinite find_non_finite(Lane& lane, int64_t rows, int64_t width, const View& x) = 0;
+
+  virtual void gemm(Lane& lane, const Gemm& gemm) = 0;
+  virtual void vertex_products(Lane& lane, int64_t rows, const VertexProducts& products) = 0;
+  // grad += Σ_r op(A_r)·op(B_r), the per-vertex products never stored; the
+  // order of the sum depends on the rows alone.
+  virtual void accumulate_vertex_products(Lane& lane, int64_t rows, const ir::Node& product, const Shape& a_shape,
+                                          const Shape& b_shape, const View& a, const View& b, float* grad) = 0;
+  // dst += Σ_r row r of x ([rows, width]), summed in an order that depends on
+  // the rows alone (pairwise on the CPU: rounding grows with log(rows)).
+  virtual void reduce_rows(Lane& lane, int64_t rows, int64_t width, const View& x, float* dst) = 0;
+  // `node`, an op of the children block (SliceCols, PadCols, Transpose,
+  // ChildCount, MaxChildren, MaxChildrenGrad; ir/interpreter.cpp's meaning) over
+  // the rows, whose variadic children number `children`; x shaped `in`, g
+  // MaxChildrenGrad's upstream gradient.
+  virtual void children_block(Lane& lane, const ir::Node& node, int64_t rows, const Shape& in, const View& x,
+                              const View* g, std::span<const int> children, const View& out) = 0;
 };
 
 }  // namespace vjit::runtime

@@ -141,8 +141,6 @@ bool gemm_backend_available(GemmBackend backend) { return gemm_backend_unavailab
 
 bool gemm_backend_rounds_operands(GemmBackend backend) { return backend == GemmBackend::OneDnnBf16; }
 
-bool gemm_backend_copies_operands(GemmBackend backend) { return backend == GemmBackend::OneDnnBf16; }
-
 std::string gemm_backend_info(GemmBackend backend) {
   if (!gemm_backend_available(backend)) return "unavailable: " + gemm_backend_unavailable_reason(backend);
   switch (backend) {

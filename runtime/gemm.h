@@ -48,11 +48,6 @@ inline constexpr std::array<GemmBackend, 6> kGemmBackends{GemmBackend::OneDnn,  
 // results differ from float products by far more than float rounding.
 bool gemm_backend_rounds_operands(GemmBackend backend);
 
-// True for a back end that copies both operands into its own layout on every
-// call, reading a transposed operand through strides as fast as a plain one
-// (the bf16 back end): a caller's transposed copy of a weight only costs there.
-bool gemm_backend_copies_operands(GemmBackend backend);
-
 // "onednn", "openblas", "blis", "libxsmm", "onednn_bf16", "reference" (the VJIT_GEMM values).
 const char* gemm_backend_name(GemmBackend backend);
 

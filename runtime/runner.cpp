@@ -271,6 +271,7 @@ void Runner::begin_forward(const PlannedBatch& batch, const RunOptions& options,
 }
 
 void Runner::run_forward(bool streaming) {
+  point_forwarded_parts();  // the arenas are where they stay for the pass
   if (streaming) {
     run_forward_streaming();
   } else {
@@ -384,6 +385,72 @@ bool Runner::views_continue(const Rows& rows, int next) const {
       return false;
   }
   return true;
+}
+
+// VJIT_FORWARD_GATHERS: for each vertex whose type forwards parts, where each
+// part is written a second time: into the gather row of the parent the
+// planner chose (BatchLayout::forward_parent), where one of its gathers takes
+// the part (usable_forward_target), else into the part's own row again.
+void Runner::point_forwarded_parts() {
+  const BatchLayout& layout = *batch_.layout;
+  if (layout.forward_parent.empty()) return;
+  forward_rows_.resize(plan_.types.size());
+  for (size_t c = 0; c < plan_.types.size(); ++c) {
+    const std::vector<ForwardedPart>& parts = plan_.types[c].forward.forwarded;
+    forward_rows_[c].resize(parts.size());
+    for (std::vector<float*>& to : forward_rows_[c]) to.resize(size_t(layout.type_rows[c]));
+    for (int r = 0; r < layout.type_rows[c]; ++r) {
+      const int v = layout.rows_of(int(c))[size_t(r)];
+      for (size_t j = 0; j < parts.size(); ++j) {
+        float* target = forward_target(int(c), v, parts[j]);
+        forward_rows_[c][j][size_t(r)] = target ? target : buffer_view(Pass::Forward, int(c), parts[j].value, r).data;
+      }
+    }
+  }
+}
+
+// Where `part` of `vertex` is written a second time: the gather row of the
+// parent the planner chose (BatchLayout::forward_parent), or nullptr.
+float* Runner::forward_target(int type, int vertex, const ForwardedPart& part) {
+  const BatchLayout& layout = *batch_.layout;
+  const int p = layout.forward_parent[size_t(vertex)];
+  if (p < 0) return nullptr;
+  const int i = usable_forward_target(plan_, layout, *batch_.graph, p, layout.forward_slot[size_t(vertex)], part,
+                                      scatter_width_[size_t(type)]);
+  if (i < 0) return nullptr;
+  const int parent_type = batch_.graph->type(p);
+  const ForwardTarget& g = placed(parent_type).forward_targets[size_t(i)];
+  const ValueLayout& at = layout.value(Pass::Forward, parent_type, g.gather);
+  return arena(Pass::Forward) + at.offset + int64_t(layout.vertex_row[size_t(p)]) * at.ld + (part.start - g.start);
+}
+
+Runner::View Runner::forwarded_rows(const Rows& rows, ValueId value) {
+  const std::vector<ForwardedPart>& parts = plan_.types[size_t(rows.type)].forward.forwarded;
+  for (size_t j = 0; j < parts.size(); ++j)
+    if (parts[j].value == value) return {nullptr, 0, forward_rows_[size_t(rows.type)][j].data() + rows.begin, 1};
+  VJIT_INTERNAL_CHECK(false, "a fused step repeats an output that is not a forwarded part");
+}
+
+void Runner::run_forward_streaming() {
+  const std::vector<int> order = stream_order();
+  start_stream([&] {
+    for (int t : order) {
+      run_type_phase(Pass::Forward, ir::Phase::Eager, t, *stream_lane_);
+      eager_done(t);
+    }
+  });
+  std::exception_ptr task_error;
+  try {
+    for (int t = 0; t < batch_.schedule->num_tasks(); ++t) {
+      for_each_input_type(t, [&](int type) { wait_for_eager(type); });
+      run_task(Pass::Forward, t, *main_lane_);
+    }
+  } catch (...) {
+    task_error = std::current_exception();
+  }
+  const std::exception_ptr stream_error = join_stream();
+  if (task_error) std::rethrow_exception(task_error);
+  if (stream_error) std::rethrow_exception(stream_error);
 }
 
 std::vector<int> Runner::stream_order() const {

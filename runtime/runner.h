@@ -26,11 +26,14 @@
 // thread's, or the one the forward's eager steps are streamed on
 // (VJIT_STREAMING), each with its counters and primitive recorder.
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <span>
 #include <vector>
 
 #include "runtime/device.h"
 #include "runtime/executor.h"
+#include "runtime/products.h"
 #include "runtime/row_placement.h"
 #include "runtime/touched_rows.h"
 
@@ -80,7 +83,20 @@ class Runner : public Executor {
   // Row 0 of a pass's arena (sized for the batch), and a parameter's values.
   virtual float* arena(Pass pass) const = 0;
   virtual float* param_address(int param) const = 0;
-  virtual void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) = 0;
+  // Runs the steps in turn (run_step, or observe_step when observe_steps_),
+  // each checked after it with check_finite_ in the forward.
+  void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane);
+  // A step timed or traced (VJIT_PROFILE, VJIT_TRACE) by a device that does.
+  virtual void observe_step(Pass pass, const Rows& rows, const Step& step, Lane& lane) {
+    run_step(pass, rows, step, lane);
+  }
+  // VJIT_CHECK_FINITE: the values the forward step wrote for the rows;
+  // throws UserError at the first NaN or ±Inf (runtime/check_finite.cpp).
+  void check_finite(const Rows& rows, const Step& step, Lane& lane);
+  [[noreturn]] void throw_non_finite(const Rows& rows, int64_t row, const Step& step, ir::ValueId value,
+                                     int64_t element, float found) const;
+  bool observe_steps_ = false;
+  bool check_finite_ = false;
   // Where the pushed values go, a parameter's gradient, and the rows of the
   // embedding tables' gradients a backward touched.
   virtual float* push_values() const = 0;
@@ -89,13 +105,23 @@ class Runner : public Executor {
   // The stacked weights uniform Concat `n` of `f` stands for, where the
   // device reads them in place as one block; else null (copied).
   virtual float* stacked_in_place(const ir::Function&, const ir::Node&) { return nullptr; }
-  // The node kinds the device runs itself: products, weight gradients, the
-  // gradients sent to the children, the children-block ops.
-  virtual void run_device_node(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane) = 0;
+  // VJIT_ACCUMULATE_GRADIENTS, where the device honours it: adds what its
+  // kernels did not add of GatherGrad `id`'s gradient `g` into the children's
+  // rows, when the task bound some parts to them; false when none was.
+  virtual bool add_accumulated_gradient(const Rows&, const ir::Node&, ir::ValueId, const View&, Lane&) {
+    return false;
+  }
 
   // --- steps (runtime/steps.cpp) ---
+  void run_step(Pass pass, const Rows& rows, const Step& step, Lane& lane);
   // Runs the unfused node `id` over the rows.
   void run_node(Pass pass, const Rows& rows, ir::ValueId id, Lane& lane);
+  // The fused step `index` of the rows' function plan: in a forward pass no
+  // backward follows, the inference kernel (FunctionPlan::inference_fused:
+  // only what the forward reads is written).
+  const FusedStep& fused_step(Pass pass, int type, int index) const;
+  // The scatter gradients, zeroed at the start of a backward.
+  void zero_scatter_gradients(Lane& lane);
   // Stacked weights (uniform Concats of parameters), once per pass.
   void fill_uniform_values(Pass pass, Lane& lane);
   // Whether `add` is the epilogue of a product the plan folded into it.
@@ -104,10 +130,16 @@ class Runner : public Executor {
   // parts there already (VJIT_FORWARD_GATHERS).
   bool was_forwarded(int child, int parent, int slot, const ir::Node& node) const;
   int variadic_children(int type, int vertex) const;
-  // The forward's eager steps on the stream lane, type by type in
-  // stream_order(), while the main lane runs the tasks, each after the eager
-  // steps of the types task_input_types() names.
-  virtual void run_forward_streaming() = 0;
+  // The streamed forward's second lane (run_forward_streaming): start_stream
+  // runs `eager` there (on a thread of its own, or queued on a second stream
+  // now), eager_done(type) marks a type's eager steps issued there,
+  // wait_for_eager(type) makes the main lane wait for them, and join_stream
+  // waits for all of the second lane and returns what `eager` threw (null:
+  // nothing).
+  virtual void start_stream(const std::function<void()>& eager) = 0;
+  virtual void eager_done(int type) = 0;
+  virtual void wait_for_eager(int type) = 0;
+  virtual std::exception_ptr join_stream() = 0;
   // Binds a task's rows and runs its core steps.
   virtual void run_task(Pass pass, int task, Lane& lane);
 
@@ -143,6 +175,11 @@ class Runner : public Executor {
   void run_backward();
   void run_phase(Pass pass, ir::Phase phase, Lane& lane);
   void run_type_phase(Pass pass, ir::Phase phase, int type, Lane& lane);
+  // The forward's eager steps on the stream lane, type by type in
+  // stream_order(), while the main lane runs the tasks, each after the eager
+  // steps of the types for_each_input_type() names (Cavs §3.4). Eager forward
+  // steps write only their own type's buffers.
+  void run_forward_streaming();
   // The types in the order the tasks first need them.
   std::vector<int> stream_order() const;
   // Calls fn(type) for each type whose eager forward steps task `task` reads:
@@ -187,10 +224,38 @@ class Runner : public Executor {
   std::vector<std::vector<std::vector<float*>>> gradient_rows_;  // [type][gradient value]
 
  private:
+  void run_fused(Pass pass, const Rows& rows, const FusedStep& step, int index, Lane& lane);
+  // VJIT_FORWARD_GATHERS: per type, per forwarded part (FunctionPlan::
+  // forwarded), this batch's row pointers where each row writes the part a
+  // second time: the gather row of the parent the planner chose
+  // (BatchLayout::forward_parent), or the part's own row again.
+  std::vector<std::vector<std::vector<float*>>> forward_rows_;
+  void point_forwarded_parts();
+  // The parent gather row the child `vertex` of type `type` writes its part
+  // (start, width) into, or nullptr.
+  float* forward_target(int type, int vertex, const ForwardedPart& part);
+  // The view a fused step's repeated output `value` is written through.
+  View forwarded_rows(const Rows& rows, ir::ValueId value);
   void gather(const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
   void gather_variadic(const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
   void pull(const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
   void sink(Pass pass, const Rows& rows, const ir::Node& node, Lane& lane);
+  void gather_grad(const Rows& rows, const ir::Node& node, ir::ValueId id, const View& g, Lane& lane);
+  void children_block(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
+  // --- products (runtime/product_steps.cpp) ---
+  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane, const float* bias);
+  void weight_gemm(Pass pass, const Rows& rows, ir::ValueId weight, const RowGemm& g, const View& x, const float* w,
+                   const float* bias, const View& out, Lane& lane);
+  // A per-vertex matrix times a uniform weight as GEMMs over the rows; false
+  // when the product is not of that form.
+  bool matrix_times_weight(const Rows& rows, const ir::Node& node, const Shape& sa, const Shape& sb, const View& a,
+                           const View& b, const View& out, Lane& lane, const float* bias);
+  // Σ_r op(A_r)ᵀ·B_r of two per-vertex matrices as GEMMs over the stacked
+  // rows; false when the product is not of that form.
+  bool accumulate_stacked_products(const Rows& rows, const ir::Node& product, const Shape& sa, const Shape& sb,
+                                   const View& a, const View& b, float* grad, Lane& lane);
+  void param_grad(Pass pass, const Rows& rows, const ir::Node& node, Lane& lane);
+  void bias_add(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
   void elementwise(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
   void softmax_ce(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
   void concat(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);

@@ -23,29 +23,72 @@ void count_copies(ExecStats& stats, int64_t rows, int64_t width, bool layout) {
 
 }  // namespace
 
+void Runner::run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) {
+  for (const Step& step : steps) {
+    if (observe_steps_) [[unlikely]] observe_step(pass, rows, step, lane);
+    else run_step(pass, rows, step, lane);
+    if (check_finite_ && pass == Pass::Forward) [[unlikely]] check_finite(rows, step, lane);
+  }
+}
+
+void Runner::run_step(Pass pass, const Rows& rows, const Step& step, Lane& lane) {
+  if (step.fused >= 0) {
+    const FusedStep& fused = fused_step(pass, rows.type, step.fused);
+    if (fused.outputs.empty()) return;  // an inference pass needs none of its outputs
+    if (lane.primitives.log) [[unlikely]] lane.at(pass, rows.type, rows.task, rows.count, fused.kernel.name);
+    run_fused(pass, rows, fused, step.fused, lane);
+    return;
+  }
+  if (lane.primitives.log) [[unlikely]]
+    lane.at(pass, rows.type, rows.task, rows.count, ir::op_name(function(pass, rows.type)[step.node].op));
+  run_node(pass, rows, step.node, lane);
+}
+
+const FusedStep& Runner::fused_step(Pass pass, int type, int index) const {
+  const FunctionPlan& fp = function_plan(pass, type);
+  const bool inference = pass == Pass::Forward && !options_.backward;
+  return (inference ? fp.inference_fused : fp.fused)[size_t(index)];
+}
+
+// The kernel's operands: its inputs, then (VJIT_ACCUMULATE_GRADIENTS: where
+// a task bound the gradient parts to the children's rows, the kernel that
+// adds them there) the outputs it adds into, read as inputs, then its
+// outputs, the forwarded ones last, written a second time through their rows.
+void Runner::run_fused(Pass pass, const Rows& rows, const FusedStep& step, int index, Lane& lane) {
+  const std::vector<View>& views = lane.views[int(pass)];
+  const bool accumulate = pass == Pass::Backward && rows.task >= 0 && !step.accumulated.empty() &&
+                          placed(rows.type).accumulating_steps[size_t(index)];
+  const size_t added = accumulate ? step.accumulated.size() : 0;
+  const size_t n_in = step.inputs.size() + added, n = n_in + step.outputs.size();
+  std::vector<View>& operands = lane.operands;
+  operands.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    View& v = operands[i];
+    if (i < step.inputs.size()) v = views[size_t(step.inputs[i])];
+    else if (i < n_in) v = views[size_t(step.outputs[size_t(step.accumulated[i - step.inputs.size()])])];
+    else v = views[size_t(step.outputs[i - n_in])];
+    if (i >= n - size_t(step.forwarded_outputs)) v = forwarded_rows(rows, step.outputs[i - n_in]);
+  }
+  const KernelLaunch launch{accumulate ? &step.accumulating : &step.kernel, pass, rows.type, size_t(index),
+                            rows.count, step.width, operands, n_in};
+  device_.launch_fused(lane, launch);
+}
+
 void Runner::run_node(Pass pass, const Rows& rows, ValueId id, Lane& lane) {
   const Node& n = function(pass, rows.type)[id];
   if (ir::is_view(n.op) || n.op == Op::Scatter || n.uniform) return;  // uniform: fill_uniform_values
   const View& out = lane.views[int(pass)][size_t(id)];
-  switch (n.op) {
-    case Op::MatMul:
-    case Op::ParamGrad:
-    case Op::GatherGrad:
-    case Op::SliceCols:
-    case Op::PadCols:
-    case Op::Transpose:
-    case Op::ChildCount:
-    case Op::MaxChildren:
-    case Op::MaxChildrenGrad: run_device_node(pass, rows, n, out, lane); return;
-    case Op::Add:
-      if (folded_into(pass, rows.type, n)) {
-        run_device_node(pass, rows, n, out, lane);
-        return;
-      }
-      break;
-    default: break;
-  }
   ExecStats& stats = *lane.stats;
+  if (n.op == Op::MatMul || n.op == Op::ParamGrad) {
+    ScopedTimer timer(stats.gemm_s);
+    if (n.op == Op::MatMul) matmul(pass, rows, n, out, lane, nullptr);
+    else param_grad(pass, rows, n, lane);
+    return;
+  }
+  if (n.op == Op::Add && folded_into(pass, rows.type, n)) {
+    bias_add(pass, rows, n, out, lane);
+    return;
+  }
   if (ir::is_copy(n.op)) {
     ScopedTimer timer(stats.copy_s);
     switch (n.op) {
@@ -54,6 +97,7 @@ void Runner::run_node(Pass pass, const Rows& rows, ValueId id, Lane& lane) {
       case Op::GatherAll: gather_variadic(rows, n, out, lane); return;
       case Op::Pull:
       case Op::PullEmbedding: pull(rows, n, out, lane); return;
+      case Op::GatherGrad: gather_grad(rows, n, id, lane.views[int(pass)][size_t(n.args[0])], lane); return;
       default: sink(pass, rows, n, lane); return;
     }
   }
@@ -75,6 +119,12 @@ void Runner::run_node(Pass pass, const Rows& rows, ValueId id, Lane& lane) {
     case Op::SoftmaxCE:
     case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out, lane); return;
     case Op::Loss: sink(pass, rows, n, lane); return;
+    case Op::SliceCols:
+    case Op::PadCols:
+    case Op::Transpose:
+    case Op::ChildCount:
+    case Op::MaxChildren:
+    case Op::MaxChildrenGrad: children_block(pass, rows, n, out, lane); return;
     default: reshape(pass, rows, n, out, lane); return;
   }
 }
@@ -122,7 +172,7 @@ void Runner::gather(const Rows& rows, const Node& node, const View& out, Lane& l
   }
   ++stats.copy_calls;
   count_copies(stats, int64_t(moves.size()), node.shape.numel(), true);
-  device_.move_rows(lane, moves, node.shape.numel(), RowMode::Copy);
+  device_.move_rows(lane, moves, node.shape.numel(), RowMode::Copy, nullptr);
 }
 
 int Runner::variadic_children(int type, int vertex) const {
@@ -176,7 +226,7 @@ void Runner::pull(const Rows& rows, const Node& node, const View& out, Lane& lan
     lane.moves.clear();
     for (int64_t r = 0; r < rows.count; ++r)
       lane.moves.push_back({out.data + r * out.ld, table + int64_t(graph.token(rows.vertices[r])) * width});
-    device_.move_rows(lane, lane.moves, width, RowMode::Copy);
+    device_.move_rows(lane, lane.moves, width, RowMode::Copy, nullptr);
     return;
   }
   lane.sources.clear();  // the rows' feature vectors, in host memory
@@ -202,7 +252,7 @@ void Runner::sink(Pass pass, const Rows& rows, const Node& node, Lane& lane) {
         moves.push_back({values + pushes.value_offset(rows.vertices[r], k), x.data + r * x.ld});
       ++stats.copy_calls;
       count_copies(stats, rows.count, width, false);
-      device_.move_rows(lane, moves, width, RowMode::Copy);
+      device_.move_rows(lane, moves, width, RowMode::Copy, nullptr);
       return;
     }
     case Op::Loss: device_.add_objective(lane, rows.count, x); return;
@@ -216,11 +266,78 @@ void Runner::sink(Pass pass, const Rows& rows, const Node& node, Lane& lane) {
       }
       ++stats.copy_calls;
       count_copies(stats, rows.count, width, false);
-      device_.move_rows(lane, moves, width, RowMode::Add);
+      device_.move_rows(lane, moves, width, RowMode::Add, nullptr);
       return;
     }
     default: VJIT_INTERNAL_CHECK(false, "not a sink: " << ir::op_name(node.op));
   }
+}
+
+// --- gradients sent to the children ---
+
+// The scatter gradients are sums over the parents' gathers, so they start at
+// zero, except where the one contribution is assigned (BatchLayout::assigned_once).
+void Runner::zero_scatter_gradients(Lane& lane) {
+  const BatchLayout& layout = *batch_.layout;
+  for (size_t t = 0; t < layout.scatter_grad.size(); ++t) {
+    const ValueLayout& g = layout.scatter_grad[t];
+    if (g.offset < 0) continue;
+    lane.at(Pass::Backward, int(t), -1, layout.type_rows[t], "zero scatter gradients");
+    const std::vector<uint8_t>& assigned = layout.assigned_once[t];
+    device_.zero_gradient_rows(lane, layout.type_rows[t], g.ld, scatter_width_[t],
+                               assigned.empty() ? nullptr : assigned.data(), arena(Pass::Backward) + g.offset);
+  }
+}
+
+// Adds the gradient `g` of the rows' gather into the children's scatter-
+// gradient rows (assigning it where a whole-slot gather is a row's one
+// contribution), unless it was computed there in place.
+void Runner::gather_grad(const Rows& rows, const Node& node, ValueId id, const View& g, Lane& lane) {
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  ExecStats& stats = *lane.stats;
+  if (computed_in_place(rows, node, id)) {
+    ++stats.gather_views;  // bind() placed the gradient in the children's scatter-gradient rows
+    return;
+  }
+  if (add_accumulated_gradient(rows, node, id, g, lane)) return;
+  auto grad_row = [&](int type, int64_t row) {
+    const ValueLayout& s = layout.scatter_grad[size_t(type)];
+    return arena(Pass::Backward) + s.offset + row * s.ld;
+  };
+  // Every child row is as wide as the gradient's row (Slot: from `start`;
+  // EveryVariadic) or as one row of its [K, d] block (VariadicRows): the
+  // graph's validation made every child scatter the shape its parent gathers.
+  const Shape& shape = function(Pass::Backward, rows.type)[node.args[0]].shape;
+  const int64_t width = node.target == ir::GatherGradTarget::VariadicRows ? shape.dims[1] : shape.numel();
+  std::vector<RowMove>& moves = lane.moves;
+  std::vector<uint8_t>& assign = lane.keep;
+  moves.clear();
+  assign.clear();
+  if (node.target == ir::GatherGradTarget::Slot) {
+    const bool whole_slot = placed(rows.type).whole_slot_gather_grads >> node.child_slot & 1;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
+      const bool assigned = layout.assigned_once[size_t(dst.type)][size_t(dst.row)];
+      if (g.pointers && assigned) continue;  // gradient_pointers: written there in place
+      moves.push_back({grad_row(dst.type, dst.row) + node.start, g.pointers ? g.pointers[r] : g.data + r * g.ld});
+      assign.push_back(whole_slot && assigned);
+    }
+  } else {  // every variadic child, or row k to variadic child k
+    const size_t first = size_t(program_.signature(rows.type).fixed_arity);
+    const bool by_rows = node.target == ir::GatherGradTarget::VariadicRows;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      std::span<const int> children = graph.children(rows.vertices[r]);
+      for (size_t k = first; k < children.size(); ++k)
+        moves.push_back({grad_row(graph.type(children[k]), layout.vertex_row[size_t(children[k])]),
+                         g.data + r * g.ld + (by_rows ? int64_t(k - first) * width : 0)});
+    }
+    assign.assign(moves.size(), 0);
+  }
+  ++(g.pointers ? stats.gather_views : stats.copy_calls);
+  if (moves.empty()) return;
+  count_copies(stats, int64_t(moves.size()), width, true);
+  device_.move_rows(lane, moves, width, RowMode::Add, assign.data());
 }
 
 // --- computed rows ---
