@@ -24,7 +24,7 @@ namespace vjit::runtime {
 
 struct ExecStats {
   int64_t tasks = 0;
-  int64_t kernels = 0;           // node executions that did work (views excluded)
+  int64_t kernels = 0;           // what the passes ran: on the CPU its steps' primitives, on CUDA its launches
   int64_t gemm_calls = 0;
   double gemm_flops = 0;          // 2·m·n·k summed over the GEMMs
   int64_t param_grad_gemms = 0;  // GEMMs that accumulate a weight gradient
