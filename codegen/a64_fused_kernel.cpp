@@ -39,6 +39,7 @@
 #include "codegen/a64_code.h"
 #include "codegen/a64_vmath.h"
 #include "codegen/body_plan.h"
+#include "ir/ops.h"
 #include "vjit/error.h"
 
 namespace vjit::codegen {

@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "ir/ops.h"
 #include "vjit/error.h"
 
 namespace vjit::codegen {

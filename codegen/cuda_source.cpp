@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "ir/ops.h"
+#include "ir/row_op.h"
 #include "vjit/error.h"
 
 namespace vjit::codegen {
@@ -63,6 +65,31 @@ std::string host_entry(const std::string& name, const std::vector<std::string>& 
     out << (j ? ", " : "") << "*static_cast<" << param_types[j] << "*>(params[" << j << "])";
   out << "); });\n}\n#endif\n";
   return out.str();
+}
+
+// The kernel of a row op around its device function (ir/row_op.h): long long
+// rows, then per operand k (const float* ink, long long ldk, long long nk),
+// then (float* out, long long ld, long long width).
+std::string row_op_kernel(const ir::RowOp& op, int arity) {
+  const std::string name = op.cuda_kernel;
+  std::vector<std::string> param_types{"long long"};
+  std::ostringstream out, operands;
+  out << op.cuda << "extern \"C\" __global__ void " << name << "(long long rows";
+  for (int k = 0; k < arity; ++k) {
+    out << ", const float* __restrict__ in" << k << ", long long ld" << k << ", long long n" << k;
+    operands << "in" << k << " + r * ld" << k << ", n" << k << ", ";
+    param_types.insert(param_types.end(), {"const float*", "long long", "long long"});
+  }
+  out << ", float* __restrict__ out, long long ld, long long width) {\n";
+  param_types.insert(param_types.end(), {"float*", "long long", "long long"});
+  if (op.cuda_form == ir::CudaRowForm::Element) {
+    out << kLoopBegin << "    out[r * ld + i] = " << name << "_element(" << operands.str() << "i);\n  }\n}\n";
+  } else {
+    out << "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < rows;\n"
+           "       r += (long long)gridDim.x * blockDim.x)\n"
+        << "    " << name << "_row(" << operands.str() << "out + r * ld, width);\n}\n";
+  }
+  return out.str() + host_entry(name, param_types);
 }
 
 }  // namespace
@@ -246,31 +273,6 @@ std::string cuda_runtime_kernels_source() {
       << "    out[r * ld + i] = a[r * lda + i / n] * b[r * ldb + i % n];\n  }\n}\n"
       << host_entry("vjit_outer", {"long long", "long long", "long long", "const float*", "long long", "const float*",
                                    "long long", "float*", "long long"});
-  // SymOuter per row: out = x_a x_b for a ≤ b, row by row (n(n+1)/2 values);
-  // element i finds its (a, b) by walking the rows of the triangle.
-  out << "extern \"C\" __global__ void vjit_sym_outer(long long rows, long long n, const float* x, long long xld, "
-         "float* out, long long ld) {\n"
-         "  const long long width = n * (n + 1) / 2;\n"
-      << kLoopBegin
-      << "    long long a = 0, rest = i;\n"
-         "    while (rest >= n - a) { rest -= n - a; ++a; }\n"
-         "    out[r * ld + i] = x[r * xld + a] * x[r * xld + a + rest];\n  }\n}\n"
-      << host_entry("vjit_sym_outer", {"long long", "long long", "const float*", "long long", "float*", "long long"});
-  // Its gradient per row: out_c = Σ_{b ≥ c} g(c,b) x_b + Σ_{a ≤ c} g(a,c) x_a,
-  // g(a,b) at a·n − a(a−1)/2 + b − a.
-  out << "extern \"C\" __global__ void vjit_sym_outer_grad(long long rows, long long n, const float* x, "
-         "long long xld, const float* g, long long gld, float* out, long long ld) {\n"
-         "  const long long width = n;\n"
-      << kLoopBegin
-      << "    const float* xr = x + r * xld;\n"
-         "    const float* gr = g + r * gld;\n"
-         "    const long long row_c = i * n - i * (i - 1) / 2;\n"
-         "    float total = 0.0f;\n"
-         "    for (long long b = i; b < n; ++b) total += gr[row_c + b - i] * xr[b];\n"
-         "    for (long long a = 0; a <= i; ++a) total += gr[a * n - a * (a - 1) / 2 + i - a] * xr[a];\n"
-         "    out[r * ld + i] = total;\n  }\n}\n"
-      << host_entry("vjit_sym_outer_grad", {"long long", "long long", "const float*", "long long", "const float*",
-                                            "long long", "float*", "long long"});
   // Per-vertex products (MV-RNN): out_r = op(A_r) op(B_r), A_r an a_rows×a_cols
   // row-major matrix at a + r·lda, B_r b_rows×b_cols at b + r·ldb, out_r m×n.
   out << "extern \"C\" __global__ void vjit_batched_matmul(long long rows, long long m, long long n, long long k,\n"
@@ -309,6 +311,8 @@ std::string cuda_runtime_kernels_source() {
          "    if (label >= 0) dst[label] -= g;\n  }\n}\n"
       << host_entry("vjit_softmax_ce", {"long long", "long long", "const float*", "long long", "const int*",
                                         "const float*", "long long", "int", "float*", "long long"});
+  for (int op = 0; op < ir::kNumOps; ++op)
+    if (const ir::RowOp* row = ir::row_op(Op(op))) out << row_op_kernel(*row, ir::op_info(Op(op)).arity);
   // The optimizer (runtime/optimizer.cpp's update loops, the same float
   // operations): per row r, ptrs[4r..4r+3] = weights, gradient, state slot 0, 1.
   out << "extern \"C\" __global__ void vjit_sum_squares(long long rows, long long width, "

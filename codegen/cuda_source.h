@@ -78,8 +78,10 @@ std::string cuda_index_kernels_source();
 //   vjit_sum_columns_into(rows, width, src, ld, dst)       dst[i] += Σ_r src[r·ld + i], pairwise
 //   vjit_loss_sum(rows, x, ld, double* total)              *total += Σ_r x[r·ld]
 //   vjit_outer(rows, m, n, a, lda, b, ldb, out, ld)        out_r = a_r b_rᵀ
-//   vjit_sym_outer(rows, n, x, xld, out, ld)               SymOuter: x_a x_b for a ≤ b
-//   vjit_sym_outer_grad(rows, n, x, xld, g, gld, out, ld)  SymOuterGrad
+//   <RowOp::cuda_kernel>(rows, in0, ld0, n0, [in1, ld1, n1,] out, ld, width)
+//       each row op's (ir/row_op.h), made around the device function its
+//       unit defines: out row r from the operands' rows r (nk floats each),
+//       one thread per element (CudaRowForm::Element) or per row (Row)
 //   vjit_batched_matmul(rows, m, n, k, a, lda, a_cols, ta, b, ldb, b_cols, tb, out, ld)
 //   vjit_softmax_ce(rows, classes, x, xld, labels, up, uld, gradient, out, ld)
 //   vjit_sum_squares(rows, width, ptrs, double* sum)        *sum += Σ g² (g = ptrs[4r+1])

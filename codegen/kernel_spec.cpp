@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ir/op_semantics.h"
+#include "ir/ops.h"
 #include "vjit/error.h"
 
 namespace vjit::codegen {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ir/kernel_abi.h"
-#include "vjit/ir.h"
+#include "ir/ops.h"
 
 namespace vjit::codegen {
 

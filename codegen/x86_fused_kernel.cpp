@@ -42,6 +42,7 @@
 #include "codegen/body_plan.h"
 #include "codegen/x86_jit_generator.h"
 #include "codegen/x86_vmath.h"
+#include "ir/ops.h"
 #include "vjit/error.h"
 
 namespace vjit::codegen {

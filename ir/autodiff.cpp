@@ -3,13 +3,15 @@
 #include <algorithm>
 #include <map>
 
+#include "ir/ops.h"
+#include "ir/row_op.h"
 #include "vjit/error.h"
 
 namespace vjit::ir {
 
 namespace {
 
-class Differentiator {
+class Differentiator final : GradientEmitter {
  public:
   explicit Differentiator(const Function& forward) : f_(forward), grads_(forward.nodes.size()) {
     out_.name = "d_" + forward.name;
@@ -225,10 +227,13 @@ class Differentiator {
         accumulate(arg(0), emit(Op::SliceCols, arg_shape(0), {g}, [&](Node& s) { s.start = n.start; }));
         break;
       case Op::Transpose: accumulate(arg(0), emit(Op::Transpose, arg_shape(0), {g})); break;
-      case Op::SymOuter: accumulate(arg(0), emit(Op::SymOuterGrad, arg_shape(0), {fwd(arg(0)), g})); break;
       case Op::MaxChildren: accumulate(arg(0), emit(Op::MaxChildrenGrad, arg_shape(0), {fwd(arg(0)), g})); break;
       case Op::SoftmaxCE: accumulate(arg(0), emit(Op::SoftmaxCEGrad, arg_shape(0), {fwd(arg(0)), g})); break;
-      default: VJIT_INTERNAL_CHECK(false, "no gradient rule for " << to_string(f_, id));
+      default: {
+        const RowOp* row = row_op(n.op);
+        VJIT_INTERNAL_CHECK(row && row->gradient, "no gradient rule for " << to_string(f_, id));
+        row->gradient(*this, f_, id, g);
+      }
     }
   }
 
@@ -251,6 +256,11 @@ class Differentiator {
       accumulate(b_id, emit(Op::MatMul, sb, {a, g}, transposed(true, false)));
     }
   }
+
+  // GradientEmitter: what a row op's gradient rule (ir/row_op.h) writes through.
+  ValueId forward(ValueId forward_id) override { return fwd(forward_id); }
+  ValueId emit(Node node) override { return out_.add(std::move(node)); }
+  void add_gradient(ValueId forward_id, ValueId gradient) override { accumulate(forward_id, gradient); }
 
   const Function& f_;
   Function out_;

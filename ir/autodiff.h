@@ -9,7 +9,7 @@
 // runtime can batch across all vertices) and EmbeddingGrad (a sparse row update).
 // A uniform Concat of parameters (merge_matmuls' stacked weights) is read again
 // in ∂F like a parameter, and its gradient is sliced back to each parameter.
-#include "vjit/ir.h"
+#include "ir/ops.h"
 
 namespace vjit::ir {
 

@@ -6,7 +6,9 @@
 
 #include "ir/autodiff.h"
 #include "ir/model_layout.h"
+#include "ir/ops.h"
 #include "ir/passes.h"
+#include "ir/row_op.h"
 #include "vjit/error.h"
 #include "vjit/program.h"
 
@@ -36,6 +38,22 @@ void Builder::check_value(const Value& v, const char* op) const {
 Value Builder::emit(Node node) {
   Shape shape = node.shape;
   return Value{function_.add(std::move(node)), shape};
+}
+
+Value Builder::row_op(Op op, const char* name, std::initializer_list<Value> args) {
+  std::vector<Shape> shapes;
+  std::vector<ir::ValueId> ids;
+  std::string got;
+  for (const Value& v : args) {
+    check_value(v, name);
+    if (function_[v.id].uniform) fail(name, "operand is a parameter; vjit computes per-vertex values only");
+    shapes.push_back(v.shape);
+    ids.push_back(v.id);
+    got += (got.empty() ? "" : " and ") + v.shape.str();
+  }
+  const ir::RowOp& def = *ir::row_op(op);
+  if (!def.accepts(shapes)) fail(name, std::string("needs ") + def.expects + ", got " + got);
+  return emit(Node::make(op, def.result_shape(shapes), std::move(ids)));
 }
 
 Value Builder::param(Param p) {
@@ -341,14 +359,6 @@ Value Builder::outer(Value a, Value b) {
   Node n = Node::make(Op::Outer, Shape::mat(a.shape.dims[0], b.shape.dims[0]));
   n.args = {a.id, b.id};
   return emit(n);
-}
-
-Value Builder::sym_outer(Value x) {
-  check_value(x, "sym_outer");
-  if (function_[x.id].uniform) fail("sym_outer", "operand is a parameter; vjit computes per-vertex values only");
-  if (x.shape.rank != 1) fail("sym_outer", "needs a vector, got " + x.shape.str());
-  const int n = x.shape.dims[0];
-  return emit(Node::make(Op::SymOuter, Shape::vec(n * (n + 1) / 2), {x.id}));
 }
 
 Value Builder::bilinear(Value x, Param V) {

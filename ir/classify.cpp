@@ -1,4 +1,5 @@
 #include "ir/classify.h"
+#include "ir/ops.h"
 
 namespace vjit::ir {
 

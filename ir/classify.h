@@ -10,7 +10,7 @@
 // the last task (pushes, losses, parameter gradients, embedding gradients).
 #include <vector>
 
-#include "vjit/ir.h"
+#include "ir/ops.h"
 
 namespace vjit::ir {
 

@@ -1,5 +1,9 @@
 #include "ir/flops.h"
 
+#include <vector>
+
+#include "ir/row_op.h"
+
 namespace vjit::ir {
 
 int64_t flops_of_node(const Function& function, ValueId id) {
@@ -13,9 +17,7 @@ int64_t flops_of_node(const Function& function, ValueId id) {
       int64_t k = a.rank == 2 ? (n.trans_a ? a.dims[0] : a.dims[1]) : a.numel();
       return 2 * n.shape.numel() * k;
     }
-    case Op::Outer:
-    case Op::SymOuter: return n.shape.numel();
-    case Op::SymOuterGrad: return 4 * operand(1).numel();  // two multiply-adds per product x_a x_b
+    case Op::Outer: return n.shape.numel();
     case Op::ParamGrad: return operand(0).numel();
     case Op::Sum:
     case Op::SumRows:
@@ -23,7 +25,13 @@ int64_t flops_of_node(const Function& function, ValueId id) {
     case Op::MaxChildrenGrad: return operand(0).numel();
     case Op::SoftmaxCE:
     case Op::SoftmaxCEGrad: return kSoftmaxFlopsPerClass * operand(0).numel();
-    default: return is_elementwise(n.op) ? n.shape.numel() : 0;
+    default:
+      if (const RowOp* row = row_op(n.op)) {
+        std::vector<Shape> operands;
+        for (ValueId arg : n.args) operands.push_back(function[arg].shape);
+        return row->flops(operands, n.shape);
+      }
+      return is_elementwise(n.op) ? n.shape.numel() : 0;
   }
 }
 

@@ -20,7 +20,7 @@
 //                     broadcasts, constants, parameters, losses
 #include <cstdint>
 
-#include "vjit/ir.h"
+#include "ir/ops.h"
 
 namespace vjit::ir {
 

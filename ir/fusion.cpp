@@ -1,4 +1,5 @@
 #include "ir/fusion.h"
+#include "ir/ops.h"
 
 #include <algorithm>
 #include <numeric>

@@ -7,6 +7,8 @@
 
 #include "ir/dropout.h"
 #include "ir/op_semantics.h"
+#include "ir/row_op.h"
+#include "ir/ops.h"
 #include "vjit/error.h"
 
 namespace vjit::ir {
@@ -302,26 +304,6 @@ class Interpreter {
           }
         return out;
       }
-      case Op::SymOuter: {  // x_a x_b for a ≤ b, row by row
-        const Tensor<T>& x = arg(0);
-        Tensor<T> out;
-        out.reserve(numel);
-        for (size_t a = 0; a < x.size(); ++a)
-          for (size_t b = a; b < x.size(); ++b) out.push_back(x[a] * x[b]);
-        return out;
-      }
-      case Op::SymOuterGrad: {  // d(x_a x_b) = x_b dx_a + x_a dx_b
-        const Tensor<T>& x = arg(0);
-        const Tensor<T>& g = arg(1);
-        Tensor<T> out(numel, T(0));
-        size_t at = 0;
-        for (size_t a = 0; a < x.size(); ++a)
-          for (size_t b = a; b < x.size(); ++b, ++at) {
-            out[a] += g[at] * x[b];
-            out[b] += g[at] * x[a];
-          }
-        return out;
-      }
       case Op::Transpose: {
         const int rows = arg_shape(0).dims[0], cols = arg_shape(0).dims[1];
         Tensor<T> out(numel);
@@ -361,6 +343,14 @@ class Interpreter {
         return p;
       }
       default:
+        if (const RowOp* row = row_op(n.op)) {
+          RowValues<T> values;
+          for (size_t k = 0; k < n.args.size(); ++k) values.in[k] = arg(int(k));
+          Tensor<T> out(numel);
+          values.out = out;
+          row_reference(*row, values);
+          return out;
+        }
         if (op_kind(n.op) == OpKind::Unary) {
           Tensor<T> out(arg(0));
           const T c = T(unary_constant(n));

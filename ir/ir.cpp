@@ -5,6 +5,8 @@
 #include <functional>
 #include <sstream>
 
+#include "ir/ops.h"
+#include "ir/row_op.h"
 #include "vjit/error.h"
 
 namespace vjit::ir {
@@ -100,48 +102,10 @@ std::string to_string(const Function& function) {
   return out.str();
 }
 
-namespace {
-
-int expected_arity(Op op) {
-  switch (op_kind(op)) {
-    case OpKind::Source: return 0;
-    case OpKind::Unary:
-    case OpKind::Reduce: return 1;
-    case OpKind::Binary:
-    case OpKind::Contract: return 2;
-    default: break;
-  }
-  switch (op) {
-    case Op::Concat: return -1;
-    case Op::Slice:
-    case Op::Pad:
-    case Op::Reshape:
-    case Op::Broadcast:
-    case Op::BroadcastRows:
-    case Op::SoftmaxCE:
-    case Op::Scatter:
-    case Op::Push:
-    case Op::Loss:
-    case Op::GatherGrad:
-    case Op::ParamGrad:
-    case Op::EmbeddingGrad:
-    case Op::SliceCols:
-    case Op::PadCols:
-    case Op::Transpose:
-    case Op::SymOuter: return 1;
-    case Op::SoftmaxCEGrad:
-    case Op::MaxChildrenGrad:
-    case Op::SymOuterGrad: return 2;
-    default: return -1;
-  }
-}
-
-}  // namespace
-
 void verify(const Function& function) {
   for (ValueId id = 0; id < function.size(); ++id) {
     const Node& n = function[id];
-    int arity = expected_arity(n.op);
+    const int arity = op_info(n.op).arity;
     VJIT_INTERNAL_CHECK(arity < 0 || int(n.args.size()) == arity,
                         "verify " << function.name << ": wrong operand count in " << to_string(function, id));
     VJIT_INTERNAL_CHECK(n.op != Op::Concat || !n.args.empty(),
@@ -183,6 +147,12 @@ void verify(const Function& function) {
       VJIT_INTERNAL_CHECK(wide.rank == 2 && narrow.rank == 2 && wide.dims[0] == narrow.dims[0] && n.start >= 0 &&
                               n.start + narrow.dims[1] <= wide.dims[1],
                           "verify " << function.name << ": column slice out of range " << to_string(function, id));
+    }
+    if (const RowOp* row = row_op(n.op)) {
+      std::vector<Shape> operands;
+      for (ValueId arg : n.args) operands.push_back(function[arg].shape);
+      VJIT_INTERNAL_CHECK(row->accepts(operands) && row->result_shape(operands) == n.shape,
+                          "verify " << function.name << ": operand shapes do not fit " << to_string(function, id));
     }
     if (n.op == Op::Gather || n.op == Op::GatherGrad)
       VJIT_INTERNAL_CHECK(n.start >= 0, "verify " << function.name << ": negative start in " << to_string(function, id));

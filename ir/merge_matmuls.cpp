@@ -1,4 +1,5 @@
 #include "ir/merge_matmuls.h"
+#include "ir/ops.h"
 
 #include <map>
 

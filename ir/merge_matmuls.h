@@ -17,7 +17,7 @@
 // GEMM, Wᵀ·concat(g_i, g_f, g_o, g_u); each parameter's gradient is
 // Slice(Outer(g, x)), which simplify_slices (ir/passes.h) turns back into
 // Outer(g_i, x): one folded GEMM per parameter, as without merging.
-#include "vjit/ir.h"
+#include "ir/ops.h"
 
 namespace vjit::ir {
 

@@ -15,8 +15,8 @@
 #include <cmath>
 #include <type_traits>
 
+#include "ir/ops.h"
 #include "vjit/error.h"
-#include "vjit/ir.h"
 
 namespace vjit::ir {
 

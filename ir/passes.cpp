@@ -1,4 +1,5 @@
 #include "ir/passes.h"
+#include "ir/ops.h"
 
 #include <algorithm>
 #include <functional>

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "ir/classify.h"
-#include "vjit/ir.h"
+#include "ir/ops.h"
 
 namespace vjit::ir {
 

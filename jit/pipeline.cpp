@@ -36,6 +36,7 @@
 // lowering of each type's F and ∂F after the IR passes of every type).
 // VJIT_LOG=passes prints the IR (or the analysis) after each pass;
 // VJIT_LOG=kernels prints each kernel compiled or found in the cache.
+#include "ir/ops.h"
 #include "jit/pipeline.h"
 
 #include <algorithm>

@@ -29,6 +29,7 @@
 #include "codegen/kernel_spec.h"
 #include "codegen/x86_fused_kernel.h"
 #include "codegen/isa.h"
+#include "ir/ops.h"
 
 namespace {
 

@@ -234,7 +234,8 @@ class CpuExecutor final : public Runner, private Device {
                const View& out) override;
   void outer(Lane& lane, int64_t rows, int64_t m, int64_t n, const View& a, const View& b, const View* addend,
              const View& out) override;
-  void sym_outer(Lane& lane, int64_t rows, int64_t n, const View& x, const View* g, const View& out) override;
+  void row_op(Lane& lane, const ir::RowOp& op, int64_t rows, std::span<const View> in,
+              std::span<const int64_t> in_width, int64_t width, const View& out) override;
   void softmax_ce(Lane& lane, int64_t rows, int64_t classes, const View& logits, std::span<const int> labels,
                   const View* upstream, const View& out) override;
   void add_objective(Lane& lane, int64_t rows, const View& x) override;

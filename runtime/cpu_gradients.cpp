@@ -10,7 +10,7 @@
 #include "runtime/cpu_executor.h"
 #include "runtime/cpu_row_blocks.h"
 #include "runtime/kernels.h"
-#include "runtime/vector_clones.h"
+#include "ir/vector_clones.h"
 #include "vjit/error.h"
 
 namespace vjit::runtime {

@@ -9,12 +9,13 @@
 #include <cstring>
 
 #include "ir/dropout.h"
+#include "ir/lane_sums.h"
+#include "ir/vector_clones.h"
 #include "ir/passes.h"
 #include "runtime/batch_rows.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/cpu_row_blocks.h"
 #include "runtime/kernels.h"
-#include "runtime/vector_clones.h"
 #include "vjit/error.h"
 
 namespace vjit::runtime {
@@ -30,11 +31,8 @@ namespace {
 // Softmax scratch of the calling thread (grows to the widest logits, once).
 thread_local std::vector<float> t_softmax;
 
-// Reductions over a row in kLanes independent partial results, which the
-// compiler keeps in one vector register: a single running max or sum is a
-// chain of dependent instructions, several times slower on wide rows (the
-// softmax over a 6021-word vocabulary).
-constexpr int64_t kLanes = 8;
+// The max over a row in independent partial results, as ir/lane_sums.h sums.
+constexpr int64_t kLanes = ir::kLaneSums;
 
 VJIT_VECTOR_CLONES float row_max(const float* x, int64_t n) {
   float lanes[kLanes];
@@ -46,51 +44,6 @@ VJIT_VECTOR_CLONES float row_max(const float* x, int64_t n) {
   for (; i < n; ++i) max = std::max(max, x[i]);
   for (int64_t j = 0; j < kLanes; ++j) max = std::max(max, lanes[j]);
   return max;
-}
-
-VJIT_VECTOR_CLONES float row_sum(const float* x, int64_t n) {
-  float lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += x[i + j];
-  float total = 0.0f;
-  for (; i < n; ++i) total += x[i];
-  for (int64_t j = 0; j < kLanes; ++j) total += lanes[j];
-  return total;
-}
-
-// Σ a_i b_i in kLanes independent partial sums, so that it vectorises.
-VJIT_VECTOR_CLONES float dot(const float* a, const float* b, int64_t n) {
-  float lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += a[i + j] * b[i + j];
-  float total = 0.0f;
-  for (; i < n; ++i) total += a[i] * b[i];
-  for (int64_t j = 0; j < kLanes; ++j) total += lanes[j];
-  return total;
-}
-
-// SymOuter of one row: x_a x_b for a ≤ b, row by row of the triangle.
-VJIT_VECTOR_CLONES void sym_outer_row(const float* __restrict x, int64_t n, float* __restrict out) {
-  for (int64_t a = 0; a < n; ++a) {
-    const float xa = x[a];
-    for (int64_t b = a; b < n; ++b) out[b - a] = xa * x[b];
-    out += n - a;
-  }
-}
-
-// Its gradient: out_c = Σ_{b ≥ c} g(c,b) x_b + Σ_{a ≤ c} g(a,c) x_a, row a of
-// the triangle giving the first sum's dot product for c = a and its share of
-// the second for every c ≥ a.
-VJIT_VECTOR_CLONES void sym_outer_grad_row(const float* __restrict x, const float* __restrict g, int64_t n, float* __restrict out) {
-  std::fill_n(out, size_t(n), 0.0f);
-  for (int64_t a = 0; a < n; ++a) {
-    const float xa = x[a];
-    for (int64_t b = a; b < n; ++b) out[b] += g[b - a] * xa;
-    out[a] += dot(g, x + a, n - a);
-    g += n - a;
-  }
 }
 
 // out = x − shift, over n floats.
@@ -179,7 +132,7 @@ VJIT_VECTOR_CLONES void matrix_vector(bool trans, int64_t m, int64_t k, const fl
     }
     return;
   }
-  for (int64_t i = 0; i < m; ++i) y[i] = dot(a + i * lda, x, k);
+  for (int64_t i = 0; i < m; ++i) y[i] = ir::lane_dot(a + i * lda, x, k);
 }
 }  // namespace
 
@@ -593,14 +546,22 @@ void CpuExecutor::outer(Lane& lane, int64_t rows, int64_t m, int64_t n, const Vi
   });
 }
 
-// SymOuter and SymOuterGrad, row by row (sym_outer_row, sym_outer_grad_row).
-void CpuExecutor::sym_outer(Lane& lane, int64_t rows, int64_t n, const View& x, const View* g, const View& out) {
-  Frame& frame = start(lane, Primitive::Outer);
-  for_row_blocks(frame, rows, n * (n + 1) / 2, [&](int64_t begin, int64_t count, int) {
-    for (int64_t r = begin; r < begin + count; ++r) {
-      if (g) sym_outer_grad_row(x.data + r * x.ld, g->data + r * g->ld, n, out.data + r * out.ld);
-      else sym_outer_row(x.data + r * x.ld, n, out.data + r * out.ld);
+// The row op's CPU loop (ir/row_op.h) over blocks of rows.
+void CpuExecutor::row_op(Lane& lane, const ir::RowOp& op, int64_t rows, std::span<const View> in,
+                         std::span<const int64_t> in_width, int64_t width, const View& out) {
+  Frame& frame = start(lane, op.primitive);
+  for_row_blocks(frame, rows, std::max(in_width[0], width), [&](int64_t begin, int64_t count, int) {
+    ir::RowBlock block;
+    block.rows = count;
+    for (size_t k = 0; k < in.size(); ++k) {
+      block.in[k] = in[k].data + begin * in[k].ld;
+      block.in_ld[k] = in[k].ld;
+      block.in_width[k] = in_width[k];
     }
+    block.out = out.data + begin * out.ld;
+    block.out_ld = out.ld;
+    block.out_width = width;
+    op.cpu_rows(block);
   });
 }
 
@@ -618,7 +579,7 @@ void CpuExecutor::softmax_ce(Lane& lane, int64_t rows, int64_t classes, const Vi
       shifted_row(x, max, p.data(), classes);
       if (plan_.exp.entry) plan_.exp.entry(p.data(), p.data(), classes);
       else for (float& v : p) v = std::exp(v);
-      float total = row_sum(p.data(), classes);
+      float total = ir::lane_sum(p.data(), classes);
       if (!upstream) {
         dst[0] = label < 0 ? 0.0f : std::log(total) + max - x[label];
         continue;

@@ -6,6 +6,8 @@
 #include <span>
 
 #include "ir/op_semantics.h"
+#include "ir/ops.h"
+#include "ir/row_op.h"
 #include "runtime/optimizer_access.h"
 #include "runtime/products.h"
 #include "vjit/error.h"
@@ -93,14 +95,14 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
   sum_columns_fn_ = fn("vjit_sum_columns_into");
   loss_sum_fn_ = fn("vjit_loss_sum");
   outer_fn_ = fn("vjit_outer");
-  sym_outer_fn_ = fn("vjit_sym_outer");
-  sym_outer_grad_fn_ = fn("vjit_sym_outer_grad");
   batched_matmul_fn_ = fn("vjit_batched_matmul");
   softmax_fn_ = fn("vjit_softmax_ce");
   gather_sum_fn_ = fn("vjit_gather_sum");
   fill_rows_fn_ = fn("vjit_fill_rows");
   sum_squares_fn_ = fn("vjit_sum_squares");
   optimizer_fn_ = fn("vjit_optimizer_update");
+  for (int op = 0; op < ir::kNumOps; ++op)
+    if (const ir::RowOp* row = ir::row_op(ir::Op(op))) row_fns_[size_t(op)] = fn(row->cuda_kernel);
   for (size_t t = 0; t < plan.types.size(); ++t) {
     for (Pass pass : {Pass::Forward, Pass::Backward}) {
       const FunctionPlan& fp = function_plan(pass, int(t));
@@ -644,13 +646,19 @@ void CudaExecutor::outer(Lane&, int64_t rows, int64_t m, int64_t n, const View& 
          address(out.data), out.ld);
 }
 
-void CudaExecutor::sym_outer(Lane&, int64_t rows, int64_t n, const View& x, const View* g, const View& out) {
-  if (g)
-    launch(Primitive::Outer, sym_outer_grad_fn_, rows * n, rows, n, address(x.data), x.ld, address(g->data), g->ld,
-           address(out.data), out.ld);
+// The kernel made around the row op's device function (codegen/cuda_source.h).
+void CudaExecutor::row_op(Lane&, const ir::RowOp& op, int64_t rows, std::span<const View> in,
+                          std::span<const int64_t> in_width, int64_t width, const View& out) {
+  void* fn = nullptr;
+  for (int o = 0; o < ir::kNumOps && !fn; ++o)
+    if (ir::row_op(ir::Op(o)) == &op) fn = row_fns_[size_t(o)];
+  const int64_t threads = op.cuda_form == ir::CudaRowForm::Element ? rows * width : rows;
+  if (in.size() == 1)
+    launch(op.primitive, fn, threads, rows, address(in[0].data), in[0].ld, in_width[0], address(out.data), out.ld,
+           width);
   else
-    launch(Primitive::Outer, sym_outer_fn_, rows * n * (n + 1) / 2, rows, n, address(x.data), x.ld,
-           address(out.data), out.ld);
+    launch(op.primitive, fn, threads, rows, address(in[0].data), in[0].ld, in_width[0], address(in[1].data), in[1].ld,
+           in_width[1], address(out.data), out.ld, width);
 }
 
 void CudaExecutor::softmax_ce(Lane&, int64_t rows, int64_t classes, const View& logits, std::span<const int> labels,

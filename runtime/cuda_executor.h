@@ -38,6 +38,7 @@
 // form, or dense updates of an embedding table, runs on the host over the
 // downloaded gradients instead. Values changed in the Model by hand after the
 // engine was built need parameters().upload(model).
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -167,7 +168,8 @@ class CudaExecutor final : public Runner, private Device {
                const View& out) override;
   void outer(Lane& lane, int64_t rows, int64_t m, int64_t n, const View& a, const View& b, const View* addend,
              const View& out) override;
-  void sym_outer(Lane& lane, int64_t rows, int64_t n, const View& x, const View* g, const View& out) override;
+  void row_op(Lane& lane, const ir::RowOp& op, int64_t rows, std::span<const View> in,
+              std::span<const int64_t> in_width, int64_t width, const View& out) override;
   void softmax_ce(Lane& lane, int64_t rows, int64_t classes, const View& logits, std::span<const int> labels,
                   const View* upstream, const View& out) override;
   void add_objective(Lane& lane, int64_t rows, const View& x) override;
@@ -208,9 +210,10 @@ class CudaExecutor final : public Runner, private Device {
   std::vector<size_t> fused_begin_[2];
   void *move_rows_fn_ = nullptr, *copy_rows_fn_ = nullptr, *elementwise_fn_ = nullptr, *dropout_fn_ = nullptr,
        *broadcast_fn_ = nullptr, *sum_mod_fn_ = nullptr, *sum_columns_fn_ = nullptr, *loss_sum_fn_ = nullptr,
-       *outer_fn_ = nullptr, *sym_outer_fn_ = nullptr, *sym_outer_grad_fn_ = nullptr, *batched_matmul_fn_ = nullptr,
+       *outer_fn_ = nullptr, *batched_matmul_fn_ = nullptr,
        *softmax_fn_ = nullptr, *gather_sum_fn_ = nullptr, *fill_rows_fn_ = nullptr, *sum_squares_fn_ = nullptr,
        *optimizer_fn_ = nullptr;
+  std::array<void*, ir::kNumOps> row_fns_{};  // each row op's kernel (ir::row_op), by op
   // The optimizer's state slots on the device (two per parameter), live when
   // slots_on_device_; otherwise the host's OptimizerState holds them.
   DeviceBuffer slots_block_;

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/row_op.h"
 #include "runtime/executor.h"
 #include "runtime/kernels.h"
 
@@ -178,8 +179,11 @@ class Device {
   // epilogue of an add the plan folded the outer product into).
   virtual void outer(Lane& lane, int64_t rows, int64_t m, int64_t n, const View& a, const View& b,
                      const View* addend, const View& out) = 0;
-  // Per row: x_a x_b for a ≤ b (the triangle row by row), or with `g` its gradient.
-  virtual void sym_outer(Lane& lane, int64_t rows, int64_t n, const View& x, const View* g, const View& out) = 0;
+  // Per row: the row op `op` (ir/row_op.h) of operand k's rows in[k]
+  // (in_width[k] floats each) into `out` (`width` floats): the CPU runs its
+  // loop, CUDA the kernel made around its device function.
+  virtual void row_op(Lane& lane, const ir::RowOp& op, int64_t rows, std::span<const View> in,
+                      std::span<const int64_t> in_width, int64_t width, const View& out) = 0;
   // Per row: −log softmax(logits)[label] (0 for label −1), or with `upstream`
   // the gradient by the logits, scaled by upstream's element 0.
   virtual void softmax_ce(Lane& lane, int64_t rows, int64_t classes, const View& logits, std::span<const int> labels,

@@ -13,7 +13,7 @@
 
 #include "ir/classify.h"
 #include "ir/kernel_abi.h"
-#include "vjit/ir.h"
+#include "ir/ops.h"
 
 namespace vjit::runtime {
 

@@ -4,7 +4,7 @@
 #include <bit>
 
 #include "ir/op_semantics.h"
-#include "runtime/vector_clones.h"
+#include "ir/vector_clones.h"
 
 namespace vjit::runtime {
 

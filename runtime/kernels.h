@@ -4,7 +4,7 @@
 // kernels replace the elementwise ones where fusion is on.
 #include <cstdint>
 
-#include "vjit/ir.h"
+#include "ir/ops.h"
 
 namespace vjit::runtime {
 

@@ -8,12 +8,12 @@
 #include <memory>
 #include <typeinfo>
 
+#include "ir/vector_clones.h"
 #include "runtime/kernels.h"
 #include "runtime/optimizer_access.h"
-#include "runtime/vector_clones.h"
 #include "vjit/error.h"
 
-// The loops below carry VJIT_VECTOR_CLONES (runtime/vector_clones.h); this
+// The loops below carry VJIT_VECTOR_CLONES (ir/vector_clones.h); this
 // file is also compiled with -fno-math-errno (CMakeLists.txt) so that sqrt
 // vectorises.
 

@@ -6,7 +6,7 @@
 // the shapes of a product from here.
 #include <cstdint>
 
-#include "vjit/ir.h"
+#include "ir/ops.h"
 
 namespace vjit::runtime {
 

@@ -111,11 +111,20 @@ void Runner::run_node(Pass pass, const Rows& rows, ValueId id, Lane& lane) {
   const std::vector<View>& views = lane.views[int(pass)];
   auto arg = [&](size_t i) -> const View& { return views[size_t(n.args[i])]; };
   auto width_of = [&](size_t i) { return f[n.args[i]].shape.numel(); };
+  if (const ir::RowOp* row = ir::row_op(n.op)) {
+    View in[ir::kMaxRowOperands];
+    int64_t in_width[ir::kMaxRowOperands] = {};
+    for (size_t k = 0; k < n.args.size(); ++k) {
+      in[k] = arg(k);
+      in_width[k] = width_of(k);
+    }
+    device_.row_op(lane, *row, rows.count, std::span(in, n.args.size()), std::span(in_width, n.args.size()),
+                   n.shape.numel(), out);
+    return;
+  }
   switch (n.op) {
     case Op::Constant: device_.fill_rows(lane, rows.count, n.shape.numel(), float(n.value), out); return;
     case Op::Outer: device_.outer(lane, rows.count, width_of(0), width_of(1), arg(0), arg(1), nullptr, out); return;
-    case Op::SymOuter: device_.sym_outer(lane, rows.count, width_of(0), arg(0), nullptr, out); return;
-    case Op::SymOuterGrad: device_.sym_outer(lane, rows.count, width_of(0), arg(0), &arg(1), out); return;
     case Op::SoftmaxCE:
     case Op::SoftmaxCEGrad: softmax_ce(pass, rows, n, out, lane); return;
     case Op::Loss: sink(pass, rows, n, lane); return;

@@ -193,7 +193,7 @@ TEST(CudaHostShim, SymOuterKernelsMatchTheReferenceLoops) {
   for (size_t i = 0; i < g.size(); ++i) g[i] = float(int(i % 11) - 5) * 0.5f;
   const float *xp = x.data(), *gp = g.data();
   float* op = out.data();
-  std::vector<void*> forward{&rows, &n, &xp, &xld, &op, &ld};
+  std::vector<void*> forward{&rows, &xp, &xld, &n, &op, &ld, &packed};
   module.entry("vjit_sym_outer")(forward.data(), 2, 8);
   for (long long r = 0; r < rows; ++r) {
     long long at = 0;
@@ -203,7 +203,7 @@ TEST(CudaHostShim, SymOuterKernelsMatchTheReferenceLoops) {
             << r << ": " << a << "," << b;
     EXPECT_EQ(at, packed);
   }
-  std::vector<void*> gradient{&rows, &n, &xp, &xld, &gp, &gld, &op, &ld};
+  std::vector<void*> gradient{&rows, &xp, &xld, &n, &gp, &gld, &packed, &op, &ld, &n};
   module.entry("vjit_sym_outer_grad")(gradient.data(), 2, 4);
   for (long long r = 0; r < rows; ++r) {
     std::vector<double> want(size_t(n), 0.0);

@@ -15,6 +15,7 @@
 #include "ir/merge_matmuls.h"
 #include "ir/op_semantics.h"
 #include "ir/passes.h"
+#include "ir/row_op.h"
 #include "tests/user_error.h"
 #include "vjit/vjit.h"
 
@@ -622,6 +623,34 @@ TEST(OpTable, AttributesOfEachOp) {
   EXPECT_FALSE(ir::used_attributes(g).has(Attr::ChildSlot));
   EXPECT_FALSE(ir::used_attributes(g).has(Attr::Start));
   EXPECT_TRUE(ir::used_attributes(g).has(Attr::Target));
+}
+
+// The ops of kind Row, and only those, have a definition (ir/row_op.h) with
+// every part the Builder, verify, the interpreter, autodiff, the FLOP count and
+// both devices read; an operand count the table and the CUDA kernel agree on.
+TEST(OpTable, RowOpsAndOnlyThoseHaveACompleteDefinition) {
+  int row_ops = 0;
+  for (ir::Op op : all_ops()) {
+    const ir::RowOp* row = ir::row_op(op);
+    ASSERT_EQ(row != nullptr, ir::op_kind(op) == ir::OpKind::Row) << ir::op_name(op);
+    if (row == nullptr) continue;
+    ++row_ops;
+    EXPECT_TRUE(row->accepts && row->expects && row->result_shape && row->reference_double && row->reference_float &&
+                row->flops && row->cpu_rows && row->cuda_kernel)
+        << ir::op_name(op);
+    const int arity = ir::op_info(op).arity;
+    EXPECT_TRUE(arity >= 1 && arity <= ir::kMaxRowOperands) << ir::op_name(op);
+    EXPECT_EQ(ir::exec_class(op), ir::ExecClass::Compute) << ir::op_name(op);
+    EXPECT_FALSE(ir::is_fusable_op(op)) << ir::op_name(op);
+    EXPECT_NE(row->cuda.find(std::string(row->cuda_kernel) +
+                             (row->cuda_form == ir::CudaRowForm::Element ? "_element(" : "_row(")),
+              std::string_view::npos)
+        << ir::op_name(op) << ": the CUDA source defines no device function the kernel calls";
+  }
+  EXPECT_GE(row_ops, 2);
+  // A forward row op has a gradient rule; SymOuter's gradient op itself has none.
+  EXPECT_NE(ir::row_op(ir::Op::SymOuter)->gradient, nullptr);
+  EXPECT_EQ(ir::row_op(ir::Op::SymOuterGrad)->gradient, nullptr);
 }
 
 // ir/op_semantics.h gives semantics to exactly the fusable ops: those the

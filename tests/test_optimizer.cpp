@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "ir/ops.h"
 #include "runtime/optimizer_access.h"
 #include "runtime/parallel_for.h"
 #include "runtime/thread_pool.h"

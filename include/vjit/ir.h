@@ -3,11 +3,12 @@
 // per-vertex tensors (the batch dimension is implicit) except Param nodes and
 // Concats of them (stacked weights), which are uniform across vertices. Sink nodes (scatter, push, loss and the
 // gradient sinks of the backward function) define no value and are never
-// removed by DCE.
+// removed by DCE. A Builder writes F; Program::forward and Program::backward
+// return F and its derivative ∂F, to print (to_string) or verify. The ops
+// themselves, ∂F's included, are the compiler's own: nothing outside the
+// library names one.
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
-#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -15,249 +16,31 @@
 
 namespace vjit::ir {
 
-// The op table: X(name, kind, exec, fusable, attributes...), one row per op.
-//   kind        the operand pattern (OpKind): Source ops read none, Unary one, ...
-//   exec        how the executor runs it (ExecClass): View (no kernel; the value
-//               aliases memory that exists already), Copy (data movement between
-//               vertices, rows or buffers), Compute (everything else)
-//   fusable     whether it may join a fused elementwise kernel (codegen lowers every
-//               fusable op; its scalar semantics are in ir/op_semantics.h)
-//   attributes  the Node fields it reads (Attr); every other attribute stays at its
-//               default, which verify() checks and CSE relies on
-// Each op's semantics and gradient, one line each:
-//   Gather         src   value = what child `child_slot` scattered       grad: GatherGrad(Slot, child_slot, start)
-//                  from flat element `start` on, as many as the shape holds (0 and all of it as
-//                  built; ir::gather_slices makes the others from slices of a gather)
-//   GatherSum      src   Σ of what the variadic children scattered       grad: GatherGrad(EveryVariadic)
-//                        (the children after the gather(k) slots; zeros when there are none)
-//   GatherAll      src   [K, d]: row k = variadic child k's scatter,     grad: GatherGrad(VariadicRows)
-//                        zero rows past the last child (K = max_children)
-//   Pull           src   the vertex's feature row [d]                    no grad
-//   PullEmbedding  src   row `token` of table param `param`              grad: EmbeddingGrad
-//   Param          src   parameter `param` (uniform)                     grad: ParamGrad
-//   Constant       src   every element = value                           no grad
-//   Neg/Sigmoid/Tanh/Relu/Exp/Log/Sqrt  elementwise unary (ir/op_semantics.h)
-//   Step           unary 1 where x > 0 else 0 (relu's derivative)        no grad
-//   Scale          unary x * factor
-//   AddScalar      unary x + addend
-//   Dropout        unary x * mask / (1 - rate); the mask is drawn per (sample, vertex, element)
-//                        from the run's seed and `dropout_key` (one per forward Dropout node),
-//                        so ∂F redraws it
-//   Add/Sub/Mul/Div      elementwise; one operand may be a scalar, a Param of the other's shape, or a
-//                        vector [n] broadcast over the rows of an [m, n] matrix
-//   Concat         flat concatenation of the operands (vectors, or matrices along rows)
-//   Slice          flat elements [start, start + len) of a vector (or rows of a matrix)
-//   Reshape        the same elements under another shape (storage is row-major and flat)
-//   Pad            inverse of Slice: x placed at `start` in zeros of this node's shape
-//   Sum            sum of all elements → scalar                          grad: Broadcast
-//   SumRows        [m, n] → [n]                                          grad: BroadcastRows
-//   Broadcast      scalar → this node's shape
-//   BroadcastRows  [n] → [m, n]
-//   MatMul         op(a) · op(b), op = transpose when trans_a/trans_b; a vector on the right is a
-//                  column, on the left a row; the result drops the vector dimension
-//   Outer          a [m], b [n] → [m, n] = a bᵀ
-//   SymOuter       x [n] → [n(n+1)/2]: x_a x_b for a ≤ b, row by row (the upper triangle of x xᵀ);
-//                  matmul(P, sym_outer(x)) is the bilinear form xᵀ V x for P packed from V + Vᵀ
-//   SymOuterGrad   (x [n], g [n(n+1)/2]) → [n]: the gradient of SymOuter, Σ_b g(c,b) x_b + Σ_a g(a,c) x_a
-//   SoftmaxCE      −log softmax(logits)[label] → scalar; 0 when the vertex has no label
-//   SoftmaxCEGrad  (softmax(logits) − onehot(label)) · g, with g the scalar upstream gradient
-//   Scatter        sink: the vertex's output read by its parents' gather
-//   Push           sink: a per-vertex output returned to the caller
-//   Loss           sink: adds a scalar to the objective
-//   Fwd            src (∂F only): forward value `forward_value` of the same vertex
-//   ScatterGrad    src (∂F only): the gradient accumulated into this vertex's scatter by its parents
-//   GatherGrad     sink (∂F only): adds the operand into the scatter gradient of the children
-//                  `target` names (GatherGradTarget); with target Slot, from flat element `start` on
-//   ParamGrad      sink (∂F only): adds the operand into the gradient of parameter `param`
-//   EmbeddingGrad  sink (∂F only): adds the operand into row `token` of table `param`'s gradient
-// Ops over a vertex's [K, d] children block (gather_all) and other matrices:
-//   SliceCols      [m, n] → [m, len]: columns [start, start + len)       grad: PadCols(start)
-//   PadCols        inverse of SliceCols: x placed at column `start` of zeros   grad: SliceCols(start)
-//   Transpose      [m, n] → [n, m]                                       grad: Transpose
-//   ChildCount     src   the number of variadic children, as a scalar    no grad
-//   MaxChildren    [K, d] → [d]: column max over rows [0, ChildCount)    grad: MaxChildrenGrad
-//                  (the actual children, never the zero padding rows); 0 when there are none
-//   MaxChildrenGrad  (block [K, d], g [d]) → [K, d]: g[j] in row argmax_k block[k, j] (ties → the
-//                  first), over the actual children as MaxChildren; zeros elsewhere
-#define VJIT_IR_OPS(X)                                                \
-  /* name          kind      exec     fusable attributes */          \
-  X(Gather,        Source,   Copy,    false,  ChildSlot, Start)       \
-  X(GatherSum,     Source,   Copy,    false)                          \
-  X(GatherAll,     Source,   Copy,    false,  MaxChildren)            \
-  X(Pull,          Source,   Copy,    false)                          \
-  X(PullEmbedding, Source,   Copy,    false,  Param)                  \
-  X(Param,         Source,   View,    false,  Param)                  \
-  X(Constant,      Source,   Compute, false,  Value)                  \
-  X(Neg,           Unary,    Compute, true)                           \
-  X(Sigmoid,       Unary,    Compute, true)                           \
-  X(Tanh,          Unary,    Compute, true)                           \
-  X(Relu,          Unary,    Compute, true)                           \
-  X(Exp,           Unary,    Compute, true)                           \
-  X(Log,           Unary,    Compute, true)                           \
-  X(Sqrt,          Unary,    Compute, true)                           \
-  X(Step,          Unary,    Compute, true)                           \
-  X(Scale,         Unary,    Compute, true,   Factor)                 \
-  X(AddScalar,     Unary,    Compute, true,   Addend)                 \
-  X(Dropout,       Unary,    Compute, false,  Rate, DropoutKey)       \
-  X(Add,           Binary,   Compute, true)                           \
-  X(Sub,           Binary,   Compute, true)                           \
-  X(Mul,           Binary,   Compute, true)                           \
-  X(Div,           Binary,   Compute, true)                           \
-  X(Concat,        Shape,    Compute, false)                          \
-  X(Slice,         Shape,    View,    false,  Start)                  \
-  X(Pad,           Shape,    Compute, false,  Start)                  \
-  X(Reshape,       Shape,    View,    false)                          \
-  X(Sum,           Reduce,   Compute, false)                          \
-  X(SumRows,       Reduce,   Compute, false)                          \
-  X(Broadcast,     Shape,    Compute, false)                          \
-  X(BroadcastRows, Shape,    Compute, false)                          \
-  X(MatMul,        Contract, Compute, false,  TransA, TransB)         \
-  X(Outer,         Contract, Compute, false)                          \
-  X(SymOuter,      Shape,    Compute, false)                          \
-  X(SymOuterGrad,  Shape,    Compute, false)                          \
-  X(SoftmaxCE,     Loss,     Compute, false)                          \
-  X(SoftmaxCEGrad, Loss,     Compute, false)                          \
-  X(Scatter,       Sink,     Compute, false)                          \
-  X(Push,          Sink,     Copy,    false)                          \
-  X(Loss,          Sink,     Compute, false)                          \
-  X(Fwd,           Source,   View,    false,  ForwardValue)           \
-  X(ScatterGrad,   Source,   View,    false)                          \
-  X(GatherGrad,    Sink,     Copy,    false,  Target, ChildSlot, Start) \
-  X(ParamGrad,     Sink,     Compute, false,  Param)                  \
-  X(EmbeddingGrad, Sink,     Copy,    false,  Param)                  \
-  X(SliceCols,     Shape,    Compute, false,  Start)                  \
-  X(PadCols,       Shape,    Compute, false,  Start)                  \
-  X(Transpose,     Shape,    Compute, false)                          \
-  X(ChildCount,    Source,   Compute, false)                          \
-  X(MaxChildren,   Reduce,   Compute, false)                          \
-  X(MaxChildrenGrad, Shape,  Compute, false)
-
-enum class Op : uint8_t {
-#define VJIT_X(name, ...) name,
-  VJIT_IR_OPS(VJIT_X)
-#undef VJIT_X
-};
-
-enum class OpKind : uint8_t { Source, Unary, Binary, Shape, Reduce, Contract, Loss, Sink };
-
-/// How the executor runs an op (see the table above). Scatter is Compute with no
-/// work: its operand's rows are what the parents gather.
-enum class ExecClass : uint8_t { View, Copy, Compute };
-
-/// Which scatter gradients a GatherGrad adds its operand into.
-enum class GatherGradTarget : uint8_t {
-  Slot,           ///< child `child_slot`'s (the gradient of Gather)
-  EveryVariadic,  ///< every variadic child's (the gradient of GatherSum)
-  VariadicRows,   ///< row k into variadic child k's (the gradient of GatherAll)
-};
-const char* target_name(GatherGradTarget target);  ///< "slot", "every_variadic", "variadic_rows"
-std::ostream& operator<<(std::ostream& out, GatherGradTarget target);
-
-// The attributes of a node: X(Attr, Node field, name in the text form).
-#define VJIT_IR_ATTRS(X)                        \
-  X(Target, target, "target")                   \
-  X(ChildSlot, child_slot, "slot")              \
-  X(MaxChildren, max_children, "max_children")  \
-  X(ForwardValue, forward_value, "forward")     \
-  X(DropoutKey, dropout_key, "key")             \
-  X(Param, param, "param")                      \
-  X(Start, start, "start")                      \
-  X(Value, value, "value")                      \
-  X(Factor, factor, "factor")                   \
-  X(Addend, addend, "addend")                   \
-  X(Rate, rate, "rate")                         \
-  X(TransA, trans_a, "trans_a")                 \
-  X(TransB, trans_b, "trans_b")
-
-enum class Attr : uint8_t {
-#define VJIT_X(attr, field, text) attr,
-  VJIT_IR_ATTRS(VJIT_X)
-#undef VJIT_X
-};
-
-/// A set of attributes (one bit each).
-class AttrSet {
- public:
-  constexpr AttrSet() = default;
-  /// The set of `attrs`.
-  constexpr AttrSet(std::initializer_list<Attr> attrs) {
-    for (Attr a : attrs) bits_ = uint16_t(bits_ | bit(a));
-  }
-  constexpr bool has(Attr a) const { return (bits_ & bit(a)) != 0; }  ///< whether `a` is in the set
-  /// The set less `a`.
-  constexpr AttrSet without(Attr a) const {
-    AttrSet s = *this;
-    s.bits_ = uint16_t(s.bits_ & ~bit(a));
-    return s;
-  }
-  constexpr bool operator==(const AttrSet&) const = default;  ///< the same attributes
-
- private:
-  static constexpr uint16_t bit(Attr a) { return uint16_t(1u << unsigned(a)); }
-  uint16_t bits_ = 0;
-};
-
-/// One row of the op table.
-struct OpInfo {
-  const char* name;     ///< as the text form prints it
-  OpKind kind;          ///< its kind (OpKind)
-  ExecClass exec;       ///< how the executor runs it
-  bool fusable;         ///< whether a fused kernel may compute it
-  AttrSet attributes;   ///< the attributes of Node it reads
-};
-
-constexpr OpInfo op_info(Op op) {
-  using enum OpKind;
-  using enum ExecClass;
-  using enum Attr;
-  switch (op) {
-#define VJIT_X(name, kind, exec, fusable, ...) \
-  case Op::name: return OpInfo{#name, kind, exec, fusable, AttrSet{__VA_ARGS__}};
-    VJIT_IR_OPS(VJIT_X)
-#undef VJIT_X
-  }
-  return OpInfo{"?", Sink, Compute, false, AttrSet{}};
-}
-
-constexpr const char* op_name(Op op) { return op_info(op).name; }
-constexpr OpKind op_kind(Op op) { return op_info(op).kind; }
-constexpr ExecClass exec_class(Op op) { return op_info(op).exec; }
-constexpr bool is_view(Op op) { return exec_class(op) == ExecClass::View; }
-constexpr bool is_copy(Op op) { return exec_class(op) == ExecClass::Copy; }
-constexpr bool is_sink(Op op) { return op_kind(op) == OpKind::Sink; }
-/// Unary and binary ops that map elements to elements.
-constexpr bool is_elementwise(Op op) {
-  OpKind k = op_kind(op);
-  return k == OpKind::Unary || k == OpKind::Binary;
-}
-/// The op part of ir::is_fusable (ir/fusion.h): the elementwise ops with scalar
-/// semantics, i.e. every elementwise op but Dropout.
-constexpr bool is_fusable_op(Op op) { return op_info(op).fusable; }
-
-inline constexpr int kNumOps = 0
-#define VJIT_X(name, ...) +1
-    VJIT_IR_OPS(VJIT_X)
-#undef VJIT_X
-    ;
+/// An op of the IR. Its values are the compiler's own (the library's op
+/// table); a Function's text form (to_string) prints each by name.
+enum class Op : uint8_t;
+/// Which children's scatter gradients a gradient sink of ∂F adds into (the
+/// compiler's own, like Op).
+enum class GatherGradTarget : uint8_t;
 
 using ValueId = int;
 
 /// One node of a Function: an op, its operands and its attributes; node i
 /// defines value i.
 struct Node {
-  Op op = Op::Constant;  ///< what it computes
+  Op op{};               ///< what it computes (set by make)
   Shape shape;           ///< per-vertex shape of the value (scalar for sinks)
   bool uniform = false;  ///< same for every vertex: a Param, or a Concat of uniform values (merge_matmuls)
   std::vector<ValueId> args;  ///< its operands, values defined by earlier nodes
-  /// Attributes. An op reads only those its table row lists; the others keep
-  /// these defaults.
-  int child_slot = 0;                                ///< Gather; GatherGrad with target Slot
-  GatherGradTarget target = GatherGradTarget::Slot;  ///< GatherGrad
+  /// Attributes. An op reads only those its row of the op table lists; the
+  /// others keep these defaults.
+  int child_slot = 0;                                ///< Gather, and its gradient in ∂F
+  GatherGradTarget target{};                         ///< GatherGrad (∂F): whose scatter gradients
   int max_children = 0;                              ///< GatherAll: K, the rows of its [K, d] value
-  ValueId forward_value = -1;                        ///< Fwd: the id of the forward value read
+  ValueId forward_value = -1;                        ///< ∂F's read of a forward value: that value's id
   int dropout_key = 0;                               ///< Dropout: the mask's key
-  int param = -1;                                    ///< Param, PullEmbedding, ParamGrad, EmbeddingGrad
-  int start = 0;                                     ///< Slice, Pad, Gather, GatherGrad (Slot): the flat offset;
+  int param = -1;                                    ///< Param, PullEmbedding, and ∂F's gradient sinks
+  int start = 0;                                     ///< Slice, Pad, Gather and its gradient: the flat offset;
                                                      ///< SliceCols, PadCols: the column
   double value = 0.0;                                ///< Constant
   double factor = 1.0;                               ///< Scale
@@ -275,20 +58,6 @@ struct Node {
     return n;
   }
 };
-
-/// The attributes node `n` reads: its op's, less child_slot for a GatherGrad
-/// whose target is not one slot.
-inline AttrSet used_attributes(const Node& n) {
-  AttrSet used = op_info(n.op).attributes;
-  if (n.op == Op::GatherGrad && n.target != GatherGradTarget::Slot)
-    used = used.without(Attr::ChildSlot).without(Attr::Start);
-  return used;
-}
-
-/// Whether a and b (of the same op) have equal used attributes; and a hash of
-/// the used attributes consistent with it. CSE's notion of "the same node".
-bool same_attributes(const Node& a, const Node& b);
-size_t hash_attributes(const Node& n);
 
 /// A vertex function in SSA form (see the top of this header).
 struct Function {

@@ -10,6 +10,7 @@
 //     b.scatter(h);
 //   });
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -147,6 +148,9 @@ class Builder {
   Value emit(ir::Node node);
   Value operand(const Arg& a);
   ir::Node unary_node(ir::Op op, Value x);  ///< checked, not yet emitted
+  /// An op defined in its own unit (ir/row_op.h), its operands checked against
+  /// the definition; `name` is the method's, for errors.
+  Value row_op(ir::Op op, const char* name, std::initializer_list<Value> args);
   Value binary(ir::Op op, Arg a, Arg b);
   void check_value(const Value& v, const char* op) const;
   void declare_variadic(const Shape& expected, const char* op);
