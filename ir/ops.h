@@ -79,6 +79,8 @@ namespace vjit::ir {
 //                  (the actual children, never the zero padding rows); 0 when there are none
 //   MaxChildrenGrad  (block [K, d], g [d]) → [K, d]: g[j] in row argmax_k block[k, j] (ties → the
 //                  first), over the actual children as MaxChildren; zeros elsewhere
+//   LayerNorm      x [n] → [n]: (x − mean(x)) / √(var(x) + 1e-5), the biased variance  grad: LayerNormGrad
+//   LayerNormGrad  (x [n], g [n]) → [n]: (g − mean(g) − y·mean(g ⊙ y)) / √(var(x) + 1e-5), y = LayerNorm(x)
 #define VJIT_IR_OPS(X)                                                \
   /* name          kind      exec     fusable arity attributes */       \
   X(Gather,         Source,   Copy,    false,  0, ChildSlot, Start)     \
@@ -130,7 +132,9 @@ namespace vjit::ir {
   X(Transpose,      Shape,    Compute, false,  1)                       \
   X(ChildCount,     Source,   Compute, false,  0)                       \
   X(MaxChildren,    Reduce,   Compute, false,  1)                       \
-  X(MaxChildrenGrad,Shape,    Compute, false,  2)
+  X(MaxChildrenGrad,Shape,    Compute, false,  2)                       \
+  X(LayerNorm,      Row,      Compute, false,  1)                       \
+  X(LayerNormGrad,  Row,      Compute, false,  2)
 
 enum class Op : uint8_t {  // declared in vjit/ir.h
 #define VJIT_X(name, ...) name,

@@ -119,6 +119,9 @@ std::vector<OpCase> op_cases() {
          return b.mul(b.concat({two, one, b.neg(one)}), y);
        }},
       {"sym_outer", [](Builder& b, Value x, Value y, Params) { return b.sym_outer(b.mul(b.tanh(x), y)); }},
+      {"layer_norm", [](Builder& b, Value x, Value y, Params p) {
+         return b.mul(b.layer_norm(b.add(x, b.tanh(y))), p.vector);
+       }},
       {"softmax_cross_entropy", [](Builder& b, Value x, Value, Params) {
          Value loss = b.softmax_cross_entropy(x, b.label(n));
          return b.mul(x, loss);

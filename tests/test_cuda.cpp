@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -219,6 +220,52 @@ TEST(CudaHostShim, SymOuterKernelsMatchTheReferenceLoops) {
 
 // The device optimizer, built for the host, leaves the same weights bit for bit
 // as Optimizer::step on the CPU: Adam, and SGD with momentum and clipping.
+// LayerNorm and its gradient, built for the host (one thread per row, fewer
+// threads than rows), against the formulas in float64; the padding past each
+// row's width is left alone.
+TEST(CudaHostShim, LayerNormKernelsMatchTheFormulaInFloat64) {
+  HostModule& module = HostModule::get();
+  ASSERT_TRUE(module.error.empty()) << module.error;
+  long long rows = 5, n = 7, xld = 9, gld = 11, ld = 10;
+  std::vector<float> x(size_t(rows * xld)), g(size_t(rows * gld)), out(size_t(rows * ld), -7.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 13) - 6) * 0.25f + float(i / 9) * 0.5f;
+  for (size_t i = 0; i < g.size(); ++i) g[i] = float(int(i % 11) - 5) * 0.5f;
+  const float *xp = x.data(), *gp = g.data();
+  float* op = out.data();
+  struct Moments {
+    double mean, sigma;
+  };
+  auto moments = [&](long long r) {
+    double mean = 0, var = 0;
+    for (long long i = 0; i < n; ++i) mean += x[size_t(r * xld + i)] / double(n);
+    for (long long i = 0; i < n; ++i) var += std::pow(x[size_t(r * xld + i)] - mean, 2) / double(n);
+    return Moments{mean, std::sqrt(var + 1e-5)};
+  };
+  std::vector<void*> forward{&rows, &xp, &xld, &n, &op, &ld, &n};
+  module.entry("vjit_layer_norm")(forward.data(), 1, 2);
+  for (long long r = 0; r < rows; ++r) {
+    const Moments m = moments(r);
+    for (long long i = 0; i < n; ++i)
+      EXPECT_NEAR(out[size_t(r * ld + i)], (x[size_t(r * xld + i)] - m.mean) / m.sigma, 2e-6) << r << ", " << i;
+    for (long long i = n; i < ld; ++i) EXPECT_EQ(out[size_t(r * ld + i)], -7.0f) << r << ", " << i;
+  }
+  std::vector<void*> gradient{&rows, &xp, &xld, &n, &gp, &gld, &n, &op, &ld, &n};
+  module.entry("vjit_layer_norm_grad")(gradient.data(), 2, 2);
+  for (long long r = 0; r < rows; ++r) {
+    const Moments m = moments(r);
+    double g_mean = 0, gy_mean = 0;
+    for (long long i = 0; i < n; ++i) {
+      g_mean += g[size_t(r * gld + i)] / double(n);
+      gy_mean += g[size_t(r * gld + i)] * (x[size_t(r * xld + i)] - m.mean) / m.sigma / double(n);
+    }
+    for (long long i = 0; i < n; ++i) {
+      const double y = (x[size_t(r * xld + i)] - m.mean) / m.sigma;
+      EXPECT_NEAR(out[size_t(r * ld + i)], (g[size_t(r * gld + i)] - g_mean - y * gy_mean) / m.sigma, 1e-5)
+          << r << ", " << i;
+    }
+  }
+}
+
 TEST(CudaHostShim, OptimizerKernelEqualsTheCpuStep) {
   HostModule& module = HostModule::get();
   ASSERT_TRUE(module.error.empty()) << module.error;

@@ -520,6 +520,62 @@ TEST(GatherSlices, AGatherOfTheSecondHalfOfAStateAndItsGradientMatchTheReference
   }
 }
 
+// Layer normalisation in a tree model (gain and bias a mul and an add, as the
+// guide shows): the CPU engine's values and gradients equal the reference
+// under every planner, fused and unfused, and its FLOPs are counted.
+TEST(LayerNorm, ATreeModelUsingItMatchesTheReferenceUnderEveryPlanner) {
+  Model model;
+  Param w = model.add("w", Shape::mat(6, 3));
+  Param u = model.add("u", Shape::mat(6, 12));
+  Param gain = model.add("gain", Shape::vec(6));
+  Param bias = model.add("bias", Shape::vec(6));
+  Param classes = model.add("classes", Shape::mat(3, 6));
+  Program program(model);
+  auto normalised = [&](Builder& b, Value x) { return b.add(b.mul(b.layer_norm(x), gain), bias); };
+  const int leaf = program.add_type("leaf", [&](Builder& b) { b.scatter(b.tanh(normalised(b, b.matmul(w, b.pull(3))))); });
+  const int node = program.add_type("node", [&](Builder& b) {
+    Value h = b.tanh(normalised(b, b.matmul(u, b.concat({b.gather(0, Shape::vec(6)), b.gather(1, Shape::vec(6))}))));
+    b.add_loss(b.softmax_cross_entropy(b.matmul(classes, h), b.label(3)));
+    b.push(h);
+    b.scatter(h);
+  });
+  GraphBatch batch;
+  for (int s = 0; s < 9; ++s) {
+    Sample sample;
+    sample.name = "tree " + std::to_string(s);
+    std::vector<int> level;
+    for (int i = 0; i < 2 + s % 4; ++i) {
+      level.push_back(sample.add_vertex(leaf));
+      sample.vertices[size_t(level.back())].features = {0.5f * float(i) - 0.7f, 0.25f * float(s), -0.4f + 0.1f * float(i)};
+    }
+    while (level.size() > 1) {  // pairs from the left; the last one joins the first parent
+      std::vector<int> parents;
+      for (size_t i = 0; i + 1 < level.size(); i += 2)
+        parents.push_back(sample.add_vertex(node, {level[i], level[i + 1]}, -1, int(i + size_t(s)) % 3));
+      if (level.size() % 2 == 1) parents.push_back(level.back());
+      level = parents;
+    }
+    batch.samples.push_back(sample);
+  }
+  for (const std::string memplan : {"copy", "pqtree", "padded"})
+    for (bool fusion : {true, false}) {
+      Options options = Options::defaults();
+      apply_flag(options, "memplan", memplan);
+      options.tuning.fusion = fusion;
+      Engine engine(program, options);
+      const std::string what = memplan + (fusion ? "" : ", no fusion");
+      testing::expect_matches_reference(engine, program, batch, kTolerance, what);
+      testing::expect_forward_only_matches_reference(engine, program, batch, kTolerance, what + ", forward only");
+    }
+  // Its FLOPs: 5 per element forward, 12 for the gradient; the add, the sum
+  // and the bias's ParamGrad add 6 each, the pull, the seed and the broadcast
+  // none.
+  Program counted(model);
+  const int type = counted.add_type("norm", [&](Builder& b) { b.add_loss(b.sum(b.layer_norm(b.add(b.pull(6), bias)))); });
+  EXPECT_EQ(ir::flops_per_vertex(counted.forward(type)), 6 + 5 * 6 + 6);
+  EXPECT_EQ(ir::flops_per_vertex(counted.backward(type)), 12 * 6 + 6);
+}
+
 // A weight times a per-vertex matrix, W·M and W·Mᵀ: the weight's gradient is
 // a sum of one small product per vertex (Σ dY·Mᵀ, Σ dY·M), which the executor
 // sums a group of vertices per GEMM, their operands laid side by side. 310

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -651,6 +652,46 @@ TEST(OpTable, RowOpsAndOnlyThoseHaveACompleteDefinition) {
   // A forward row op has a gradient rule; SymOuter's gradient op itself has none.
   EXPECT_NE(ir::row_op(ir::Op::SymOuter)->gradient, nullptr);
   EXPECT_EQ(ir::row_op(ir::Op::SymOuterGrad)->gradient, nullptr);
+}
+
+// LayerNorm in the reference interpreter, in double and in float, against the
+// formula computed here in float64; and a Builder error naming the op.
+TEST(LayerNorm, ReferenceEqualsTheFormulaInFloat64) {
+  Model model;
+  Program program(model);
+  const int type = program.add_type("norm", [](Builder& b) { b.push(b.layer_norm(b.pull(5))); });
+  const std::vector<std::vector<float>> inputs = {{0.5f, -1.25f, 3.0f, 0.0f, 2.75f}, {2.0f, 2.0f, 2.0f, 2.0f, 2.0f}};
+  GraphBatch batch;
+  Sample sample;
+  for (const std::vector<float>& x : inputs) sample.vertices[size_t(sample.add_vertex(type))].features = x;
+  batch.samples.push_back(sample);
+  RunOptions run;
+  run.backward = false;
+  const Evaluation<double> in_double = reference_evaluate(program, parameter_values<double>(model), batch, run);
+  const Evaluation<float> in_float = reference_evaluate(program, parameter_values<float>(model), batch, run);
+  for (int v = 0; v < 2; ++v) {
+    const std::vector<float>& x = inputs[size_t(v)];
+    double mean = 0, var = 0;
+    for (float xi : x) mean += xi / 5.0;
+    for (float xi : x) var += (xi - mean) * (xi - mean) / 5.0;
+    for (size_t i = 0; i < 5; ++i) {
+      const double want = (x[i] - mean) / std::sqrt(var + 1e-5);
+      EXPECT_NEAR(in_double.pushes.at(0, v, 0)[i], want, 1e-12) << v << ", " << i;
+      EXPECT_NEAR(in_float.pushes.at(0, v, 0)[i], want, 1e-5) << v << ", " << i;
+    }
+  }
+  // A constant vector normalises to zeros (ε keeps the division finite).
+  EXPECT_EQ(in_double.pushes.at(0, 1, 0)[3], 0.0);
+
+  Model other;
+  Param w = other.add("W", Shape::mat(2, 3));
+  std::string msg =
+      build_error(other, [&](Builder& b) { b.scatter(b.layer_norm(b.reshape(b.pull(4), Shape::mat(2, 2)))); });
+  EXPECT_CONTAINS(msg, "layer_norm");
+  EXPECT_CONTAINS(msg, "a vector of at least one element, got [2,2]");
+  msg = build_error(other, [&](Builder& b) { b.scatter(b.layer_norm(b.param(w))); });
+  EXPECT_CONTAINS(msg, "layer_norm");
+  EXPECT_CONTAINS(msg, "parameter");
 }
 
 // ir/op_semantics.h gives semantics to exactly the fusable ops: those the

@@ -127,6 +127,10 @@ class Builder {
   /// bilinear(x, V) at half its multiply-adds: P_i(a,b) = V_i[a,b] + V_i[b,a]
   /// for a < b, V_i[a,a] on the diagonal (the RNTN model stores P).
   Value sym_outer(Value x);
+  /// Layer normalisation of a vector x [n] → [n]: (x − mean(x)) / √(var(x) + 1e-5),
+  /// with the biased variance over the n elements (PyTorch's default ε); a
+  /// learned gain and bias are a mul and an add after it.
+  Value layer_norm(Value x);
 
   // --- losses (each returns the per-vertex loss; add_loss puts it in the objective) ---
   /// −log softmax(logits)[label]: logits [num_classes] scored against the
