@@ -4,7 +4,8 @@
 // Program's own F and ∂F, before matmul merging, fusion or any recomputation —
 // so a benchmark can compare what a model needs with what the machine can do.
 //
-// The rule, per node (per vertex; uniform values are counted per vertex too):
+// The rule, per node (per vertex; uniform values are counted per vertex too),
+// is its op's FlopRule in the op table (ir/ops.h):
 //   MatMul            2·m·n·k  (m·n result elements, k the contracted dimension)
 //   Outer             m·n      (one product per element)
 //   ParamGrad         the operand's elements (one add each into the gradient:
@@ -15,6 +16,8 @@
 //   Sum, SumRows      1 per operand element
 //   SoftmaxCE,        kSoftmaxFlopsPerClass per class (max, subtract, exp, add;
 //   SoftmaxCEGrad     the gradient: exp, normalise, subtract the one-hot, scale)
+//   MaxChildren(Grad) 1 per element of the children block
+//   row ops           their own count (RowOp::flops, ir/row_op.h)
 //   everything else   0: gathers, pulls, pushes, scatters and their gradients
 //                     (EmbeddingGrad, GatherGrad), concatenation, slices, pads,
 //                     broadcasts, constants, parameters, losses

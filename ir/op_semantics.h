@@ -26,13 +26,10 @@ constexpr bool has_unary_constant(Op op) {
   return attrs.has(Attr::Factor) || attrs.has(Attr::Addend);
 }
 
-// That constant; 0 for the other ops.
+// That constant, the attribute its op reads; 0 for the other ops.
 inline double unary_constant(const Node& n) {
-  switch (n.op) {
-    case Op::Scale: return n.factor;
-    case Op::AddScalar: return n.addend;
-    default: return 0.0;
-  }
+  const AttrSet attrs = op_info(n.op).attributes;
+  return attrs.has(Attr::Factor) ? n.factor : attrs.has(Attr::Addend) ? n.addend : 0.0;
 }
 
 template <Op op>

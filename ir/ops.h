@@ -14,7 +14,7 @@
 
 namespace vjit::ir {
 
-// The op table: X(name, kind, exec, fusable, arity, attributes...), one row per op.
+// The op table: X(name, kind, exec, fusable, arity, flops, attributes...), one row per op.
 //   kind        the operand pattern (OpKind): Source ops read none, Unary one, ...
 //   exec        how the executor runs it (ExecClass): View (no kernel; the value
 //               aliases memory that exists already), Copy (data movement between
@@ -22,6 +22,8 @@ namespace vjit::ir {
 //   fusable     whether it may join a fused elementwise kernel (codegen lowers every
 //               fusable op; its scalar semantics are in ir/op_semantics.h)
 //   arity       how many operands it reads (-1: any number but none, Concat's)
+//   flops       how its useful floating-point operations are counted (FlopRule,
+//               ir/flops.h)
 //   attributes  the Node fields it reads (Attr); every other attribute stays at its
 //               default, which verify() checks and CSE relies on
 // Each op's semantics and gradient, one line each:
@@ -82,59 +84,59 @@ namespace vjit::ir {
 //   LayerNorm      x [n] → [n]: (x − mean(x)) / √(var(x) + 1e-5), the biased variance  grad: LayerNormGrad
 //   LayerNormGrad  (x [n], g [n]) → [n]: (g − mean(g) − y·mean(g ⊙ y)) / √(var(x) + 1e-5), y = LayerNorm(x)
 #define VJIT_IR_OPS(X)                                                \
-  /* name          kind      exec     fusable arity attributes */       \
-  X(Gather,         Source,   Copy,    false,  0, ChildSlot, Start)     \
-  X(GatherSum,      Source,   Copy,    false,  0)                       \
-  X(GatherAll,      Source,   Copy,    false,  0, MaxChildren)          \
-  X(Pull,           Source,   Copy,    false,  0)                       \
-  X(PullEmbedding,  Source,   Copy,    false,  0, Param)                \
-  X(Param,          Source,   View,    false,  0, Param)                \
-  X(Constant,       Source,   Compute, false,  0, Value)                \
-  X(Neg,            Unary,    Compute, true,   1)                       \
-  X(Sigmoid,        Unary,    Compute, true,   1)                       \
-  X(Tanh,           Unary,    Compute, true,   1)                       \
-  X(Relu,           Unary,    Compute, true,   1)                       \
-  X(Exp,            Unary,    Compute, true,   1)                       \
-  X(Log,            Unary,    Compute, true,   1)                       \
-  X(Sqrt,           Unary,    Compute, true,   1)                       \
-  X(Step,           Unary,    Compute, true,   1)                       \
-  X(Scale,          Unary,    Compute, true,   1, Factor)               \
-  X(AddScalar,      Unary,    Compute, true,   1, Addend)               \
-  X(Dropout,        Unary,    Compute, false,  1, Rate, DropoutKey)     \
-  X(Add,            Binary,   Compute, true,   2)                       \
-  X(Sub,            Binary,   Compute, true,   2)                       \
-  X(Mul,            Binary,   Compute, true,   2)                       \
-  X(Div,            Binary,   Compute, true,   2)                       \
-  X(Concat,         Shape,    Compute, false, -1)                       \
-  X(Slice,          Shape,    View,    false,  1, Start)                \
-  X(Pad,            Shape,    Compute, false,  1, Start)                \
-  X(Reshape,        Shape,    View,    false,  1)                       \
-  X(Sum,            Reduce,   Compute, false,  1)                       \
-  X(SumRows,        Reduce,   Compute, false,  1)                       \
-  X(Broadcast,      Shape,    Compute, false,  1)                       \
-  X(BroadcastRows,  Shape,    Compute, false,  1)                       \
-  X(MatMul,         Contract, Compute, false,  2, TransA, TransB)       \
-  X(Outer,          Contract, Compute, false,  2)                       \
-  X(SymOuter,       Row,      Compute, false,  1)                       \
-  X(SymOuterGrad,   Row,      Compute, false,  2)                       \
-  X(SoftmaxCE,      Loss,     Compute, false,  1)                       \
-  X(SoftmaxCEGrad,  Loss,     Compute, false,  2)                       \
-  X(Scatter,        Sink,     Compute, false,  1)                       \
-  X(Push,           Sink,     Copy,    false,  1)                       \
-  X(Loss,           Sink,     Compute, false,  1)                       \
-  X(Fwd,            Source,   View,    false,  0, ForwardValue)         \
-  X(ScatterGrad,    Source,   View,    false,  0)                       \
-  X(GatherGrad,     Sink,     Copy,    false,  1, Target, ChildSlot, Start)\
-  X(ParamGrad,      Sink,     Compute, false,  1, Param)                \
-  X(EmbeddingGrad,  Sink,     Copy,    false,  1, Param)                \
-  X(SliceCols,      Shape,    Compute, false,  1, Start)                \
-  X(PadCols,        Shape,    Compute, false,  1, Start)                \
-  X(Transpose,      Shape,    Compute, false,  1)                       \
-  X(ChildCount,     Source,   Compute, false,  0)                       \
-  X(MaxChildren,    Reduce,   Compute, false,  1)                       \
-  X(MaxChildrenGrad,Shape,    Compute, false,  2)                       \
-  X(LayerNorm,      Row,      Compute, false,  1)                       \
-  X(LayerNormGrad,  Row,      Compute, false,  2)
+  /* name          kind      exec     fusable arity flops    attributes */      \
+  X(Gather,         Source,   Copy,    false,  0, None,     ChildSlot, Start)   \
+  X(GatherSum,      Source,   Copy,    false,  0, None)                         \
+  X(GatherAll,      Source,   Copy,    false,  0, None,     MaxChildren)        \
+  X(Pull,           Source,   Copy,    false,  0, None)                         \
+  X(PullEmbedding,  Source,   Copy,    false,  0, None,     Param)              \
+  X(Param,          Source,   View,    false,  0, None,     Param)              \
+  X(Constant,       Source,   Compute, false,  0, None,     Value)              \
+  X(Neg,            Unary,    Compute, true,   1, Result)                       \
+  X(Sigmoid,        Unary,    Compute, true,   1, Result)                       \
+  X(Tanh,           Unary,    Compute, true,   1, Result)                       \
+  X(Relu,           Unary,    Compute, true,   1, Result)                       \
+  X(Exp,            Unary,    Compute, true,   1, Result)                       \
+  X(Log,            Unary,    Compute, true,   1, Result)                       \
+  X(Sqrt,           Unary,    Compute, true,   1, Result)                       \
+  X(Step,           Unary,    Compute, true,   1, Result)                       \
+  X(Scale,          Unary,    Compute, true,   1, Result,   Factor)             \
+  X(AddScalar,      Unary,    Compute, true,   1, Result,   Addend)             \
+  X(Dropout,        Unary,    Compute, false,  1, Result,   Rate, DropoutKey)   \
+  X(Add,            Binary,   Compute, true,   2, Result)                       \
+  X(Sub,            Binary,   Compute, true,   2, Result)                       \
+  X(Mul,            Binary,   Compute, true,   2, Result)                       \
+  X(Div,            Binary,   Compute, true,   2, Result)                       \
+  X(Concat,         Shape,    Compute, false, -1, None)                         \
+  X(Slice,          Shape,    View,    false,  1, None,     Start)              \
+  X(Pad,            Shape,    Compute, false,  1, None,     Start)              \
+  X(Reshape,        Shape,    View,    false,  1, None)                         \
+  X(Sum,            Reduce,   Compute, false,  1, Operand)                      \
+  X(SumRows,        Reduce,   Compute, false,  1, Operand)                      \
+  X(Broadcast,      Shape,    Compute, false,  1, None)                         \
+  X(BroadcastRows,  Shape,    Compute, false,  1, None)                         \
+  X(MatMul,         Contract, Compute, false,  2, Product,  TransA, TransB)     \
+  X(Outer,          Contract, Compute, false,  2, Result)                       \
+  X(SymOuter,       Row,      Compute, false,  1, Defined)                      \
+  X(SymOuterGrad,   Row,      Compute, false,  2, Defined)                      \
+  X(SoftmaxCE,      Loss,     Compute, false,  1, Softmax)                      \
+  X(SoftmaxCEGrad,  Loss,     Compute, false,  2, Softmax)                      \
+  X(Scatter,        Sink,     Compute, false,  1, None)                         \
+  X(Push,           Sink,     Copy,    false,  1, None)                         \
+  X(Loss,           Sink,     Compute, false,  1, None)                         \
+  X(Fwd,            Source,   View,    false,  0, None,     ForwardValue)       \
+  X(ScatterGrad,    Source,   View,    false,  0, None)                         \
+  X(GatherGrad,     Sink,     Copy,    false,  1, None,     Target, ChildSlot, Start)\
+  X(ParamGrad,      Sink,     Compute, false,  1, Operand,  Param)              \
+  X(EmbeddingGrad,  Sink,     Copy,    false,  1, None,     Param)              \
+  X(SliceCols,      Shape,    Compute, false,  1, None,     Start)              \
+  X(PadCols,        Shape,    Compute, false,  1, None,     Start)              \
+  X(Transpose,      Shape,    Compute, false,  1, None)                         \
+  X(ChildCount,     Source,   Compute, false,  0, None)                         \
+  X(MaxChildren,    Reduce,   Compute, false,  1, Operand)                      \
+  X(MaxChildrenGrad,Shape,    Compute, false,  2, Operand)                      \
+  X(LayerNorm,      Row,      Compute, false,  1, Defined)                      \
+  X(LayerNormGrad,  Row,      Compute, false,  2, Defined)
 
 enum class Op : uint8_t {  // declared in vjit/ir.h
 #define VJIT_X(name, ...) name,
@@ -145,6 +147,16 @@ enum class Op : uint8_t {  // declared in vjit/ir.h
 /// An op's operand pattern. Row: a per-vertex function of whole operand values,
 /// defined in its own unit by a RowOp (ir/row_op.h).
 enum class OpKind : uint8_t { Source, Unary, Binary, Shape, Reduce, Contract, Loss, Sink, Row };
+
+/// How an op's useful FLOPs per vertex are counted (ir/flops.h).
+enum class FlopRule : uint8_t {
+  None,     ///< 0: data movement, constants, sinks
+  Result,   ///< 1 per result element
+  Operand,  ///< 1 per element of the first operand
+  Product,  ///< 2·m·n·k of a matrix product
+  Softmax,  ///< kSoftmaxFlopsPerClass per class
+  Defined,  ///< a row op's own count (RowOp::flops)
+};
 
 /// How the executor runs an op (see the table above). Scatter is Compute with no
 /// work: its operand's rows are what the parents gather.
@@ -161,18 +173,18 @@ std::ostream& operator<<(std::ostream& out, GatherGradTarget target);
 
 // The attributes of a node: X(Attr, Node field, name in the text form).
 #define VJIT_IR_ATTRS(X)                        \
-  X(Target, target, "target")                   \
-  X(ChildSlot, child_slot, "slot")              \
-  X(MaxChildren, max_children, "max_children")  \
-  X(ForwardValue, forward_value, "forward")     \
-  X(DropoutKey, dropout_key, "key")             \
-  X(Param, param, "param")                      \
-  X(Start, start, "start")                      \
-  X(Value, value, "value")                      \
-  X(Factor, factor, "factor")                   \
-  X(Addend, addend, "addend")                   \
-  X(Rate, rate, "rate")                         \
-  X(TransA, trans_a, "trans_a")                 \
+  X(Target, target, "target")                                                   \
+  X(ChildSlot, child_slot, "slot")                                              \
+  X(MaxChildren, max_children, "max_children")                                  \
+  X(ForwardValue, forward_value, "forward")                                     \
+  X(DropoutKey, dropout_key, "key")                                             \
+  X(Param, param, "param")                                                      \
+  X(Start, start, "start")                                                      \
+  X(Value, value, "value")                                                      \
+  X(Factor, factor, "factor")                                                   \
+  X(Addend, addend, "addend")                                                   \
+  X(Rate, rate, "rate")                                                         \
+  X(TransA, trans_a, "trans_a")                                                 \
   X(TransB, trans_b, "trans_b")
 
 enum class Attr : uint8_t {
@@ -210,6 +222,7 @@ struct OpInfo {
   ExecClass exec;       ///< how the executor runs it
   bool fusable;         ///< whether a fused kernel may compute it
   int arity;            ///< how many operands it reads; -1: one or more (Concat)
+  FlopRule flops;       ///< how its FLOPs are counted
   AttrSet attributes;   ///< the attributes of Node it reads
 };
 
@@ -218,12 +231,12 @@ constexpr OpInfo op_info(Op op) {
   using enum ExecClass;
   using enum Attr;
   switch (op) {
-#define VJIT_X(name, kind, exec, fusable, arity, ...) \
-  case Op::name: return OpInfo{#name, kind, exec, fusable, arity, AttrSet{__VA_ARGS__}};
+#define VJIT_X(name, kind, exec, fusable, arity, flops, ...) \
+  case Op::name: return OpInfo{#name, kind, exec, fusable, arity, FlopRule::flops, AttrSet{__VA_ARGS__}};
     VJIT_IR_OPS(VJIT_X)
 #undef VJIT_X
   }
-  return OpInfo{"?", Sink, Compute, false, 0, AttrSet{}};
+  return OpInfo{"?", Sink, Compute, false, 0, FlopRule::None, AttrSet{}};
 }
 
 constexpr const char* op_name(Op op) { return op_info(op).name; }
