@@ -21,17 +21,19 @@ if [[ $# -gt 0 ]]; then shift; fi
 case "$mode" in
   Release)  dir=build;       flags=(-DCMAKE_BUILD_TYPE=Release -DVJIT_SANITIZE=OFF) ;;
   Debug)    dir=build-debug; flags=(-DCMAKE_BUILD_TYPE=Debug -DVJIT_SANITIZE=OFF) ;;
-  Sanitize) dir=build-asan;  flags=(-DCMAKE_BUILD_TYPE=Debug -DVJIT_SANITIZE=ON) ;;
-  NoCuda)   dir=build-nocuda; flags=(-DCMAKE_BUILD_TYPE=Release -DVJIT_SANITIZE=OFF -DVJIT_CUDA=OFF) ;;
-  # The sanitizer modes below build no GPU back end: nothing runs it on a
-  # machine without a GPU, and it would only lengthen the build.
+  Sanitize) dir=build-asan;  flags=(-DCMAKE_BUILD_TYPE=Debug -DVJIT_SANITIZE=ON -DVJIT_PYTHON=OFF) ;;
+  NoCuda)   dir=build-nocuda; flags=(-DCMAKE_BUILD_TYPE=Release -DVJIT_SANITIZE=OFF -DVJIT_CUDA=OFF -DVJIT_PYTHON=OFF) ;;
+  # The modes below build no GPU back end: nothing runs it on a machine
+  # without a GPU, and it would only lengthen the build. Nor do they, or
+  # NoCuda, build the Python module (python/): an instrumented module would
+  # not load into an uninstrumented interpreter, and Release tests it.
   Thread)   dir=build-tsan;  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
-                                   -DVJIT_SANITIZE=OFF -DVJIT_TSAN=ON -DVJIT_CUDA=OFF) ;;
+                                   -DVJIT_SANITIZE=OFF -DVJIT_TSAN=ON -DVJIT_CUDA=OFF -DVJIT_PYTHON=OFF) ;;
   Fuzz)     dir=build-fuzz;  flags=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
                                    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only"
-                                   -DVJIT_SANITIZE=OFF -DVJIT_FUZZ=ON -DVJIT_CUDA=OFF) ;;
+                                   -DVJIT_SANITIZE=OFF -DVJIT_FUZZ=ON -DVJIT_CUDA=OFF -DVJIT_PYTHON=OFF) ;;
   Aarch64)  dir=build-aarch64; flags=(-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake
-                                   -DCMAKE_BUILD_TYPE=Release -DVJIT_SANITIZE=OFF -DVJIT_CUDA=OFF -DVJIT_MPI=OFF) ;;
+                                   -DCMAKE_BUILD_TYPE=Release -DVJIT_SANITIZE=OFF -DVJIT_CUDA=OFF -DVJIT_MPI=OFF -DVJIT_PYTHON=OFF) ;;
   *)
     echo "build.sh: unknown mode '$mode'; valid modes: Release, Debug, Sanitize, NoCuda, Thread, Fuzz, Aarch64" >&2
     exit 2

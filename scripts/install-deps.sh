@@ -36,6 +36,10 @@ PACKAGES=(
   libdnnl-dev
   libxsmm-dev
   python3-numpy
+  python3-dev  # the Python module (python/): Python.h
+  pybind11-dev  # the Python module's bindings
+  python3-pytest  # the Python module's tests (ctest python.*)
+  python3-venv  # pip install . into a virtual environment (docs/python.md)
   clang
   libclang-rt-14-dev
   libopenmpi-dev  # optional: data-parallel training (vjit/distributed.h); the build works without it

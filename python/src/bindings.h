@@ -1,0 +1,70 @@
+#pragma once
+// The Python module's pieces (python/src/*.cpp), one per part of the public
+// API, and what they share: shapes as tuples, NumPy views that keep their
+// owner alive, and the count of live views of each Model's parameters.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "vjit/vjit.h"
+
+namespace pybind11::detail {
+
+/// vjit::Shape as a tuple: () a scalar, (n,) a vector, (m, n) a matrix. An int
+/// n is accepted as (n,).
+template <>
+struct type_caster<vjit::Shape> {
+  PYBIND11_TYPE_CASTER(vjit::Shape, const_name("tuple[int, ...]"));
+
+  bool load(handle src, bool) {
+    if (isinstance<int_>(src)) {
+      value = vjit::Shape::vec(src.cast<int>());
+      return true;
+    }
+    if (!isinstance<sequence>(src) || isinstance<str>(src)) return false;
+    const auto dims = reinterpret_borrow<sequence>(src);
+    if (dims.size() > 2) throw vjit::UserError("a shape has at most 2 dimensions, got " + std::string(str(src)));
+    std::vector<int> extents;
+    for (handle d : dims) extents.push_back(d.cast<int>());
+    value = extents.empty() ? vjit::Shape::scalar()
+            : extents.size() == 1 ? vjit::Shape::vec(extents[0])
+                                  : vjit::Shape::mat(extents[0], extents[1]);
+    return true;
+  }
+
+  static handle cast(const vjit::Shape& shape, return_value_policy, handle) {
+    tuple dims(size_t(shape.rank));
+    for (int i = 0; i < shape.rank; ++i) dims[size_t(i)] = shape.dims[size_t(i)];
+    return dims.release();
+  }
+};
+
+}  // namespace pybind11::detail
+
+namespace vjit::python {
+
+namespace py = pybind11;
+
+/// The NumPy shape of a vjit shape: () , (n,) or (m, n).
+std::vector<py::ssize_t> numpy_shape(const Shape& shape);
+
+/// A float32 array over `data` (C order) that keeps `owner` alive while it or
+/// any array made from it lives.
+py::array_t<float> view(float* data, std::vector<py::ssize_t> shape, py::handle owner, bool writeable = true);
+
+/// Live NumPy views of the parameters of `model` (Model.value and friends).
+int live_views(const Model& model);
+/// Throws UserError when `model` has live parameter views: `what` may move
+/// its one block of parameter memory, which would leave them dangling.
+void check_no_live_views(const Model& model, const std::string& what);
+
+void bind_errors(py::module_& m);
+void bind_model(py::module_& m);
+void bind_program(py::module_& m);
+void bind_data(py::module_& m);
+void bind_engine(py::module_& m);
+
+}  // namespace vjit::python
