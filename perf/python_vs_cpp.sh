@@ -12,7 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-2}"
-python="$(grep -m1 '^Python3_EXECUTABLE:' build/CMakeCache.txt | cut -d= -f2)"
+python="$(sed -n 's/^VJIT_PYTHON_EXECUTABLE:INTERNAL=//p' build/CMakeCache.txt)"
+[[ -n "$python" ]] || { echo "python_vs_cpp: build/ has no Python module (scripts/build.sh Release)" >&2; exit 1; }
 export PYTHONPATH="$PWD/build/python${PYTHONPATH:+:$PYTHONPATH}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -41,9 +41,6 @@ if(NOT VJIT_PYTHON_MISSING STREQUAL "")
   return()
 endif()
 set(VJIT_HAVE_PYTHON ON)
+# Read by perf/python_vs_cpp.sh: the interpreter that imports the built module.
+set(VJIT_PYTHON_EXECUTABLE ${Python3_EXECUTABLE} CACHE INTERNAL "the interpreter the Python module is built for")
 message(STATUS "vjit Python module for ${Python3_EXECUTABLE} (pybind11 ${pybind11_VERSION})")
-set(CMAKE_POSITION_INDEPENDENT_CODE ON)
-# Position-independent code lets a function be replaced by another shared
-# object's of the same name unless told otherwise; vjit's never are, so calls
-# between them stay direct and inlinable, as in a program.
-add_compile_options(-fno-semantic-interposition)
