@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,10 +62,33 @@ int live_views(const Model& model);
 /// its one block of parameter memory, which would leave them dangling.
 void check_no_live_views(const Model& model, const std::string& what);
 
+/// The Builder of one vertex type being traced, as the Python body sees it:
+/// valid only while the body runs (a Builder kept past it raises UserError).
+struct BuilderRef {
+  Builder* builder;
+  std::string type_name;
+
+  Builder& get() const;
+};
+
+/// A BuilderRef of `builder` for the body's call, expired when this goes out of scope.
+class ScopedBuilder {
+ public:
+  ScopedBuilder(Builder& builder, std::string type_name);
+  ~ScopedBuilder() { ref_->builder = nullptr; }
+  ScopedBuilder(const ScopedBuilder&) = delete;
+  ScopedBuilder& operator=(const ScopedBuilder&) = delete;
+  const std::shared_ptr<BuilderRef>& ref() const { return ref_; }
+
+ private:
+  std::shared_ptr<BuilderRef> ref_;
+};
+
 void bind_errors(py::module_& m);
 void bind_model(py::module_& m);
 void bind_program(py::module_& m);
 void bind_data(py::module_& m);
 void bind_engine(py::module_& m);
+void bind_recursive(py::module_& m);
 
 }  // namespace vjit::python

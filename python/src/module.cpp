@@ -38,4 +38,5 @@ PYBIND11_MODULE(_vjit, m) {
   python::bind_program(m);
   python::bind_data(m);
   python::bind_engine(m);
+  python::bind_recursive(m);
 }

@@ -6,21 +6,17 @@
 
 namespace vjit::python {
 
+Builder& BuilderRef::get() const {
+  VJIT_USER_CHECK(builder != nullptr, "the Builder of vertex type '" << type_name
+                                          << "' is used after Program.add_type returned: a vertex function "
+                                             "is traced once, while add_type runs its body");
+  return *builder;
+}
+
+ScopedBuilder::ScopedBuilder(Builder& builder, std::string type_name)
+    : ref_(std::make_shared<BuilderRef>(BuilderRef{&builder, std::move(type_name)})) {}
+
 namespace {
-
-// The Builder of one Program.add_type call, as the Python body sees it: valid
-// only while the body runs (a Builder kept past it raises UserError).
-struct BuilderRef {
-  Builder* builder;
-  std::string type_name;
-
-  Builder& get() const {
-    VJIT_USER_CHECK(builder != nullptr, "the Builder of vertex type '" << type_name
-                                            << "' is used after Program.add_type returned: a vertex function "
-                                               "is traced once, while add_type runs its body");
-    return *builder;
-  }
-};
 
 using Ref = BuilderRef;
 using ValueOp = Value (Builder::*)(Value);
@@ -150,12 +146,8 @@ void bind_program(py::module_& m) {
             // A constant tensor of the body adds a parameter, which may move the block.
             check_no_live_views(program.model(), "Program.add_type");
             return program.add_type(name, [&](Builder& b) {
-              auto ref = std::make_shared<Ref>(Ref{&b, name});
-              struct Expire {
-                Ref& ref;
-                ~Expire() { ref.builder = nullptr; }
-              } expire{*ref};
-              body(ref);
+              ScopedBuilder builder(b, name);
+              body(builder.ref());
             });
           },
           py::arg("name"), py::arg("body"),
