@@ -90,7 +90,7 @@ Vertex vertex_from_python(const py::handle& item, size_t s, size_t v) {
   if (!py::isinstance<py::dict>(item) && (!py::isinstance<py::sequence>(item) || py::isinstance<py::str>(item)))
     throw UserError("GraphBatch.from_lists: sample " + std::to_string(s) + ", vertex " + std::to_string(v) +
                     ": expected a tuple (type, children, token, label, features) or a dict, got " +
-                    std::string(py::str(item.get_type().attr("__name__"))));
+                    std::string(py::str(py::type::of(item).attr("__name__"))));
   py::object type = read("type", 0);
   VJIT_USER_CHECK(!type.is_none(), "GraphBatch.from_lists: sample " << s << ", vertex " << v << " has no type");
   vertex.type = type.cast<int>();
