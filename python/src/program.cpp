@@ -91,6 +91,8 @@ void bind_ops(py::class_<Ref, std::shared_ptr<Ref>>& c) {
   unary(c, "transpose", &Builder::transpose, "[m, n] → [n, m].");
   unary(c, "mean_children", &Builder::mean_children, "Σ_k rows / count over the actual children of a [K, d] block.");
   unary(c, "max_children", &Builder::max_children, "Column max over the actual children of a [K, d] block.");
+  unary(c, "layer_norm", &Builder::layer_norm,
+        "Layer normalisation of a vector: (x − mean(x)) / √(var(x) + 1e-5), no gain or bias.");
   unary(c, "sym_outer", &Builder::sym_outer, "x [n] → [n(n+1)/2]: x_a x_b for a ≤ b, row by row.");
   c.def("scale", [](const Ref& f, Value x, double factor) { return f.get().scale(x, factor); }, py::arg("x"), py::arg("factor"), "factor·x")
       .def("add_scalar", [](const Ref& f, Value x, double c) { return f.get().add_scalar(x, c); }, py::arg("x"), py::arg("c"), "x + c")

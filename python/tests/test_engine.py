@@ -76,3 +76,13 @@ def test_options_as_keywords():
     engine = vjit.Engine(program, threads=1, fusion=False, policy="depth")
     assert "fusion=off" in engine.options and "policy=depth" in engine.options
     assert "threads" in vjit.option_names()
+
+
+def test_layer_norm_matches_numpy():
+    model = vjit.Model()
+    program = vjit.Program(model)
+    program.add_type("v", lambda f: f.push(f.layer_norm(f.pull(4))))
+    x = np.array([[1.0, 2.0, 4.0, 8.0]], dtype=np.float32)
+    result = vjit.Engine(program).infer(vjit.GraphBatch.from_arrays([0, 1], [0], [0, 0], [], features=x))
+    expected = (x[0] - x[0].mean()) / np.sqrt(x[0].var() + 1e-5)
+    assert np.allclose(result.push(0, 0), expected, rtol=1e-5, atol=1e-6)
