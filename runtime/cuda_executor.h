@@ -27,7 +27,7 @@
 //
 // Parameter store: parameters, gradients and the optimizer's state slots live
 // on the device. An SGD or Adam step runs there (OptimizerAccess::device_rule: the
-// same float operations as runtime/optimizer.cpp, so the same weights as a CPU
+// same float operations as runtime/optimizer_rules.cpp, so the same weights as a CPU
 // step): the norm of the listed gradients is summed on the device, the
 // optimizer does its bookkeeping (OptimizerAccess::begin_device_step), one kernel
 // per parameter updates the listed rows, and the changed values are copied

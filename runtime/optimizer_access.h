@@ -13,7 +13,7 @@
 namespace vjit::runtime {
 
 /// An optimizer's update rule as constants: the same float operations as the
-/// rule's update() in runtime/optimizer.cpp.
+/// rule's update() in runtime/optimizer_rules.cpp.
 struct DeviceUpdate {
   /// The rule.
   enum class Kind : uint8_t { None, Sgd, SgdMomentum, Adam };
