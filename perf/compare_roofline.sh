@@ -25,5 +25,8 @@ fi
 configs+=("--model mv_rnn --mode train --hidden 64 --batch 64")
 for config in "${configs[@]}"; do
   # shellcheck disable=SC2086  # a configuration is a list of arguments
-  perf/compare_binaries.py "$old" --rounds "$rounds" -- $config | tee /dev/stderr | grep '"summary": true'
+  perf/compare_binaries.py "$old" --rounds "$rounds" -- $config | while IFS= read -r line; do
+    echo "$line" >&2  # every run (not tee /dev/stderr: reopening a redirected stderr truncates its file)
+    if [[ $line == *'"summary": true'* ]]; then echo "$line"; fi
+  done
 done
