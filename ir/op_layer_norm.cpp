@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "ir/lane_sums.h"
 #include "ir/vector_clones.h"
 #include "vjit/program.h"
 
@@ -74,28 +75,16 @@ int64_t layer_norm_flops(std::span<const Shape> in, const Shape&) { return 5 * i
 // The moments again, two sums and five operations per element for dx.
 int64_t layer_norm_grad_flops(std::span<const Shape> in, const Shape&) { return 12 * in[0].numel(); }
 
-// The CPU loops: Σ in kLanes independent partial sums, so that they vectorise.
-constexpr int64_t kLanes = 8;
-
-VJIT_VECTOR_CLONES float lane_sum(const float* x, int64_t n) {
-  float lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += x[i + j];
-  float total = 0.0f;
-  for (; i < n; ++i) total += x[i];
-  for (int64_t j = 0; j < kLanes; ++j) total += lanes[j];
-  return total;
-}
-
+// The CPU loops: Σ in kLaneSums independent partial sums, so that they
+// vectorise (ir/lane_sums.h; lane_sum is its own).
 VJIT_VECTOR_CLONES float lane_squares(const float* x, float mean, int64_t n) {
-  float lanes[kLanes] = {};
+  float lanes[kLaneSums] = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) lanes[j] += (x[i + j] - mean) * (x[i + j] - mean);
+  for (; i + kLaneSums <= n; i += kLaneSums)
+    for (int64_t j = 0; j < kLaneSums; ++j) lanes[j] += (x[i + j] - mean) * (x[i + j] - mean);
   float total = 0.0f;
   for (; i < n; ++i) total += (x[i] - mean) * (x[i] - mean);
-  for (int64_t j = 0; j < kLanes; ++j) total += lanes[j];
+  for (int64_t j = 0; j < kLaneSums; ++j) total += lanes[j];
   return total;
 }
 
