@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
-#include <chrono>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -137,8 +135,6 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
       stacked_in_place_(config.stacked_in_place),
       deterministic_(config.deterministic),
       streaming_(config.streaming),
-      profile_(config.profile),
-      trace_(config.trace),
       max_memory_floats_(config.max_memory / int64_t(sizeof(float))),
       store_(program.model(), plan) {
   size_t max_inputs = 0, max_outputs = 0;
@@ -163,7 +159,7 @@ CpuExecutor::CpuExecutor(const Program& program, const ExecPlan& plan, const Con
     frame->row_tables.resize((max_inputs + max_outputs) * blocks);
   }
   set_lanes(frame_, stream_frame_, true);
-  observe_steps_ = config.profile || config.trace;
+  observe_steps(config.profile, config.trace);
   check_finite_ = config.check_finite;
   stream_frame_.use_pool = false;  // the pool belongs to the thread running the tasks
 }
@@ -188,74 +184,10 @@ void CpuExecutor::forward(const PlannedBatch& batch, const RunOptions& options, 
   begin_forward(batch, options, result);
   reserve_forward_arena(batch.layout->arena_floats[int(Pass::Forward)],
                         options.backward ? batch.layout->arena_floats[int(Pass::Backward)] : 0);
-  size_accumulated_rows();
   ++transposes_.pass;  // the weights' transposed copies are made again
   fill_uniform_values(Pass::Forward, frame_);
   run_forward(streaming_);
   end_forward();
-}
-
-void CpuExecutor::size_accumulated_rows() {
-  const size_t types = plan_.types.size();
-  accumulated_rows_.resize(types);
-  for (size_t t = 0; t < types; ++t) {
-    accumulated_rows_[t].resize(placed(int(t)).accumulated_parts.size());
-    for (std::vector<float*>& table : accumulated_rows_[t]) table.resize(size_t(batch_.layout->type_rows[t]));
-  }
-}
-
-// Points each row of the task's gradient parts at the row its accumulating
-// kernel adds it into: the child's scatter-gradient row (of a Slot, or of an
-// EveryVariadic row with one child), else the part's own row, zeroed, from
-// which the GatherGrad adds it (an EveryVariadic row of no or several
-// children; a child a part of this task already goes to: two rows of one
-// kernel call never add into one row).
-void CpuExecutor::bind_accumulated_rows(const Rows& rows, Frame& frame) {
-  const std::vector<AccumulatedPart>& parts = placed(rows.type).accumulated_parts;
-  if (parts.empty()) return;
-  const BatchLayout& layout = *batch_.layout;
-  const scheduler::FlatBatch& graph = *batch_.graph;
-  const ir::Function& f = function(Pass::Backward, rows.type);
-  const size_t first_variadic = size_t(program_.signature(rows.type).fixed_arity);
-  const int64_t bind = ++accumulate_binds_;
-  if (accumulated_claim_.size() < size_t(graph.num_vertices())) accumulated_claim_.resize(size_t(graph.num_vertices()), 0);
-  std::vector<uint8_t>& to_child = accumulated_to_child_;  // per row: its GatherGrad's parts go to the child
-  if (to_child.size() < size_t(rows.count)) to_child.resize(size_t(rows.count));
-  for (size_t k = 0; k < parts.size(); ++k) {
-    const AccumulatedPart& part = parts[k];
-    const Node& gg = f[part.gather_grad];
-    const bool new_gather_grad = k == 0 || parts[k - 1].gather_grad != part.gather_grad;
-    const ValueLayout& own = layout.value(Pass::Backward, rows.type, part.value);
-    float** table = accumulated_rows_[size_t(rows.type)][k].data() + rows.begin;
-    for (int64_t r = 0; r < rows.count; ++r) {
-      std::span<const int> children = graph.children(rows.vertices[r]);
-      int child = -1;
-      if (gg.target == ir::GatherGradTarget::Slot) child = children[size_t(gg.child_slot)];
-      else if (children.size() == first_variadic + 1) child = children[first_variadic];
-      // The parts of one GatherGrad go to one child together (its columns).
-      if (child >= 0 && new_gather_grad) {
-        to_child[size_t(r)] = accumulated_claim_[size_t(child)] != bind;
-        accumulated_claim_[size_t(child)] = bind;
-      }
-      if (child >= 0 && to_child[size_t(r)]) {
-        const ValueLayout& s = layout.scatter_grad[size_t(graph.type(child))];
-        const int64_t start = gg.target == ir::GatherGradTarget::Slot ? gg.start : 0;
-        table[r] = arena(Pass::Backward) + s.offset + int64_t(layout.vertex_row[size_t(child)]) * s.ld + start +
-                   part.column;
-      } else {
-        table[r] = arena(Pass::Backward) + own.offset + (rows.begin + r) * own.ld;
-        std::fill_n(table[r], size_t(part.width), 0.0f);
-      }
-    }
-    frame.views[int(Pass::Backward)][size_t(part.value)] = {nullptr, 0, table, 1, 0};
-  }
-}
-
-bool CpuExecutor::accumulates(const Rows& rows, ValueId gather_grad, const Frame& frame) const {
-  if (rows.task < 0) return false;
-  for (const AccumulatedPart& part : placed(rows.type).accumulated_parts)
-    if (part.gather_grad == gather_grad) return frame.views[int(Pass::Backward)][size_t(part.value)].pointers != nullptr;
-  return false;
 }
 
 void CpuExecutor::backward() {
@@ -328,122 +260,6 @@ std::exception_ptr CpuExecutor::join_stream() {
   streamer_.join();
   merge_stream_lane();
   return stream_error_;
-}
-
-void CpuExecutor::run_task(Pass pass, int task, Lane& lane) {
-  Frame& frame = static_cast<Frame&>(lane);
-  const Rows rows = task_rows(task);
-  if (trace_) [[unlikely]] {
-    const int64_t start = trace_->now();
-    run_task_steps(pass, rows, frame);
-    TraceArgs args;
-    args.type = rows.type;
-    args.task = task;
-    args.rows = rows.count;
-    trace_->record({}, TraceCategory::Task, start, args);  // named by its vertex type
-    return;
-  }
-  run_task_steps(pass, rows, frame);
-}
-
-void CpuExecutor::run_task_steps(Pass pass, const Rows& rows, Frame& frame) {
-  bind(pass, rows, frame);
-  if (pass == Pass::Backward) bind_accumulated_rows(rows, frame);
-  run_steps(pass, rows, function_plan(pass, rows.type).core, frame);
-}
-
-void CpuExecutor::observe_step(Pass pass, const Rows& rows, const Step& step, Lane& lane) {
-  run_step_observed(pass, rows, step, static_cast<Frame&>(lane));
-}
-
-void CpuExecutor::run_step_observed(Pass pass, const Rows& rows, const Step& step, Frame& frame) {
-  const ExecStats before = *frame.stats;
-  const int64_t trace_start = trace_ ? trace_->now() : 0;
-  auto start = std::chrono::steady_clock::now();
-  run_step(pass, rows, step, frame);
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (trace_) trace_step(pass, rows, step, frame, before, trace_start);
-  if (!profile_) return;
-  std::lock_guard<std::mutex> lock(step_accounts_mutex_);
-  StepAccount& account = step_accounts_[&step];
-  account.pass = pass;
-  account.type = rows.type;
-  account.seconds += seconds;
-  account.calls += 1;
-  account.rows += rows.count;
-}
-
-// One event for a step that did work, classified by what its counters say it
-// did: a GEMM (with each product's M, N, K), a copy (with the bytes it moved;
-// a gather read in place moved none and is no event), a fused kernel or
-// another kernel (with the bytes of the rows it wrote).
-void CpuExecutor::trace_step(Pass pass, const Rows& rows, const Step& step, const Frame& frame,
-                             const ExecStats& before, int64_t start) {
-  const ExecStats& after = *frame.stats;
-  const FunctionPlan& fp = function_plan(pass, rows.type);
-  TraceArgs args;
-  args.type = rows.type;
-  args.task = rows.task;
-  args.rows = rows.count;
-  if (step.fused >= 0) {
-    const FusedStep& fused = fused_step(pass, rows.type, step.fused);
-    if (fused.outputs.empty()) return;  // skipped: an inference pass needs none of its outputs
-    args.cols = fused.width;
-    args.bytes = rows.count * fused.width * int64_t(sizeof(float)) * int64_t(fused.inputs.size() + fused.outputs.size());
-    trace_->record(fused.kernel.name, TraceCategory::Fused, start, args);
-    return;
-  }
-  if (after.kernels == before.kernels) return;  // a view, a scatter or a uniform value: no work
-  const Node& n = (*fp.function)[step.node];
-  const std::string_view name = ir::op_name(n.op);
-  args.cols = n.shape.numel();
-  if (after.gemm_calls > before.gemm_calls) {
-    args.products = after.gemm_calls - before.gemm_calls;
-    args.m = frame.last_gemm.m;
-    args.n = frame.last_gemm.n;
-    args.k = frame.last_gemm.k;
-    args.bytes = (args.m * args.k + args.k * args.n + args.m * args.n) * int64_t(sizeof(float)) * args.products;
-    trace_->record(name, TraceCategory::Gemm, start, args);
-  } else if (is_copy(n.op)) {
-    if (after.copy_calls == before.copy_calls) return;  // read or written in place
-    args.bytes = after.copy_bytes - before.copy_bytes;
-    trace_->record(name, TraceCategory::Copy, start, args);
-  } else {
-    args.bytes = rows.count * args.cols * int64_t(sizeof(float));
-    trace_->record(name, TraceCategory::Kernel, start, args);
-  }
-}
-
-std::vector<StepTime> CpuExecutor::step_profile() const {
-  std::vector<StepTime> out;
-  for (const auto& [step, account] : step_accounts_) {
-    const FunctionPlan& fp = function_plan(account.pass, account.type);
-    const char* phase = step >= fp.core.data() && step < fp.core.data() + fp.core.size()   ? "core"
-                        : step >= fp.eager.data() && step < fp.eager.data() + fp.eager.size() ? "eager"
-                                                                                               : "lazy";
-    std::string label = std::string(account.pass == Pass::Forward ? "forward " : "backward ") +
-                        program_.type_name(account.type) + " " + phase + " ";
-    if (step->fused >= 0) {
-      // One account for both kernels where inference runs a smaller one.
-      const size_t g = size_t(step->fused);
-      label += fp.fused[g].kernel.name;
-      if (fp.inference_differs(g)) {
-        const FusedStep& inference = fp.inference_fused[g];
-        label += " (inference: " + (inference.outputs.empty() ? "skipped" : inference.kernel.name) + ")";
-      }
-    } else {
-      const Node& n = (*fp.function)[step->node];
-      label += "%" + std::to_string(step->node) + " " + ir::op_name(n.op) + " " + n.shape.str();
-    }
-    out.push_back({std::move(label), account.seconds, account.calls, account.rows});
-  }
-  std::sort(out.begin(), out.end(), [](const StepTime& a, const StepTime& b) { return a.seconds > b.seconds; });
-  return out;
-}
-
-void CpuExecutor::reset_step_profile() {
-  std::lock_guard<std::mutex> lock(step_accounts_mutex_);
-  step_accounts_.clear();
 }
 
 }  // namespace vjit::runtime

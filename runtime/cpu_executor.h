@@ -116,8 +116,6 @@ class CpuExecutor final : public Runner, private Device {
   ParameterStore& parameters() override { return store_; }
   OptimizerState optimizer_state() override { return store_.optimizer_state(); }
   void set_optimizer_state(OptimizerState state) override { store_.optimizer_state() = std::move(state); }
-  std::vector<StepTime> step_profile() const override;
-  void reset_step_profile() override;
   // After a forward: what the vertex at `row` of `type` scattered (a type
   // that scatters), read before the next forward reuses the buffers. Lets a
   // graph that grows keep its values from round to round (jit/engine.cpp).
@@ -138,15 +136,6 @@ class CpuExecutor final : public Runner, private Device {
     std::vector<const float*> row_addresses;
     bool use_pool = true;  // split large steps across the pool's threads
     std::vector<std::vector<float>> scratch;  // per row block: a private accumulator (block 0 needs none)
-    // The shape of the last product a GEMM step ran (per-vertex products: each
-    // one's), for the trace; set whether or not it is on (three stores).
-    struct { int64_t m = 0, n = 0, k = 0; } last_gemm;
-    // Counts `calls` products of m×n, inner k, in the stats and the trace.
-    void count_gemms(int64_t calls, int64_t m, int64_t n, int64_t k) {
-      stats->gemm_calls += calls;
-      stats->gemm_flops += 2.0 * double(m) * double(n) * double(k) * double(calls);
-      last_gemm = {m, n, k};
-    }
   };
 
   float* arena(Pass pass) const override { return arena_[int(pass)].data(); }
@@ -178,7 +167,6 @@ class CpuExecutor final : public Runner, private Device {
   float* param_gradient(int param) override { return store_.gradient(param); }
   TouchedRows& touched_rows() override { return store_.touched(); }
   std::vector<int> stacked_params_;  // stacked_in_model's scratch
-  void run_task(Pass pass, int task, Lane& lane) override;
   void start_stream(const std::function<void()>& eager) override;
   void eager_done(int type) override;
   void wait_for_eager(int type) override;
@@ -187,12 +175,6 @@ class CpuExecutor final : public Runner, private Device {
   std::thread streamer_;
   std::vector<std::atomic<bool>> eager_done_;
   std::exception_ptr stream_error_;
-  void observe_step(Pass pass, const Rows& rows, const Step& step, Lane& lane) override;
-  // A step timed for VJIT_PROFILE and/or recorded for VJIT_TRACE.
-  void run_step_observed(Pass pass, const Rows& rows, const Step& step, Frame& frame);
-  void trace_step(Pass pass, const Rows& rows, const Step& step, const Frame& frame, const ExecStats& before,
-                  int64_t start);
-  void run_task_steps(Pass pass, const Rows& rows, Frame& frame);
   // Calls fn(begin, count, block) over blocks of rows, on the pool's threads
   // when rows × work_per_row (elements, or multiply-adds) is large enough.
   template <typename Fn>
@@ -287,42 +269,14 @@ class CpuExecutor final : public Runner, private Device {
   WeightTransposes transposes_;
   bool deterministic_;
   bool streaming_;
-  bool profile_;
-  TraceRecorder* trace_;  // null unless VJIT_TRACE
   int64_t max_memory_floats_;  // Config::max_memory in floats (0: no bound)
   CpuParameterStore store_;
   Frame frame_;             // the calling thread's
   Frame stream_frame_;      // the streaming thread's
-  // Sizes accumulated_rows_ for the batch.
-  void size_accumulated_rows();
-  // VJIT_ACCUMULATE_GRADIENTS (TypePlacement::accumulated_parts): per type,
-  // per such part, this batch's table of where each row goes
-  // (bind_accumulated_rows).
-  std::vector<std::vector<std::vector<float*>>> accumulated_rows_;  // [type][part]
-  std::vector<uint8_t> accumulated_to_child_;  // bind_accumulated_rows' scratch, per row
-  // Per flat vertex: the last bind that sent a gradient part to it
-  // (bind_accumulated_rows' scratch: a second one in a task goes to its own row).
-  std::vector<int64_t> accumulated_claim_;
-  int64_t accumulate_binds_ = 0;
-  void bind_accumulated_rows(const Rows& rows, Frame& frame);
-  // Whether the rows being run add their gradient parts into the children's
-  // rows (bound by run_task_steps), for GatherGrad `gather_grad`.
-  bool accumulates(const Rows& rows, ir::ValueId gather_grad, const Frame& frame) const;
   bool add_accumulated_gradient(const Rows& rows, const ir::Node& node, ir::ValueId id, const View& g,
                                 Lane& lane) override;
 
   Arena arena_[2];
-
-  // VJIT_PROFILE: time and calls per step, keyed by the step's address in the
-  // plan (stable: the plan outlives the executor's use of it).
-  struct StepAccount {
-    Pass pass = Pass::Forward;
-    int type = 0;
-    double seconds = 0;
-    int64_t calls = 0, rows = 0;
-  };
-  std::unordered_map<const Step*, StepAccount> step_accounts_;
-  std::mutex step_accounts_mutex_;  // the streaming thread profiles too
 };
 
 }  // namespace vjit::runtime

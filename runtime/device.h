@@ -66,6 +66,15 @@ struct Lane {
   std::vector<const float*> sources;
   std::vector<int> ints;
   std::vector<uint8_t> keep;
+  // The shape of the last product a GEMM primitive ran (per-vertex products:
+  // each one's), for the trace (VJIT_TRACE).
+  struct { int64_t m = 0, n = 0, k = 0; } last_gemm;
+  // Counts `calls` products of m×n, inner k, in the stats and the trace.
+  void count_gemms(int64_t calls, int64_t m, int64_t n, int64_t k) {
+    stats->gemm_calls += calls;
+    stats->gemm_flops += 2.0 * double(m) * double(n) * double(k) * double(calls);
+    last_gemm = {m, n, k};
+  }
   void issue(Primitive kind) { primitives.issue(stats->primitives, kind); }
   void at(Pass pass, int type, int task, int64_t rows, std::string_view what) {
     primitives.at(pass, type, task, rows, what);

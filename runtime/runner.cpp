@@ -239,6 +239,7 @@ void Runner::size_row_tables() {
   const size_t types = plan_.types.size();
   row_pointers_.resize(types);
   gradient_rows_.resize(types);
+  accumulated_rows_.resize(types);
   for (size_t t = 0; t < types; ++t) {
     const TypePlacement& placement = placed(int(t));
     const size_t rows = size_t(batch_.layout->type_rows[t]);
@@ -250,7 +251,70 @@ void Runner::size_row_tables() {
     gradient_rows_[t].resize(pointers.size());
     for (size_t id = 0; id < pointers.size(); ++id)
       if (pointers[id].gradient == ValueId(id)) gradient_rows_[t][id].resize(rows);
+    accumulated_rows_[t].resize(placement.accumulated_parts.size());
+    for (std::vector<float*>& table : accumulated_rows_[t]) table.resize(rows);
   }
+}
+
+// Points each row of the task's gradient parts at the row its accumulating
+// kernel adds it into: the child's scatter-gradient row (of a Slot, or of an
+// EveryVariadic row with one child), else the part's own row, zeroed, from
+// which the GatherGrad adds it (an EveryVariadic row of no or several
+// children; a child a part of this task already goes to: two rows of one
+// kernel call never add into one row).
+void Runner::bind_accumulated_rows(const Rows& rows, Lane& lane) {
+  const std::vector<AccumulatedPart>& parts = placed(rows.type).accumulated_parts;
+  if (parts.empty()) return;
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const ir::Function& f = function(Pass::Backward, rows.type);
+  const size_t first_variadic = size_t(program_.signature(rows.type).fixed_arity);
+  const int64_t bind = ++accumulate_binds_;
+  if (accumulated_claim_.size() < size_t(graph.num_vertices())) accumulated_claim_.resize(size_t(graph.num_vertices()), 0);
+  std::vector<uint8_t>& to_child = accumulated_to_child_;  // per row: its GatherGrad's parts go to the child
+  if (to_child.size() < size_t(rows.count)) to_child.resize(size_t(rows.count));
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const AccumulatedPart& part = parts[k];
+    const Node& gg = f[part.gather_grad];
+    const bool new_gather_grad = k == 0 || parts[k - 1].gather_grad != part.gather_grad;
+    const ValueLayout& own = layout.value(Pass::Backward, rows.type, part.value);
+    float** table = accumulated_rows_[size_t(rows.type)][k].data() + rows.begin;
+    bool own_rows = false;
+    for (int64_t r = 0; r < rows.count; ++r) {
+      std::span<const int> children = graph.children(rows.vertices[r]);
+      int child = -1;
+      if (gg.target == ir::GatherGradTarget::Slot) child = children[size_t(gg.child_slot)];
+      else if (children.size() == first_variadic + 1) child = children[first_variadic];
+      // The parts of one GatherGrad go to one child together (its columns).
+      if (child >= 0 && new_gather_grad) {
+        to_child[size_t(r)] = accumulated_claim_[size_t(child)] != bind;
+        accumulated_claim_[size_t(child)] = bind;
+      }
+      if (child >= 0 && to_child[size_t(r)]) {
+        const ValueLayout& s = layout.scatter_grad[size_t(graph.type(child))];
+        const int64_t start = gg.target == ir::GatherGradTarget::Slot ? gg.start : 0;
+        table[r] = arena(Pass::Backward) + s.offset + int64_t(layout.vertex_row[size_t(child)]) * s.ld + start +
+                   part.column;
+      } else {
+        table[r] = arena(Pass::Backward) + own.offset + (rows.begin + r) * own.ld;
+        own_rows = true;
+      }
+    }
+    // The part's own rows zeroed, all of the task's where any is used (the
+    // rest are read by nobody): one fill, not one per row.
+    if (own_rows) {
+      if (lane.primitives.log) [[unlikely]] lane.at(Pass::Backward, rows.type, rows.task, rows.count, "zero gradient parts");
+      device_.fill_rows(lane, rows.count, part.width, 0.0f, buffer_view(Pass::Backward, rows.type, part.value, rows.begin));
+    }
+    lane.views[int(Pass::Backward)][size_t(part.value)] = {nullptr, 0, table, 1, 0};
+  }
+}
+
+bool Runner::accumulates(const Rows& rows, ValueId gather_grad, const Lane& lane) const {
+  if (rows.task < 0) return false;
+  for (const AccumulatedPart& part : placed(rows.type).accumulated_parts)
+    if (part.gather_grad == gather_grad) return lane.views[int(Pass::Backward)][size_t(part.value)].pointers != nullptr;
+  return false;
 }
 
 // --- passes ---
@@ -302,8 +366,17 @@ void Runner::run_backward() {
 
 void Runner::run_task(Pass pass, int task, Lane& lane) {
   const Rows rows = task_rows(task);
+  const int64_t start = trace_ ? trace_->now() : 0;
   bind(pass, rows, lane);
+  if (pass == Pass::Backward) bind_accumulated_rows(rows, lane);
   run_steps(pass, rows, function_plan(pass, rows.type).core, lane);
+  if (trace_) [[unlikely]] {
+    TraceArgs args;
+    args.type = rows.type;
+    args.task = task;
+    args.rows = rows.count;
+    trace_->record({}, TraceCategory::Task, start, args);  // named by its vertex type
+  }
 }
 
 void Runner::run_phase(Pass pass, ir::Phase phase, Lane& lane) {

@@ -28,7 +28,9 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/device.h"
@@ -36,6 +38,7 @@
 #include "runtime/products.h"
 #include "runtime/row_placement.h"
 #include "runtime/touched_rows.h"
+#include "runtime/trace.h"
 
 namespace vjit::runtime {
 
@@ -44,6 +47,8 @@ class Runner : public Executor {
   ExecStats take_stats() override;
   void record_primitives(bool on) override;
   std::vector<PrimitiveRecord> take_primitive_log() override;
+  std::vector<StepTime> step_profile() const override;
+  void reset_step_profile() override;
 
  protected:
   // A range of rows of one type: a task, a run of tasks, or every vertex of
@@ -86,10 +91,9 @@ class Runner : public Executor {
   // Runs the steps in turn (run_step, or observe_step when observe_steps_),
   // each checked after it with check_finite_ in the forward.
   void run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane);
-  // A step timed or traced (VJIT_PROFILE, VJIT_TRACE) by a device that does.
-  virtual void observe_step(Pass pass, const Rows& rows, const Step& step, Lane& lane) {
-    run_step(pass, rows, step, lane);
-  }
+  // Steps timed (VJIT_PROFILE: step_profile()) and steps and tasks traced
+  // (VJIT_TRACE: to `trace`, null: off) from now on (runtime/observed_steps.cpp).
+  void observe_steps(bool profile, TraceRecorder* trace);
   // VJIT_CHECK_FINITE: the values the forward step wrote for the rows;
   // throws UserError at the first NaN or ±Inf (runtime/check_finite.cpp).
   void check_finite(const Rows& rows, const Step& step, Lane& lane);
@@ -97,6 +101,7 @@ class Runner : public Executor {
                                      int64_t element, float found) const;
   bool observe_steps_ = false;
   bool check_finite_ = false;
+  TraceRecorder* trace_ = nullptr;  // null unless VJIT_TRACE
   // Where the pushed values go, a parameter's gradient, and the rows of the
   // embedding tables' gradients a backward touched.
   virtual float* push_values() const = 0;
@@ -111,6 +116,9 @@ class Runner : public Executor {
   virtual bool add_accumulated_gradient(const Rows&, const ir::Node&, ir::ValueId, const View&, Lane&) {
     return false;
   }
+  // Whether the rows being run add their gradient parts into the children's
+  // rows (bound by run_task), for GatherGrad `gather_grad`.
+  bool accumulates(const Rows& rows, ir::ValueId gather_grad, const Lane& lane) const;
 
   // --- steps (runtime/steps.cpp) ---
   void run_step(Pass pass, const Rows& rows, const Step& step, Lane& lane);
@@ -141,7 +149,7 @@ class Runner : public Executor {
   virtual void wait_for_eager(int type) = 0;
   virtual std::exception_ptr join_stream() = 0;
   // Binds a task's rows and runs its core steps.
-  virtual void run_task(Pass pass, int task, Lane& lane);
+  void run_task(Pass pass, int task, Lane& lane);
 
   // --- binding ---
   // Resolves every value of the rows' function, in order (a view's operand
@@ -285,6 +293,31 @@ class Runner : public Executor {
   // Fills, for the task being bound, where each row of a gradient written
   // through pointers goes.
   void bind_gradient_rows(const Rows& rows);
+  // VJIT_ACCUMULATE_GRADIENTS (TypePlacement::accumulated_parts): per type,
+  // per such part, this batch's table of where each row goes
+  // (bind_accumulated_rows).
+  std::vector<std::vector<std::vector<float*>>> accumulated_rows_;  // [type][part]
+  std::vector<uint8_t> accumulated_to_child_;  // bind_accumulated_rows' scratch, per row
+  // Per flat vertex: the last bind that sent a gradient part to it
+  // (bind_accumulated_rows' scratch: a second one in a task goes to its own row).
+  std::vector<int64_t> accumulated_claim_;
+  int64_t accumulate_binds_ = 0;
+  void bind_accumulated_rows(const Rows& rows, Lane& lane);
+  // A step timed for VJIT_PROFILE and/or recorded for VJIT_TRACE.
+  void observe_step(Pass pass, const Rows& rows, const Step& step, Lane& lane);
+  void trace_step(Pass pass, const Rows& rows, const Step& step, const Lane& lane, const ExecStats& before,
+                  int64_t start);
+  bool profile_ = false;
+  // VJIT_PROFILE: time and calls per step, keyed by the step's address in the
+  // plan (stable: the plan outlives the runner's use of it).
+  struct StepAccount {
+    Pass pass = Pass::Forward;
+    int type = 0;
+    double seconds = 0;
+    int64_t calls = 0, rows = 0;
+  };
+  std::unordered_map<const Step*, StepAccount> step_accounts_;
+  std::mutex step_accounts_mutex_;  // the streaming thread profiles too
   // The GatherGrad whose gradient the task being bound computes in place, per
   // gradient value (-1: none); bind()'s scratch.
   std::vector<ir::ValueId> in_place_target_;
