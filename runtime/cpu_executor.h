@@ -273,8 +273,6 @@ class CpuExecutor final : public Runner, private Device {
   CpuParameterStore store_;
   Frame frame_;             // the calling thread's
   Frame stream_frame_;      // the streaming thread's
-  bool add_accumulated_gradient(const Rows& rows, const ir::Node& node, ir::ValueId id, const View& g,
-                                Lane& lane) override;
 
   Arena arena_[2];
 };

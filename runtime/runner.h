@@ -110,15 +110,6 @@ class Runner : public Executor {
   // The stacked weights uniform Concat `n` of `f` stands for, where the
   // device reads them in place as one block; else null (copied).
   virtual float* stacked_in_place(const ir::Function&, const ir::Node&) { return nullptr; }
-  // VJIT_ACCUMULATE_GRADIENTS, where the device honours it: adds what its
-  // kernels did not add of GatherGrad `id`'s gradient `g` into the children's
-  // rows, when the task bound some parts to them; false when none was.
-  virtual bool add_accumulated_gradient(const Rows&, const ir::Node&, ir::ValueId, const View&, Lane&) {
-    return false;
-  }
-  // Whether the rows being run add their gradient parts into the children's
-  // rows (bound by run_task), for GatherGrad `gather_grad`.
-  bool accumulates(const Rows& rows, ir::ValueId gather_grad, const Lane& lane) const;
 
   // --- steps (runtime/steps.cpp) ---
   void run_step(Pass pass, const Rows& rows, const Step& step, Lane& lane);
@@ -249,6 +240,13 @@ class Runner : public Executor {
   void pull(const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
   void sink(Pass pass, const Rows& rows, const ir::Node& node, Lane& lane);
   void gather_grad(const Rows& rows, const ir::Node& node, ir::ValueId id, const View& g, Lane& lane);
+  // VJIT_ACCUMULATE_GRADIENTS: adds what the kernels did not add of
+  // GatherGrad `id`'s gradient `g` into the children's rows, when the task
+  // bound some parts to them; false when none was.
+  bool add_accumulated_gradient(const Rows& rows, const ir::Node& node, ir::ValueId id, const View& g, Lane& lane);
+  // Whether the rows being run add their gradient parts into the children's
+  // rows (bound by run_task), for GatherGrad `gather_grad`.
+  bool accumulates(const Rows& rows, ir::ValueId gather_grad, const Lane& lane) const;
   void children_block(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
   // --- products (runtime/product_steps.cpp) ---
   void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane, const float* bias);

@@ -2,6 +2,8 @@
 // reads and writes, found in the batch's layout, and the device primitives
 // (runtime/device.h) that move, fill or compute them. The counters a step
 // keeps (copies, bytes moved, gathers read in place) are counted here.
+#include <algorithm>
+
 #include "ir/passes.h"
 #include "runtime/batch_rows.h"
 #include "runtime/runner.h"
@@ -347,6 +349,56 @@ void Runner::gather_grad(const Rows& rows, const Node& node, ValueId id, const V
   if (moves.empty()) return;
   count_copies(stats, int64_t(moves.size()), width, true);
   device_.move_rows(lane, moves, width, RowMode::Add, assign.data());
+}
+
+// A GatherGrad (`id`) some parts of whose gradient `g` their kernels added
+// into the children's rows (bind_accumulated_rows): adds the rest of the
+// columns, and each part from the rows that went to their own row instead,
+// one add of rows per range of columns. The ranges are disjoint, so each
+// float is still summed in row order.
+bool Runner::add_accumulated_gradient(const Rows& rows, const Node& node, ValueId id, const View& g, Lane& lane) {
+  if (!accumulates(rows, id, lane)) return false;
+  const BatchLayout& layout = *batch_.layout;
+  const scheduler::FlatBatch& graph = *batch_.graph;
+  const std::vector<View>& views = lane.views[int(Pass::Backward)];
+  const bool slot = node.target == ir::GatherGradTarget::Slot;
+  const size_t first_variadic = size_t(program_.signature(rows.type).fixed_arity);
+  const std::vector<std::pair<int64_t, int64_t>>& rest = placed(rows.type).accumulated_rest[size_t(id)];
+  std::span<const AccumulatedPart> all = placed(rows.type).accumulated_parts;
+  auto first = std::find_if(all.begin(), all.end(), [&](const AccumulatedPart& p) { return p.gather_grad == id; });
+  auto last = std::find_if(first, all.end(), [&](const AccumulatedPart& p) { return p.gather_grad != id; });
+  const std::span<const AccumulatedPart> parts(first, last);  // sorted by GatherGrad
+  auto grad_row = [&](int child) {
+    const ValueLayout& s = layout.scatter_grad[size_t(graph.type(child))];
+    return arena(Pass::Backward) + s.offset + int64_t(layout.vertex_row[size_t(child)]) * s.ld +
+           (slot ? node.start : 0);
+  };
+  int64_t added = 0;
+  // Adds `width` floats per row from move(r, child) (src null: none) into each child's row.
+  auto add = [&](int64_t width, auto&& move) {
+    std::vector<RowMove>& moves = lane.moves;
+    moves.clear();
+    for (int64_t r = 0; r < rows.count; ++r) {
+      std::span<const int> children = graph.children(rows.vertices[r]);
+      for (int child : slot ? children.subspan(size_t(node.child_slot), 1) : children.subspan(first_variadic))
+        if (RowMove m = move(r, grad_row(child)); m.src) moves.push_back(m);
+    }
+    if (moves.empty()) return;
+    added += int64_t(moves.size()) * width;
+    device_.move_rows(lane, moves, width, RowMode::Add, nullptr);
+  };
+  for (auto [begin, end] : rest)
+    add(end - begin, [&](int64_t r, float* into) { return RowMove{into + begin, row_at(g, r) + begin}; });
+  for (const AccumulatedPart& part : parts)
+    add(part.width, [&](int64_t r, float* into) {
+      // A part's row went to the child when its kernel wrote it there.
+      const float* from = row_at(views[size_t(part.value)], r);
+      return from == into + part.column ? RowMove{} : RowMove{into + part.column, from};
+    });
+  if (added == 0) ++lane.stats->gather_views;
+  else ++lane.stats->copy_calls;
+  count_copies(*lane.stats, added, 1, true);
+  return true;
 }
 
 // --- computed rows ---
