@@ -1,15 +1,12 @@
 #pragma once
-// The CPU executor: runs an execution plan over a planned batch, task by task,
-// batching each task's vertices into one call per step. It follows the batch's
-// layout (runtime/memplan.h) for every buffer, leading dimension and gather;
-// slices, reshapes, parameters and the forward values ∂F reads are views.
-//
-// Before a step runs, the executor resolves every value of the vertex function
-// to a View (row 0 of the rows being run, and the leading dimension) in a
-// Frame: a value's own buffer, a parameter, a slice of another view, or — for
-// a gather the planner made a view — the children's scattered rows in place.
-// Each thread that runs steps has its own Frame. A steady-state step (a batch
-// no larger than one seen before) allocates nothing.
+// The CPU device: the plan runner (runtime/runner.h) walks the plan, binds
+// every value to a View from the batch's layout and issues the primitives of
+// runtime/device.h, which this device runs on the host: on the pool's threads
+// by blocks of rows (or of columns where rows add into shared rows). Besides
+// them it keeps the arenas, the parameter store and the optimizer step, and
+// the streamed forward's second thread. Each thread that issues primitives has
+// its own Frame (its Lane and scratch). A steady-state step (a batch no larger
+// than one seen before) allocates nothing.
 #include <atomic>
 #include <cstdint>
 #include <exception>

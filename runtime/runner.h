@@ -20,9 +20,11 @@
 // row table (ExecPlan::placement's row pointers). Views hold addresses in the
 // device's memory; the runner never reads through them.
 //
-// A device (CpuExecutor, CudaExecutor) derives from it and provides where its
-// arenas and parameters are, how steps run (run_steps()), and the second lane
-// of a streamed forward. Work is issued on a Lane: the host
+// A device (CpuExecutor, CudaExecutor) derives from it and provides the
+// primitives (runtime/device.h), where its arenas and parameters are, and the
+// second lane of a streamed forward; the runner binds the layout's row tables
+// and, for a device that asks, times and traces the steps and tasks
+// (observe_steps). Work is issued on a Lane: the host
 // thread's, or the one the forward's eager steps are streamed on
 // (VJIT_STREAMING), each with its counters and primitive recorder.
 #include <cstdint>
