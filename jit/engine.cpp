@@ -95,7 +95,7 @@ struct Engine::Impl {
       executor = std::make_unique<runtime::CudaExecutor>(
           program, plan,
           runtime::CudaExecutor::Config{options.threads, options.profile, is_on(options.tuning.tf32),
-                                        options.tuning.streaming});
+                                        options.tuning.streaming, is_on(options.tuning.cuda_graphs)});
     executor->record_primitives(options.logs(Options::Log::Primitives));
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;

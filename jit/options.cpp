@@ -117,8 +117,8 @@ Spec auto_off(Spec spec) {
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 constexpr std::array<std::string_view, 7> kLeverValues{"auto", "on", "off", "0", "1", "true", "false"};
 
-const std::array<Spec, 35>& specs() {
-  static const std::array<Spec, 35> table{
+const std::array<Spec, 36>& specs() {
+  static const std::array<Spec, 36> table{
       documented(spec<&Options::Tuning::fusion>("fusion", "VJIT_FUSION"), "cpu, cuda",
           "fuse chains of elementwise ops (union-find) into JIT kernels; an elementwise op left alone joins "
           "a kernel that already reads all its operands, as one more output (`ir/fusion.h`)"),
@@ -264,6 +264,12 @@ const std::array<Spec, 35>& specs() {
       documented(auto_off(spec<&Options::Tuning::tf32>("tf32", "VJIT_TF32")), "cuda",
           "GPU matrix products on TF32 tensor cores (10-bit mantissa: about 1e-3 relative per product; the "
           "Tree-LSTM's gradients within 2e-2 of the reference); FP32 when off"),
+      documented(auto_off(spec<&Options::Tuning::cuda_graphs>("cuda_graphs", "VJIT_CUDA_GRAPHS")), "cuda",
+          "each forward and backward captured on the GPU's stream and run as one CUDA graph launch; a pass "
+          "whose structure (kernels, blocks, product shapes, copies and fills, in order) was seen before "
+          "updates that one's executable graph in place instead of instantiating a new one "
+          "(`runtime/cuda_graph.h`); checked only through the driver double, never run on a GPU, so off "
+          "by default (docs/gpu.md); refused with `VJIT_STREAMING=on` (one stream is captured)"),
       documented(spec<&Options::threads>("threads", "VJIT_THREADS"), "cpu, cuda",
           "CPU worker threads (with `VJIT_DEVICE=cuda`, those of the host's optimizer step); a larger value "
           "is refused, naming it, before a pool is sized by it (more "
@@ -647,6 +653,9 @@ Options Options::resolve() const {
                              << " device does not honour it (only " << spec.devices << " does); leave it at "
                              << value_text(spec, defaults) << " there");
   }
+  VJIT_USER_CHECK(resolved.tuning.cuda_graphs != Lever::On || !tuning.streaming,
+                  "VJIT_CUDA_GRAPHS=on with VJIT_STREAMING=on: a pass's graph is captured from one stream; "
+                  "leave one of them off");
   // oneDNN's bf16 matmul copies its operands itself, reading Wᵀ through its
   // strides as fast as W: the transposed copies only cost there (SST
   // Tree-LSTM inference, hidden 256, Zen 4: 0.38 against 0.49 of the bf16

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "runtime/cuda_graph.h"
 #include "vjit/error.h"
 
 #ifdef VJIT_HAVE_CUDA
@@ -66,7 +67,9 @@ namespace {
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuStreamSynchronize)    \
   X(cuCtxSynchronize) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)        \
   X(cuStreamWaitEvent) X(cuEventDestroy) X(cuEventQuery)                                                  \
-  X(cuGetErrorString) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemFree)
+  X(cuGetErrorString) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemHostRegister) X(cuMemHostUnregister) X(cuMemFree) \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphExecUpdate) X(cuGraphLaunch)  \
+  X(cuGraphDestroy) X(cuGraphExecDestroy)
 
 struct Driver {
 #define VJIT_X(fn) decltype(&::fn) fn = nullptr;
@@ -222,6 +225,7 @@ struct CudaDevice::Impl {
     cublasLtMatmulAlgo_t algo{};
   };
   std::map<std::array<int64_t, 9>, GemmPlan> gemm_plans;
+  GraphStructure* structure = nullptr;  // while a stream is captured (begin_capture)
 };
 
 CudaDevice& CudaDevice::get() {
@@ -283,16 +287,19 @@ void CudaDevice::release_all() {
 }
 
 void CudaDevice::upload(DevicePtr dst, const void* src, size_t bytes, int stream) {
+  if (bytes && impl_->structure) impl_->structure->copy(true, stream);
   if (bytes) VJIT_CU_CHECK(driver().cuMemcpyHtoDAsync(dst, src, bytes, impl_->streams[stream]));
 }
 
 void CudaDevice::download(void* dst, DevicePtr src, size_t bytes, int stream) {
   if (!bytes) return;
+  VJIT_INTERNAL_CHECK(!impl_->structure, "a download waited for while a stream is captured");
   VJIT_CU_CHECK(driver().cuMemcpyDtoHAsync(dst, src, bytes, impl_->streams[stream]));
   VJIT_CU_CHECK(driver().cuStreamSynchronize(impl_->streams[stream]));
 }
 
 void CudaDevice::download_async(void* dst, DevicePtr src, size_t bytes, int stream) {
+  if (bytes && impl_->structure) impl_->structure->copy(false, stream);
   if (bytes) VJIT_CU_CHECK(driver().cuMemcpyDtoHAsync(dst, src, bytes, impl_->streams[stream]));
 }
 
@@ -317,6 +324,7 @@ void CudaDevice::unpin(void* p) {
 }
 
 void CudaDevice::memset_zero(DevicePtr dst, size_t bytes, int stream) {
+  if (bytes && impl_->structure) impl_->structure->fill(stream);
   if (bytes) VJIT_CU_CHECK(driver().cuMemsetD8Async(dst, 0, bytes, impl_->streams[stream]));
 }
 
@@ -344,11 +352,13 @@ unsigned CudaDevice::grid_for(int64_t elements) {
 }
 
 void CudaDevice::launch(void* function, unsigned grid, unsigned block, void** params, int stream) {
+  if (impl_->structure) impl_->structure->kernel(function, block, stream);
   VJIT_CU_CHECK(driver().cuLaunchKernel(static_cast<CUfunction>(function), grid, 1, 1, block, 1, 1, 0,
                                         impl_->streams[stream], params, nullptr));
 }
 
 void CudaDevice::synchronize() {
+  VJIT_INTERNAL_CHECK(!impl_->structure, "a synchronize while a stream is captured");
   for (CUstream s : impl_->streams) VJIT_CU_CHECK(driver().cuStreamSynchronize(s));
 }
 
@@ -383,6 +393,46 @@ bool CudaDevice::event_done(void* event) {
 }
 
 void* CudaDevice::stream_handle(int stream) { return impl_->streams[stream]; }
+
+void CudaDevice::begin_capture(int stream, GraphStructure* structure) {
+  VJIT_INTERNAL_CHECK(!impl_->structure, "a capture begun while another is on");
+  VJIT_CU_CHECK(driver().cuStreamBeginCapture(impl_->streams[stream], CU_STREAM_CAPTURE_MODE_RELAXED));
+  impl_->structure = structure;
+}
+
+void* CudaDevice::end_capture(int stream) {
+  impl_->structure = nullptr;
+  CUgraph graph = nullptr;
+  VJIT_CU_CHECK(driver().cuStreamEndCapture(impl_->streams[stream], &graph));
+  return graph;
+}
+
+void* CudaDevice::instantiate_graph(void* graph) {
+  CUgraphExec exec = nullptr;
+  VJIT_CU_CHECK(driver().cuGraphInstantiate(&exec, static_cast<CUgraph>(graph), 0));
+  return exec;
+}
+
+bool CudaDevice::update_graph_exec(void* exec, void* graph) {
+  CUgraphExecUpdateResultInfo info{};
+  const CUresult result =
+      driver().cuGraphExecUpdate(static_cast<CUgraphExec>(exec), static_cast<CUgraph>(graph), &info);
+  VJIT_INTERNAL_CHECK(result == CUDA_SUCCESS || result == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+                      "cuGraphExecUpdate failed: " << error_text(result));
+  return result == CUDA_SUCCESS;
+}
+
+void CudaDevice::launch_graph(void* exec, int stream) {
+  VJIT_CU_CHECK(driver().cuGraphLaunch(static_cast<CUgraphExec>(exec), impl_->streams[stream]));
+}
+
+void CudaDevice::destroy_graph(void* graph) {
+  if (graph) driver().cuGraphDestroy(static_cast<CUgraph>(graph));  // an error here leaves nothing to recover
+}
+
+void CudaDevice::destroy_graph_exec(void* exec) {
+  if (exec) driver().cuGraphExecDestroy(static_cast<CUgraphExec>(exec));
+}
 
 void CudaDevice::record_start() { VJIT_CU_CHECK(driver().cuEventRecord(impl_->start, impl_->streams[0])); }
 
@@ -441,6 +491,7 @@ void CudaDevice::sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
     found_plan = impl_->gemm_plans.emplace(key, plan).first;
   }
   const Impl::GemmPlan& plan = found_plan->second;
+  if (impl_->structure) impl_->structure->gemm(key, stream);
   cublasStatus_t status =
       lt.cublasLtMatmul(impl_->lt, plan.desc, &alpha, reinterpret_cast<const void*>(b), plan.first,
                         reinterpret_cast<const void*>(a), plan.second, &beta, reinterpret_cast<void*>(c), plan.out,
@@ -491,6 +542,13 @@ bool CudaDevice::event_done(void*) { return true; }
 void* CudaDevice::stream_handle(int) { return nullptr; }
 void CudaDevice::sgemm(bool, bool, int64_t, int64_t, int64_t, float, DevicePtr, int64_t, DevicePtr, int64_t, float,
                        DevicePtr, int64_t, bool, int) {}
+void CudaDevice::begin_capture(int, GraphStructure*) {}
+void* CudaDevice::end_capture(int) { return nullptr; }
+void* CudaDevice::instantiate_graph(void*) { return nullptr; }
+bool CudaDevice::update_graph_exec(void*, void*) { return false; }
+void CudaDevice::launch_graph(void*, int) {}
+void CudaDevice::destroy_graph(void*) {}
+void CudaDevice::destroy_graph_exec(void*) {}
 void CudaDevice::record_start() {}
 double CudaDevice::record_stop_ms() { return 0; }
 

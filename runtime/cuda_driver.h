@@ -17,6 +17,7 @@
 namespace vjit::runtime {
 
 using DevicePtr = uint64_t;  // CUdeviceptr
+class GraphStructure;        // runtime/cuda_graph.h
 
 // dlopen(RTLD_NOW | RTLD_LOCAL) of the first of `paths` that loads; nullptr
 // when none does, with `error` = "<what> could not be loaded (dlopen("p"): why; ...)".
@@ -110,6 +111,20 @@ class CudaDevice {
   // `tf32`), on `stream`, through cuBLASLt (a workspace per stream).
   void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, DevicePtr a, int64_t lda, DevicePtr b,
              int64_t ldb, float beta, DevicePtr c, int64_t ldc, bool tf32 = false, int stream = 0);
+
+  // CUDA graphs (runtime/cuda_graph.h). Between begin_capture and
+  // end_capture the work queued on `stream` is recorded into a graph, not
+  // run (relaxed capture: memory may be allocated meanwhile), and each call
+  // queued is described to `structure`; synchronize() is a bug then.
+  // end_capture returns the graph (a CUgraph). update_graph_exec is false where the driver refuses to
+  // update `exec` from `graph` (another structure).
+  void begin_capture(int stream, GraphStructure* structure);
+  void* end_capture(int stream);
+  void* instantiate_graph(void* graph);
+  bool update_graph_exec(void* exec, void* graph);
+  void launch_graph(void* exec, int stream);
+  void destroy_graph(void* graph);
+  void destroy_graph_exec(void* exec);
 
   // Milliseconds `body` takes on stream 0, measured with events.
   template <typename Body>

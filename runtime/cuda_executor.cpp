@@ -81,7 +81,8 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
       config_(config),
       pool_(config.threads),
       parallel_(pool_),
-      store_(*this, cuda_, program.model(), plan) {
+      store_(*this, cuda_, program.model(), plan),
+      graphs_(cuda_, config.graphs) {
   check_cuda_supports(program);
   VJIT_INTERNAL_CHECK(!plan.cuda.image.empty(), "the CUDA executor needs a plan lowered for VJIT_DEVICE=cuda");
   module_ = DeviceModule(cuda_, plan.cuda.image);
@@ -171,8 +172,9 @@ DevicePtr CudaExecutor::stage(const T* data, size_t count) {
   const size_t aligned = (bytes + 255) & ~size_t(255);
   if (staging_used_ + aligned > staging_capacity_) {
     // Everything staged so far must have reached the device, and the kernels
-    // reading it run, before either buffer goes.
-    cuda_.synchronize();
+    // reading it run, before either buffer goes; in a captured pass nothing
+    // has run yet, and the old buffers go after its graph ran (grow_staging).
+    if (!graphs_.capturing()) cuda_.synchronize();
     grow_staging(std::max(aligned, 2 * staging_capacity_ + (size_t(4) << 20)));
   }
   std::memcpy(staging_host_ + staging_used_, data, bytes);
@@ -188,7 +190,8 @@ DevicePtr CudaExecutor::stage(const T* data, size_t count) {
 void CudaExecutor::grow_staging(size_t capacity) {
   DeviceBuffer on_device(cuda_, capacity);
   char* pinned = static_cast<char*>(cuda_.alloc_pinned(capacity));
-  cuda_.free_pinned(staging_host_);
+  if (graphs_.capturing()) graphs_.retire(std::move(staging_buffer_), staging_host_);
+  else cuda_.free_pinned(staging_host_);
   staging_host_ = pinned;
   staging_buffer_ = std::move(on_device);
   staging_device_ = staging_buffer_.get();
@@ -235,10 +238,12 @@ void CudaExecutor::forward(const PlannedBatch& batch, const RunOptions& options,
   reserve(pushes_, push_floats);
   reserve(arena_[0], batch.layout->arena_floats[0]);
   staging_used_ = 0;  // the last pass ended with the device idle
+  StepGraphs::Capture capture(graphs_, 0);
   lanes_[0].at(Pass::Forward, -1, -1, 0, "objective");
   zero(objective_, sizeof(double));
   fill_uniform_values(Pass::Forward, lanes_[0]);
   run_forward(config_.streaming);
+  capture.launch();  // the downloads into pageable memory stay out of the graph
   double objective = 0;
   lanes_[0].at(Pass::Forward, -1, -1, 0, "objective and pushes");
   download(&objective, objective_, sizeof objective);
@@ -251,7 +256,9 @@ void CudaExecutor::forward(const PlannedBatch& batch, const RunOptions& options,
 void CudaExecutor::backward() {
   begin_backward();
   CudaDevice::get();
+  reserve(arena_[1], batch_.layout->arena_floats[1]);  // may wait for the device: before a capture
   staging_used_ = 0;
+  StepGraphs::Capture capture(graphs_, 0);
   lanes_[0].at(Pass::Backward, -1, -1, 0, "zero gradients");
   // Zero the gradients: dense ones whole, embedding tables the rows last touched.
   for (int p = 0; p < store_.model().size(); ++p) {
@@ -269,10 +276,10 @@ void CudaExecutor::backward() {
     move_pairs(pairs_, cols, kMoveZero);
   }
   store_.host_current_ = false;
-  reserve(arena_[1], batch_.layout->arena_floats[1]);
   zero_scatter_gradients(lanes_[0]);
   fill_uniform_values(Pass::Backward, lanes_[0]);
   run_backward();
+  capture.launch();
   store_.finish_touched();
   cuda_.synchronize();
 }

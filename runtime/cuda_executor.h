@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "runtime/cuda_driver.h"
+#include "runtime/cuda_graph.h"
 #include "runtime/touched_rows.h"
 #include "runtime/parallel_for.h"
 #include "runtime/runner.h"
@@ -98,6 +99,7 @@ class CudaExecutor final : public Runner, private Device {
     bool profile = false;
     bool tf32 = false;  // cuBLASLt on TF32 tensor cores
     bool streaming = false;  // eager forward steps on the second stream (see above)
+    bool graphs = false;     // each pass captured and launched as a CUDA graph (runtime/cuda_graph.h)
   };
   CudaExecutor(const Program& program, const ExecPlan& plan, const Config& config);
   ~CudaExecutor() override;
@@ -244,6 +246,7 @@ class CudaExecutor final : public Runner, private Device {
   std::vector<int> ints_;
   std::vector<float> floats_;
   std::vector<void*> params_;  // a fused kernel's kernelParams
+  StepGraphs graphs_;
 };
 
 }  // namespace vjit::runtime

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -40,6 +41,7 @@
 #include "ir/row_op.h"
 #include "jit/nvrtc.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/cuda_graph.h"
 #include "vjit/models.h"
 #include "vjit/vjit.h"
 
@@ -142,6 +144,10 @@ class HandleBook {
     // refused and copies from pageable memory (CudaDevice::pin returns false).
     constexpr int kAlreadyRegistered = 712;  // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
     if (is(call, "cuMemHostRegister") && call.status == kAlreadyRegistered) return;
+    // An executable graph the driver will not update (a copy's buffer is
+    // another allocation now) is instantiated again (runtime/cuda_graph.h).
+    constexpr int kUpdateFailure = 910;  // CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+    if (is(call, "cuGraphExecUpdate") && call.status == kUpdateFailure) return;
     EXPECT_EQ(call.status, 0) << "the double refused " << describe(call);
     if (call.status != 0) return;
     if (is(call, "cuStreamCreate")) streams_.insert(call.args[1]);
@@ -819,6 +825,247 @@ TEST(CudaDouble, EnginesRefuseWhatOnlyTheCpuDoes) {
                       tuning.forward_gathers, tuning.accumulate_gradients, tuning.param_layout})
     EXPECT_EQ(lever, Lever::Off);
   EXPECT_EQ(Engine(*bundle.program, cuda_options()).options().tuning, tuning) << "auto on the GPU is off";
+}
+
+// --- CUDA graphs (VJIT_CUDA_GRAPHS, runtime/cuda_graph.h) ---
+
+// A pass's structure is its calls in order: the function and block of a
+// kernel, the shape of a product, the direction of a copy, that a fill is
+// one, and the stream of each; nothing else (grids, rows and addresses are
+// what an executable graph's update changes, so no call takes them).
+TEST(CudaGraphs, StructuresAreEqualExactlyWhenTheirCallsAre) {
+  int kernels[2];
+  const std::vector<int64_t> shape{0, 1, 64, 128, 32, 32, 128, 128, 0};
+  std::vector<int64_t> other_m = shape;
+  other_m[2] = 65;
+  // The same five calls, then one of these.
+  const std::vector<std::pair<const char*, std::function<void(runtime::GraphStructure&)>>> endings = {
+      {"a fill", [](runtime::GraphStructure& s) { s.fill(0); }},
+      {"a kernel", [&](runtime::GraphStructure& s) { s.kernel(&kernels[0], 256, 0); }},
+      {"another kernel", [&](runtime::GraphStructure& s) { s.kernel(&kernels[1], 256, 0); }},
+      {"another block", [&](runtime::GraphStructure& s) { s.kernel(&kernels[0], 128, 0); }},
+      {"a product", [&](runtime::GraphStructure& s) { s.gemm(shape, 0); }},
+      {"another product shape", [&](runtime::GraphStructure& s) { s.gemm(other_m, 0); }},
+      {"an upload", [](runtime::GraphStructure& s) { s.copy(true, 0); }},
+      {"a download", [](runtime::GraphStructure& s) { s.copy(false, 0); }},
+      {"on another stream", [](runtime::GraphStructure& s) { s.copy(false, 1); }},
+  };
+  auto structure = [&](size_t ending) {
+    runtime::GraphStructure s;
+    s.fill(0);
+    s.kernel(&kernels[0], 256, 0);
+    s.gemm(shape, 0);
+    s.copy(true, 0);
+    s.kernel(&kernels[1], 256, 0);
+    endings[ending].second(s);
+    return s;
+  };
+  for (size_t a = 0; a < endings.size(); ++a) {
+    const runtime::GraphStructure first = structure(a);
+    EXPECT_EQ(first.calls(), 6u);
+    for (size_t b = 0; b < endings.size(); ++b) {
+      const runtime::GraphStructure second = structure(b);
+      EXPECT_EQ(first == second, a == b) << endings[a].first << " against " << endings[b].first;
+      if (a == b) {
+        EXPECT_EQ(first.hash(), second.hash()) << endings[a].first;
+      } else {
+        EXPECT_NE(first.hash(), second.hash()) << endings[a].first << " against " << endings[b].first;
+      }
+    }
+  }
+  runtime::GraphStructure a, b;
+  a.fill(0), a.copy(true, 0);
+  b.copy(true, 0), b.fill(0);
+  EXPECT_FALSE(a == b) << "the same calls in another order";
+  a.clear();
+  EXPECT_EQ(a.calls(), 0u);
+  EXPECT_TRUE(a == runtime::GraphStructure());
+}
+
+Options graph_options() {
+  Options options = cuda_options();
+  options.tuning.cuda_graphs = Lever::On;
+  return options;
+}
+
+bool captured(const VjitDoubleCall& call) { return call.captured != 0; }
+
+// Launches the host made itself: each graph launch, and each kernel or
+// product not captured into a graph.
+int host_launches(const std::vector<VjitDoubleCall>& calls) {
+  return int(std::count_if(calls.begin(), calls.end(), [](const VjitDoubleCall& c) {
+    return is(c, "cuGraphLaunch") || ((is(c, "cuLaunchKernel") || is(c, "cublasLtMatmul")) && !captured(c));
+  }));
+}
+
+// The graph calls of train steps: each pass captured; a structure seen for
+// the first time instantiated; the same structure again (the same batch, or
+// its samples in another order) updated in place, never instantiated; a
+// batch of another structure instantiated anew. The double refuses an update
+// whose structure differs, so an update it accepted is one of equal structure.
+TEST(CudaGraphs, TrainStepsCaptureInstantiateThenUpdate) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  Engine engine(*bundle.program, graph_options());
+  EXPECT_EQ(engine.options().tuning.cuda_graphs, Lever::On);
+  Adam adam(0.01f);
+  const GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
+  const GraphBatch reordered = models::make_batch(bundle.train, {2, 0, 3, 1});
+  const GraphBatch other = models::make_batch(bundle.train, first_indices(7));
+  take_calls();
+  struct GraphCalls {
+    int begins, ends, instantiations, updates, refused, launches, uncaptured_kernels;
+  };
+  auto step = [&](const GraphBatch& b) {
+    engine.train_step(b, adam);
+    const std::vector<VjitDoubleCall> calls = take_calls();
+    int updates = 0, refused = 0, uncaptured_kernels = 0, graph_launches = 0;
+    for (const VjitDoubleCall& call : calls) {
+      if (is(call, "cuGraphExecUpdate")) (call.status == 0 ? updates : refused) += 1;
+      graph_launches += is(call, "cuGraphLaunch");
+      // Before the backward's graph: a pass's work left out of its graph.
+      if ((is(call, "cuLaunchKernel") || is(call, "cublasLtMatmul")) && !captured(call) && graph_launches < 2)
+        ++uncaptured_kernels;
+    }
+    return GraphCalls{count_of(calls, "cuStreamBeginCapture"), count_of(calls, "cuStreamEndCapture"),
+                      count_of(calls, "cuGraphInstantiate"),   updates,
+                      refused,                                 count_of(calls, "cuGraphLaunch"),
+                      uncaptured_kernels};
+  };
+  const GraphCalls first = step(batch);
+  EXPECT_EQ(first.begins, 2) << "forward and backward";
+  EXPECT_EQ(first.ends, 2);
+  EXPECT_EQ(first.launches, 2);
+  EXPECT_EQ(first.instantiations, 2) << "two structures, both new";
+  EXPECT_EQ(first.updates + first.refused, 0);
+  EXPECT_EQ(first.uncaptured_kernels, 0) << "a pass's kernels are all in its graph";
+  // The second backward zeroes the embedding rows the first touched: a new
+  // structure; its forward is the first's.
+  const GraphCalls second = step(batch);
+  EXPECT_EQ(second.updates, 1);
+  EXPECT_EQ(second.instantiations, 1);
+  for (const GraphBatch* same : {&batch, &reordered, &batch}) {
+    const GraphCalls steady = step(*same);
+    EXPECT_EQ(steady.begins, 2);
+    EXPECT_EQ(steady.launches, 2);
+    EXPECT_EQ(steady.updates, 2) << "the same structure updates its executable graph";
+    EXPECT_EQ(steady.instantiations, 0) << "the same structure is not instantiated again";
+    EXPECT_EQ(steady.refused, 0);
+    EXPECT_EQ(steady.uncaptured_kernels, 0);
+  }
+  const GraphCalls changed = step(other);
+  EXPECT_EQ(changed.launches, 2);
+  EXPECT_GE(changed.instantiations, 1) << "another batch shape is another structure";
+  EXPECT_EQ(changed.instantiations + changed.updates, 2);
+  EXPECT_EQ(changed.refused, 0) << "a structure the double would not update was taken for a known one";
+  // The larger batch grew the arenas: where a pass's copies or fills now
+  // reach other allocations the driver refuses the update, and that graph is
+  // instantiated again; none is instantiated as a new structure.
+  const GraphCalls back = step(batch);
+  EXPECT_EQ(back.updates + back.refused, 2) << "the first structure's graphs are still cached";
+  EXPECT_EQ(back.instantiations, back.refused);
+  const GraphCalls settled = step(batch);
+  EXPECT_EQ(settled.updates, 2);
+  EXPECT_EQ(settled.instantiations, 0);
+  // infer: one forward graph.
+  engine.infer(batch);
+  const std::vector<VjitDoubleCall> inferred = take_calls();
+  EXPECT_EQ(count_of(inferred, "cuGraphLaunch"), 1);
+  EXPECT_EQ(host_launches(inferred), 1);
+}
+
+// The device work of a step is the same with graphs as without, in the same
+// order, only captured: the same kernels, grids, blocks and products. In
+// steady state the host launches two graphs and the optimizer's kernels.
+TEST(CudaGraphs, AGraphHoldsTheStepsOwnWork) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  const GraphBatch batch = models::make_batch(bundle.train, first_indices(6));
+  auto steady_step = [&](const Options& options) {
+    Engine engine(*bundle.program, options);
+    Adam adam(0.01f);
+    for (int i = 0; i < 2; ++i) engine.train_step(batch, adam);
+    take_calls();
+    engine.train_step(batch, adam);
+    return take_calls();
+  };
+  const std::vector<VjitDoubleCall> plain = steady_step(cuda_options());
+  const std::vector<VjitDoubleCall> graphed = steady_step(graph_options());
+  EXPECT_EQ(count_of(plain, "cuGraphLaunch"), 0);
+  EXPECT_EQ(count_of(plain, "cuStreamBeginCapture"), 0) << "graphs are off by default";
+  EXPECT_EQ(first_difference(device_work(graphed), device_work(plain)), "");
+  int in_graphs = 0, after_passes = 0, graph_launches = 0;
+  for (const VjitDoubleCall& call : graphed) {
+    graph_launches += is(call, "cuGraphLaunch");
+    if (!is(call, "cuLaunchKernel") && !is(call, "cublasLtMatmul")) continue;
+    if (captured(call)) ++in_graphs;
+    else if (graph_launches == 2) ++after_passes;  // the optimizer's step and the values brought back
+  }
+  EXPECT_GT(launches_of(plain, "vjit_optimizer_update"), 0);
+  EXPECT_EQ(in_graphs + after_passes, int(device_work(plain).size()));
+  EXPECT_EQ(host_launches(graphed), 2 + after_passes) << "a pass's work launched outside its graph";
+  EXPECT_EQ(host_launches(plain), int(device_work(plain).size()));
+  std::cout << "tree_lstm train_step on 6 trees, host launches: " << host_launches(plain) << " without graphs, "
+            << host_launches(graphed) << " with (2 graphs holding " << in_graphs << ", and " << after_passes
+            << " of the optimizer's step)\n";
+}
+
+// Staging buffers that grow while a pass is captured are kept until its
+// graph ran; arenas that grew make copies reach other allocations, which the
+// driver does not update: the graph is instantiated again. No copy reaches
+// freed memory (the double checks each as the graph runs), graphs and
+// executable graphs go with the engine.
+TEST(CudaGraphs, GrowingBatchesAndDroppedEnginesLeaveNothingBehind) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(64));
+  {  // the device's own memory (cuBLASLt's workspaces) is made once, by the process's first engine
+    Engine first(*bundle.program, cuda_options());
+    Adam adam(0.01f);
+    first.train_step(models::make_batch(bundle.train, first_indices(2)), adam);
+  }
+  take_calls();
+  const VjitDoubleLive before = double_api().live();
+  {
+    Engine engine(*bundle.program, graph_options());
+    Adam adam(0.01f);
+    for (int samples : {2, 64, 3, 64, 64})
+      engine.train_step(models::make_batch(bundle.train, first_indices(samples)), adam);
+    engine.infer(models::make_batch(bundle.train, first_indices(64)));
+    const std::vector<VjitDoubleCall> calls = take_calls();
+    EXPECT_GT(count_of(calls, "cuMemFree"), 0) << "no buffer was replaced";
+    EXPECT_GT(count_of(calls, "cuGraphExecUpdate"), 0);
+    EXPECT_EQ(count_of(calls, "cuGraphLaunch"), 11);
+    EXPECT_GT(double_api().live().graph_execs, before.graph_execs) << "the engine's graphs are cached";
+    EXPECT_EQ(double_api().live().graphs, before.graphs) << "a captured graph outlives its pass";
+  }
+  const VjitDoubleLive after = double_api().live();
+  take_calls();
+  EXPECT_EQ(after.graph_execs, before.graph_execs);
+  EXPECT_EQ(after.graphs, before.graphs);
+  EXPECT_EQ(after.allocations, before.allocations);
+  EXPECT_EQ(after.pinned, before.pinned);
+}
+
+// A failure inside a captured pass ends the capture: the engine's next step
+// captures again, and its stream is not left captured.
+TEST(CudaGraphs, AFailedLaunchEndsTheCapture) {
+  VJIT_USE_THE_DOUBLE();
+  TreeLstmOnCuda tree(3);
+  Engine engine(*tree.bundle.program, graph_options());
+  SGD sgd(0.1f);
+  engine.train_step(tree.batch, sgd);
+  take_calls();
+  double_api().fail_next("cuLaunchKernel", 3);
+  EXPECT_THROW(engine.train_step(tree.batch, sgd), std::exception);
+  std::vector<VjitDoubleCall> failed = take_calls();
+  EXPECT_EQ(count_of(failed, "cuStreamBeginCapture"), count_of(failed, "cuStreamEndCapture"));
+  EXPECT_EQ(double_api().live().graphs, 0u) << "the abandoned capture's graph was destroyed";
+  // The device's stream is not left captured: another engine's work runs.
+  Engine plain(*tree.bundle.program, cuda_options());
+  plain.train_step(tree.batch, sgd);
+  const std::vector<VjitDoubleCall> after = take_calls();
+  EXPECT_GT(count_of(after, "cuLaunchKernel"), 0);
+  EXPECT_EQ(std::count_if(after.begin(), after.end(), captured), 0);
 }
 
 }  // namespace

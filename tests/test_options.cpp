@@ -504,7 +504,8 @@ TEST(OptionsResolve, AutoIsWhatEachDeviceDoes) {
   const Options cuda = options.resolve();
   for (Lever lever : {cuda.tuning.pretranspose, cuda.tuning.infer_kernels, cuda.tuning.gather_slices,
                       cuda.tuning.gather_pointers, cuda.tuning.forward_gathers, cuda.tuning.accumulate_gradients,
-                      cuda.tuning.param_layout, cuda.deterministic, cuda.tuning.dist_overlap, cuda.tuning.tf32})
+                      cuda.tuning.param_layout, cuda.deterministic, cuda.tuning.dist_overlap, cuda.tuning.tf32,
+                      cuda.tuning.cuda_graphs})
     EXPECT_EQ(lever, Lever::Off);
   EXPECT_EQ(cuda.tuning.dist_nccl, Lever::On);
   EXPECT_EQ(cuda.resolve(), cuda) << "resolving twice changes nothing";
@@ -539,13 +540,28 @@ TEST(OptionsResolve, CudaRefusesWhatOnlyTheCpuDoes) {
   }
 }
 
+constexpr const char* kGpuOnly[] = {"VJIT_TF32", "VJIT_DIST_NCCL", "VJIT_CUDA_GRAPHS"};
+
 TEST(OptionsResolve, CpuRefusesWhatOnlyTheGpuDoes) {
-  for (const char* variable : {"VJIT_TF32", "VJIT_DIST_NCCL"}) {
+  for (const char* variable : kGpuOnly) {
     const std::string message = resolve_error(with(variable, "on", Options::Device::Cpu));
     EXPECT_NE(message.find(std::string(variable) + "=on"), std::string::npos) << message;
     EXPECT_NE(message.find("cpu device"), std::string::npos) << message;
     EXPECT_NO_THROW(with(variable, "off", Options::Device::Cpu).resolve()) << variable;
   }
+}
+
+// A pass's CUDA graph is captured from one stream: graphs with streaming are
+// refused, naming both; either alone resolves.
+TEST(OptionsResolve, CudaGraphsRefuseStreaming) {
+  Options options = with("VJIT_CUDA_GRAPHS", "on", Options::Device::Cuda);
+  EXPECT_EQ(options.resolve().tuning.cuda_graphs, Lever::On);
+  options.tuning.streaming = true;
+  const std::string message = resolve_error(options);
+  EXPECT_NE(message.find("VJIT_CUDA_GRAPHS=on"), std::string::npos) << message;
+  EXPECT_NE(message.find("VJIT_STREAMING=on"), std::string::npos) << message;
+  options.tuning.cuda_graphs = Lever::Off;
+  EXPECT_NO_THROW(options.resolve());
 }
 
 // Every option whose devices column leaves a device out is checked by the test
@@ -558,9 +574,10 @@ TEST(OptionsResolve, TheTestsNameEveryOptionADeviceLeavesOut) {
     if (row.find(" | cpu | ") == std::string::npos && row.find(" | cuda | ") == std::string::npos) continue;
     ++single_device;
     const std::string variable = row.substr(3, row.find('`', 3) - 3);
-    bool listed = variable == "VJIT_TF32" || variable == "VJIT_DIST_NCCL";
+    bool listed = false;
+    for (const char* gpu_only : kGpuOnly) listed = listed || variable == gpu_only;
     for (const CpuOnly& option : kCpuOnly) listed = listed || variable == option.variable;
     EXPECT_TRUE(listed) << variable << " is honoured by one device only but no test checks the other refuses it";
   }
-  EXPECT_EQ(single_device, std::size(kCpuOnly) + 2);
+  EXPECT_EQ(single_device, std::size(kCpuOnly) + std::size(kGpuOnly));
 }

@@ -85,6 +85,7 @@ struct Options {
     Lever param_layout = Lever::Auto;             ///< VJIT_PARAM_LAYOUT (CPU)
     MemoryPlanner memplan = MemoryPlanner::Copy;  ///< VJIT_MEMPLAN
     Lever tf32 = Lever::Auto;                     ///< VJIT_TF32 (CUDA; auto: off)
+    Lever cuda_graphs = Lever::Auto;              ///< VJIT_CUDA_GRAPHS (CUDA; auto: off; never run on a GPU)
     int infer_shards = 1;                         ///< VJIT_INFER_SHARDS (CPU; infer() on groups of samples at once)
     Isa isa = Isa::Auto;                          ///< VJIT_ISA (CPU)
     Gemm gemm = Gemm::Auto;                       ///< VJIT_GEMM (CPU)

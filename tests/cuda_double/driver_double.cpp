@@ -30,6 +30,18 @@ struct Function {
   vjit_double::KernelSignature signature;
 };
 
+// A node of a captured graph: work queued on a captured stream, as its
+// executable graph will run it.
+struct Node {
+  enum Kind { Kernel, CopyToDevice, CopyToHost, Fill, Matmul } kind = Kernel;
+  uint64_t function = 0;           // Kernel
+  int64_t shape[9] = {};           // Matmul: m, n, k, lda, ldb, ldc, trans_a, trans_b, compute type
+  uint64_t dst = 0, src = 0, bytes = 0;
+  unsigned char value = 0;         // Fill
+  uint64_t allocation = 0;         // a copy's or fill's device memory: its allocation's base
+};
+using Nodes = std::vector<Node>;
+
 // Everything the double knows, behind one lock. Never destroyed: a static's
 // destructor could run before the last call of another library's exit code.
 struct State {
@@ -37,7 +49,7 @@ struct State {
   std::vector<VjitDoubleCall> calls;
   std::map<uint64_t, size_t> allocations;  // device allocations: base -> bytes
   size_t allocated_bytes = 0;
-  std::set<void*> pinned;
+  std::map<uint64_t, size_t> pinned;  // cuMemAllocHost: base -> bytes
   std::map<uint64_t, size_t> registered;  // cuMemHostRegister: base -> bytes
   std::set<uint64_t> events, streams, contexts;
   // Per event, when it was last recorded (host time): work is done at once,
@@ -48,6 +60,12 @@ struct State {
   std::map<uint64_t, Function> functions;
   uint64_t next_handle = 0x7e000000;  // handles: distinct, never dereferenced, of no kind's memory
   uint64_t new_handle() { return next_handle += 0x40; }
+  // Stream capture: per captured stream, its graph so far and whether a
+  // call refused during the capture invalidated it; graphs and executable
+  // graphs by handle.
+  std::map<uint64_t, Nodes> capturing;
+  std::set<uint64_t> invalidated;
+  std::map<uint64_t, Nodes> graphs, execs;
   std::string fail_name;  // vjit_double_fail_next: the call to fail, after fail_countdown - 1 more
   int fail_countdown = 0;
 };
@@ -106,6 +124,41 @@ bool in_allocation(const State& s, uint64_t pointer, size_t bytes) {
   return pointer >= base && pointer + bytes <= base + size;
 }
 
+// The base of the live allocation holding `pointer`; 0 when none does.
+uint64_t allocation_of(const State& s, uint64_t pointer) {
+  auto after = s.allocations.upper_bound(pointer);
+  if (after == s.allocations.begin()) return 0;
+  const auto& [base, size] = *std::prev(after);
+  return pointer < base + size ? base : 0;
+}
+
+// Whether [pointer, pointer + bytes) is page-locked host memory (allocated
+// pinned or registered).
+bool is_pinned(const State& s, const void* pointer, size_t bytes) {
+  const uint64_t p = uint64_t(reinterpret_cast<uintptr_t>(pointer));
+  for (const std::map<uint64_t, size_t>* ranges : {&s.pinned, &s.registered}) {
+    auto after = ranges->upper_bound(p);
+    if (after == ranges->begin()) continue;
+    const auto& [base, size] = *std::prev(after);
+    if (p + bytes <= base + size) return true;
+  }
+  return false;
+}
+
+// The graph being captured from `stream`; null when it is not captured.
+Nodes* captured_into(State& s, CUstream stream) {
+  auto found = s.capturing.find(uint64_t(reinterpret_cast<uintptr_t>(stream)));
+  return found == s.capturing.end() ? nullptr : &found->second;
+}
+
+// A synchronisation while any stream is captured: refused, and the capture
+// invalidated, as by the driver.
+bool refused_while_capturing(State& s) {
+  if (s.capturing.empty()) return false;
+  for (const auto& [stream, nodes] : s.capturing) s.invalidated.insert(stream);
+  return true;
+}
+
 // The default stream (0) and the two special ones are always there.
 bool is_stream(const State& s, CUstream stream) {
   const uint64_t h = as_int(stream);
@@ -136,8 +189,8 @@ void vjit_double_reset(void) {
 VjitDoubleLive vjit_double_live(void) {
   State& s = state();
   Lock lock(s.mutex);
-  return {s.allocations.size(), s.allocated_bytes, s.pinned.size(), s.registered.size(),
-          s.events.size(),      s.streams.size(),   s.modules.size()};
+  return {s.allocations.size(), s.allocated_bytes, s.pinned.size(), s.registered.size(), s.events.size(),
+          s.streams.size(),     s.modules.size(),   s.graphs.size(),  s.execs.size()};
 }
 
 int vjit_double_is_device_range(uint64_t pointer, size_t bytes) {
@@ -157,6 +210,15 @@ void vjit_double_record(const VjitDoubleCall* call) {
   State& s = state();
   Lock lock(s.mutex);
   s.calls.push_back(*call);
+  Nodes* graph = captured_into(s, reinterpret_cast<CUstream>(uintptr_t(call->stream)));
+  if (graph == nullptr || std::strcmp(call->name, "cublasLtMatmul") != 0) return;
+  s.calls.back().captured = 1;
+  Node node;
+  node.kind = Node::Matmul;
+  const int64_t shape[9] = {call->m,       call->n,       call->k, call->lda, call->ldb, call->ldc,
+                            call->trans_a, call->trans_b, call->compute_type};
+  std::copy(std::begin(shape), std::end(shape), node.shape);
+  graph->push_back(node);
 }
 
 // --- device and context ---
@@ -237,6 +299,7 @@ CUresult cuCtxSetCurrent(CUcontext context) {
 CUresult cuCtxSynchronize(void) {
   State& s = state();
   Lock lock(s.mutex);
+  if (refused_while_capturing(s)) return record(s, "cuCtxSynchronize", {}, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   return record(s, "cuCtxSynchronize", {}, CUDA_SUCCESS);
 }
 
@@ -265,6 +328,29 @@ CUresult cuGetErrorString(CUresult error, const char** text) {
 }  // extern "C"
 
 // --- memory: host memory behind every device pointer ---
+
+namespace {
+
+// A copy queued on a captured stream: a node of its graph, moving its bytes
+// when the graph runs. From or to pageable host memory it is refused (the
+// driver cannot capture a copy it would have to stage at once) and the
+// capture invalidated.
+CUresult capture_copy(State& s, Nodes& graph, VjitDoubleCall call, Node::Kind kind, uint64_t dst, uint64_t src,
+                      size_t bytes, bool host_pinned) {
+  call.captured = 1;
+  if (!host_pinned) {
+    s.invalidated.insert(call.args[3]);
+    return record(s, call, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  }
+  Node node;
+  node.kind = kind;
+  node.dst = dst, node.src = src, node.bytes = bytes;
+  node.allocation = allocation_of(s, kind == Node::CopyToDevice ? dst : src);
+  graph.push_back(node);
+  return record(s, call, CUDA_SUCCESS);
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -296,27 +382,42 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t bytes, CUstr
   State& s = state();
   Lock lock(s.mutex);
   const bool valid = src != nullptr && in_allocation(s, dst, bytes) && is_stream(s, stream);
-  if (valid) std::memcpy(reinterpret_cast<void*>(uintptr_t(dst)), src, bytes);
-  return record(s, "cuMemcpyHtoDAsync", {dst, as_int(src), bytes, as_int(stream)},
-                valid ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+  VjitDoubleCall call = make_call("cuMemcpyHtoDAsync", {dst, as_int(src), bytes, as_int(stream)});
+  if (!valid) return record(s, call, CUDA_ERROR_INVALID_VALUE);
+  if (Nodes* graph = captured_into(s, stream))
+    return capture_copy(s, *graph, call, Node::CopyToDevice, dst, as_int(src), bytes, is_pinned(s, src, bytes));
+  std::memcpy(reinterpret_cast<void*>(uintptr_t(dst)), src, bytes);
+  return record(s, call, CUDA_SUCCESS);
 }
 
 CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t bytes, CUstream stream) {
   State& s = state();
   Lock lock(s.mutex);
   const bool valid = dst != nullptr && in_allocation(s, src, bytes) && is_stream(s, stream);
-  if (valid) std::memcpy(dst, reinterpret_cast<const void*>(uintptr_t(src)), bytes);
-  return record(s, "cuMemcpyDtoHAsync", {as_int(dst), src, bytes, as_int(stream)},
-                valid ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+  VjitDoubleCall call = make_call("cuMemcpyDtoHAsync", {as_int(dst), src, bytes, as_int(stream)});
+  if (!valid) return record(s, call, CUDA_ERROR_INVALID_VALUE);
+  if (Nodes* graph = captured_into(s, stream))
+    return capture_copy(s, *graph, call, Node::CopyToHost, as_int(dst), src, bytes, is_pinned(s, dst, bytes));
+  std::memcpy(dst, reinterpret_cast<const void*>(uintptr_t(src)), bytes);
+  return record(s, call, CUDA_SUCCESS);
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, CUstream stream) {
   State& s = state();
   Lock lock(s.mutex);
   const bool valid = in_allocation(s, dst, bytes) && is_stream(s, stream);
-  if (valid) std::memset(reinterpret_cast<void*>(uintptr_t(dst)), value, bytes);
-  return record(s, "cuMemsetD8Async", {dst, value, bytes, as_int(stream)},
-                valid ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+  VjitDoubleCall call = make_call("cuMemsetD8Async", {dst, value, bytes, as_int(stream)});
+  if (!valid) return record(s, call, CUDA_ERROR_INVALID_VALUE);
+  if (Nodes* graph = captured_into(s, stream)) {
+    Node node;
+    node.kind = Node::Fill;
+    node.dst = dst, node.bytes = bytes, node.value = value, node.allocation = allocation_of(s, dst);
+    graph->push_back(node);
+    call.captured = 1;
+    return record(s, call, CUDA_SUCCESS);
+  }
+  std::memset(reinterpret_cast<void*>(uintptr_t(dst)), value, bytes);
+  return record(s, call, CUDA_SUCCESS);
 }
 
 CUresult cuMemAllocHost(void** pointer, size_t bytes) {
@@ -325,14 +426,14 @@ CUresult cuMemAllocHost(void** pointer, size_t bytes) {
   if (fails_now(s, "cuMemAllocHost")) return record_injected(s, "cuMemAllocHost", CUDA_ERROR_OUT_OF_MEMORY);
   *pointer = bytes == 0 ? nullptr : std::calloc(1, bytes);
   if (*pointer == nullptr) return record(s, "cuMemAllocHost", {bytes}, CUDA_ERROR_OUT_OF_MEMORY);
-  s.pinned.insert(*pointer);
+  s.pinned[as_int(*pointer)] = bytes;
   return record(s, "cuMemAllocHost", {bytes, as_int(*pointer)}, CUDA_SUCCESS);
 }
 
 CUresult cuMemFreeHost(void* pointer) {
   State& s = state();
   Lock lock(s.mutex);
-  if (s.pinned.erase(pointer) == 0) return record(s, "cuMemFreeHost", {as_int(pointer)}, CUDA_ERROR_INVALID_VALUE);
+  if (s.pinned.erase(as_int(pointer)) == 0) return record(s, "cuMemFreeHost", {as_int(pointer)}, CUDA_ERROR_INVALID_VALUE);
   std::free(pointer);
   return record(s, "cuMemFreeHost", {as_int(pointer)}, CUDA_SUCCESS);
 }
@@ -373,6 +474,8 @@ CUresult cuStreamCreate(CUstream* stream, unsigned flags) {
 CUresult cuStreamSynchronize(CUstream stream) {
   State& s = state();
   Lock lock(s.mutex);
+  if (refused_while_capturing(s))
+    return record(s, "cuStreamSynchronize", {as_int(stream)}, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   return record(s, "cuStreamSynchronize", {as_int(stream)},
                 is_stream(s, stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
 }
@@ -413,6 +516,8 @@ CUresult cuEventRecord(CUevent event, CUstream stream) {
 CUresult cuEventSynchronize(CUevent event) {
   State& s = state();
   Lock lock(s.mutex);
+  if (refused_while_capturing(s))
+    return record(s, "cuEventSynchronize", {as_int(event)}, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   return record(s, "cuEventSynchronize", {as_int(event)},
                 s.events.count(as_int(event)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
 }
@@ -525,7 +630,140 @@ CUresult cuLaunchKernel(CUfunction f, unsigned grid_x, unsigned grid_y, unsigned
   if (!is_stream(s, stream)) return record(s, call, CUDA_ERROR_INVALID_HANDLE);
   read_params(fn->second, params, call);
   const bool valid = launch_shape_valid(call) && (params != nullptr) != (extra != nullptr);
+  if (Nodes* graph = captured_into(s, stream); graph && valid) {
+    call.captured = 1;
+    Node node;
+    node.kind = Node::Kernel;
+    node.function = as_int(f);
+    graph->push_back(node);
+  }
   return record(s, call, valid ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+}  // extern "C"
+
+// --- graphs: captured from a stream, instantiated, updated, launched ---
+
+namespace {
+
+// Why the driver would refuse to update an executable graph made from `from`
+// to `to`; CU_GRAPH_EXEC_UPDATE_SUCCESS when it would not. A kernel's
+// function may change (CUDA 11.2 on); a cuBLASLt product of another shape may
+// run other kernels, so it is another structure here.
+CUgraphExecUpdateResult update_refusal(const Nodes& from, const Nodes& to) {
+  if (from.size() != to.size()) return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const Node &a = from[i], &b = to[i];
+    if (a.kind != b.kind) return CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+    if (a.kind == Node::Matmul && !std::equal(std::begin(a.shape), std::end(a.shape), b.shape))
+      return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    if (a.kind != Node::Kernel && a.kind != Node::Matmul && a.allocation != b.allocation)
+      return CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
+  }
+  return CU_GRAPH_EXEC_UPDATE_SUCCESS;
+}
+
+// Runs what moves bytes: copies and fills, in order (kernels run nowhere).
+bool run_nodes(State& s, const Nodes& nodes) {
+  for (const Node& n : nodes) {
+    const uint64_t device = n.kind == Node::CopyToHost ? n.src : n.dst;
+    if (n.kind != Node::Kernel && n.kind != Node::Matmul && !in_allocation(s, device, n.bytes)) return false;
+    if (n.kind == Node::CopyToDevice) std::memcpy(reinterpret_cast<void*>(uintptr_t(n.dst)), reinterpret_cast<const void*>(uintptr_t(n.src)), n.bytes);
+    if (n.kind == Node::CopyToHost) std::memcpy(reinterpret_cast<void*>(uintptr_t(n.dst)), reinterpret_cast<const void*>(uintptr_t(n.src)), n.bytes);
+    if (n.kind == Node::Fill) std::memset(reinterpret_cast<void*>(uintptr_t(n.dst)), n.value, n.bytes);
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuStreamBeginCapture(CUstream stream, CUstreamCaptureMode mode) {
+  State& s = state();
+  Lock lock(s.mutex);
+  const uint64_t h = as_int(stream);
+  // The legacy default stream cannot be captured.
+  const bool valid = h != 0 && stream != CU_STREAM_LEGACY && is_stream(s, stream);
+  if (!valid) return record(s, "cuStreamBeginCapture", {h, uint64_t(mode)}, CUDA_ERROR_INVALID_HANDLE);
+  if (s.capturing.count(h)) return record(s, "cuStreamBeginCapture", {h, uint64_t(mode)}, CUDA_ERROR_ILLEGAL_STATE);
+  s.capturing[h];
+  return record(s, "cuStreamBeginCapture", {h, uint64_t(mode)}, CUDA_SUCCESS);
+}
+
+CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
+  State& s = state();
+  Lock lock(s.mutex);
+  const uint64_t h = as_int(stream);
+  auto found = s.capturing.find(h);
+  if (found == s.capturing.end()) return record(s, "cuStreamEndCapture", {h}, CUDA_ERROR_ILLEGAL_STATE);
+  Nodes nodes = std::move(found->second);
+  s.capturing.erase(found);
+  if (s.invalidated.erase(h)) {
+    *graph = nullptr;
+    return record(s, "cuStreamEndCapture", {h}, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  }
+  const uint64_t g = s.new_handle();
+  const size_t count = nodes.size();
+  s.graphs[g] = std::move(nodes);
+  *graph = reinterpret_cast<CUgraph>(g);
+  return record(s, "cuStreamEndCapture", {h, g, count}, CUDA_SUCCESS);
+}
+
+CUresult cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+  State& s = state();
+  Lock lock(s.mutex);
+  auto found = s.graphs.find(as_int(graph));
+  if (found == s.graphs.end()) return record(s, "cuGraphInstantiate", {as_int(graph), flags}, CUDA_ERROR_INVALID_VALUE);
+  const uint64_t e = s.new_handle();
+  s.execs[e] = found->second;
+  *exec = reinterpret_cast<CUgraphExec>(e);
+  return record(s, "cuGraphInstantiate", {as_int(graph), flags, e}, CUDA_SUCCESS);
+}
+
+CUresult cuGraphExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
+  State& s = state();
+  Lock lock(s.mutex);
+  auto e = s.execs.find(as_int(exec));
+  auto g = s.graphs.find(as_int(graph));
+  if (e == s.execs.end() || g == s.graphs.end() || info == nullptr)
+    return record(s, "cuGraphExecUpdate", {as_int(exec), as_int(graph)}, CUDA_ERROR_INVALID_VALUE);
+  *info = {};
+  info->result = update_refusal(e->second, g->second);
+  if (info->result != CU_GRAPH_EXEC_UPDATE_SUCCESS)
+    return record(s, "cuGraphExecUpdate", {as_int(exec), as_int(graph), uint64_t(info->result)},
+                  CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  e->second = g->second;
+  return record(s, "cuGraphExecUpdate", {as_int(exec), as_int(graph), 0}, CUDA_SUCCESS);
+}
+
+// args: the executable graph, the stream, its nodes, its kernels and products.
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  State& s = state();
+  Lock lock(s.mutex);
+  auto e = s.execs.find(as_int(exec));
+  if (e == s.execs.end() || !is_stream(s, stream) || captured_into(s, stream))
+    return record(s, "cuGraphLaunch", {as_int(exec), as_int(stream)}, CUDA_ERROR_INVALID_VALUE);
+  const uint64_t work = uint64_t(std::count_if(e->second.begin(), e->second.end(), [](const Node& n) {
+    return n.kind == Node::Kernel || n.kind == Node::Matmul;
+  }));
+  const bool ran = run_nodes(s, e->second);
+  return record(s, "cuGraphLaunch", {as_int(exec), as_int(stream), e->second.size(), work},
+                ran ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+
+CUresult cuGraphDestroy(CUgraph graph) {
+  State& s = state();
+  Lock lock(s.mutex);
+  const bool known = s.graphs.erase(as_int(graph)) > 0;
+  return record(s, "cuGraphDestroy", {as_int(graph)}, known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec exec) {
+  State& s = state();
+  Lock lock(s.mutex);
+  const bool known = s.execs.erase(as_int(exec)) > 0;
+  return record(s, "cuGraphExecDestroy", {as_int(exec)}, known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
 }
 
 }  // extern "C"
@@ -554,7 +792,9 @@ const Entry kEntries[] = {
     VJIT_DOUBLE_ENTRY(cuEventCreate), VJIT_DOUBLE_ENTRY(cuEventDestroy), VJIT_DOUBLE_ENTRY(cuEventRecord),
     VJIT_DOUBLE_ENTRY(cuEventSynchronize), VJIT_DOUBLE_ENTRY(cuEventQuery), VJIT_DOUBLE_ENTRY(cuEventElapsedTime),
     VJIT_DOUBLE_ENTRY(cuModuleLoadData), VJIT_DOUBLE_ENTRY(cuModuleUnload), VJIT_DOUBLE_ENTRY(cuModuleGetFunction),
-    VJIT_DOUBLE_ENTRY(cuLaunchKernel),
+    VJIT_DOUBLE_ENTRY(cuLaunchKernel), VJIT_DOUBLE_ENTRY(cuStreamBeginCapture), VJIT_DOUBLE_ENTRY(cuStreamEndCapture),
+    VJIT_DOUBLE_ENTRY(cuGraphInstantiate), VJIT_DOUBLE_ENTRY(cuGraphExecUpdate), VJIT_DOUBLE_ENTRY(cuGraphLaunch),
+    VJIT_DOUBLE_ENTRY(cuGraphDestroy), VJIT_DOUBLE_ENTRY(cuGraphExecDestroy),
 };
 #undef VJIT_DOUBLE_ENTRY
 

@@ -7,6 +7,13 @@
 // Nothing runs on a device: a launch is recorded, not executed. Memory is host
 // memory (cuMemAlloc callocs, so memory never written reads as zeros), and
 // copies and memsets really move bytes, checked against the live allocations.
+// Stream capture is modelled: work queued on a captured stream goes into the
+// graph (recorded, marked captured) and moves bytes only when an executable
+// graph made from it is launched; a synchronisation or a copy from pageable
+// host memory while capturing is refused, as by the driver; an executable
+// graph's update is refused where the structure differs (node count and kinds,
+// kernel functions, cuBLASLt shapes) or a copy's or fill's device memory is
+// another allocation.
 // Handles are checked too (a destroyed event, a stream never created, a
 // function of no loaded module): a bad one is the driver's error, as on a GPU,
 // and is recorded with its status.
@@ -28,6 +35,7 @@ typedef struct VjitDoubleCall {
   char name[40];      // "cuLaunchKernel", "cublasLtMatmul", ...
   int status;         // what the double returned (CUresult or cublasStatus_t; 0 = success)
   int injected;       // 1: a failure vjit_double_fail_next asked for
+  int captured;       // 1: queued on a stream being captured: put into its graph, not run
   uint64_t args[6];   // the call's leading arguments, as integers (see each entry point)
   // cuLaunchKernel: the function's name (as given to cuModuleGetFunction), its
   // module, grid, block, shared memory and stream, and the argument block.
@@ -51,9 +59,10 @@ typedef const VjitDoubleCall* (*VjitDoubleCallsFn)(size_t* count);
 const VjitDoubleCall* vjit_double_calls(size_t* count);
 void vjit_double_reset(void);
 // What is alive now: device allocations (cuMemAlloc not yet freed) and their
-// bytes, pinned host allocations, host registrations, events, modules.
+// bytes, pinned host allocations, host registrations, events, modules, graphs.
 typedef struct VjitDoubleLive {
   size_t allocations, allocated_bytes, pinned, registered, events, streams, modules;
+  size_t graphs, graph_execs;  // CUgraph and CUgraphExec handles not yet destroyed
 } VjitDoubleLive;
 VjitDoubleLive vjit_double_live(void);
 // The bytes of a device allocation range [pointer, pointer + bytes) are in
