@@ -4,7 +4,10 @@
 # inference (FP32, and TF32 at hidden 512, batch 256); the Var-LSTM and the
 # Tree-FC on their built-in data; the engine's cold and warm start (NVRTC
 # compile against the disk cache). Each line's peak is cuBLASLt's FP32 8192³
-# product measured in the same process. Build first: scripts/build.sh Release.
+# product measured in the same process. Last, the Tree-LSTM again with each
+# pass run as a CUDA graph (VJIT_CUDA_GRAPHS=on, off by default) next to the
+# same settings without, each line tagged "cuda_graphs". Build first:
+# scripts/build.sh Release.
 #   perf/run_gpu_benchmarks.sh [vjit-bench] [sst train.txt] [output.jsonl]
 set -euo pipefail
 bench=${1:-build/perf/vjit-bench}
@@ -37,5 +40,15 @@ for model in var_lstm tree_fc; do
     for mode in train infer; do
       run --model "$model" --hidden 256 --batch "$batch" --mode "$mode"
     done
+  done
+done
+
+# CUDA graphs against launches, the same settings one after the other; every
+# line checked against the reference first (vjit-bench's default).
+for setting in "256 64 train" "512 256 train" "256 64 infer"; do
+  read -r hidden batch mode <<< "$setting"
+  for graphs in off on; do
+    VJIT_CUDA_GRAPHS=$graphs "$bench" --peak-seconds 0.5 --steps 10 --model tree_lstm --data "$sst" \
+      --hidden "$hidden" --batch "$batch" --mode "$mode" | sed "s/^{/{\"cuda_graphs\":\"$graphs\",/" >> "$out"
   done
 done
