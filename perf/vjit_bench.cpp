@@ -19,6 +19,9 @@
 // layouts of issue 11 (the copy baseline, copy and pqtree) and prints each
 // one's per-round speedups (run_layouts). Results are checked before they are timed:
 // the first batch is compared with the reference interpreter (--no-check skips it).
+// After the timed steps an engine of its own runs the same batches forward
+// for the ED-Batch lower bound (--no-lower-bound skips it: perf/graph_launches.sh
+// counts the driver calls of the timed steps alone).
 // Each process measures its GEMM peak (measure_gemm_peak, --peak-seconds,
 // default 1.5: half on one thread, half on all; in two halves around the first
 // timed steps, keeping the faster) and every line reports the model's useful
@@ -55,6 +58,7 @@ struct BenchArgs {
   int warmup = 2;
   bool compare_unbatched = false;
   bool check = true;
+  bool lower_bound = true;  // --no-lower-bound: no lower-bound engine after the timed steps
   bool ablation = false;
   bool levers = false;  // --levers: each CPU-speed lever off in turn (run_levers)
   bool layouts = false;  // --layouts: the copy baseline, copy and pqtree in turn (run_layouts)
@@ -99,6 +103,7 @@ BenchArgs parse(const std::vector<std::string>& args) {
     const std::string& flag = args[i];
     if (flag == "--compare-unbatched") { b.compare_unbatched = true; continue; }
     if (flag == "--no-check") { b.check = false; continue; }
+    if (flag == "--no-lower-bound") { b.lower_bound = false; continue; }
     if (flag == "--ablation") { b.ablation = true; continue; }
     if (flag == "--levers") { b.levers = true; continue; }
     if (flag == "--layouts") { b.layouts = true; continue; }
@@ -243,7 +248,7 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
                 std::string(to_string(engine.options().device)),
                 engine.memory_planner()};
   if (first_run) measure_peak_half(args, options);
-  if (decode) return timing;  // the lower bound of a graph that grows is not defined up front
+  if (decode || !args.lower_bound) return timing;  // the lower bound of a graph that grows is not defined up front
   // The ED-Batch lower bound of the same batches, outside the timed loop, in
   // an engine of its own (see without_reports).
   Engine bound(*bundle.program, without_reports(options));

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -70,9 +71,43 @@ struct State {
   int fail_countdown = 0;
 };
 
+void write_summary();
+
 State& state() {
-  static State* s = new State;
+  static State* s = [] {
+    State* made = new State;
+    if (std::getenv("VJIT_DOUBLE_SUMMARY")) std::atexit(write_summary);
+    return made;
+  }();
   return *s;
+}
+
+// VJIT_DOUBLE_SUMMARY=path: at exit, one JSON line appended there with what
+// the host launched over the process (perf/graph_launches.sh): graph launches,
+// kernels and products launched one by one, those captured into graphs, and
+// the graph calls.
+void write_summary() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  size_t graph_launches = 0, kernels = 0, products = 0, captured = 0, instantiations = 0, updates = 0, refused = 0;
+  for (const VjitDoubleCall& call : s.calls) {
+    const std::string name = call.name;
+    const bool work = name == "cuLaunchKernel" || name == "cublasLtMatmul";
+    if (work && call.captured) ++captured;
+    else if (name == "cuLaunchKernel") ++kernels;
+    else if (name == "cublasLtMatmul") ++products;
+    graph_launches += name == "cuGraphLaunch";
+    instantiations += name == "cuGraphInstantiate";
+    updates += name == "cuGraphExecUpdate" && call.status == CUDA_SUCCESS;
+    refused += name == "cuGraphExecUpdate" && call.status != CUDA_SUCCESS;
+  }
+  if (FILE* out = std::fopen(std::getenv("VJIT_DOUBLE_SUMMARY"), "a")) {
+    std::fprintf(out,
+                 "{\"graph_launches\":%zu,\"kernel_launches\":%zu,\"product_launches\":%zu,\"captured\":%zu,"
+                 "\"instantiations\":%zu,\"updates\":%zu,\"refused_updates\":%zu}\n",
+                 graph_launches, kernels, products, captured, instantiations, updates, refused);
+    std::fclose(out);
+  }
 }
 
 // A new handle, alive in `live` until destroyed.

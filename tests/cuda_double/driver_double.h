@@ -18,6 +18,9 @@
 // function of no loaded module): a bad one is the driver's error, as on a GPU,
 // and is recorded with its status.
 //
+// With VJIT_DOUBLE_SUMMARY=path set, the double appends at exit one JSON line
+// to that file counting the host's launches (perf/graph_launches.sh).
+//
 // The log is reached through the C functions below, looked up with dlsym on
 // the loaded libcuda.so.1 (dlopen with RTLD_NOLOAD), so the library stays a
 // drop-in for the real one. This header is C, shared by the doubles and the tests.
