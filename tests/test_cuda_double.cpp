@@ -261,6 +261,18 @@ int launches_of(const std::vector<VjitDoubleCall>& calls, const char* function) 
 using testing::cuda_options;
 using testing::first_indices;
 
+// What the double keeps alive is as it was: device and host memory,
+// events, modules, graphs and executable graphs.
+void expect_nothing_left(const VjitDoubleLive& before, const VjitDoubleLive& after, const std::string& what = "") {
+  EXPECT_EQ(after.allocations, before.allocations) << what;
+  EXPECT_EQ(after.pinned, before.pinned) << what;
+  EXPECT_EQ(after.registered, before.registered) << what;
+  EXPECT_EQ(after.modules, before.modules) << what;
+  EXPECT_EQ(after.events, before.events) << what;
+  EXPECT_EQ(after.graphs, before.graphs) << what;
+  EXPECT_EQ(after.graph_execs, before.graph_execs) << what;
+}
+
 // A small Tree-LSTM, an engine for it on device=cuda and a batch of its
 // first `samples` samples: what most tests below run.
 struct TreeLstmOnCuda {
@@ -568,11 +580,7 @@ TEST(CudaDouble, DriverFailuresLeaveNothingBehind) {
     double_api().fail_next(call, 0);
     take_calls();
     const VjitDoubleLive after = double_api().live();
-    EXPECT_EQ(after.allocations, before.allocations) << call << " " << nth;
-    EXPECT_EQ(after.pinned, before.pinned) << call << " " << nth;
-    EXPECT_EQ(after.registered, before.registered) << call << " " << nth;
-    EXPECT_EQ(after.modules, before.modules) << call << " " << nth;
-    EXPECT_EQ(after.events, before.events) << call << " " << nth;
+    expect_nothing_left(before, after, call + (" " + std::to_string(nth)));
     return failed;
   };
   int allocations = 0;
@@ -618,12 +626,7 @@ TEST(CudaDouble, ARefusedEngineGivesBackWhatItTook) {
   EXPECT_THROW(Engine(*bundle.program, cuda_options()), UserError);
   const std::vector<VjitDoubleCall> calls = take_calls();
   EXPECT_GT(count_of(calls, "cuMemAlloc"), 0) << "refused before its parameter store was made";
-  const VjitDoubleLive after = double_api().live();
-  EXPECT_EQ(after.allocations, before.allocations);
-  EXPECT_EQ(after.pinned, before.pinned);
-  EXPECT_EQ(after.registered, before.registered);
-  EXPECT_EQ(after.modules, before.modules);
-  EXPECT_EQ(after.events, before.events);
+  expect_nothing_left(before, double_api().live());
 }
 
 // Each way an update runs: Adam on the device, Adam with dense updates on the
@@ -1038,16 +1041,12 @@ TEST(CudaGraphs, GrowingBatchesAndDroppedEnginesLeaveNothingBehind) {
     EXPECT_GT(double_api().live().graph_execs, before.graph_execs) << "the engine's graphs are cached";
     EXPECT_EQ(double_api().live().graphs, before.graphs) << "a captured graph outlives its pass";
   }
-  const VjitDoubleLive after = double_api().live();
   take_calls();
-  EXPECT_EQ(after.graph_execs, before.graph_execs);
-  EXPECT_EQ(after.graphs, before.graphs);
-  EXPECT_EQ(after.allocations, before.allocations);
-  EXPECT_EQ(after.pinned, before.pinned);
+  expect_nothing_left(before, double_api().live());
 }
 
-// A failure inside a captured pass ends the capture: the engine's next step
-// captures again, and its stream is not left captured.
+// A failure inside a captured pass ends the capture and destroys what it
+// captured: the device's stream is not left captured.
 TEST(CudaGraphs, AFailedLaunchEndsTheCapture) {
   VJIT_USE_THE_DOUBLE();
   TreeLstmOnCuda tree(3);
