@@ -242,16 +242,14 @@ std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_
   return folded;
 }
 
-namespace {
-
-// A product the executor runs as one GEMM over the rows: a uniform weight
-// times a per-vertex vector, on either side.
 bool is_row_gemm(const Function& f, const Node& n) {
   if (n.op != Op::MatMul || n.uniform) return false;
   const Node& a = f[n.args[0]];
   const Node& b = f[n.args[1]];
   return (a.uniform && !b.uniform && b.shape.rank == 1) || (b.uniform && !a.uniform && a.shape.rank == 1);
 }
+
+namespace {
 
 // A per-vertex [m, k] matrix (a children block) times a uniform weight: the
 // CPU executor runs it as GEMMs over the rows of every vertex's matrix, each
@@ -265,9 +263,11 @@ bool is_block_gemm(const Function& f, const Node& n) {
 
 // A GEMM whose every output row the uniform row `bias` is added to: a
 // product of a weight and per-vertex vectors, or with `block_products` of a
-// children block and a weight.
+// children block and a weight. Or a product of a weight and per-vertex
+// vectors to which a per-vertex value of its shape is added (terms of a
+// gradient: a Tree-LSTM's dh = U_fᵀ·df + (U_iouᵀ·diou)[h's columns]).
 bool is_biased_gemm(const Function& f, ValueId product, ValueId bias, bool block_products) {
-  if (!f[bias].uniform) return false;
+  if (!f[bias].uniform) return is_row_gemm(f, f[product]) && f[bias].shape == f[product].shape;
   const bool block = block_products && is_block_gemm(f, f[product]);
   if (!is_row_gemm(f, f[product]) && !block) return false;
   const int64_t bias_width = block ? f[product].shape.dims[1] : f[product].shape.numel();

@@ -66,10 +66,12 @@ std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_
 
 // Bias adds a GEMM does itself (the GEMM epilogue): y = p + b where p is a
 // product of a uniform weight and a per-vertex vector (one GEMM over the rows),
-// b a uniform row of p's width, and y the only reader of p, in p's phase and
+// b a uniform row of p's width or a per-vertex value of p's shape (row r of
+// y = row r of p + row r of b), and y the only reader of p, in p's phase and
 // in no fused group (`group_of` < 0). The GEMM then writes y directly, its
-// rows first filled with b (C = b, beta = 1), so p needs no buffer and the
-// add no pass over memory. Values in `keep` (read by ∂F) are never folded.
+// rows first filled with b (C = b, beta = 1; where b's rows are laid out as
+// y's, the device may read them where they lie), so p needs no buffer and the
+// add is no step of its own. Values in `keep` (read by ∂F) are never folded.
 // With `block_products` (the CPU executor), also a per-vertex matrix [m, k]
 // (a children block) times a uniform weight, whose every output row takes the
 // bias [n]. Also with `block_products`: a per-vertex outer product u·vᵀ added
@@ -83,6 +85,10 @@ std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_
 std::vector<bool> fold_bias_adds(const Function& function, const std::vector<Phase>& phases,
                                  const std::vector<int>& group_of, const std::vector<bool>& keep,
                                  bool block_products = false);
+
+// A product the executor runs as one GEMM over the rows: a uniform weight
+// times a per-vertex vector, on either side.
+bool is_row_gemm(const Function& function, const Node& node);
 
 // Per value: how many arguments of later nodes name it (a node naming it
 // twice counts twice).

@@ -117,8 +117,8 @@ Spec auto_off(Spec spec) {
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 constexpr std::array<std::string_view, 7> kLeverValues{"auto", "on", "off", "0", "1", "true", "false"};
 
-const std::array<Spec, 36>& specs() {
-  static const std::array<Spec, 36> table{
+const std::array<Spec, 37>& specs() {
+  static const std::array<Spec, 37> table{
       documented(spec<&Options::Tuning::fusion>("fusion", "VJIT_FUSION"), "cpu, cuda",
           "fuse chains of elementwise ops (union-find) into JIT kernels; an elementwise op left alone joins "
           "a kernel that already reads all its operands, as one more output (`ir/fusion.h`)"),
@@ -142,10 +142,18 @@ const std::array<Spec, 36>& specs() {
           "scatters), so the concat copies nothing; on the CPU a `concat` may itself lie in another "
           "(Lattice-LSTM's gate gradients inside `[d_gate; d_gates]`, 13 MB a training step at batch 64, "
           "hidden 256) (`runtime/memplan.h`)"),
+      documented(spec<&Options::Tuning::batch_gemms>("batch_gemms", "VJIT_BATCH_GEMMS"), "cpu, cuda",
+          "batched GEMMs: consecutive steps of a vertex function that are products of a weight and per-vertex "
+          "vectors of one shape, none reading another's output (a Tree-LSTM's `U_f1·h1` and `U_f2·h2`, and "
+          "their gradients), are one primitive (`gemm_batched`) instead of one each; the CPU runs the same "
+          "GEMMs one after another in it, the CUDA device still issues one cuBLASLt call per product"),
       documented(spec<&Options::Tuning::epilogue>("epilogue", "VJIT_EPILOGUE"), "cpu, cuda",
           "GEMM epilogue: a bias add that follows a product of a weight and a per-vertex vector (`W·x + b`, "
           "not fused with other work) is done by the GEMM itself (its output rows start as `b`, beta = 1), "
-          "saving a pass over the product (`ir::fold_bias_adds`); on the CPU also an outer product added to "
+          "saving a pass over the product (`ir::fold_bias_adds`); so is the add of a per-vertex value `y` of "
+          "the product's shape (`W·x + y`, two terms of a gradient such as a Tree-LSTM's dh), no step of its "
+          "own (the output rows start as `y`'s; on cuda, where `y` is laid out as the output, cuBLASLt reads "
+          "it as its C operand); on the CPU also an outer product added to "
           "a per-vertex matrix (`x + u·vᵀ`, MV-RNN's matrix gradients), done by the add in one pass without "
           "writing the outer product, and where `x` is whole rows of a per-vertex matrix product read by "
           "nothing else (MV-RNN's W_Mᵀ·dP), the add computes those rows itself (a GEMM into its output, "

@@ -27,7 +27,8 @@
 //                        For VJIT_DEVICE=cuda: CUDA source per group, compiled
 //                        with the executor's fixed kernels into one NVRTC module
 //   fold_bias_adds       bias adds the GEMM does in its epilogue (Options::Tuning::epilogue)
-//   order_steps          the plan's eager, core and lazy steps
+//   order_steps          the plan's eager, core and lazy steps; runs of GEMMs of one
+//                        shape batched (Options::Tuning::batch_gemms)
 // With Options::Tuning::forward_gathers (not for VJIT_DEVICE=cuda), F is lowered first
 // without kernels; once every type is, the parts of each type's scattered row
 // that its fused kernels compute and parents gather into buffers are known
@@ -45,6 +46,7 @@
 #include <queue>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "codegen/cuda_source.h"
 #include "codegen/jit_kernels.h"
@@ -199,6 +201,49 @@ std::vector<runtime::Step> order_steps(const ir::Function& f, const runtime::Fun
   }
   VJIT_INTERNAL_CHECK(order.size() == units.size(), "fusion made the steps of " << f.name << " cyclic");
   return order;
+}
+
+// The product a step runs as one GEMM over the rows: its node, or the product
+// folded into the add it is (the GEMM's epilogue); -1 for any other step.
+ValueId row_gemm_of(const ir::Function& f, const runtime::FunctionPlan& plan, const runtime::Step& step) {
+  if (step.fused >= 0) return -1;
+  const ir::Node& n = f[step.node];
+  if (n.op == ir::Op::MatMul) return ir::is_row_gemm(f, n) ? step.node : -1;
+  if (n.op != ir::Op::Add) return -1;
+  for (ValueId arg : n.args)
+    if (plan.folded[size_t(arg)] && ir::is_row_gemm(f, f[arg])) return arg;
+  return -1;
+}
+
+// Runs of consecutive steps that are GEMMs over the rows of one shape (the
+// weight's shape, transposes and side), none reading another's output, run
+// as one batched GEMM (Step::batched): a Tree-LSTM's U_f1·h1 and U_f2·h2.
+void batch_row_gemms(const ir::Function& f, const runtime::FunctionPlan& plan, std::vector<runtime::Step>& steps) {
+  auto shape_key = [&](ValueId product) {
+    const ir::Node& p = f[product];
+    const int side = f[p.args[0]].uniform ? 0 : 1;
+    const Shape& w = f[p.args[size_t(side)]].shape;
+    return std::tuple{side, p.trans_a, p.trans_b, w.dims[0], w.dims[1], p.shape.numel()};
+  };
+  for (size_t first = 0; first < steps.size();) {
+    const ValueId product = row_gemm_of(f, plan, steps[first]);
+    size_t end = first + 1;
+    if (product >= 0) {
+      std::vector<ValueId> written{steps[first].node};
+      for (; end < steps.size(); ++end) {
+        const ValueId next = row_gemm_of(f, plan, steps[end]);
+        if (next < 0 || shape_key(next) != shape_key(product)) break;
+        bool reads_batch = false;
+        for (ValueId id : {steps[end].node, next})
+          for (ValueId arg : f[id].args)
+            reads_batch = reads_batch || std::find(written.begin(), written.end(), arg) != written.end();
+        if (reads_batch) break;
+        written.push_back(steps[end].node);
+      }
+    }
+    steps[first].batched = int(end - first);
+    first = end;
+  }
 }
 
 // The nodes of `function` flagged in `flags`, one per line, or "(none)".
@@ -399,14 +444,20 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   plan.eager = order_steps(function, plan, ir::Phase::Eager, group_of);
   plan.core = order_steps(function, plan, ir::Phase::Core, group_of);
   plan.lazy = order_steps(function, plan, ir::Phase::Lazy, group_of);
+  if (options.tuning.batch_gemms)
+    for (std::vector<runtime::Step>* steps : {&plan.eager, &plan.core, &plan.lazy}) batch_row_gemms(function, plan, *steps);
   if (log.on()) {
     std::ostringstream text;
     for (auto [phase, steps] : {std::pair{"eager", &plan.eager}, std::pair{"core", &plan.core},
                                 std::pair{"lazy", &plan.lazy}}) {
       text << "  " << phase << ":";
-      for (const runtime::Step& step : *steps) {
-        if (step.fused >= 0) text << " fused" << step.fused;
-        else text << " %" << step.node;
+      for (size_t i = 0, batch_end = 0; i < steps->size(); ++i) {  // [a batched GEMM's steps]
+        const runtime::Step& step = (*steps)[i];
+        if (step.batched > 1) batch_end = i + size_t(step.batched);
+        text << (step.batched > 1 ? " [" : " ");
+        if (step.fused >= 0) text << "fused" << step.fused;
+        else text << "%" << step.node;
+        if (i + 1 == batch_end) text << "]";
       }
       text << "\n";
     }

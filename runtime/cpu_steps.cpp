@@ -224,10 +224,32 @@ void CpuExecutor::children_block(Lane& lane, const Node& node, int64_t rows, con
   });
 }
 
+namespace {
+// The rows of a GEMM written through a row table (Gemm::c_rows), made whole
+// first: each thread's own, reused.
+thread_local std::vector<float> t_gemm_rows;
+}  // namespace
+
 // VJIT_PRETRANSPOSE: a weight's product over few enough rows of a type that
 // multiplies enough of them reads the weight's transposed copy of the pass.
-void CpuExecutor::gemm(Lane& lane, const Gemm& g) {
-  Frame& frame = start(lane, Primitive::Gemm);
+// A product written through a row table is computed into rows of its own,
+// then each row copied where the table says, in the same primitive.
+void CpuExecutor::gemm(Lane& lane, const Gemm& g) { run_gemm(start(lane, Primitive::Gemm), g); }
+
+// One after another, each split across the pool as it would be alone: the
+// same library calls as unbatched, so no slower.
+void CpuExecutor::gemm_batched(Lane& lane, std::span<const Gemm> gemms) {
+  Frame& frame = start(lane, Primitive::GemmBatched);
+  for (const Gemm& g : gemms) run_gemm(frame, g);
+}
+
+void CpuExecutor::run_gemm(Frame& frame, const Gemm& in) {
+  Gemm g = in;
+  if (in.c_rows) {
+    t_gemm_rows.resize(size_t(std::max<int64_t>(g.m * g.n, 1)));
+    g.c = t_gemm_rows.data();
+    g.ldc = g.n;
+  }
   frame.count_gemms(1, g.m, g.n, g.k);
   const float* b = g.b;
   bool tb = g.tb;
@@ -238,13 +260,19 @@ void CpuExecutor::gemm(Lane& lane, const Gemm& g) {
     tb = false;
     ldb = g.n;
   }
+  VJIT_INTERNAL_CHECK(!in.c_rows || g.bias || g.beta == 0.0f, "a GEMM through a row table assigns its rows");
   if (g.bias == nullptr) {
     if (!frame.use_pool) serial_sgemm(gemm_backend_, g.ta, tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, b, ldb, g.beta, g.c, g.ldc, gemm_split_);
     else parallel_sgemm(pool_, gemm_backend_, g.ta, tb, g.m, g.n, g.k, 1.0f, g.a, g.lda, b, ldb, g.beta, g.c, g.ldc, gemm_split_);
-    return;
+  } else if (frame.use_pool) {
+    parallel_sgemm_bias(pool_, gemm_backend_, g.ta, tb, g.m, g.n, g.k, g.a, g.lda, b, ldb, g.bias, g.bias_ld, g.c,
+                        g.ldc, gemm_split_);
+  } else {
+    serial_sgemm_bias(gemm_backend_, g.ta, tb, g.m, g.n, g.k, g.a, g.lda, b, ldb, g.bias, g.bias_ld, g.c, g.ldc,
+                      gemm_split_);
   }
-  if (frame.use_pool) parallel_sgemm_bias(pool_, gemm_backend_, g.ta, tb, g.m, g.n, g.k, g.a, g.lda, b, ldb, g.bias, g.c, g.ldc, gemm_split_);
-  else serial_sgemm_bias(gemm_backend_, g.ta, tb, g.m, g.n, g.k, g.a, g.lda, b, ldb, g.bias, g.c, g.ldc, gemm_split_);
+  if (in.c_rows)
+    for (int64_t r = 0; r < g.m; ++r) std::copy_n(g.c + r * g.n, g.n, in.c_rows[r * in.c_parts] + in.c_offset);
 }
 
 // Wᵀ [k, n] of the weight w [n, k] (leading dimension ldw) as of this forward

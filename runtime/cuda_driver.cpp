@@ -447,7 +447,8 @@ double CudaDevice::record_stop_ms() {
 // Row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: cuBLASLt gets
 // B as its first operand and A as its second, with m and n swapped.
 void CudaDevice::sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, DevicePtr a, int64_t lda,
-                       DevicePtr b, int64_t ldb, float beta, DevicePtr c, int64_t ldc, bool tf32, int stream) {
+                       DevicePtr b, int64_t ldb, float beta, DevicePtr c, int64_t ldc, bool tf32, int stream,
+                       DevicePtr c_in) {
   const BlasLt& lt = blas_lt();
   VJIT_USER_CHECK(lt.error.empty(), lt.error);
   if (!impl_->lt) {
@@ -494,8 +495,8 @@ void CudaDevice::sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
   if (impl_->structure) impl_->structure->gemm(key, stream);
   cublasStatus_t status =
       lt.cublasLtMatmul(impl_->lt, plan.desc, &alpha, reinterpret_cast<const void*>(b), plan.first,
-                        reinterpret_cast<const void*>(a), plan.second, &beta, reinterpret_cast<void*>(c), plan.out,
-                        reinterpret_cast<void*>(c), plan.out, &plan.algo, reinterpret_cast<void*>(impl_->workspace[stream]),
+                        reinterpret_cast<const void*>(a), plan.second, &beta,
+                        reinterpret_cast<const void*>(c_in ? c_in : c), plan.out, reinterpret_cast<void*>(c), plan.out, &plan.algo, reinterpret_cast<void*>(impl_->workspace[stream]),
                         kWorkspace, impl_->streams[stream]);
   VJIT_INTERNAL_CHECK(status == CUBLAS_STATUS_SUCCESS,
                       "cuBLASLt sgemm m=" << m << " n=" << n << " k=" << k << " failed: status " << int(status));
@@ -541,7 +542,7 @@ void CudaDevice::wait_event(int, void*) {}
 bool CudaDevice::event_done(void*) { return true; }
 void* CudaDevice::stream_handle(int) { return nullptr; }
 void CudaDevice::sgemm(bool, bool, int64_t, int64_t, int64_t, float, DevicePtr, int64_t, DevicePtr, int64_t, float,
-                       DevicePtr, int64_t, bool, int) {}
+                       DevicePtr, int64_t, bool, int, DevicePtr) {}
 void CudaDevice::begin_capture(int, GraphStructure*) {}
 void* CudaDevice::end_capture(int) { return nullptr; }
 void* CudaDevice::instantiate_graph(void*) { return nullptr; }

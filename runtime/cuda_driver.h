@@ -108,9 +108,11 @@ class CudaDevice {
   void* stream_handle(int stream);
 
   // C = alpha·op(A)·op(B) + beta·C, row-major, FP32 (TF32 tensor cores when
-  // `tf32`), on `stream`, through cuBLASLt (a workspace per stream).
+  // `tf32`), on `stream`, through cuBLASLt (a workspace per stream). With
+  // `c_in` (0: C), the beta term reads that matrix, laid out as C, instead:
+  // C = alpha·op(A)·op(B) + beta·C_in.
   void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, DevicePtr a, int64_t lda, DevicePtr b,
-             int64_t ldb, float beta, DevicePtr c, int64_t ldc, bool tf32 = false, int stream = 0);
+             int64_t ldb, float beta, DevicePtr c, int64_t ldc, bool tf32 = false, int stream = 0, DevicePtr c_in = 0);
 
   // CUDA graphs (runtime/cuda_graph.h). Between begin_capture and
   // end_capture the work queued on `stream` is recorded into a graph, not

@@ -685,9 +685,13 @@ NonFinite CudaExecutor::find_non_finite(Lane&, int64_t, int64_t, const View&) {
   VJIT_INTERNAL_CHECK(false, "the CUDA device does not check values for VJIT_CHECK_FINITE");
 }
 
-// cuBLASLt; with a bias, the rows start as the bias and the GEMM adds the product.
+// cuBLASLt; with a bias, the rows start as the bias and the GEMM adds the
+// product, except that a bias laid out as C is cuBLASLt's C operand, read
+// where it lies (C = product + bias in one call).
 void CudaExecutor::gemm(Lane&, const Gemm& g) {
-  if (g.bias) copy_strided(g.m, g.n, address(g.bias), 0, address(g.c), g.ldc);
+  VJIT_INTERNAL_CHECK(g.c_rows == nullptr, "the CUDA plan writes no GEMM through row tables");
+  const bool bias_as_c = g.bias && g.bias_ld == g.ldc && g.k > 0;
+  if (g.bias && !bias_as_c) copy_strided(g.m, g.n, address(g.bias), g.bias_ld, address(g.c), g.ldc);
   ++stats_.gemm_calls;
   stats_.gemm_flops += 2.0 * double(g.m) * double(g.n) * double(g.k);
   if (g.m == 0 || g.n == 0) return;
@@ -698,7 +702,12 @@ void CudaExecutor::gemm(Lane&, const Gemm& g) {
   }
   issue(Primitive::Gemm);
   cuda_.sgemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, address(g.a), g.lda, address(g.b), g.ldb, beta, address(g.c), g.ldc,
-              config_.tf32, stream_);
+              config_.tf32, stream_, bias_as_c ? address(g.bias) : 0);
+}
+
+// One cuBLASLt call each: a primitive per product (not yet one batched call).
+void CudaExecutor::gemm_batched(Lane& lane, std::span<const Gemm> gemms) {
+  for (const Gemm& g : gemms) gemm(lane, g);
 }
 
 // Per-vertex matrices (MV-RNN): one launch over every row's product.

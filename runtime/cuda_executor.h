@@ -178,6 +178,7 @@ class CudaExecutor final : public Runner, private Device {
   NonFinite find_non_finite(Lane& lane, int64_t rows, int64_t width, const View& x) override;
 
   void gemm(Lane& lane, const Gemm& gemm) override;
+  void gemm_batched(Lane& lane, std::span<const Gemm> gemms) override;
   void vertex_products(Lane& lane, int64_t rows, const VertexProducts& products) override;
   void accumulate_vertex_products(Lane& lane, int64_t rows, const ir::Node& product, const Shape& a_shape,
                                   const Shape& b_shape, const View& a, const View& b, float* grad) override;

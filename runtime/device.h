@@ -52,6 +52,32 @@ struct ColumnCopy {
   int64_t width = 0;
 };
 
+// C = op(A)·op(B) + beta·C, row-major; with `bias`, row r of C = its product
+// + row r of the bias, bias_ld floats apart (0: one bias row for every row;
+// the bias may be C itself, bias_ld = ldc: C += the product); beta unused.
+struct Gemm {
+  bool ta = false, tb = false;
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  float beta = 0.0f;
+  const float* bias = nullptr;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  // B is a weight that stays as it is through the pass, named by `weight`
+  // (-1: not one) and multiplying `weight_rows` rows of its vertex type in the
+  // batch: a device may read it from a transposed copy it keeps for the pass.
+  int64_t weight = -1, weight_rows = 0;
+  int64_t bias_ld = 0;
+  // With a row table (c null): row r of C written at c_rows[r·c_parts] +
+  // c_offset (a gradient the children's rows take where they lie,
+  // GradientPointers), the product computed as if ldc were n.
+  float** c_rows = nullptr;
+  int64_t c_parts = 1, c_offset = 0;
+};
+
 // One sequence of issued work: the views it binds, its counters and the
 // primitives it issues (where they come from and, with VJIT_LOG=primitives,
 // their list).
@@ -63,6 +89,7 @@ struct Lane {
   std::vector<RowMove> moves;
   std::vector<ColumnCopy> copies;
   std::vector<View> operands;
+  std::vector<Gemm> gemms;
   std::vector<const float*> sources;
   std::vector<int> ints;
   std::vector<uint8_t> keep;
@@ -92,25 +119,6 @@ struct KernelLaunch {
   int64_t rows = 0, width = 0;
   std::span<const View> operands;
   size_t inputs = 0;
-};
-
-// C = op(A)·op(B) + beta·C, row-major; with `bias`, every row of C = its
-// product + the bias row (beta unused).
-struct Gemm {
-  bool ta = false, tb = false;
-  int64_t m = 0, n = 0, k = 0;
-  const float* a = nullptr;
-  int64_t lda = 0;
-  const float* b = nullptr;
-  int64_t ldb = 0;
-  float beta = 0.0f;
-  const float* bias = nullptr;
-  float* c = nullptr;
-  int64_t ldc = 0;
-  // B is a weight that stays as it is through the pass, named by `weight`
-  // (-1: not one) and multiplying `weight_rows` rows of its vertex type in the
-  // batch: a device may read it from a transposed copy it keeps for the pass.
-  int64_t weight = -1, weight_rows = 0;
 };
 
 // Per row r, the per-vertex product `node` C_r = op(A_r)·op(B_r) of operands
@@ -203,6 +211,10 @@ class Device {
   virtual NonFinite find_non_finite(Lane& lane, int64_t rows, int64_t width, const View& x) = 0;
 
   virtual void gemm(Lane& lane, const Gemm& gemm) = 0;
+  // GEMMs of one shape over the same rows, none reading another's output
+  // (FunctionPlan's batched steps), issued as one primitive where the device
+  // can.
+  virtual void gemm_batched(Lane& lane, std::span<const Gemm> gemms) = 0;
   virtual void vertex_products(Lane& lane, int64_t rows, const VertexProducts& products) = 0;
   // grad += Σ_r op(A_r)·op(B_r), the per-vertex products never stored; the
   // order of the sum depends on the rows alone.

@@ -67,6 +67,11 @@ struct ForwardedPart {
 struct Step {
   ir::ValueId node = -1;  // an IR node, or
   int fused = -1;         // an index into FunctionPlan::fused
+  // > 1: the first of this many consecutive steps that are row GEMMs of one
+  // shape, none reading another's output (a weight's product over the rows,
+  // or the add it is folded into), run as one batched GEMM; the others run
+  // with it (or, where the steps run one by one, each alone).
+  int batched = 1;
 };
 
 struct FunctionPlan {

@@ -14,10 +14,16 @@ using ir::Node;
 using ir::Op;
 using ir::ValueId;
 
-// With `bias` (a row of the product's width), out = product + bias (the GEMM
-// epilogue); only a product of a uniform weight and per-vertex vectors (one
-// GEMM) takes one.
-void Runner::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Lane& lane, const float* bias) {
+// With `bias` (a row of the product's width, ld 0, or a per-vertex value of
+// the product's shape), out = product + bias (the GEMM epilogue); only a
+// product of a uniform weight and per-vertex vectors (one GEMM) or, with a
+// bias row, of a children block and a weight takes one.
+void Runner::matmul(Pass pass, const Rows& rows, const Node& node, const View& out, Lane& lane, const View* bias) {
+  Gemm gemm;
+  if (weight_gemm(pass, rows, node, out, bias, lane, gemm)) {
+    device_.gemm(lane, gemm);
+    return;
+  }
   const ir::Function& f = function(pass, rows.type);
   const std::vector<View>& views = lane.views[int(pass)];
   const Shape& sa = f[node.args[0]].shape;
@@ -25,33 +31,74 @@ void Runner::matmul(Pass pass, const Rows& rows, const Node& node, const View& o
   const View& a = views[size_t(node.args[0])];
   const View& b = views[size_t(node.args[1])];
   const bool row_pointers = a.pointers != nullptr || b.pointers != nullptr;  // never a weight's GEMM over rows
-  // Every vertex times one parameter matrix: a single GEMM over the rows.
-  if (!row_pointers && a.ld == 0 && sb.rank == 1) {  // y = op(W) x
-    weight_gemm(pass, rows, node.args[0], row_gemm(node, sa, true), b, a.data, bias, out, lane);
-    return;
-  }
-  if (!row_pointers && b.ld == 0 && sa.rank == 1) {  // y = xᵀ op(W)
-    weight_gemm(pass, rows, node.args[1], row_gemm(node, sb, false), a, b.data, bias, out, lane);
-    return;
-  }
   if (!row_pointers && matrix_times_weight(rows, node, sa, sb, a, b, out, lane, bias)) return;
   VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
   device_.vertex_products(lane, rows.count, {&node, sa, sb, a, b, out});
 }
 
-// Y = X·op(W) over the rows (one GEMM). W is named for the device's copies of
-// it: by parameter, or by (pass, type, value) for a uniform value that is not
-// one (stacked weights, which move with the arena): the same keys every batch.
-void Runner::weight_gemm(Pass pass, const Rows& rows, ValueId weight, const RowGemm& g, const View& x, const float* w,
-                         const float* bias, const View& out, Lane& lane) {
-  const Node& node = function(pass, rows.type)[weight];
-  const int64_t key = node.op == Op::Param ? int64_t(node.param)
-                                           : (int64_t(1) << 62) | (int64_t(pass) << 56) |
-                                                 (int64_t(rows.type) << 28) | int64_t(weight);
-  Gemm gemm{false, g.trans_w, rows.count, g.n, g.k, x.data, x.ld, w, g.ldw, 0.0f, bias, out.data, out.ld};
+// Y = X·op(W) over the rows (one GEMM) when `node` is every vertex times one
+// uniform weight W, read where its rows lie; false otherwise. W is named for
+// the device's copies of it: by parameter, or by (pass, type, value) for a
+// uniform value that is not one (stacked weights, which move with the arena):
+// the same keys every batch.
+bool Runner::weight_gemm(Pass pass, const Rows& rows, const Node& node, const View& out, const View* bias,
+                         Lane& lane, Gemm& gemm) {
+  const ir::Function& f = function(pass, rows.type);
+  const std::vector<View>& views = lane.views[int(pass)];
+  const Shape& sa = f[node.args[0]].shape;
+  const Shape& sb = f[node.args[1]].shape;
+  const View& a = views[size_t(node.args[0])];
+  const View& b = views[size_t(node.args[1])];
+  if (a.pointers != nullptr || b.pointers != nullptr) return false;  // never a weight's GEMM over rows
+  const bool left = a.ld == 0 && sb.rank == 1;                          // y = op(W) x
+  if (!left && !(b.ld == 0 && sa.rank == 1)) return false;             // else y = xᵀ op(W)
+  const ValueId weight = node.args[left ? 0 : 1];
+  const RowGemm g = left ? row_gemm(node, sa, true) : row_gemm(node, sb, false);
+  const View& x = left ? b : a;
+  const Node& w = f[weight];
+  const int64_t key = w.op == Op::Param ? int64_t(w.param)
+                                        : (int64_t(1) << 62) | (int64_t(pass) << 56) |
+                                              (int64_t(rows.type) << 28) | int64_t(weight);
+  VJIT_INTERNAL_CHECK(bias == nullptr || bias->pointers == nullptr, "a GEMM's bias is read through no row table");
+  gemm = {false, g.trans_w, rows.count, g.n, g.k, x.data, x.ld, (left ? a : b).data, g.ldw, 0.0f,
+          bias ? bias->data : nullptr, out.data, out.pointers ? g.n : out.ld};
+  gemm.bias_ld = bias ? bias->ld : 0;
+  gemm.c_rows = out.pointers;  // a gradient written through the children's row table
+  gemm.c_parts = out.parts;
+  gemm.c_offset = out.offset;
   gemm.weight = key;
   gemm.weight_rows = batch_.layout->type_rows[size_t(rows.type)];
-  device_.gemm(lane, gemm);
+  return true;
+}
+
+// Steps the plan batched (Step::batched): row GEMMs of one shape, each a
+// weight's product or the add it is folded into; one primitive for all,
+// unless one of them is no weight's GEMM over these rows (a gather read
+// through row pointers), when each runs as a step of its own.
+void Runner::run_gemm_batch(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) {
+  const FunctionPlan& fp = function_plan(pass, rows.type);
+  const ir::Function& f = *fp.function;
+  const std::vector<View>& views = lane.views[int(pass)];
+  std::vector<Gemm>& gemms = lane.gemms;
+  gemms.clear();
+  for (const Step& step : steps) {
+    const Node& n = f[step.node];
+    const View* bias = nullptr;
+    const Node* product = &n;
+    if (n.op == Op::Add) {  // the epilogue of the product folded into it
+      const int side = fp.folded[size_t(n.args[0])] ? 0 : 1;
+      product = &f[n.args[size_t(side)]];
+      bias = &views[size_t(n.args[size_t(1 - side)])];
+    }
+    Gemm& gemm = gemms.emplace_back();
+    if (weight_gemm(pass, rows, *product, views[size_t(step.node)], bias, lane, gemm)) continue;
+    for (const Step& alone : steps) run_step(pass, rows, alone, lane);
+    return;
+  }
+  if (lane.primitives.log) [[unlikely]]
+    lane.at(pass, rows.type, rows.task, rows.count, ir::op_name(f[steps.front().node].op));
+  ScopedTimer timer(lane.stats->gemm_s);
+  device_.gemm_batched(lane, gemms);
 }
 
 // C_r = A_r·op(W) with A_r [m, k] per vertex: row i of every vertex's A is
@@ -59,8 +106,10 @@ void Runner::weight_gemm(Pass pass, const Rows& rows, ValueId weight, const RowG
 // rows compute every product; when the rows are packed (ld = m·k and m·n) the
 // vertices' matrices stack into one [R·m, k] matrix and one GEMM does it all.
 bool Runner::matrix_times_weight(const Rows& rows, const Node& node, const Shape& sa, const Shape& sb, const View& a,
-                                 const View& b, const View& out, Lane& lane, const float* bias) {
-  if (b.ld != 0 || a.ld == 0 || sa.rank != 2 || sb.rank != 2 || node.trans_a) return false;
+                                 const View& b, const View& out, Lane& lane, const View* bias_row) {
+  if (b.ld != 0 || a.ld == 0 || sa.rank != 2 || sb.rank != 2 || node.trans_a || out.pointers) return false;
+  VJIT_INTERNAL_CHECK(bias_row == nullptr || bias_row->ld == 0, "a block product's bias is one row");
+  const float* bias = bias_row ? bias_row->data : nullptr;
   const int64_t m = sa.dims[0], k = sa.dims[1];
   const int64_t n = node.trans_b ? sb.dims[0] : sb.dims[1];
   if (a.ld == m * k && out.ld == m * n) {
@@ -122,7 +171,7 @@ void Runner::param_grad(Pass pass, const Rows& rows, const Node& node, Lane& lan
 
 // The GEMM epilogue (ir::fold_bias_adds): out = product + addend, where the
 // plan folded the product into this add: a weight's GEMM adds the addend as
-// its bias row; an outer product u·vᵀ adds it row by row; rows of a per-vertex
+// its bias (a row, or the rows of a per-vertex value); an outer product u·vᵀ adds it row by row; rows of a per-vertex
 // product (a Slice of one folded too) plus an outer product are one step,
 // vertex by vertex, the rank-one update following while the rows are in cache
 // (MV-RNN's gradients of A and B from W_Mᵀ·dP).
@@ -137,7 +186,7 @@ void Runner::bias_add(Pass pass, const Rows& rows, const Node& node, const View&
   ExecStats& stats = *lane.stats;
   if (product.op != Op::Outer) {
     ScopedTimer timer(stats.gemm_s);
-    matmul(pass, rows, product, out, lane, views[size_t(other_id)].data);
+    matmul(pass, rows, product, out, lane, &views[size_t(other_id)]);
     return;
   }
   const View& u = views[size_t(product.args[0])];

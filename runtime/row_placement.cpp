@@ -134,6 +134,12 @@ std::vector<GradientPointer> gradient_pointers(const FunctionPlan& fp, const Typ
     if (writes_elementwise_rows(fp, id)) return true;
     if (n.op == Op::MatMul) return !f[n.args[0]].uniform && !f[n.args[1]].uniform;  // one product per vertex
     if (n.op != Op::Add) return false;
+    for (ValueId arg : n.args) {  // a weight's GEMM over the rows, this add its epilogue (Gemm::c_rows)
+      const Node& p = f[arg];
+      if (fp.folded[size_t(arg)] && p.op == Op::MatMul && p.shape.rank == 1 &&
+          f[p.args[0]].uniform != f[p.args[1]].uniform)
+        return true;
+    }
     for (int side : {0, 1}) {  // the add that computes its rows of a folded product (product_rows_plus_outer)
       const Node& outer = f[n.args[size_t(side)]];
       const Node& slice = f[n.args[size_t(1 - side)]];

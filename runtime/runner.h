@@ -251,13 +251,14 @@ class Runner : public Executor {
   bool accumulates(const Rows& rows, ir::ValueId gather_grad, const Lane& lane) const;
   void children_block(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
   // --- products (runtime/product_steps.cpp) ---
-  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane, const float* bias);
-  void weight_gemm(Pass pass, const Rows& rows, ir::ValueId weight, const RowGemm& g, const View& x, const float* w,
-                   const float* bias, const View& out, Lane& lane);
+  void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane, const View* bias);
+  bool weight_gemm(Pass pass, const Rows& rows, const ir::Node& node, const View& out, const View* bias, Lane& lane,
+                   Gemm& gemm);
+  void run_gemm_batch(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane);
   // A per-vertex matrix times a uniform weight as GEMMs over the rows; false
   // when the product is not of that form.
   bool matrix_times_weight(const Rows& rows, const ir::Node& node, const Shape& sa, const Shape& sb, const View& a,
-                           const View& b, const View& out, Lane& lane, const float* bias);
+                           const View& b, const View& out, Lane& lane, const View* bias);
   // Σ_r op(A_r)ᵀ·B_r of two per-vertex matrices as GEMMs over the stacked
   // rows; false when the product is not of that form.
   bool accumulate_stacked_products(const Rows& rows, const ir::Node& product, const Shape& sa, const Shape& sb,

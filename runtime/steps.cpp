@@ -26,7 +26,14 @@ void count_copies(ExecStats& stats, int64_t rows, int64_t width, bool layout) {
 }  // namespace
 
 void Runner::run_steps(Pass pass, const Rows& rows, std::span<const Step> steps, Lane& lane) {
-  for (const Step& step : steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
+    const size_t batch = size_t(step.batched);
+    if (batch > 1 && i + batch <= steps.size() && !observe_steps_ && !check_finite_) {
+      run_gemm_batch(pass, rows, steps.subspan(i, batch), lane);
+      i += batch - 1;
+      continue;
+    }
     if (observe_steps_) [[unlikely]] observe_step(pass, rows, step, lane);
     else run_step(pass, rows, step, lane);
     if (check_finite_ && pass == Pass::Forward) [[unlikely]] check_finite(rows, step, lane);

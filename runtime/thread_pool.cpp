@@ -274,14 +274,18 @@ void blocked_sgemm(ThreadPool* pool, GemmBackend backend, bool trans_a, bool tra
 
 void blocked_sgemm_bias(ThreadPool* pool, GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n,
                         int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias,
-                        float* c, int64_t ldc, GemmSplit split) {
+                        int64_t bias_ld, float* c, int64_t ldc, GemmSplit split) {
   validate_sgemm(backend, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, c, ldc);
   VJIT_USER_CHECK(bias != nullptr || n == 0, "parallel_sgemm_bias needs a bias row");
+  VJIT_USER_CHECK(bias_ld == 0 || bias_ld >= n, "parallel_sgemm_bias: bias_ld " << bias_ld << " < n " << n);
+  const bool bias_is_c = bias == c && bias_ld == ldc;
   for_gemm_blocks(pool, split, m, n, k, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
     float* c_block = c + r0 * ldc + c0;
     // The block's rows start as the bias while they are this thread's to write,
     // so the GEMM reads them back from its own cache.
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(c_block + r * ldc, bias + c0, size_t(cols) * sizeof(float));
+    if (!bias_is_c)
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(c_block + r * ldc, bias + (r0 + r) * bias_ld + c0, size_t(cols) * sizeof(float));
     const float* a_block = trans_a ? a + r0 : a + r0 * lda;
     const float* b_block = trans_b ? b + c0 * ldb : b + c0;
     sgemm(backend, trans_a, trans_b, rows, cols, k, 1.0f, a_block, lda, b_block, ldb, 1.0f, c_block, ldc);
@@ -298,8 +302,8 @@ void parallel_sgemm(ThreadPool& pool, GemmBackend backend, bool trans_a, bool tr
 
 void parallel_sgemm_bias(ThreadPool& pool, GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n,
                          int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias,
-                         float* c, int64_t ldc, GemmSplit split) {
-  blocked_sgemm_bias(&pool, backend, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc, split);
+                         int64_t bias_ld, float* c, int64_t ldc, GemmSplit split) {
+  blocked_sgemm_bias(&pool, backend, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, bias_ld, c, ldc, split);
 }
 
 void serial_sgemm(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -309,9 +313,9 @@ void serial_sgemm(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, in
 }
 
 void serial_sgemm_bias(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                       const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias, float* c,
-                       int64_t ldc, GemmSplit split) {
-  blocked_sgemm_bias(nullptr, backend, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc, split);
+                       const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias, int64_t bias_ld,
+                       float* c, int64_t ldc, GemmSplit split) {
+  blocked_sgemm_bias(nullptr, backend, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, bias_ld, c, ldc, split);
 }
 
 }  // namespace vjit::runtime

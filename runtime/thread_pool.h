@@ -154,13 +154,15 @@ void parallel_sgemm(ThreadPool& pool, GemmBackend backend, bool trans_a, bool tr
                     int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                     float* c, int64_t ldc, GemmSplit split = GemmSplit::Auto);
 
-// C = op(A)·op(B) + 1·biasᵀ (the bias row, n floats, added to every row of
-// C): each thread first fills its block of C with the bias, then multiplies
-// with beta = 1, so the bias costs no pass over C of its own (the GEMM
-// epilogue of ir::fold_bias_adds). Same splitting and errors as parallel_sgemm.
+// C = op(A)·op(B) + bias, row r of C taking row r of the bias (n floats,
+// bias_ld apart; bias_ld 0: one row added to every row of C): each thread
+// first fills its block of C with the bias, then multiplies with beta = 1, so
+// the bias costs no pass over C of its own (the GEMM epilogue of
+// ir::fold_bias_adds). A bias that is C itself (bias_ld = ldc) is C's rows as
+// they are: C += op(A)·op(B). Same splitting and errors as parallel_sgemm.
 void parallel_sgemm_bias(ThreadPool& pool, GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n,
                          int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias,
-                         float* c, int64_t ldc, GemmSplit split = GemmSplit::Auto);
+                         int64_t bias_ld, float* c, int64_t ldc, GemmSplit split = GemmSplit::Auto);
 
 // The same products on the calling thread alone, block after block, as a
 // one-thread pool would run them: with GemmSplit::Fixed the blocks (and so the
@@ -170,7 +172,7 @@ void serial_sgemm(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, in
                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                   GemmSplit split);
 void serial_sgemm_bias(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                       const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias, float* c,
-                       int64_t ldc, GemmSplit split);
+                       const float* a, int64_t lda, const float* b, int64_t ldb, const float* bias, int64_t bias_ld,
+                       float* c, int64_t ldc, GemmSplit split);
 
 }  // namespace vjit::runtime

@@ -477,8 +477,36 @@ TEST(ParallelSgemm, BiasEpilogueEqualsTheBiasThenTheProduct) {
           p.c0.ld);
     std::vector<float> c = p.c0.data;
     parallel_sgemm_bias(pool, b, p.trans_a, p.trans_b, s.m, s.n, s.k, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld,
-                        bias.data(), c.data(), p.c0.ld, split);
+                        bias.data(), 0, c.data(), p.c0.ld, split);
     expect_close(p, 1.0f, 1.0f, with_bias, c, want, what);
+  });
+}
+
+// A per-row bias (bias_ld > 0: row r of C takes row r of the bias) equals C =
+// those rows, then one product with beta = 1; a bias that is C itself
+// (bias_ld = ldc) leaves C's rows as they are and adds the product.
+TEST(ParallelSgemm, PerRowBiasEqualsTheRowsThenTheProduct) {
+  const std::vector<Shape> shapes{{1, 1, 1}, {37, 200, 65}, {130, 96, 40}, {0, 4, 4}, {5, 3, 0}};
+  for_each_parallel_case(shapes, [](ThreadPool& pool, const Problem& p, GemmBackend b, GemmSplit split,
+                                    const std::string& what) {
+    const Shape& s = p.s;
+    const int64_t bias_ld = s.n + 5;  // another stride than C's
+    std::vector<float> bias(size_t(std::max<int64_t>(s.m * bias_ld, 1)));
+    for (size_t j = 0; j < bias.size(); ++j) bias[j] = 0.125f * float(j % 11) - 0.5f;
+    std::vector<float> with_bias = p.c0.data;
+    for (int64_t r = 0; r < s.m; ++r)
+      std::copy_n(bias.begin() + r * bias_ld, s.n, with_bias.begin() + r * p.c0.ld);
+    std::vector<float> want = with_bias;
+    sgemm(b, p.trans_a, p.trans_b, s.m, s.n, s.k, 1.0f, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld, 1.0f, want.data(),
+          p.c0.ld);
+    std::vector<float> c = p.c0.data;
+    parallel_sgemm_bias(pool, b, p.trans_a, p.trans_b, s.m, s.n, s.k, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld,
+                        bias.data(), bias_ld, c.data(), p.c0.ld, split);
+    expect_close(p, 1.0f, 1.0f, with_bias, c, want, what + " per-row bias");
+    std::vector<float> in_place = with_bias;  // C's rows are the bias
+    parallel_sgemm_bias(pool, b, p.trans_a, p.trans_b, s.m, s.n, s.k, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld,
+                        in_place.data(), p.c0.ld, in_place.data(), p.c0.ld, split);
+    expect_close(p, 1.0f, 1.0f, with_bias, in_place, want, what + " bias in C");
   });
 }
 
@@ -571,13 +599,13 @@ TEST(ParallelSgemm, FixedSplitIsBitwiseTheSameOnAnyPool) {
         serial_sgemm(b, p.trans_a, p.trans_b, s.m, s.n, s.k, 0.5f, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld, 1.0f,
                      want.data(), p.c0.ld, GemmSplit::Fixed);
         serial_sgemm_bias(b, p.trans_a, p.trans_b, s.m, s.n, s.k, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld, bias.data(),
-                          want_bias.data(), p.c0.ld, GemmSplit::Fixed);
+                          0, want_bias.data(), p.c0.ld, GemmSplit::Fixed);
         for (auto& pool : pools) {
           std::vector<float> c = p.c0.data, c_bias = p.c0.data;
           parallel_sgemm(*pool, b, p.trans_a, p.trans_b, s.m, s.n, s.k, 0.5f, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld,
                          1.0f, c.data(), p.c0.ld, GemmSplit::Fixed);
           parallel_sgemm_bias(*pool, b, p.trans_a, p.trans_b, s.m, s.n, s.k, p.a.ptr(), p.a.ld, p.b.ptr(), p.b.ld,
-                              bias.data(), c_bias.data(), p.c0.ld, GemmSplit::Fixed);
+                              bias.data(), 0, c_bias.data(), p.c0.ld, GemmSplit::Fixed);
           // memcmp: bit for bit, the NaN padding included.
           EXPECT_EQ(std::memcmp(c.data(), want.data(), c.size() * sizeof(float)), 0)
               << what << " threads=" << pool->size();

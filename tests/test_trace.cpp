@@ -393,12 +393,72 @@ TEST(Primitives, EachCallListsWhatTheStatsCount) {
         << primitive_name(Primitive(k));
   // The same batch, the same primitives: the two training steps agree.
   EXPECT_EQ(calls[0].listed_by_kind, calls[1].listed_by_kind);
-  // Every GEMM the executor counts is a primitive (the Tree-LSTM has no per-vertex products).
-  EXPECT_EQ(stats.primitives[Primitive::Gemm], stats.gemm_calls);
+  // Every GEMM the executor counts is a primitive or in one batched with
+  // another (the Tree-LSTM has no per-vertex products; its batched GEMMs are
+  // pairs: U_f1·h1 and U_f2·h2, and the children's dh).
+  EXPECT_GT(stats.primitives[Primitive::GemmBatched], 0);
+  EXPECT_EQ(stats.primitives[Primitive::Gemm] + 2 * stats.primitives[Primitive::GemmBatched], stats.gemm_calls);
   EXPECT_EQ(stats.primitives[Primitive::OptimizerStep], 2);
   EXPECT_EQ(calls[2].listed_by_kind.count("optimizer_step"), 0u);
   EXPECT_GT(stats.primitives[Primitive::Fused], 0);
   EXPECT_GT(stats.primitives[Primitive::SoftmaxCE], 0);
+}
+
+// Per task of the Tree-LSTM's internal cell (a tree level), the kinds of
+// the primitives listed for it, forward and backward.
+using TaskKinds = std::map<std::pair<std::string, int>, std::map<std::string, int>>;
+TaskKinds internal_task_kinds(const std::string& log) {
+  const std::regex entry(R"(\[vjit primitives\]   \d+ (forward|backward) (\w+) type internal task (\d+) rows \d+: .+)");
+  TaskKinds kinds;
+  std::istringstream lines(log);
+  std::string line;
+  std::smatch match;
+  while (std::getline(lines, line))
+    if (std::regex_match(line, match, entry)) ++kinds[{match[1], std::stoi(match[3])}][match[2]];
+  return kinds;
+}
+
+// A level of the Tree-LSTM is six primitives, from the plan's structure:
+// forward one batched GEMM (U_f1·h1 and U_f2·h2), U_iou·[h1; h2] + b_iou,
+// the fused kernel; backward the fused kernel, U_iouᵀ·diou, and one batched
+// GEMM writing each child's dh = U_fᵀ·df + its columns of U_iouᵀ·diou (the
+// add is the GEMMs' epilogue, written through the children's row table).
+// Without batching the same GEMMs run one primitive each, in the same order,
+// so the loss and gradients are the same bit for bit.
+TEST(Primitives, TreeLstmLevelIsSixPrimitives) {
+  models::Bundle bundle = traced_model();
+  const GraphBatch batch = models::make_batch(bundle.train, range(0, 16));
+  struct Run {
+    TaskKinds kinds;
+    double loss = 0;
+    std::vector<std::vector<float>> gradients;
+  };
+  auto run = [&](bool batch_gemms) {
+    Options options = Options::defaults();
+    options.log = vjit::Options::Log::Primitives;
+    options.tuning.batch_gemms = batch_gemms;
+    options.tuning.pretranspose = vjit::Lever::Off;  // no weight copy at a pass's first product
+    Engine engine(*bundle.program, options);
+    Run r;
+    ::testing::internal::CaptureStderr();
+    r.loss = engine.forward(batch);
+    engine.backward();
+    r.kinds = internal_task_kinds(::testing::internal::GetCapturedStderr());
+    r.gradients = engine.gradients();
+    return r;
+  };
+  const Run batched = run(true), alone = run(false);
+  ASSERT_GT(batched.kinds.size(), 4u);
+  const std::map<std::string, int> forward{{"gemm_batched", 1}, {"gemm", 1}, {"fused", 1}};
+  const std::map<std::string, int> backward{{"fused", 1}, {"gemm", 1}, {"gemm_batched", 1}};
+  for (const auto& [task, kinds] : batched.kinds)
+    EXPECT_EQ(kinds, task.first == "forward" ? forward : backward) << task.first << " task " << task.second;
+  ASSERT_EQ(alone.kinds.size(), batched.kinds.size());
+  for (const auto& [task, kinds] : alone.kinds)
+    EXPECT_EQ(kinds, (std::map<std::string, int>{{"gemm", 3}, {"fused", 1}}))
+        << task.first << " task " << task.second;
+  EXPECT_EQ(batched.loss, alone.loss);
+  EXPECT_EQ(batched.gradients, alone.gradients);
 }
 
 // A gather the layout reads in place, or through row pointers, runs no

@@ -13,6 +13,7 @@ namespace vjit {
 
 enum class Primitive : uint8_t {
   Gemm,            ///< one matrix product over the rows (a weight's product, a weight's gradient)
+  GemmBatched,     ///< several independent products over the same rows, of one shape, in one call
   VertexProducts,  ///< a small product per vertex (matrix by vector, or matrix by matrix)
   Outer,           ///< an outer product u·vᵀ per vertex (and the symmetric one)
   Fused,           ///< a generated kernel over the rows: a fused elementwise group
@@ -32,6 +33,7 @@ inline constexpr int kPrimitiveKinds = int(Primitive::Download) + 1;
 constexpr std::string_view primitive_name(Primitive kind) {
   switch (kind) {  // no default: a new kind without a name does not compile (-Wswitch)
     case Primitive::Gemm: return "gemm";
+    case Primitive::GemmBatched: return "gemm_batched";
     case Primitive::VertexProducts: return "vertex_products";
     case Primitive::Outer: return "outer";
     case Primitive::Fused: return "fused";
