@@ -14,6 +14,19 @@ using ir::Node;
 using ir::Op;
 using ir::ValueId;
 
+namespace {
+
+// A product's operands: their shapes and views.
+struct Operands {
+  const Shape &sa, &sb;
+  const View &a, &b;
+};
+Operands operands_of(const ir::Function& f, const std::vector<View>& views, const Node& node) {
+  return {f[node.args[0]].shape, f[node.args[1]].shape, views[size_t(node.args[0])], views[size_t(node.args[1])]};
+}
+
+}  // namespace
+
 // With `bias` (a row of the product's width, ld 0, or a per-vertex value of
 // the product's shape), out = product + bias (the GEMM epilogue); only a
 // product of a uniform weight and per-vertex vectors (one GEMM) or, with a
@@ -24,12 +37,7 @@ void Runner::matmul(Pass pass, const Rows& rows, const Node& node, const View& o
     device_.gemm(lane, gemm);
     return;
   }
-  const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = lane.views[int(pass)];
-  const Shape& sa = f[node.args[0]].shape;
-  const Shape& sb = f[node.args[1]].shape;
-  const View& a = views[size_t(node.args[0])];
-  const View& b = views[size_t(node.args[1])];
+  const auto [sa, sb, a, b] = operands_of(function(pass, rows.type), lane.views[int(pass)], node);
   const bool row_pointers = a.pointers != nullptr || b.pointers != nullptr;  // never a weight's GEMM over rows
   if (!row_pointers && matrix_times_weight(rows, node, sa, sb, a, b, out, lane, bias)) return;
   VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
@@ -44,11 +52,7 @@ void Runner::matmul(Pass pass, const Rows& rows, const Node& node, const View& o
 bool Runner::weight_gemm(Pass pass, const Rows& rows, const Node& node, const View& out, const View* bias,
                          Lane& lane, Gemm& gemm) {
   const ir::Function& f = function(pass, rows.type);
-  const std::vector<View>& views = lane.views[int(pass)];
-  const Shape& sa = f[node.args[0]].shape;
-  const Shape& sb = f[node.args[1]].shape;
-  const View& a = views[size_t(node.args[0])];
-  const View& b = views[size_t(node.args[1])];
+  const auto [sa, sb, a, b] = operands_of(f, lane.views[int(pass)], node);
   if (a.pointers != nullptr || b.pointers != nullptr) return false;  // never a weight's GEMM over rows
   const bool left = a.ld == 0 && sb.rank == 1;                          // y = op(W) x
   if (!left && !(b.ld == 0 && sa.rank == 1)) return false;             // else y = xᵀ op(W)

@@ -697,6 +697,40 @@ TEST(GatherPointers, PerVertexProductsReadChildrenWhereTheyLieAndMatchTheReferen
   }
 }
 
+// The GEMM epilogue adding a gradient's other term: a Tree-LSTM's dh =
+// U_fᵀ·df + its columns of U_iouᵀ·diou is one GEMM whose rows start as those
+// columns (no elementwise add), batched with the other child's, and written
+// through the children's row table under VJIT_GATHER_POINTERS: straight into
+// a child's gradient row where it is that row's one contribution, else into
+// its own rows for the GatherGrad to add (here the first leaf of each tree
+// has two parents, and a vertex gathers the root in both slots). Each
+// planner, pointers off and on, epilogue and batching off and on: the
+// reference's objective and gradients.
+TEST(GemmEpilogue, GradientTermsAddedByBatchedGemmsMatchTheReferenceWithSharedChildren) {
+  models::Bundle bundle = models::make_model("tree_lstm", small_config());
+  const GraphBatch batch = trees_with_shared_children(bundle);
+  for (const std::string memplan : {"copy", "pqtree"})
+    for (bool pointers : {false, true})
+      layout_bytes_off_on(*bundle.program, batch, memplan, 2, pointers ? "tree_lstm pointers" : "tree_lstm",
+                          [&](Options& options, bool on) {
+                            options.tuning.gather_pointers = vjit::to_lever(pointers);
+                            options.tuning.epilogue = on;
+                            options.tuning.batch_gemms = on;
+                          });
+  auto primitives = [&](bool epilogue) {
+    Options options = Options::defaults();
+    options.tuning.epilogue = epilogue;
+    Engine engine(*bundle.program, options);
+    engine.forward(batch);
+    engine.backward();
+    return engine.stats().primitives;
+  };
+  const PrimitiveCounts on = primitives(true), off = primitives(false);
+  EXPECT_GT(on[Primitive::GemmBatched], 0);
+  EXPECT_LT(on[Primitive::Elementwise], off[Primitive::Elementwise]) << "the adds of dh's terms";
+  EXPECT_LT(on.total(), off.total());
+}
+
 // VJIT_GATHER_POINTERS in the backward: MV-RNN's gradients of a child's
 // vector and matrix are written by the products straight into the child's
 // scatter-gradient row where that row has no other contribution, and into
