@@ -57,6 +57,7 @@ TEST_P(CudaEngine, MatchesTheReferenceUnderEveryLowering) {
          o.tuning.fuse_across_phases = false;
        }},
       {"streaming=on", [](Options& o) { o.tuning.streaming = true; }},
+      {"batch_gemms=off", [](Options& o) { o.tuning.batch_gemms = false; }},
   };
   for (const Variant& v : variants) {
     Options options = cuda_options();

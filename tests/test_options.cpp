@@ -22,7 +22,7 @@ using Options = vjit::Options;
 const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM", "VJIT_VERTEX_GEMM",
-    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS", "VJIT_ACCUMULATE_GRADIENTS", "VJIT_PARAM_LAYOUT", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
+    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_BATCH_GEMMS", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS", "VJIT_ACCUMULATE_GRADIENTS", "VJIT_PARAM_LAYOUT", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
     "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC", "VJIT_TRACE", "VJIT_INFER_SHARDS",
 };
 
@@ -70,6 +70,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_TRUE(o.tuning.merge_matmuls);
   EXPECT_TRUE(o.tuning.inplace_concat);
   EXPECT_TRUE(o.tuning.epilogue);
+  EXPECT_TRUE(o.tuning.batch_gemms);
   EXPECT_TRUE(o.tuning.pad_wide_rows);
   EXPECT_EQ(o.tuning.pretranspose, Lever::Auto);
   EXPECT_EQ(o.tuning.infer_kernels, Lever::Auto);
@@ -109,6 +110,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_MERGE_MATMULS", "off");
   set("VJIT_INPLACE_CONCAT", "0");
   set("VJIT_EPILOGUE", "off");
+  set("VJIT_BATCH_GEMMS", "off");
   set("VJIT_PAD_WIDE_ROWS", "false");
   set("VJIT_PRETRANSPOSE", "off");
   set("VJIT_INFER_KERNELS", "0");
@@ -145,6 +147,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_FALSE(o.tuning.merge_matmuls);
   EXPECT_FALSE(o.tuning.inplace_concat);
   EXPECT_FALSE(o.tuning.epilogue);
+  EXPECT_FALSE(o.tuning.batch_gemms);
   EXPECT_FALSE(o.tuning.pad_wide_rows);
   EXPECT_EQ(o.tuning.pretranspose, Lever::Off);
   EXPECT_EQ(o.tuning.infer_kernels, Lever::Off);
@@ -270,7 +273,8 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
 
 TEST_F(OptionsEnv, MalformedBoolIsRejected) {
   for (const char* variable : {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_INPLACE_CONCAT",
-                               "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES", "VJIT_PROFILE",
+                               "VJIT_EPILOGUE", "VJIT_BATCH_GEMMS", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES",
+                               "VJIT_PROFILE",
                                "VJIT_PERF_MAP", "VJIT_CHECK_FINITE"}) {
     set(variable, "yes please");
     const std::string message = env_error();
