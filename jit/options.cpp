@@ -692,14 +692,52 @@ std::vector<std::string> option_names() {
   return names;
 }
 
-void apply_flag(Options& options, std::string_view name, std::string_view value) {
+namespace {
+
+// The spec of `name`; UserError listing the valid options when there is none.
+const Spec& known_spec(std::string_view name) {
   const Spec* spec = find_spec(name);
   if (spec == nullptr) {
     std::string valid;
     for (const Spec& s : specs()) valid += (valid.empty() ? "" : ", ") + flag_name(s);
     throw UserError("unknown option '" + std::string(name) + "'; valid options: " + valid);
   }
-  set(options, *spec, value, flag_name(*spec));
+  return *spec;
+}
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::Bool: return "bool";
+    case Kind::Lever: return "lever";
+    case Kind::Choice: return "choice";
+    case Kind::Int: return "int";
+    case Kind::Bytes: return "bytes";
+    case Kind::String: return "string";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<OptionInfo> option_table() {
+  std::vector<OptionInfo> table;
+  for (const Spec& spec : specs())
+    table.push_back(OptionInfo{spec.name, spec.env, kind_name(spec.kind),
+                               std::vector<std::string>(spec.choices.begin(), spec.choices.end()), spec.doc});
+  return table;
+}
+
+std::string option_value(const Options& options, std::string_view name) {
+  const Spec& spec = known_spec(name);
+  Options copy = options;  // the accessors of bytes and strings are those `set` writes through
+  if (spec.kind == Kind::Bytes) return std::to_string(spec.bytes(copy));
+  if (spec.kind == Kind::String) return spec.text(copy);
+  return value_text(spec, options);
+}
+
+void apply_flag(Options& options, std::string_view name, std::string_view value) {
+  const Spec& spec = known_spec(name);
+  set(options, spec, value, flag_name(spec));
 }
 
 std::vector<std::string> apply_flags(Options& options, int argc, const char* const* argv) {

@@ -424,6 +424,36 @@ TEST(OptionsDoc, MatchesTheCode) {
   EXPECT_EQ(file.str(), made) << path << " differs from the options table: cmake --build build --target options_doc";
 }
 
+// option_table() and option_value(): every option by name, its value read
+// back in a spelling apply_flag takes, for front ends (the Python module).
+TEST(OptionTable, EveryOptionReadsBackAsApplyFlagTakesIt) {
+  const std::vector<vjit::OptionInfo> table = vjit::option_table();
+  ASSERT_EQ(table.size(), vjit::option_names().size());
+  vjit::Options changed = vjit::Options::defaults();
+  changed.threads = 3;
+  changed.max_memory = int64_t(5) << 20;
+  changed.cache_dir = "/tmp/a dir";
+  changed.policy = vjit::Options::Policy::Frontier;
+  changed.tuning.fusion = false;
+  changed.tuning.pretranspose = vjit::Lever::Off;
+  for (const vjit::Options& options : {vjit::Options::defaults(), changed}) {
+    vjit::Options copy = vjit::Options::defaults();
+    for (size_t i = 0; i < table.size(); ++i) {
+      EXPECT_EQ(table[i].name, vjit::option_names()[i]);
+      EXPECT_EQ(table[i].env.rfind("VJIT_", 0), 0u) << table[i].name;
+      EXPECT_FALSE(table[i].doc.empty()) << table[i].name;
+      EXPECT_EQ(table[i].choices.empty(), table[i].kind != "lever" && table[i].kind != "choice") << table[i].name;
+      vjit::apply_flag(copy, table[i].name, vjit::option_value(options, table[i].name));
+    }
+    EXPECT_EQ(copy, options) << options.describe();
+  }
+  EXPECT_EQ(vjit::option_value(changed, "max_memory"), std::to_string(int64_t(5) << 20));
+  EXPECT_EQ(vjit::option_value(changed, "VJIT_POLICY"), "frontier");
+  EXPECT_EQ(vjit::option_value(changed, "fusion"), "off");
+  EXPECT_EQ(vjit::option_value(changed, "cache_dir"), "/tmp/a dir");
+  EXPECT_THROW(vjit::option_value(changed, "fusoin"), vjit::UserError);
+}
+
 TEST(OptionsDoc, NamesEveryVariableOnce) {
   const std::string made = vjit::options_markdown();
   for (const std::string& name : vjit::option_names()) {

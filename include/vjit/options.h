@@ -160,6 +160,26 @@ std::string_view to_string(Options::Log value);
 /// The option names accepted by apply_flag, in table order: "fusion", "lazy", ...
 std::vector<std::string> option_names();
 
+/// One row of the options table, for front ends that reach the options by name
+/// (the Python module's vjit.Options): the name (as option_names() and
+/// apply_flag spell it), the variable, the kind of value ("bool", "lever",
+/// "choice", "int", "bytes" or "string"), the spellings a lever or a choice
+/// takes, and what docs/options.md says it does (Markdown).
+struct OptionInfo {
+  std::string name;                  ///< "fusion", "policy", ...
+  std::string env;                   ///< "VJIT_FUSION", ...
+  std::string kind;                  ///< "bool", "lever", "choice", "int", "bytes" or "string"
+  std::vector<std::string> choices;  ///< a lever's or a choice's spellings; else empty
+  std::string doc;                   ///< docs/options.md's description
+};
+/// Every option, in table order (option_names()'s).
+std::vector<OptionInfo> option_table();
+/// The value of option `name` in `options`, spelled as apply_flag accepts it:
+/// "on" or "off" for a bool, a lever's or a choice's spelling, an integer, a
+/// number of bytes (0: no bound), or a string option's text (empty: unset).
+/// UserError for an unknown name, listing the valid ones.
+std::string option_value(const Options& options, std::string_view name);
+
 /// Sets one option from a flag, with the same validation as the environment.
 /// `name` is the field name, optionally with leading dashes, '-' or '_' between
 /// words, or the variable itself: "policy", "--policy", "--cache-dir",
