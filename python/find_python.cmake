@@ -1,5 +1,6 @@
 # Whether the Python module (python/) is built: Python 3 with its development
-# files and pybind11 (Debian: python3-dev, pybind11-dev). Sets VJIT_HAVE_PYTHON
+# files, pybind11 and Doxygen, which reads the docstrings out of the public
+# headers (Debian: python3-dev, pybind11-dev, doxygen). Sets VJIT_HAVE_PYTHON
 # and, when it is OFF, VJIT_PYTHON_MISSING (the reason, which the python.*
 # tests print when they skip). Included before the libraries are defined: the
 # module links them into a shared object, so they are compiled as
@@ -32,6 +33,13 @@ if(VJIT_PYTHON_MISSING STREQUAL "")
   find_package(pybind11 2.10 CONFIG QUIET)
   if(NOT pybind11_FOUND)
     set(VJIT_PYTHON_MISSING "pybind11 was not found (Debian: pybind11-dev; scripts/install-deps.sh installs it)")
+  endif()
+endif()
+if(VJIT_PYTHON_MISSING STREQUAL "")
+  find_package(Doxygen QUIET)
+  if(NOT DOXYGEN_FOUND)
+    set(VJIT_PYTHON_MISSING "doxygen was not found (Debian: doxygen; scripts/install-deps.sh installs it): the "
+                            "module's docstrings are made from the C++ headers' comments by it (python/cpp_docs.py)")
   endif()
 endif()
 if(NOT VJIT_PYTHON_MISSING STREQUAL "")

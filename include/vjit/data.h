@@ -30,7 +30,10 @@ struct BracketTree {
   };
   std::vector<Node> nodes;  ///< children come before their parents; the root is last
 };
+/// The trees of `text`, one bracketed tree per non-blank line ("(3 (2 a) (4 b))");
+/// UserError naming `source_name`, the line and the column of a malformed one.
 std::vector<BracketTree> parse_bracket_trees(const std::string& text, const std::string& source_name);
+/// parse_bracket_trees of the file at `path` (UserError naming it when it cannot be read).
 std::vector<BracketTree> read_bracket_file(const std::string& path);
 
 // ---------------------------------------------------------------- vocabulary

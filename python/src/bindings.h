@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "vjit/vjit.h"
@@ -84,11 +85,29 @@ class ScopedBuilder {
   std::shared_ptr<BuilderRef> ref_;
 };
 
+/// The documentation comment of the C++ declaration `qualified`
+/// ("vjit::Engine::train_step"; `overload`: its first, second, ... declaration
+/// of that name in the header) as a docstring: brief, a blank line, details.
+/// Made from include/vjit/*.h at build time (python/cpp_docs.py), so a
+/// docstring changes with its comment. InternalError (the module fails to
+/// import) when the headers document no such declaration.
+const char* cpp_doc(std::string_view qualified, int overload = 0);
+
+/// `options` with each keyword set as the option of its name (threads=2,
+/// fusion=False), validated as the VJIT_* variables are.
+Options with_keywords(Options options, const py::kwargs& keywords);
+
+void bind_docs(py::module_& m);
+void bind_options(py::module_& m);
 void bind_errors(py::module_& m);
 void bind_model(py::module_& m);
 void bind_program(py::module_& m);
 void bind_data(py::module_& m);
 void bind_engine(py::module_& m);
 void bind_recursive(py::module_& m);
+void bind_batching(py::module_& m);
+void bind_optimizers(py::module_& m);
+/// The Engine's FSM policy and growth methods (batching.cpp).
+void bind_engine_batching(py::class_<Engine>& engine);
 
 }  // namespace vjit::python

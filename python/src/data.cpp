@@ -202,7 +202,7 @@ void bind_graphs(py::module_& m) {
 }
 
 void bind_treebanks(py::module_& m) {
-  py::class_<BracketTree::Node>(m, "BracketTreeNode")
+  py::class_<BracketTree::Node>(m, "BracketTreeNode", cpp_doc("vjit::BracketTree::Node"))
       .def_readonly("label", &BracketTree::Node::label)
       .def_readonly("word", &BracketTree::Node::word)
       .def_readonly("children", &BracketTree::Node::children);
@@ -211,7 +211,8 @@ void bind_treebanks(py::module_& m) {
       .def("__str__", [](const BracketTree& t) { return format_bracket_tree(t); });
   m.def("read_bracket_file", &read_bracket_file, py::arg("path"), py::call_guard<py::gil_scoped_release>(),
         "Trees in bracket form, one per line, plain or gzip (the Stanford Sentiment Treebank's files).");
-  m.def("parse_bracket_trees", &parse_bracket_trees, py::arg("text"), py::arg("source_name") = "<string>");
+  m.def("parse_bracket_trees", &parse_bracket_trees, py::arg("text"), py::arg("source_name") = "<string>",
+        cpp_doc("vjit::parse_bracket_trees"));
   m.def("make_synthetic_treebank",
         [](int n, uint64_t seed) { return make_synthetic_treebank(n, seed); }, py::arg("num_trees"), py::arg("seed"),
         "A synthetic sentiment treebank of random binary trees, the same for a seed on every platform.");
@@ -222,10 +223,10 @@ void bind_treebanks(py::module_& m) {
                   [](const std::vector<BracketTree>& trees, int max_size) { return Vocabulary::from_trees(trees, max_size); },
                   py::arg("trees"), py::arg("max_size") = -1,
                   "The trees' leaf words, most frequent first (ties in byte order), at most max_size ids.")
-      .def("add", &Vocabulary::add, py::arg("word"))
-      .def("id", &Vocabulary::id, py::arg("word"))
-      .def("word", &Vocabulary::word, py::arg("id"))
-      .def("__contains__", &Vocabulary::contains)
+      .def("add", &Vocabulary::add, py::arg("word"), cpp_doc("vjit::Vocabulary::add"))
+      .def("id", &Vocabulary::id, py::arg("word"), cpp_doc("vjit::Vocabulary::id"))
+      .def("word", &Vocabulary::word, py::arg("id"), cpp_doc("vjit::Vocabulary::word"))
+      .def("__contains__", &Vocabulary::contains, py::arg("word"), cpp_doc("vjit::Vocabulary::contains"))
       .def("__len__", &Vocabulary::size);
 
   m.def(

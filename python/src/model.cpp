@@ -61,24 +61,25 @@ void check_no_live_views(const Model& model, const std::string& what) {
 }
 
 void bind_model(py::module_& m) {
-  py::enum_<Init>(m, "Init", "How Model.add fills a new parameter's values (from the Model's seed).")
-      .value("Xavier", Init::Xavier, "uniform in ±sqrt(6 / (fan_in + fan_out))")
-      .value("Uniform", Init::Uniform, "uniform in ±scale")
-      .value("Zeros", Init::Zeros, "all 0")
-      .value("Ones", Init::Ones, "all 1");
+  py::enum_<Init>(m, "Init", cpp_doc("vjit::Init"))
+      .value("Xavier", Init::Xavier, cpp_doc("vjit::Init::Xavier"))
+      .value("Uniform", Init::Uniform, cpp_doc("vjit::Init::Uniform"))
+      .value("Zeros", Init::Zeros, cpp_doc("vjit::Init::Zeros"))
+      .value("Ones", Init::Ones, cpp_doc("vjit::Init::Ones"));
 
-  py::class_<Param>(m, "Param", "A handle to a parameter of a Model, as vertex functions name it.")
-      .def_readonly("id", &Param::id, "its index in the Model")
-      .def_readonly("shape", &Param::shape, "its shape, as added")
+  py::class_<Param>(m, "Param", cpp_doc("vjit::Param"))
+      .def_readonly("id", &Param::id, cpp_doc("vjit::Param::id"))
+      .def_readonly("shape", &Param::shape, cpp_doc("vjit::Param::shape"))
       .def("__repr__", [](const Param& p) { return "vjit.Param(id=" + std::to_string(p.id) + ", shape=" + p.shape.str() + ")"; });
 
   py::class_<Model>(m, "Model",
-                    "Named parameters in one block of memory, with seeded initialisation.\n\n"
-                    "model[name] (or a Param, or an index) is a float32 NumPy array sharing the parameter's\n"
+                    (std::string(cpp_doc("vjit::Model")) +
+                    "\n\nmodel[name] (or a Param, or an index) is a float32 NumPy array sharing the parameter's\n"
                     "memory: training updates it in place and writing it changes the parameter. While such\n"
                     "a view is alive, what may move the memory (adding a parameter, a vertex type with\n"
                     "constant tensors, building an Engine) raises vjit.UserError instead of leaving it\n"
                     "dangling: take views after building the engines.")
+                        .c_str())
       .def(py::init<uint64_t>(), py::arg("seed") = 1, "`seed` makes every Init draw the same values on every platform.")
       .def(
           "add",
@@ -87,7 +88,7 @@ void bind_model(py::module_& m) {
             return model.add(name, shape, init, scale);
           },
           py::arg("name"), py::arg("shape"), py::arg("init") = Init::Xavier, py::arg("scale") = 0.1f,
-          "Adds a parameter; the name must be unique. `scale` is used by Init.Uniform.")
+          cpp_doc("vjit::Model::add"))
       .def(
           "add_frozen",
           [](Model& model, const std::string& name, Shape shape, py::array_t<float, py::array::c_style | py::array::forcecast> values) {
@@ -95,17 +96,16 @@ void bind_model(py::module_& m) {
             return model.add_frozen(name, shape, std::vector<float>(values.data(), values.data() + values.size()));
           },
           py::arg("name"), py::arg("shape"), py::arg("values"),
-          "A frozen parameter holding `values` (shape's element count of them, row-major).")
+          cpp_doc("vjit::Model::add_frozen"))
       .def(
           "freeze", [](Model& model, const Param& p, bool frozen) { model.freeze(p, frozen); }, py::arg("param"),
           py::arg("frozen") = true,
-          "Freezes or unfreezes a parameter: optimizers never update a frozen one. Freeze before\n"
-          "Program.add_type to also skip computing its gradient.")
-      .def("find", &Model::find, py::arg("name"), "The parameter named `name`; UserError listing the parameters when absent.")
-      .def("__len__", &Model::size)
-      .def_property_readonly("total_numel", &Model::total_numel, "the values of all parameters")
+          cpp_doc("vjit::Model::freeze"))
+      .def("find", &Model::find, py::arg("name"), cpp_doc("vjit::Model::find"))
+      .def("__len__", &Model::size, cpp_doc("vjit::Model::size"))
+      .def_property_readonly("total_numel", &Model::total_numel, cpp_doc("vjit::Model::total_numel"))
       .def_property_readonly("value_moves", &Model::value_moves,
-                             "How many times the values moved to another place in memory.")
+                             cpp_doc("vjit::Model::value_moves"))
       .def_property_readonly("live_views", [](const Model& model) { return live_views(model); },
                              "NumPy views of the parameters alive now.")
       .def_property_readonly(
@@ -116,13 +116,14 @@ void bind_model(py::module_& m) {
             return names;
           },
           "the parameters' names, in order")
-      .def("name", [](const Model& model, int id) { return model.param(id).name; }, py::arg("id"))
+      .def("name", [](const Model& model, int id) { return model.param(id).name; }, py::arg("id"),
+           cpp_doc("vjit::ParamData::name"))
       .def("shape", [](const Model& model, py::handle key) { return model.param(param_id(model, key)).shape; },
-           py::arg("param"))
+           py::arg("param"), cpp_doc("vjit::ParamData::shape"))
       .def("param", [](const Model& model, int id) { return Param{id, model.param(id).shape}; }, py::arg("id"),
            "The handle of parameter `id`.")
       .def("is_frozen", [](const Model& model, py::handle key) { return model.param(param_id(model, key)).frozen; },
-           py::arg("param"))
+           py::arg("param"), cpp_doc("vjit::ParamData::frozen"))
       .def(
           "__getitem__",
           [](py::object self, py::handle key) { return param_view(self, param_id(self.cast<Model&>(), key)); },
@@ -137,11 +138,14 @@ void bind_model(py::module_& m) {
             param.value = std::span<const float>(values.data(), size_t(values.size()));
           },
           py::arg("param"), py::arg("values"), "Copies `values` (as many as the parameter holds) into the parameter.")
-      .def("__contains__", [](const Model& model, const std::string& name) {
-        for (int i = 0; i < model.size(); ++i)
-          if (model.param(i).name == name) return true;
-        return false;
-      });
+      .def(
+          "__contains__",
+          [](const Model& model, const std::string& name) {
+            for (int i = 0; i < model.size(); ++i)
+              if (model.param(i).name == name) return true;
+            return false;
+          },
+          py::arg("name"), "Whether the model has a parameter named `name`.");
 }
 
 }  // namespace vjit::python

@@ -33,10 +33,14 @@ void bind_errors(py::module_& m) {
 PYBIND11_MODULE(_vjit, m) {
   namespace python = vjit::python;
   m.doc() = "vjit's C++ engine: Model, Program, GraphBatch, Engine, optimizers, checkpoints, data.";
+  python::bind_docs(m);
   python::bind_errors(m);
+  python::bind_options(m);
   python::bind_model(m);
   python::bind_program(m);
   python::bind_data(m);
+  python::bind_batching(m);
+  python::bind_optimizers(m);
   python::bind_engine(m);
   python::bind_recursive(m);
 }

@@ -156,8 +156,8 @@ void bind_program(py::module_& m) {
           "Traces body(builder) once into the vertex function of a new type, verifies and\n"
           "differentiates it; returns the type index used in the graphs.")
       .def_property_readonly("num_types", &Program::num_types)
-      .def("type_index", &Program::type_index, py::arg("name"))
-      .def("type_name", &Program::type_name, py::arg("type"))
+      .def("type_index", &Program::type_index, py::arg("name"), cpp_doc("vjit::Program::type_index"))
+      .def("type_name", &Program::type_name, py::arg("type"), cpp_doc("vjit::Program::type_name"))
       .def_property_readonly(
           "type_names",
           [](const Program& program) {

@@ -112,7 +112,7 @@ void bind_recursive(py::module_& m) {
           },
           py::arg("name"), py::arg("arity"), py::arg("body"),
           "Adds a branch, a vertex type traced from body(f, calls) once; returns its index.")
-      .def("vertex_type", &PythonRecursive::vertex_type, py::arg("branch"))
+      .def("vertex_type", &PythonRecursive::vertex_type, py::arg("branch"), cpp_doc("vjit::RecursiveProgram::vertex_type"))
       .def_property_readonly("num_branches", &PythonRecursive::num_branches)
       .def("sample", &PythonRecursive::sample, py::arg("roots"), py::arg("name") = "",
            "One sample of the graph under `roots` (a list of nodes; shared nodes become one vertex).")

@@ -77,11 +77,59 @@ def test_checkpoint_of_another_program_is_refused(tmp_path):
         vjit.load_checkpoint(path, vjit.Engine(other.program))
 
 
+def read_safetensors(path):
+    """The tensors and metadata of a safetensors file, read by the format's specification
+    (an 8-byte little-endian header length, a JSON header, then the tensors' bytes)."""
+    data = open(path, "rb").read()
+    header_length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + header_length].decode("utf-8"))
+    body = data[8 + header_length:]
+    metadata = header.pop("__metadata__", {})
+    tensors, end = {}, 0
+    for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"]):
+        begin, stop = entry["data_offsets"]
+        assert begin == end, f"{name}: the tensors' bytes leave a gap or overlap"
+        dtype = {"F32": "<f4", "I64": "<i8"}[entry["dtype"]]
+        array = np.frombuffer(body[begin:stop], dtype=dtype)
+        assert array.size == int(np.prod(entry["shape"], dtype=np.int64)), name
+        tensors[name] = array.reshape(entry["shape"])
+        end = stop
+    assert end == len(body), "bytes after the last tensor"
+    assert all(isinstance(v, str) for v in metadata.values()), "metadata values are strings"
+    return tensors, metadata
+
+
+def test_a_python_checkpoint_is_a_safetensors_file_by_the_specification(tmp_path):
+    """Without the optional safetensors package: what its loaders check, checked here."""
+    bundle = small_tree_lstm()
+    path = str(tmp_path / "run.safetensors")
+    vjit.save_checkpoint(path, vjit.Engine(bundle.program), vjit.Adam(0.01), {"epoch": "3"})
+    tensors, metadata = read_safetensors(path)
+    assert metadata["epoch"] == "3" and tensors["optimizer.step"] == 0
+    for name in bundle.model.names:
+        assert np.array_equal(tensors[name], bundle.model[name]), name
+
+
+def test_safetensors_torch_reads_a_python_checkpoint(tmp_path):
+    try:
+        from safetensors.torch import load_file
+    except ImportError as missing:
+        pytest.skip(f"the optional packages safetensors and torch are not both installed ({missing}); "
+                    "test_a_python_checkpoint_is_a_safetensors_file_by_the_specification checks the format")
+    bundle = small_tree_lstm()
+    path = str(tmp_path / "run.safetensors")
+    vjit.save_checkpoint(path, vjit.Engine(bundle.program), vjit.Adam(0.01))
+    state = load_file(path)
+    for name in bundle.model.names:
+        assert np.array_equal(state[name].numpy(), bundle.model[name]), name
+
+
 def test_safetensors_package_reads_a_python_checkpoint(tmp_path):
     try:
         from safetensors.numpy import load_file
     except ImportError as missing:
-        pytest.skip(f"the optional package safetensors is not installed ({missing})")
+        pytest.skip(f"the optional package safetensors is not installed ({missing}; Debian has no "
+                    "package of it, PyPI has: pip install safetensors)")
     bundle = small_tree_lstm()
     path = str(tmp_path / "run.safetensors")
     vjit.save_checkpoint(path, vjit.Engine(bundle.program), vjit.Adam(0.01))
