@@ -157,16 +157,17 @@ void bind_graphs(py::module_& m) {
            }),
            py::arg("type"), py::arg("children") = std::vector<int>{}, py::arg("token") = -1, py::arg("label") = -1,
            py::arg("features") = std::vector<float>{})
-      .def_readwrite("type", &Vertex::type)
-      .def_readwrite("children", &Vertex::children)
-      .def_readwrite("token", &Vertex::token)
-      .def_readwrite("label", &Vertex::label)
-      .def_readwrite("features", &Vertex::features);
+      .def_readwrite("type", &Vertex::type, cpp_doc("vjit::Vertex::type"))
+      .def_readwrite("children", &Vertex::children, cpp_doc("vjit::Vertex::children"))
+      .def_readwrite("token", &Vertex::token, cpp_doc("vjit::Vertex::token"))
+      .def_readwrite("label", &Vertex::label, cpp_doc("vjit::Vertex::label"))
+      .def_readwrite("features", &Vertex::features, cpp_doc("vjit::Vertex::features"));
 
-  py::class_<Sample>(m, "Sample", "One input graph: a DAG of typed vertices.")
+  py::class_<Sample>(m, "Sample", cpp_doc("vjit::Sample"))
       .def(py::init<>())
       .def_readwrite("name", &Sample::name, "used in error messages; empty means \"sample <index>\"")
-      .def_readwrite("vertices", &Sample::vertices, "a copy of the vertices (assign a list to change them)")
+      .def_readwrite("vertices", &Sample::vertices,
+                     (std::string(cpp_doc("vjit::Sample::vertices")) + " (a copy: assign a list to change them)").c_str())
       .def("add_vertex", &Sample::add_vertex, py::arg("type"), py::arg("children") = std::vector<int>{},
            py::arg("token") = -1, py::arg("label") = -1, "Appends a vertex and returns its index.")
       .def("__len__", [](const Sample& s) { return s.vertices.size(); });
@@ -194,20 +195,21 @@ void bind_graphs(py::module_& m) {
             return models::make_batch(batch.samples, indices);
           },
           py::arg("indices"), "The samples at `indices` as a new batch (copies).")
-      .def_readwrite("first_sample", &GraphBatch::first_sample)
-      .def_property_readonly("num_vertices", &GraphBatch::num_vertices, "the vertices of all samples")
+      .def_readwrite("first_sample", &GraphBatch::first_sample, cpp_doc("vjit::GraphBatch::first_sample"))
+      .def_property_readonly("num_vertices", &GraphBatch::num_vertices, cpp_doc("vjit::GraphBatch::num_vertices"))
       .def("sample", [](const GraphBatch& b, int s) { return b.samples.at(size_t(s)); }, py::arg("index"), "A copy of sample `index`.")
-      .def_property_readonly("samples", [](const GraphBatch& b) { return b.samples; }, "a copy of the samples")
+      .def_property_readonly("samples", [](const GraphBatch& b) { return b.samples; },
+                             (std::string(cpp_doc("vjit::GraphBatch::samples")) + " (a copy)").c_str())
       .def("__len__", [](const GraphBatch& b) { return b.samples.size(); });
 }
 
 void bind_treebanks(py::module_& m) {
   py::class_<BracketTree::Node>(m, "BracketTreeNode", cpp_doc("vjit::BracketTree::Node"))
-      .def_readonly("label", &BracketTree::Node::label)
-      .def_readonly("word", &BracketTree::Node::word)
-      .def_readonly("children", &BracketTree::Node::children);
-  py::class_<BracketTree>(m, "BracketTree", "A tree in PTB bracket form (the SST's): children before parents, the root last.")
-      .def_readonly("nodes", &BracketTree::nodes)
+      .def_readonly("label", &BracketTree::Node::label, cpp_doc("vjit::BracketTree::Node::label"))
+      .def_readonly("word", &BracketTree::Node::word, cpp_doc("vjit::BracketTree::Node::word"))
+      .def_readonly("children", &BracketTree::Node::children, cpp_doc("vjit::BracketTree::Node::children"));
+  py::class_<BracketTree>(m, "BracketTree", cpp_doc("vjit::BracketTree"))
+      .def_readonly("nodes", &BracketTree::nodes, cpp_doc("vjit::BracketTree::nodes"))
       .def("__str__", [](const BracketTree& t) { return format_bracket_tree(t); });
   m.def("read_bracket_file", &read_bracket_file, py::arg("path"), py::call_guard<py::gil_scoped_release>(),
         "Trees in bracket form, one per line, plain or gzip (the Stanford Sentiment Treebank's files).");
@@ -217,12 +219,11 @@ void bind_treebanks(py::module_& m) {
         [](int n, uint64_t seed) { return make_synthetic_treebank(n, seed); }, py::arg("num_trees"), py::arg("seed"),
         "A synthetic sentiment treebank of random binary trees, the same for a seed on every platform.");
 
-  py::class_<Vocabulary>(m, "Vocabulary", "Maps words to dense ids; with <unk> (id 0) for unknown words.")
+  py::class_<Vocabulary>(m, "Vocabulary", cpp_doc("vjit::Vocabulary"))
       .def(py::init<bool>(), py::arg("with_unk") = true)
       .def_static("from_trees",
                   [](const std::vector<BracketTree>& trees, int max_size) { return Vocabulary::from_trees(trees, max_size); },
-                  py::arg("trees"), py::arg("max_size") = -1,
-                  "The trees' leaf words, most frequent first (ties in byte order), at most max_size ids.")
+                  py::arg("trees"), py::arg("max_size") = -1, cpp_doc("vjit::Vocabulary::from_trees"))
       .def("add", &Vocabulary::add, py::arg("word"), cpp_doc("vjit::Vocabulary::add"))
       .def("id", &Vocabulary::id, py::arg("word"), cpp_doc("vjit::Vocabulary::id"))
       .def("word", &Vocabulary::word, py::arg("id"), cpp_doc("vjit::Vocabulary::word"))

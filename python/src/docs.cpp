@@ -48,6 +48,18 @@ const char* cpp_doc(std::string_view qualified, int overload) {
 
 void bind_docs(py::module_& m) {
   m.def(
+      "_cpp_doc_table",
+      [] {
+        py::dict table;
+        for (const CppDoc& doc : kCppDocs) {
+          const py::str name(std::string(doc.name));
+          if (!table.contains(name)) table[name] = py::list();
+          table[name].cast<py::list>().append(doc.text);
+        }
+        return table;
+      },
+      "Every documented C++ name and the docstrings of its declarations, as the build read them.");
+  m.def(
       "_cpp_docs",
       [] {
         py::list docs;

@@ -121,7 +121,7 @@ void bind_model(py::module_& m) {
       .def("shape", [](const Model& model, py::handle key) { return model.param(param_id(model, key)).shape; },
            py::arg("param"), cpp_doc("vjit::ParamData::shape"))
       .def("param", [](const Model& model, int id) { return Param{id, model.param(id).shape}; }, py::arg("id"),
-           "The handle of parameter `id`.")
+           cpp_doc("vjit::Model::param"))
       .def("is_frozen", [](const Model& model, py::handle key) { return model.param(param_id(model, key)).frozen; },
            py::arg("param"), cpp_doc("vjit::ParamData::frozen"))
       .def(

@@ -22,23 +22,26 @@ using Ref = BuilderRef;
 using ValueOp = Value (Builder::*)(Value);
 using BinaryOp = Value (Builder::*)(Arg, Arg);
 
+// The docstring of Builder op `name`: its comment in vjit/program.h.
+const char* op_doc(const std::string& name) { return cpp_doc("vjit::Builder::" + name); }
+
 // Binds `name` as a method applying a Builder op of one per-vertex value.
-void unary(py::class_<Ref, std::shared_ptr<Ref>>& c, const char* name, ValueOp op, const char* doc) {
-  c.def(name, [op](const Ref& f, Value x) { return (f.get().*op)(x); }, py::arg("x"), doc);
+void unary(py::class_<Ref, std::shared_ptr<Ref>>& c, const char* name, ValueOp op) {
+  c.def(name, [op](const Ref& f, Value x) { return (f.get().*op)(x); }, py::arg("x"), op_doc(name));
 }
 
-void binary(py::class_<Ref, std::shared_ptr<Ref>>& c, const char* name, BinaryOp op, const char* doc) {
-  c.def(name, [op](const Ref& f, Arg a, Arg b) { return (f.get().*op)(a, b); }, py::arg("a"), py::arg("b"), doc);
+void binary(py::class_<Ref, std::shared_ptr<Ref>>& c, const char* name, BinaryOp op) {
+  c.def(name, [op](const Ref& f, Arg a, Arg b) { return (f.get().*op)(a, b); }, py::arg("a"), py::arg("b"), op_doc(name));
 }
 
 void bind_values(py::module_& m) {
-  py::class_<Value>(m, "Value", "A value of the vertex function being built (per vertex).")
-      .def_readonly("id", &Value::id, "the node of the function that defines it")
-      .def_readonly("shape", &Value::shape, "its per-vertex shape")
+  py::class_<Value>(m, "Value", cpp_doc("vjit::Value"))
+      .def_readonly("id", &Value::id, cpp_doc("vjit::Value::id"))
+      .def_readonly("shape", &Value::shape, cpp_doc("vjit::Value::shape"))
       .def("__repr__", [](const Value& v) { return "vjit.Value(id=" + std::to_string(v.id) + ", shape=" + v.shape.str() + ")"; });
-  py::class_<Label>(m, "Label", "The vertex's label, for per-vertex losses (Builder.label).")
-      .def_readonly("num_classes", &Label::num_classes);
-  py::class_<Arg>(m, "Arg", "An operand: a Value or a Param (broadcast over the batch).")
+  py::class_<Label>(m, "Label", cpp_doc("vjit::Label"))
+      .def_readonly("num_classes", &Label::num_classes, cpp_doc("vjit::Label::num_classes"));
+  py::class_<Arg>(m, "Arg", cpp_doc("vjit::Arg"))
       .def(py::init<Value>())
       .def(py::init<Param>());
   py::implicitly_convertible<Value, Arg>();
@@ -47,18 +50,15 @@ void bind_values(py::module_& m) {
 
 void bind_inputs(py::class_<Ref, std::shared_ptr<Ref>>& c) {
   c.def("gather", [](const Ref& f, int slot, Shape expected) { return f.get().gather(slot, expected); },
-        py::arg("slot"), py::arg("expected"), "What child `slot` scattered.")
+        py::arg("slot"), py::arg("expected"), op_doc("gather"))
       .def("gather_sum", [](const Ref& f, Shape expected) { return f.get().gather_sum(expected); },
-           py::arg("expected"), "Σ over the variadic children (those after the gather(k) slots).")
+           py::arg("expected"), op_doc("gather_sum"))
       .def("gather_all", [](const Ref& f, int max_children, Shape expected) { return f.get().gather_all(max_children, expected); },
-           py::arg("max_children"), py::arg("expected"), "[max_children, n]: the variadic children's values, zero rows past the last.")
-      .def("pull", [](const Ref& f, int width) { return f.get().pull(width); }, py::arg("width"), "The vertex's feature row.")
-      .def("pull_embedding", [](const Ref& f, Param table) { return f.get().pull_embedding(table); }, py::arg("table"),
-           "Row `token` of an embedding table [vocab, n].")
-      .def("label", [](const Ref& f, int num_classes) { return f.get().label(num_classes); }, py::arg("num_classes"),
-           "The vertex's label in [0, num_classes).")
-      .def("param", [](const Ref& f, Param p) { return f.get().param(p); }, py::arg("param"),
-           "The parameter as a value, uniform across vertices.")
+           py::arg("max_children"), py::arg("expected"), op_doc("gather_all"))
+      .def("pull", [](const Ref& f, int width) { return f.get().pull(width); }, py::arg("width"), op_doc("pull"))
+      .def("pull_embedding", [](const Ref& f, Param table) { return f.get().pull_embedding(table); }, py::arg("table"), op_doc("pull_embedding"))
+      .def("label", [](const Ref& f, int num_classes) { return f.get().label(num_classes); }, py::arg("num_classes"), op_doc("label"))
+      .def("param", [](const Ref& f, Param p) { return f.get().param(p); }, py::arg("param"), op_doc("param"))
       .def(
           "constant",
           [](const Ref& f, Shape shape, py::object value) {
@@ -68,63 +68,52 @@ void bind_inputs(py::class_<Ref, std::shared_ptr<Ref>>& c) {
             return f.get().constant(shape, std::vector<float>(values.data(), values.data() + values.size()));
           },
           py::arg("shape"), py::arg("value"),
-          "A number: every element `value`. An array: a constant tensor (row-major), kept as a frozen\n"
-          "parameter \"<type>.constant<k>\" of the model.");
+          (std::string("A number: ") + op_doc("constant") + ". An array: " + cpp_doc("vjit::Builder::constant", 1))
+              .c_str());
 }
 
 void bind_ops(py::class_<Ref, std::shared_ptr<Ref>>& c) {
   c.def("matmul", [](const Ref& f, Arg a, Arg b) { return f.get().matmul(a, b); }, py::arg("a"), py::arg("b"),
-        "[m,k]·[k,n], [m,k]·[k] (column), [k]·[k,n] (row).");
-  binary(c, "add", &Builder::add, "Elementwise a + b (a scalar or a row vector broadcasts; at most one Param).");
-  binary(c, "sub", &Builder::sub, "Elementwise a − b.");
-  binary(c, "mul", &Builder::mul, "Elementwise a · b.");
-  binary(c, "div", &Builder::div, "Elementwise a / b.");
-  unary(c, "neg", &Builder::neg, "−x");
-  unary(c, "sigmoid", &Builder::sigmoid, "σ(x) = 1 / (1 + e^−x)");
-  unary(c, "tanh", &Builder::tanh, "tanh x");
-  unary(c, "relu", &Builder::relu, "max(x, 0)");
-  unary(c, "exp", &Builder::exp, "e^x");
-  unary(c, "log", &Builder::log, "ln x");
-  unary(c, "sqrt", &Builder::sqrt, "√x");
-  unary(c, "sum", &Builder::sum, "Σ of every element, a scalar.");
-  unary(c, "sum_rows", &Builder::sum_rows, "[m, n] → [n]: the sum of the rows.");
-  unary(c, "transpose", &Builder::transpose, "[m, n] → [n, m].");
-  unary(c, "mean_children", &Builder::mean_children, "Σ_k rows / count over the actual children of a [K, d] block.");
-  unary(c, "max_children", &Builder::max_children, "Column max over the actual children of a [K, d] block.");
-  unary(c, "layer_norm", &Builder::layer_norm,
-        "Layer normalisation of a vector: (x − mean(x)) / √(var(x) + 1e-5), no gain or bias.");
-  unary(c, "sym_outer", &Builder::sym_outer, "x [n] → [n(n+1)/2]: x_a x_b for a ≤ b, row by row.");
-  c.def("scale", [](const Ref& f, Value x, double factor) { return f.get().scale(x, factor); }, py::arg("x"), py::arg("factor"), "factor·x")
-      .def("add_scalar", [](const Ref& f, Value x, double c) { return f.get().add_scalar(x, c); }, py::arg("x"), py::arg("c"), "x + c")
-      .def("dropout", [](const Ref& f, Value x, double rate) { return f.get().dropout(x, rate); }, py::arg("x"), py::arg("rate"),
-           "Dropout, active only in training runs.")
-      .def("concat", [](const Ref& f, const std::vector<Value>& parts) { return f.get().concat(parts); }, py::arg("parts"),
-           "Vectors end to end into one vector; matrices of equal columns stacked by rows.")
+        op_doc("matmul"));
+  binary(c, "add", &Builder::add);
+  binary(c, "sub", &Builder::sub);
+  binary(c, "mul", &Builder::mul);
+  binary(c, "div", &Builder::div);
+  unary(c, "neg", &Builder::neg);
+  unary(c, "sigmoid", &Builder::sigmoid);
+  unary(c, "tanh", &Builder::tanh);
+  unary(c, "relu", &Builder::relu);
+  unary(c, "exp", &Builder::exp);
+  unary(c, "log", &Builder::log);
+  unary(c, "sqrt", &Builder::sqrt);
+  unary(c, "sum", &Builder::sum);
+  unary(c, "sum_rows", &Builder::sum_rows);
+  unary(c, "transpose", &Builder::transpose);
+  unary(c, "mean_children", &Builder::mean_children);
+  unary(c, "max_children", &Builder::max_children);
+  unary(c, "layer_norm", &Builder::layer_norm);
+  unary(c, "sym_outer", &Builder::sym_outer);
+  c.def("scale", [](const Ref& f, Value x, double factor) { return f.get().scale(x, factor); }, py::arg("x"), py::arg("factor"), op_doc("scale"))
+      .def("add_scalar", [](const Ref& f, Value x, double c) { return f.get().add_scalar(x, c); }, py::arg("x"), py::arg("c"), op_doc("add_scalar"))
+      .def("dropout", [](const Ref& f, Value x, double rate) { return f.get().dropout(x, rate); }, py::arg("x"), py::arg("rate"), op_doc("dropout"))
+      .def("concat", [](const Ref& f, const std::vector<Value>& parts) { return f.get().concat(parts); }, py::arg("parts"), op_doc("concat"))
       .def("slice", [](const Ref& f, Value x, int start, int length) { return f.get().slice(x, start, length); },
-           py::arg("x"), py::arg("start"), py::arg("length"), "Elements [start, start + length) of a vector; rows of a matrix.")
-      .def("reshape", [](const Ref& f, Value x, Shape shape) { return f.get().reshape(x, shape); }, py::arg("x"), py::arg("shape"),
-           "The same elements under another shape.")
-      .def("split", [](const Ref& f, Value x, int parts) { return f.get().split(x, parts); }, py::arg("x"), py::arg("parts"),
-           "Equal parts.")
+           py::arg("x"), py::arg("start"), py::arg("length"), op_doc("slice"))
+      .def("reshape", [](const Ref& f, Value x, Shape shape) { return f.get().reshape(x, shape); }, py::arg("x"), py::arg("shape"), op_doc("reshape"))
+      .def("split", [](const Ref& f, Value x, int parts) { return f.get().split(x, parts); }, py::arg("x"), py::arg("parts"), op_doc("split"))
       .def("slice_cols", [](const Ref& f, Value x, int start, int length) { return f.get().slice_cols(x, start, length); },
-           py::arg("x"), py::arg("start"), py::arg("length"), "[m, n] → [m, length]: columns [start, start + length).")
-      .def("child_count", [](const Ref& f) { return f.get().child_count(); },
-           "The number of variadic children, a scalar (no gradient); needs gather_all or gather_sum first.")
-      .def("outer", [](const Ref& f, Value a, Value b) { return f.get().outer(a, b); }, py::arg("a"), py::arg("b"),
-           "a [m], b [n] → [m, n] = a bᵀ.")
-      .def("bilinear", [](const Ref& f, Value x, Param v) { return f.get().bilinear(x, v); }, py::arg("x"), py::arg("V"),
-           "y [k], y_i = xᵀ V_i x for V = [V_0; ...; V_{k−1}] stored as [k·n, n].")
+           py::arg("x"), py::arg("start"), py::arg("length"), op_doc("slice_cols"))
+      .def("child_count", [](const Ref& f) { return f.get().child_count(); }, op_doc("child_count"))
+      .def("outer", [](const Ref& f, Value a, Value b) { return f.get().outer(a, b); }, py::arg("a"), py::arg("b"), op_doc("outer"))
+      .def("bilinear", [](const Ref& f, Value x, Param v) { return f.get().bilinear(x, v); }, py::arg("x"), py::arg("V"), op_doc("bilinear"))
       .def("softmax_cross_entropy", [](const Ref& f, Value logits, Label label) { return f.get().softmax_cross_entropy(logits, label); },
-           py::arg("logits"), py::arg("label"), "−log softmax(logits)[label], the per-vertex loss.")
+           py::arg("logits"), py::arg("label"), op_doc("softmax_cross_entropy"))
       .def("squared_error", [](const Ref& f, Value prediction, Value target) { return f.get().squared_error(prediction, target); },
-           py::arg("prediction"), py::arg("target"), "Σ (prediction − target)².")
-      .def("add_loss", [](const Ref& f, Value loss) { f.get().add_loss(loss); }, py::arg("loss"),
-           "Adds a scalar to the objective (summed over the batch's vertices).")
-      .def("scatter", [](const Ref& f, Value v) { f.get().scatter(v); }, py::arg("value"),
-           "What the parents of the vertex gather from it (once per function).")
-      .def("push", [](const Ref& f, Value v) { f.get().push(v); }, py::arg("value"),
-           "A result of the vertex, returned by the run (Evaluation.push).")
-      .def_property_readonly("type_name", [](const Ref& f) { return f.type_name; }, "the vertex type's name");
+           py::arg("prediction"), py::arg("target"), op_doc("squared_error"))
+      .def("add_loss", [](const Ref& f, Value loss) { f.get().add_loss(loss); }, py::arg("loss"), op_doc("add_loss"))
+      .def("scatter", [](const Ref& f, Value v) { f.get().scatter(v); }, py::arg("value"), op_doc("scatter"))
+      .def("push", [](const Ref& f, Value v) { f.get().push(v); }, py::arg("value"), op_doc("push"))
+      .def_property_readonly("type_name", [](const Ref& f) { return f.type_name; }, op_doc("type_name"));
 }
 
 }  // namespace
@@ -133,13 +122,11 @@ void bind_program(py::module_& m) {
   bind_values(m);
   py::class_<Ref, std::shared_ptr<Ref>> builder(
       m, "Builder",
-      "Writes the vertex function of one vertex type, op by op: each call checks its operands'\n"
-      "shapes (a UserError names the type and the op) and returns the Value it defines.\n"
-      "Program.add_type passes one to the type's body, valid while the body runs.");
+      (std::string(cpp_doc("vjit::Builder")) + " It is valid while the body runs.").c_str());
   bind_inputs(builder);
   bind_ops(builder);
 
-  py::class_<Program>(m, "Program", "The vertex types of a model: one vertex function each, with its derivative.")
+  py::class_<Program>(m, "Program", cpp_doc("vjit::Program"))
       .def(py::init<Model&>(), py::arg("model"), py::keep_alive<1, 2>(),
            "The program reads the model's parameters; an Engine training it updates them.")
       .def(
@@ -153,9 +140,10 @@ void bind_program(py::module_& m) {
             });
           },
           py::arg("name"), py::arg("body"),
-          "Traces body(builder) once into the vertex function of a new type, verifies and\n"
-          "differentiates it; returns the type index used in the graphs.")
-      .def_property_readonly("num_types", &Program::num_types)
+          (std::string(cpp_doc("vjit::Program::add_type")) +
+           "\n\n`body(builder)` is called once, with a vjit.Builder valid while it runs.")
+              .c_str())
+      .def_property_readonly("num_types", &Program::num_types, cpp_doc("vjit::Program::num_types"))
       .def("type_index", &Program::type_index, py::arg("name"), cpp_doc("vjit::Program::type_index"))
       .def("type_name", &Program::type_name, py::arg("type"), cpp_doc("vjit::Program::type_name"))
       .def_property_readonly(
@@ -170,9 +158,9 @@ void bind_program(py::module_& m) {
            py::arg("type"), "The text form of the type's vertex function F.")
       .def("backward_ir", [](const Program& program, int type) { return ir::to_string(program.backward(type)); },
            py::arg("type"), "The text form of the derivative ∂F vjit built.")
-      .def("signature_string", &Program::signature_string,
-           "The vertex types with their arity and shapes, one line each.")
-      .def_property_readonly("model", &Program::model, py::return_value_policy::reference_internal);
+      .def("signature_string", &Program::signature_string, cpp_doc("vjit::Program::signature_string"))
+      .def_property_readonly("model", &Program::model, py::return_value_policy::reference_internal,
+                             cpp_doc("vjit::Program::model"));
 }
 
 }  // namespace vjit::python

@@ -61,16 +61,16 @@ struct CallsRef {
 }  // namespace
 
 void bind_recursive(py::module_& m) {
-  py::class_<Arity>(m, "Arity", "How many children a branch takes (Recursive.add_branch).")
-      .def_static("exactly", &Arity::exactly, py::arg("children"), "`children` read one by one")
-      .def_static("any", &Arity::any, py::arg("max_children") = -1, "any number (at most max_children; -1: no bound)")
+  py::class_<Arity>(m, "Arity", cpp_doc("vjit::Arity"))
+      .def_static("exactly", &Arity::exactly, py::arg("children"), cpp_doc("vjit::Arity::exactly"))
+      .def_static("any", &Arity::any, py::arg("max_children") = -1, cpp_doc("vjit::Arity::any"))
       .def_static("at_least", &Arity::at_least, py::arg("fixed"), py::arg("max_more") = -1,
-                  "`fixed` read one by one, then any number more")
+                  cpp_doc("vjit::Arity::at_least"))
       .def("__str__", &Arity::str);
 
-  py::class_<CallsRef, std::shared_ptr<CallsRef>>(m, "Calls", "The recursive results on a node's children.")
+  py::class_<CallsRef, std::shared_ptr<CallsRef>>(m, "Calls", cpp_doc("vjit::Calls"))
       .def("call", [](const CallsRef& c, int child) { return c.get().call(child); }, py::arg("child"),
-           "The result on child `child` (< the arity's fixed children).")
+           cpp_doc("vjit::Calls::call"))
       .def("call_sum", [](const CallsRef& c) { return c.get().call_sum(); },
            "Σ of the results on the variadic children (zeros without any).")
       .def("call_all", [](const CallsRef& c, int max_children) { return c.get().call_all(max_children); },
@@ -78,10 +78,12 @@ void bind_recursive(py::module_& m) {
 
   py::class_<PythonRecursive>(
       m, "Recursive",
-      "A model written as recursion over your own Python objects (vjit/recursive.h): each branch is\n"
+      (std::string(cpp_doc("vjit::Recursive")) +
+       "\n\nIn Python, a model written as recursion over your own objects: each branch is\n"
       "a vertex type whose body(f, calls) returns the node's result, calls.call(i) standing for the\n"
       "result on child i. Recursive(program, result_shape, children=, branch=, token=, label=,\n"
       "features=, describe=): functions of a node; children returns its child objects.")
+          .c_str())
       .def(py::init([](Program& program, Shape result, py::object children, py::object branch, py::object token,
                        py::object label, py::object features, py::object describe) {
              auto recursive = std::make_unique<PythonRecursive>(program, result);
@@ -115,7 +117,8 @@ void bind_recursive(py::module_& m) {
       .def("vertex_type", &PythonRecursive::vertex_type, py::arg("branch"), cpp_doc("vjit::RecursiveProgram::vertex_type"))
       .def_property_readonly("num_branches", &PythonRecursive::num_branches)
       .def("sample", &PythonRecursive::sample, py::arg("roots"), py::arg("name") = "",
-           "One sample of the graph under `roots` (a list of nodes; shared nodes become one vertex).")
+           (std::string(cpp_doc("vjit::Recursive::sample", 1)) + " `roots`: a list of nodes; shared nodes become one vertex.")
+               .c_str())
       .def(
           "batch",
           [](const PythonRecursive& r, const py::list& roots, int first_index) {
@@ -127,7 +130,7 @@ void bind_recursive(py::module_& m) {
             }
             return batch;
           },
-          py::arg("roots"), py::arg("first_index") = 0, "One sample per root.");
+          py::arg("roots"), py::arg("first_index") = 0, cpp_doc("vjit::Recursive::batch"));
 }
 
 }  // namespace vjit::python

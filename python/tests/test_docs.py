@@ -26,8 +26,8 @@ def classes():
 def own_doc(obj):
     """The docstring without pybind11's signature line(s)."""
     doc = inspect.getdoc(obj) or ""
-    if isinstance(obj, property):
-        doc = inspect.getdoc(obj.fget) or doc
+    if isinstance(obj, property) and not obj.__doc__:
+        doc = inspect.getdoc(obj.fget) or ""
     lines = doc.splitlines()
     while lines and re.match(r"^\w+\(.*\)( -> .*)?$", lines[0]):
         lines.pop(0)
@@ -75,6 +75,30 @@ def test_docstrings_taken_from_the_cpp_headers_are_their_comments():
         if brief.rstrip(".")[:60] not in comments:
             drifted.append(f"{name}#{overload}: {brief[:60]!r}")
     assert drifted == [], "not found in include/vjit/*.h: " + "; ".join(drifted)
+
+
+def takes_one_of(declarations, doc):
+    """Whether `doc` holds the brief description of one of the C++ declarations' comments."""
+    return any(normalised(text.split("\n\n")[0]) in normalised(doc) for text in declarations)
+
+
+def test_members_of_documented_cpp_members_take_their_comments():
+    """A method, property or enumerator named as a member of the C++ class of the same name
+    has that member's comment in its docstring, not a hand-written copy."""
+    table = _vjit._cpp_doc_table()
+    hand_written = []
+    options = set(vjit.option_names())  # their docstrings are the options table's (test_options)
+    for name, cls in classes().items():
+        if f"vjit::{name}" in table and not takes_one_of(table[f"vjit::{name}"], own_doc(cls)):
+            hand_written.append(f"vjit::{name}")
+        for member in public_names(cls):
+            cpp = f"vjit::{name}::{member}"
+            if cpp in table and not (name == "Options" and member in options):
+                attribute = vars(cls)[member]
+                doc = own_doc(attribute if isinstance(attribute, property) else getattr(cls, member))
+                if not takes_one_of(table[cpp], doc):
+                    hand_written.append(cpp)
+    assert hand_written == [], "docstrings not taken from the headers: " + ", ".join(sorted(hand_written))
 
 
 def test_a_docstring_is_the_cpp_comment_of_its_member():

@@ -13,6 +13,8 @@ def test_every_option_is_an_attribute_and_a_keyword():
     assert len(names) >= 30
     defaults = vjit.Options.defaults()
     assert list(defaults.to_dict()) == names
+    for name in names:  # the docstring is the options table's, as docs/options.md
+        assert ("VJIT_" + name.upper()) in vjit.Options.__dict__[name].__doc__ or name == "trace", name
     for name in names:
         value = getattr(defaults, name)
         assert isinstance(value, (bool, int, str)), name
