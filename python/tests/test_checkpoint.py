@@ -1,5 +1,6 @@
 """Checkpoints written in Python are read by C++ (tests/checkpoint_tool) and back, resume
 training exactly, and load in the `safetensors` package when it is installed."""
+import importlib
 import json
 import os
 import subprocess
@@ -110,29 +111,19 @@ def test_a_python_checkpoint_is_a_safetensors_file_by_the_specification(tmp_path
         assert np.array_equal(tensors[name], bundle.model[name]), name
 
 
-def test_safetensors_torch_reads_a_python_checkpoint(tmp_path):
+@pytest.mark.parametrize("api", ["torch", "numpy"])
+def test_the_safetensors_package_reads_a_python_checkpoint(api, tmp_path):
+    """safetensors.torch.load_file (and safetensors.numpy's) read what save_checkpoint writes."""
     try:
-        from safetensors.torch import load_file
+        load_file = importlib.import_module(f"safetensors.{api}").load_file
     except ImportError as missing:
-        pytest.skip(f"the optional packages safetensors and torch are not both installed ({missing}); "
+        pytest.skip(f"the optional package safetensors.{api} cannot be imported ({missing}; Debian has no "
+                    "package of safetensors (torch: python3-torch), PyPI has: pip install safetensors); "
                     "test_a_python_checkpoint_is_a_safetensors_file_by_the_specification checks the format")
     bundle = small_tree_lstm()
     path = str(tmp_path / "run.safetensors")
     vjit.save_checkpoint(path, vjit.Engine(bundle.program), vjit.Adam(0.01))
     state = load_file(path)
     for name in bundle.model.names:
-        assert np.array_equal(state[name].numpy(), bundle.model[name]), name
-
-
-def test_safetensors_package_reads_a_python_checkpoint(tmp_path):
-    try:
-        from safetensors.numpy import load_file
-    except ImportError as missing:
-        pytest.skip(f"the optional package safetensors is not installed ({missing}; Debian has no "
-                    "package of it, PyPI has: pip install safetensors)")
-    bundle = small_tree_lstm()
-    path = str(tmp_path / "run.safetensors")
-    vjit.save_checkpoint(path, vjit.Engine(bundle.program), vjit.Adam(0.01))
-    state = load_file(path)
-    for name in bundle.model.names:
-        assert np.array_equal(state[name], bundle.model[name]), name
+        values = state[name].numpy() if api == "torch" else state[name]
+        assert np.array_equal(values, bundle.model[name]), name
