@@ -30,7 +30,8 @@ std::vector<std::pair<std::string, int>>& looked_up() {
 // The entry of `qualified`'s declaration `overload`, or null.
 const char* find_doc(std::string_view qualified, int overload) {
   static_assert(std::size(kCppDocs) > 0, "cpp_docs.inc is empty");
-  VJIT_INTERNAL_CHECK(std::is_sorted(std::begin(kCppDocs), std::end(kCppDocs), before), "cpp_docs.inc is not sorted");
+  static const bool sorted = std::is_sorted(std::begin(kCppDocs), std::end(kCppDocs), before);
+  VJIT_INTERNAL_CHECK(sorted, "cpp_docs.inc is not sorted");
   const CppDoc key{qualified, overload, nullptr};
   const CppDoc* found = std::lower_bound(std::begin(kCppDocs), std::end(kCppDocs), key, before);
   return found != std::end(kCppDocs) && found->name == qualified && found->overload == overload ? found->text : nullptr;
