@@ -284,6 +284,7 @@ class Options:
     streaming: bool
     merge_matmuls: bool
     inplace_concat: bool
+    batch_gemms: bool
     epilogue: bool
     pad_wide_rows: bool
     pretranspose: str
@@ -297,6 +298,7 @@ class Options:
     memplan: str
     device: str
     tf32: str
+    cuda_graphs: str
     threads: int
     infer_shards: int
     max_memory: int
