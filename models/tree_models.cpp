@@ -6,6 +6,7 @@
 #include <span>
 
 #include "models/common.h"
+#include "vjit/error.h"
 #include "vjit/random.h"
 
 namespace vjit::models {
@@ -354,7 +355,11 @@ Bundle make_child_sum_tree_lstm(const Config& config) {
   add_tree_samples(bundle, data, types);
   if (config.data_path.empty())
     for (std::vector<Sample>* split : {&bundle.train, &bundle.test, &bundle.dev}) vary_fan_in(*split, config.seed);
-  const int max_children = max_fan_in(bundle);
+  const int data_children = max_fan_in(bundle);
+  VJIT_USER_CHECK(config.declared_children == 0 || config.declared_children >= data_children,
+                  "child_sum_tree_lstm: declared_children " << config.declared_children
+                      << " is fewer than the data's most children, " << data_children);
+  const int max_children = config.declared_children > 0 ? config.declared_children : data_children;
   types.leaf = bundle.program->add_type("leaf", [&](Builder& b) { cell.leaf(b); });
   types.internal = bundle.program->add_type(
       "internal", [&](Builder& b) { child_sum_internal(b, cell, u_iou, u_f, max_children); });

@@ -9,6 +9,8 @@
 // (--pretrain-steps, default 100, batch 64), then times greedy decoding, a
 // graph that grows (vjit/growth.h): samples_per_s counts decoded samples;
 // with --compare-unbatched, batch 1 in the same process.
+// --declared-children N (child_sum_tree_lstm) declares N children in its
+// gather_all instead of the data's most (perf/fan_in.sh).
 //
 // Every VJIT_* variable applies, and the same options are accepted as flags
 // (--policy agenda, --no-lazy, ...). --ablation runs the Cavs Fig. 10 study
@@ -119,6 +121,7 @@ BenchArgs parse(const std::vector<std::string>& args) {
     else if (flag == "--rounds") b.rounds = bench::int_flag(flag, value);
     else if (flag == "--pretrain-steps") b.pretrain_steps = bench::int_flag(flag, value);
     else if (flag == "--data") b.config.data_path = value;
+    else if (flag == "--declared-children") b.config.declared_children = bench::int_flag(flag, value);
     else if (flag == "--seed") b.config.seed = uint64_t(bench::int_flag(flag, value));
     else if (flag == "--compare-policy") b.compare_policy = value;
     else if (flag == "--peak-seconds") b.peak_seconds = bench::seconds_flag(flag, value);
@@ -302,6 +305,7 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"memory_planner", t.memory_planner},
               {"batch", args.batch},
               {"hidden", args.config.hidden},
+              {"declared_children", args.config.declared_children},
               {"samples_per_s", double(t.samples) / t.seconds},
               {"tasks", double(s.tasks) / steps},
               {"vertices", double(s.vertices) / steps},

@@ -168,6 +168,9 @@ struct Config {
   std::string dev_path;        ///< optional development file of the same format (picks the best epoch)
   int vocab_limit = 20000;     ///< largest vocabulary taken from a data file
   int tree_fc_leaves = 256;    ///< leaves of Tree-FC's complete binary trees (TensorFlow Fold uses 256)
+  /// child_sum_tree_lstm: the most children its gather_all declares; 0 declares the data's
+  /// most, fewer than the data's most is a UserError
+  int declared_children = 0;
   int embed_size() const { return embed > 0 ? embed : hidden; }  ///< the embedding width used
 };
 
