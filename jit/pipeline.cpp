@@ -51,6 +51,7 @@
 #include "codegen/cuda_source.h"
 #include "codegen/jit_kernels.h"
 #include "ir/autodiff.h"
+#include "ir/child_rows.h"
 #include "ir/fusion.h"
 #include "ir/op_semantics.h"
 #include "ir/merge_matmuls.h"
@@ -544,6 +545,28 @@ void add_forwarded_parts(const Program& program, const Options& options,
   }
 }
 
+// The children-block values whose padding rows change no result
+// (ir/child_rows.h), per type, into its plans; VJIT_LOG=passes lists them.
+void add_child_rows(const Program& program, const Options& options, runtime::ExecPlan& plan) {
+  for (int t = 0; t < program.num_types(); ++t) {
+    const ir::Function& forward = *plan.functions[size_t(2 * t)];
+    const ir::Function& backward = *plan.functions[size_t(2 * t + 1)];
+    ir::ChildRowValues values = ir::child_row_values(forward, &backward);
+    if (!values.any()) continue;
+    PassLog log(options, program.type_name(t));
+    if (log.on()) {
+      std::ostringstream listing;
+      for (const auto& [which, function, flags] : {std::tuple{"forward", &forward, &values.forward},
+                                                   std::tuple{"backward", &backward, &values.backward}})
+        for (ir::ValueId id = 0; id < function->size(); ++id)
+          if ((*flags)[size_t(id)]) listing << which << " " << ir::to_string(*function, id) << "\n";
+      log.print("child_rows", "values whose padding rows change no result", listing.str());
+    }
+    plan.types[size_t(t)].forward.child_rows = std::move(values.forward);
+    plan.types[size_t(t)].backward.child_rows = std::move(values.backward);
+  }
+}
+
 runtime::ExecPlan lower_program(const Program& program, const Options& given) {
   const Options options = given.resolve();
   runtime::ExecPlan plan;
@@ -573,6 +596,7 @@ runtime::ExecPlan lower_program(const Program& program, const Options& given) {
                         forwarding ? log.into(backward_logs[size_t(t)]) : log, "backward", cuda)});
   }
   if (forwarding) add_forwarded_parts(program, options, backward_logs, plan);
+  add_child_rows(program, options, plan);
   plan.placement = std::make_shared<const runtime::RowPlacement>(
       runtime::place_rows(plan, program.signatures(), is_on(options.tuning.gather_pointers)));
   if (cuda) {

@@ -103,6 +103,11 @@ struct FunctionPlan {
   // VJIT_FORWARD_GATHERS (forward plans): the parts of the scattered row its
   // fused kernels also write into the parents' gathers.
   std::vector<ForwardedPart> forwarded;
+  // Per node: a children-block value whose padding rows change no result
+  // (ir/child_rows.h), which the actual children's rows alone determine;
+  // empty where no value of the type is one. The devices do not read it: they
+  // run every block padded to its declared max_children.
+  std::vector<bool> child_rows;
 };
 
 struct TypePlan {

@@ -6,6 +6,7 @@
 
 #include "ir/child_rows.h"
 #include "ir/ops.h"
+#include "jit/pipeline.h"
 #include "vjit/models.h"
 #include "vjit/vjit.h"
 
@@ -130,6 +131,30 @@ TEST(ChildRows, TheChildSumTreeLstmIsInChildRowsForwardAndBackward) {
       }
   }
   EXPECT_GT(blocks, 8);
+}
+
+// Lowering records the analysis of the lowered F and ∂F in each type's plans:
+// the same answer as the analysis of those functions, present only for a type
+// with a value in child row space.
+TEST(ChildRows, LoweringRecordsTheAnalysisInThePlan) {
+  for (bool sigmoid_sum : {false, true}) {
+    Analysed a([&](Builder& b, Value block, Analysed& p) {
+      if (sigmoid_sum) return loss_of(b, b.sum_rows(b.sigmoid(block)));
+      loss_of(b, b.sum_rows(b.mul(b.tanh(b.matmul(block, p.w)), block)));
+    });
+    runtime::ExecPlan plan = jit::lower_program(a.program, Options::defaults());
+    const runtime::TypePlan& node = plan.types[size_t(a.node)];
+    EXPECT_TRUE(plan.types[0].forward.child_rows.empty());  // the leaf type has no block
+    if (sigmoid_sum) {
+      EXPECT_TRUE(node.forward.child_rows.empty());
+      EXPECT_TRUE(node.backward.child_rows.empty());
+      continue;
+    }
+    ir::ChildRowValues expected = ir::child_row_values(*node.forward.function, node.backward.function);
+    EXPECT_TRUE(expected.any());
+    EXPECT_EQ(node.forward.child_rows, expected.forward);
+    EXPECT_EQ(node.backward.child_rows, expected.backward);
+  }
 }
 
 }  // namespace
