@@ -76,9 +76,11 @@ class RowGroups {
     const Node& n = f[id];
     const int g = base + id;
     auto zero_of = [&](size_t i) { return same_rows(f, n, n.args[i]) && zero_[size_t(base + n.args[i])]; };
+    // A [K, d] parameter (row k: child k's weight) or a per-vertex operand
+    // broadcast over the rows has no child rows to be read in: the group stays padded.
     auto join_rows = [&](size_t i) {
       if (same_rows(f, n, n.args[i])) unite(g, base + n.args[i]);
-      else if (f[n.args[i]].shape.rank == 2) set_matters(g);  // a [K, d] parameter: row k is child k's weight
+      else if (f[n.args[i]].shape.rank == 2 || !f[n.args[i]].uniform) set_matters(g);
     };
     if (n.shape.rank != 2) {
       if (n.op == Op::Fwd) unite(g, n.forward_value);  // a forward vector is no member; harmless
@@ -89,7 +91,6 @@ class RowGroups {
       case Op::GatherAll: gathers_[size_t(g)] = zero_[size_t(g)] = true; return;
       case Op::Fwd: unite(g, n.forward_value); zero_[size_t(g)] = zero_[size_t(n.forward_value)]; return;
       case Op::BroadcastRows: return;  // every row the vector: a member where its group is a block
-      case Op::MaxChildrenGrad: unite(g, base + n.args[0]); zero_[size_t(g)] = true; return;
       case Op::SliceCols:
       case Op::PadCols:
       case Op::Neg:
@@ -143,17 +144,30 @@ class RowGroups {
   bool reads_actual_children_only(const Function& f, int base, const Node& n, size_t i) {
     const int x = base + n.args[i];
     switch (n.op) {
-      case Op::MaxChildren:
       case Op::GatherGrad: return true;
-      case Op::MaxChildrenGrad: return i == 0;
-      case Op::Sum:
       case Op::SumRows: return zero_[size_t(x)];
       case Op::MatMul: {  // aᵀ b: a sum over the rows, zero where a row of either is zero
-        if (!n.trans_a || f[n.args[0]].uniform || f[n.args[1]].uniform) return false;
+        if (!n.trans_a || f[n.args[0]].uniform || f[n.args[1]].uniform || !weight_gradient(f, id_of(f, n))) return false;
         return zero_[size_t(base + n.args[0])] || zero_[size_t(base + n.args[1])];
       }
       default: return false;
     }
+  }
+
+  static ValueId id_of(const Function& f, const Node& n) { return ValueId(&n - f.nodes.data()); }
+
+  // Whether a weight's gradient is all that reads `id` (Σ over every row of
+  // the type: one GEMM over the child rows; a per-vertex aᵀ b would be a
+  // product per vertex over its own rows).
+  static bool weight_gradient(const Function& f, ValueId id) {
+    bool read = false;
+    for (ValueId r = id + 1; r < f.size(); ++r)
+      for (ValueId arg : f[r].args)
+        if (arg == id) {
+          if (f[r].op != Op::ParamGrad) return false;
+          read = true;
+        }
+    return read;
   }
 
   const Function& forward_;

@@ -18,13 +18,15 @@
 //    parameters: the gather_all, and what keeps zeros (x ⊙ zero, zero + zero,
 //    tanh, relu, scale, slice_cols, block · W, ...). σ(0) = 0.5 is not;
 //  - a group's padding rows *change a result* where a reader outside the group
-//    reads a member's padding rows and they are not known zero: sum_rows, sum
-//    or blockᵀ · X over a member not zero on padding, or any read of the block
-//    as a whole matrix (push, scatter, reshape, transpose, concat, loss, a
-//    product with it on the right, a [K, d] parameter or other per-vertex
-//    [K, d] value combined with it row by row). max_children, child_count and
-//    the gradient into the children (row k → child k) read the actual
-//    children only.
+//    reads a member's padding rows and they are not known zero: sum_rows or a
+//    weight's gradient blockᵀ · X over a member not zero on padding. The
+//    gradient into the children (row k → child k) reads the actual children
+//    only. Every other read of a member keeps its group padded, as the child
+//    rows cannot stand for it: the block read as a whole matrix (push,
+//    scatter, reshape, transpose, concat, sum, a product with it on the
+//    right, a per-vertex blockᵀ · X), max_children and its gradient, and a
+//    row-wise op combining a member with a [K, d] parameter, another per-vertex
+//    [K, d] value or a per-vertex vector or scalar broadcast over the rows.
 //
 // Padding rows are taken to be finite (0 · padding = 0): a padded row that
 // overflows to ±inf, which only extreme parameters make, would turn the padded

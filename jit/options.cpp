@@ -117,8 +117,8 @@ Spec auto_off(Spec spec) {
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 constexpr std::array<std::string_view, 7> kLeverValues{"auto", "on", "off", "0", "1", "true", "false"};
 
-const std::array<Spec, 37>& specs() {
-  static const std::array<Spec, 37> table{
+const std::array<Spec, 38>& specs() {
+  static const std::array<Spec, 38> table{
       documented(spec<&Options::Tuning::fusion>("fusion", "VJIT_FUSION"), "cpu, cuda",
           "fuse chains of elementwise ops (union-find) into JIT kernels; an elementwise op left alone joins "
           "a kernel that already reads all its operands, as one more output (`ir/fusion.h`)"),
@@ -231,6 +231,12 @@ const std::array<Spec, 37>& specs() {
           "children) from their own rows. A gradient that `VJIT_GATHER_POINTERS` writes whole through "
           "pointers keeps that path (`place_accumulated_parts`, `runtime/row_placement.cpp`). Off: the "
           "`GatherGrad` adds every part"),
+      documented(spec<&Options::Tuning::child_rows>("child_rows", "VJIT_CHILD_ROWS"), "cpu",
+          "CPU: a children block (`gather_all`) whose padding rows change no result (`ir/child_rows.h`: "
+          "the Child-Sum Tree-LSTM's, forward and backward) is computed in child row space, one row per "
+          "actual child instead of `max_children` rows per vertex: its products are one GEMM over the "
+          "children's rows, its fused kernels run over them, `sum_rows` adds each vertex's own, so a "
+          "vertex pays for the children it has. Off: every block is computed padded"),
       documented(spec<&Options::Tuning::param_layout>("param_layout", "VJIT_PARAM_LAYOUT"), "cpu",
           "CPU: when an engine is built, it lays the Model's parameters out in their one block of memory so "
           "that the stacked weights of merged products (`VJIT_MERGE_MATMULS`: `[W_i; W_f; W_o; W_u]`) lie "

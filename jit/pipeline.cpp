@@ -121,13 +121,19 @@ class PassLog {
 };
 
 // The kernel spec of a group: inputs first, then one instruction per node.
-codegen::KernelSpec kernel_spec(const ir::Function& f, const ir::FusionGroup& group) {
+// A group in child row space (runtime::FunctionPlan::child_rows) runs one row
+// per child: its width is a block row's.
+codegen::KernelSpec kernel_spec(const runtime::FunctionPlan& plan, const ir::FusionGroup& group) {
+  const ir::Function& f = *plan.function;
   codegen::KernelSpec spec;
-  spec.width = f[group.nodes[0]].shape.numel();
+  spec.width = plan.row_width(group.nodes[0]);
+  for (ValueId id : group.nodes)
+    VJIT_INTERNAL_CHECK(plan.in_child_rows(id) == plan.in_child_rows(group.nodes[0]),
+                        "a fused group mixes child rows and vertex rows: " << ir::to_string(f, id));
   std::vector<int> operand_of(f.nodes.size(), -1);
   for (ValueId in : group.inputs) {
     operand_of[size_t(in)] = int(spec.inputs.size());
-    spec.inputs.push_back({f[in].shape.numel() != spec.width});
+    spec.inputs.push_back({plan.row_width(in) != spec.width});
   }
   for (ValueId id : group.nodes) {
     const ir::Node& n = f[id];
@@ -289,7 +295,7 @@ std::shared_ptr<const CompiledKernel> compile_kernel(const codegen::KernelSpec& 
 // `forwarded`: values written a second time, into the parents' gathers
 // (runtime/forwarding.h): each that is an output of the group is listed again
 // after the outputs.
-runtime::FusedStep fused_step(const ir::Function& function, ir::FusionGroup group, codegen::Isa isa,
+runtime::FusedStep fused_step(const runtime::FunctionPlan& plan, ir::FusionGroup group, codegen::Isa isa,
                               const Options& options, const std::vector<ir::ValueId>& forwarded) {
   int repeated = 0;
   for (ir::ValueId v : forwarded)
@@ -297,9 +303,9 @@ runtime::FusedStep fused_step(const ir::Function& function, ir::FusionGroup grou
       group.outputs.push_back(v);
       ++repeated;
     }
-  std::shared_ptr<const CompiledKernel> kernel = compile_kernel(kernel_spec(function, group), isa, options);
+  std::shared_ptr<const CompiledKernel> kernel = compile_kernel(kernel_spec(plan, group), isa, options);
   runtime::Kernel code{kernel->name, kernel_target(kernel->isa), kernel->entry, kernel->context, kernel};
-  return {std::move(code), group.inputs, group.outputs, function[group.nodes[0]].shape.numel(), repeated};
+  return {std::move(code), group.inputs, group.outputs, plan.row_width(group.nodes[0]), repeated};
 }
 
 // VJIT_ACCUMULATE_GRADIENTS: gives a core step of ∂F whose outputs include
@@ -319,14 +325,14 @@ void add_accumulating_kernel(const std::vector<runtime::GradientPart>& parts, co
 // (FunctionPlan::inference_fused): with VJIT_INFER_KERNELS, a kernel that
 // leaves out the outputs only ∂F reads, and the work only they need; `full`
 // where nothing can be left out.
-runtime::FusedStep inference_step(const ir::Function& function, const ir::FusionGroup& group,
+runtime::FusedStep inference_step(const runtime::FunctionPlan& plan, const ir::FusionGroup& group,
                                   const runtime::FusedStep& full, codegen::Isa isa, const Options& options,
                                   const std::vector<ir::ValueId>& forwarded) {
   if (!is_on(options.tuning.infer_kernels)) return full;
-  const ir::FusionGroup part = ir::forward_only_part(function, group);
+  const ir::FusionGroup part = ir::forward_only_part(*plan.function, group);
   if (part.outputs.size() == group.outputs.size()) return full;
   if (part.outputs.empty()) return {{}, {}, {}, full.width};  // nothing to run
-  return fused_step(function, part, isa, options, forwarded);
+  return fused_step(plan, part, isa, options, forwarded);
 }
 
 // "<kernel> (<isa>)" of fused step g, and its inference kernel where it differs; one line.
@@ -355,11 +361,12 @@ std::string describe_kernels(const runtime::FunctionPlan& plan, size_t g) {
 enum class Kernels { Compile, Skip };
 runtime::FunctionPlan lower_function(const ir::Function& function, const Options& options,
                                      const std::vector<bool>& keep, const PassLog& log, const char* which,
-                                     std::vector<codegen::CudaKernelSource>* cuda,
+                                     std::vector<codegen::CudaKernelSource>* cuda, const std::vector<bool>& child_rows,
                                      const std::vector<runtime::ForwardedPart>& forwarded_parts = {},
                                      Kernels kernels = Kernels::Compile) {
   runtime::FunctionPlan plan;
   plan.function = &function;
+  plan.child_rows = child_rows;
   plan.forwarded = forwarded_parts;
   std::vector<ValueId> forwarded;
   for (const runtime::ForwardedPart& part : forwarded_parts) forwarded.push_back(part.value);
@@ -392,7 +399,7 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   std::string compiled;
   if (cuda != nullptr) {
     for (const ir::FusionGroup& group : groups) {
-      codegen::CudaKernelSource source = codegen::cuda_fused_kernel(kernel_spec(function, group));
+      codegen::CudaKernelSource source = codegen::cuda_fused_kernel(kernel_spec(plan, group));
       int index = int(plan.fused.size());
       plan.fused.push_back({{source.name, runtime::KernelTarget::Cuda, nullptr, nullptr, nullptr},
                             group.inputs, group.outputs, function[group.nodes[0]].shape.numel()});
@@ -413,13 +420,13 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
     for (const ir::FusionGroup& group : groups) {
       int index = int(plan.fused.size());
       if (kernels == Kernels::Skip) {
-        plan.fused.push_back({{}, group.inputs, group.outputs, function[group.nodes[0]].shape.numel()});
+        plan.fused.push_back({{}, group.inputs, group.outputs, plan.row_width(group.nodes[0])});
         plan.inference_fused.push_back(plan.fused.back());
       } else {
-        plan.fused.push_back(fused_step(function, group, isa, options, forwarded));
-        plan.inference_fused.push_back(inference_step(function, group, plan.fused.back(), isa, options, forwarded));
+        plan.fused.push_back(fused_step(plan, group, isa, options, forwarded));
+        plan.inference_fused.push_back(inference_step(plan, group, plan.fused.back(), isa, options, forwarded));
         if (!gradient_parts.empty() && plan.phases[size_t(group.nodes[0])] == ir::Phase::Core)
-          add_accumulating_kernel(gradient_parts, isa, options, kernel_spec(function, group), plan.fused.back());
+          add_accumulating_kernel(gradient_parts, isa, options, kernel_spec(plan, group), plan.fused.back());
         compiled += "  group " + std::to_string(index) + ": " + describe_kernels(plan, size_t(index));
       }
       for (ValueId id : group.nodes) {
@@ -539,32 +546,31 @@ void add_forwarded_parts(const Program& program, const Options& options,
     PassLog log(options, program.type_name(t));
     const ir::Function& forward = *plan.functions[size_t(2 * t)];
     const ir::Function& backward = *plan.functions[size_t(2 * t + 1)];
+    const std::vector<bool> child_rows = plan.types[size_t(t)].forward.child_rows;
     plan.types[size_t(t)].forward = lower_function(forward, options, values_read_by_backward(forward, backward), log,
-                                                   "forward", nullptr, parts[size_t(t)]);
+                                                   "forward", nullptr, child_rows, parts[size_t(t)]);
     std::cerr << backward_logs[size_t(t)].str();
   }
 }
 
-// The children-block values whose padding rows change no result
-// (ir/child_rows.h), per type, into its plans; VJIT_LOG=passes lists them.
-void add_child_rows(const Program& program, const Options& options, runtime::ExecPlan& plan) {
-  for (int t = 0; t < program.num_types(); ++t) {
-    const ir::Function& forward = *plan.functions[size_t(2 * t)];
-    const ir::Function& backward = *plan.functions[size_t(2 * t + 1)];
-    ir::ChildRowValues values = ir::child_row_values(forward, &backward);
-    if (!values.any()) continue;
-    PassLog log(options, program.type_name(t));
-    if (log.on()) {
-      std::ostringstream listing;
-      for (const auto& [which, function, flags] : {std::tuple{"forward", &forward, &values.forward},
-                                                   std::tuple{"backward", &backward, &values.backward}})
-        for (ir::ValueId id = 0; id < function->size(); ++id)
-          if ((*flags)[size_t(id)]) listing << which << " " << ir::to_string(*function, id) << "\n";
-      log.print("child_rows", "values whose padding rows change no result", listing.str());
-    }
-    plan.types[size_t(t)].forward.child_rows = std::move(values.forward);
-    plan.types[size_t(t)].backward.child_rows = std::move(values.backward);
+// The children-block values the type's steps run in child row space: those
+// whose padding rows change no result (ir/child_rows.h), with
+// VJIT_CHILD_ROWS (the CPU's; the CUDA device runs every block padded).
+// VJIT_LOG=passes lists them.
+ir::ChildRowValues child_rows_of(const ir::Function& forward, const ir::Function& backward, const Options& options,
+                                 const PassLog& log) {
+  if (!is_on(options.tuning.child_rows)) return {};
+  ir::ChildRowValues values = ir::child_row_values(forward, &backward);
+  if (!values.any()) return {};
+  if (log.on()) {
+    std::ostringstream listing;
+    for (const auto& [which, function, flags] : {std::tuple{"forward", &forward, &values.forward},
+                                                 std::tuple{"backward", &backward, &values.backward}})
+      for (ir::ValueId id = 0; id < function->size(); ++id)
+        if ((*flags)[size_t(id)]) listing << which << " " << ir::to_string(*function, id) << "\n";
+    log.print("child_rows", "values run in child row space", listing.str());
   }
+  return values;
 }
 
 runtime::ExecPlan lower_program(const Program& program, const Options& given) {
@@ -589,14 +595,16 @@ runtime::ExecPlan lower_program(const Program& program, const Options& given) {
     const ir::Function& forward = *lowered.forward;
     const ir::Function& backward = *lowered.backward;
     const std::vector<bool> keep = values_read_by_backward(forward, backward);
+    const ir::ChildRowValues child_rows = child_rows_of(forward, backward, options, log);
     plan.types.push_back(
-        {forwarding ? lower_function(forward, options, keep, PassLog::off(), "forward", nullptr, {}, Kernels::Skip)
-                    : lower_function(forward, options, keep, log, "forward", cuda),
+        {forwarding ? lower_function(forward, options, keep, PassLog::off(), "forward", nullptr, child_rows.forward,
+                                     {}, Kernels::Skip)
+                    : lower_function(forward, options, keep, log, "forward", cuda, child_rows.forward),
          lower_function(backward, options, std::vector<bool>(backward.nodes.size(), false),
-                        forwarding ? log.into(backward_logs[size_t(t)]) : log, "backward", cuda)});
+                        forwarding ? log.into(backward_logs[size_t(t)]) : log, "backward", cuda,
+                        child_rows.backward)});
   }
   if (forwarding) add_forwarded_parts(program, options, backward_logs, plan);
-  add_child_rows(program, options, plan);
   plan.placement = std::make_shared<const runtime::RowPlacement>(
       runtime::place_rows(plan, program.signatures(), is_on(options.tuning.gather_pointers)));
   if (cuda) {

@@ -32,7 +32,15 @@ void Runner::check_finite(const Rows& rows, const Step& step, Lane& lane) {
   ValueId first_value = -1;
   for (ValueId id : written) {
     if (!has_rows(id)) continue;
-    const NonFinite found = device_.find_non_finite(lane, rows.count, f[id].shape.numel(), views[size_t(id)]);
+    const bool child_rows_space = fp.in_child_rows(id);
+    NonFinite found = device_.find_non_finite(lane, child_rows_space ? child_rows(rows).count : rows.count,
+                                              fp.row_width(id), views[size_t(id)]);
+    if (found.row >= 0 && child_rows_space) {  // as row k of the vertex's [K, d] block
+      const std::vector<int64_t>& begin = child_row_begin_[size_t(rows.type)];
+      const int64_t child = begin[size_t(rows.begin)] + found.row;
+      found.row = parent_row(rows, found.row);
+      found.element += (child - begin[size_t(rows.begin + found.row)]) * fp.row_width(id);
+    }
     if (found.row >= 0 && found.row < first.row) first = found, first_value = id;
   }
   if (first_value >= 0) throw_non_finite(rows, first.row, step, first_value, first.element, first.value);

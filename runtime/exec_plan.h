@@ -103,11 +103,24 @@ struct FunctionPlan {
   // VJIT_FORWARD_GATHERS (forward plans): the parts of the scattered row its
   // fused kernels also write into the parents' gathers.
   std::vector<ForwardedPart> forwarded;
-  // Per node: a children-block value whose padding rows change no result
-  // (ir/child_rows.h), which the actual children's rows alone determine;
-  // empty where no value of the type is one. The devices do not read it: they
-  // run every block padded to its declared max_children.
+  // Per node: a children-block value [K, d] whose padding rows change no
+  // result (ir/child_rows.h), run in child row space: one row of d per actual
+  // child of the rows' vertices, in vertex order, instead of K rows per
+  // vertex. Empty where no value of the type is one (and in plans for the
+  // CUDA device, which runs every block padded).
   std::vector<bool> child_rows;
+  bool in_child_rows(ir::ValueId id) const { return !child_rows.empty() && child_rows[size_t(id)]; }
+  // Elements per row of value `id` as its steps run it: d for a value in
+  // child row space, else its whole per-vertex value.
+  int64_t row_width(ir::ValueId id) const {
+    const ir::Node& n = (*function)[id];
+    return in_child_rows(id) ? n.shape.dims[1] : n.shape.numel();
+  }
+  // Value `id`'s shape as its rows hold it: [1, d] per child row in child row space.
+  Shape stored_shape(ir::ValueId id) const {
+    const Shape& shape = (*function)[id].shape;
+    return in_child_rows(id) ? Shape::mat(1, shape.dims[1]) : shape;
+  }
 };
 
 struct TypePlan {

@@ -16,13 +16,15 @@ using ir::ValueId;
 
 namespace {
 
-// A product's operands: their shapes and views.
+// A product's operands: their shapes as stored (a block in child rows is one
+// row per child) and their views.
 struct Operands {
-  const Shape &sa, &sb;
+  Shape sa, sb;
   const View &a, &b;
 };
-Operands operands_of(const ir::Function& f, const std::vector<View>& views, const Node& node) {
-  return {f[node.args[0]].shape, f[node.args[1]].shape, views[size_t(node.args[0])], views[size_t(node.args[1])]};
+Operands operands_of(const FunctionPlan& plan, const std::vector<View>& views, const Node& node) {
+  return {plan.stored_shape(node.args[0]), plan.stored_shape(node.args[1]), views[size_t(node.args[0])],
+          views[size_t(node.args[1])]};
 }
 
 }  // namespace
@@ -37,7 +39,7 @@ void Runner::matmul(Pass pass, const Rows& rows, const Node& node, const View& o
     device_.gemm(lane, gemm);
     return;
   }
-  const auto [sa, sb, a, b] = operands_of(function(pass, rows.type), lane.views[int(pass)], node);
+  const auto [sa, sb, a, b] = operands_of(function_plan(pass, rows.type), lane.views[int(pass)], node);
   const bool row_pointers = a.pointers != nullptr || b.pointers != nullptr;  // never a weight's GEMM over rows
   if (!row_pointers && matrix_times_weight(rows, node, sa, sb, a, b, out, lane, bias)) return;
   VJIT_INTERNAL_CHECK(bias == nullptr, "a per-vertex product has no bias epilogue");
@@ -51,8 +53,9 @@ void Runner::matmul(Pass pass, const Rows& rows, const Node& node, const View& o
 // the same keys every batch.
 bool Runner::weight_gemm(Pass pass, const Rows& rows, const Node& node, const View& out, const View* bias,
                          Lane& lane, Gemm& gemm) {
-  const ir::Function& f = function(pass, rows.type);
-  const auto [sa, sb, a, b] = operands_of(f, lane.views[int(pass)], node);
+  const FunctionPlan& plan = function_plan(pass, rows.type);
+  const ir::Function& f = *plan.function;
+  const auto [sa, sb, a, b] = operands_of(plan, lane.views[int(pass)], node);
   if (a.pointers != nullptr || b.pointers != nullptr) return false;  // never a weight's GEMM over rows
   const bool left = a.ld == 0 && sb.rank == 1;                          // y = op(W) x
   if (!left && !(b.ld == 0 && sa.rank == 1)) return false;             // else y = xᵀ op(W)
@@ -149,20 +152,20 @@ bool Runner::accumulate_stacked_products(const Rows& rows, const Node& product, 
 
 // A weight's gradient: Σ over the rows of the term, or of a product the plan
 // folded into it (one GEMM for an outer product a·bᵀ: Aᵀ·B over the rows).
-void Runner::param_grad(Pass pass, const Rows& rows, const Node& node, Lane& lane) {
-  const ir::Function& f = function(pass, rows.type);
+// Σ_r aᵀ·b over child row space (blocks in child rows) is one GEMM over the child rows.
+void Runner::param_grad(Pass pass, const Rows& vertex_rows, const Node& node, Lane& lane) {
+  const FunctionPlan& plan = function_plan(pass, vertex_rows.type);
+  const ir::Function& f = *plan.function;
   const std::vector<View>& views = lane.views[int(pass)];
   float* grad = param_gradient(node.param);
   const ValueId term = node.args[0];
-  if (!function_plan(pass, rows.type).folded[size_t(term)]) {
-    device_.reduce_rows(lane, rows.count, f[term].shape.numel(), views[size_t(term)], grad);
+  if (!plan.folded[size_t(term)]) {
+    device_.reduce_rows(lane, vertex_rows.count, f[term].shape.numel(), views[size_t(term)], grad);
     return;
   }
   const Node& product = f[term];
-  const Shape& sa = f[product.args[0]].shape;
-  const Shape& sb = f[product.args[1]].shape;
-  const View& a = views[size_t(product.args[0])];
-  const View& b = views[size_t(product.args[1])];
+  const Rows rows = plan.in_child_rows(product.args[0]) ? child_rows(vertex_rows) : vertex_rows;
+  const auto [sa, sb, a, b] = operands_of(plan, views, product);
   ++lane.stats->param_grad_gemms;
   if (product.op == Op::Outer) {
     const int64_t m = sa.numel(), n = sb.numel();

@@ -123,6 +123,12 @@ void Runner::bind(Pass pass, const Rows& rows, Lane& lane) {
       const ValueLayout& own = layout.value(p, rows.type, id);
       if (own.offset >= 0) view = {base[int(p)] + own.offset + rows.begin * own.ld, own.ld};
       else view = {};
+      // A value in child row space lies in its buffer as one row of d per
+      // child: at most K of d per vertex row, within what the layout gave it.
+      if (own.offset >= 0 && function_plan(p, rows.type).in_child_rows(id)) {
+        const int64_t d = n.shape.dims[1];
+        view = {base[int(p)] + own.offset + child_row_begin_[size_t(rows.type)][size_t(rows.begin)] * d, d};
+      }
       if (in_place_grads) {
         const ValueId whole = own.in_concat >= 0 ? own.in_concat : id;
         const ValueId gg = in_place_target_[size_t(whole)];
@@ -332,6 +338,7 @@ void Runner::begin_forward(const PlannedBatch& batch, const RunOptions& options,
   result.pushes.allocate();
   stats_.tasks += batch.schedule->num_tasks();
   size_row_tables();
+  count_child_rows();
 }
 
 void Runner::run_forward(bool streaming) {

@@ -250,6 +250,20 @@ class Runner : public Executor {
   // rows (bound by run_task), for GatherGrad `gather_grad`.
   bool accumulates(const Rows& rows, ir::ValueId gather_grad, const Lane& lane) const;
   void children_block(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
+  // --- child row space (runtime/child_row_steps.cpp; FunctionPlan::child_rows) ---
+  // Per type with values in child row space, the first child row of each of
+  // its rows in this batch (type_rows + 1 entries), counted by begin_forward.
+  std::vector<std::vector<int64_t>> child_row_begin_;
+  void count_child_rows();
+  // The child rows of the rows' vertices (no vertex per row: `vertices` is null).
+  Rows child_rows(const Rows& rows) const;
+  // Which of the rows child row `child_row` (from the rows' first) belongs to.
+  int64_t parent_row(const Rows& rows, int64_t child_row) const;
+  // Runs node `id` where it moves rows between child row space and the
+  // vertices' rows; false for any other node.
+  bool child_row_step(Pass pass, const Rows& rows, ir::ValueId id, Lane& lane);
+  const float* child_gradient_row(const Rows& rows, const ir::Node& gather_grad, const View& g, int64_t r, int64_t k,
+                                  int64_t width) const;
   // --- products (runtime/product_steps.cpp) ---
   void matmul(Pass pass, const Rows& rows, const ir::Node& node, const View& out, Lane& lane, const View* bias);
   bool weight_gemm(Pass pass, const Rows& rows, const ir::Node& node, const View& out, const View* bias, Lane& lane,

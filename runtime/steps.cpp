@@ -44,8 +44,9 @@ void Runner::run_step(Pass pass, const Rows& rows, const Step& step, Lane& lane)
   if (step.fused >= 0) {
     const FusedStep& fused = fused_step(pass, rows.type, step.fused);
     if (fused.outputs.empty()) return;  // an inference pass needs none of its outputs
-    if (lane.primitives.log) [[unlikely]] lane.at(pass, rows.type, rows.task, rows.count, fused.kernel.name);
-    run_fused(pass, rows, fused, step.fused, lane);
+    const Rows& over = function_plan(pass, rows.type).in_child_rows(fused.outputs[0]) ? child_rows(rows) : rows;
+    if (lane.primitives.log) [[unlikely]] lane.at(pass, over.type, over.task, over.count, fused.kernel.name);
+    run_fused(pass, over, fused, step.fused, lane);
     return;
   }
   if (lane.primitives.log) [[unlikely]]
@@ -83,9 +84,12 @@ void Runner::run_fused(Pass pass, const Rows& rows, const FusedStep& step, int i
   device_.launch_fused(lane, launch);
 }
 
-void Runner::run_node(Pass pass, const Rows& rows, ValueId id, Lane& lane) {
-  const Node& n = function(pass, rows.type)[id];
+void Runner::run_node(Pass pass, const Rows& vertex_rows, ValueId id, Lane& lane) {
+  const FunctionPlan& plan = function_plan(pass, vertex_rows.type);
+  const Node& n = (*plan.function)[id];
   if (ir::is_view(n.op) || n.op == Op::Scatter || n.uniform) return;  // uniform: fill_uniform_values
+  if (!plan.child_rows.empty() && child_row_step(pass, vertex_rows, id, lane)) return;
+  const Rows rows = plan.in_child_rows(id) ? child_rows(vertex_rows) : vertex_rows;
   const View& out = lane.views[int(pass)][size_t(id)];
   ExecStats& stats = *lane.stats;
   if (n.op == Op::MatMul || n.op == Op::ParamGrad) {
@@ -348,7 +352,7 @@ void Runner::gather_grad(const Rows& rows, const Node& node, ValueId id, const V
       std::span<const int> children = graph.children(rows.vertices[r]);
       for (size_t k = first; k < children.size(); ++k)
         moves.push_back({grad_row(graph.type(children[k]), layout.vertex_row[size_t(children[k])]),
-                         g.data + r * g.ld + (by_rows ? int64_t(k - first) * width : 0)});
+                         by_rows ? child_gradient_row(rows, node, g, r, int64_t(k - first), width) : g.data + r * g.ld});
     }
     assign.assign(moves.size(), 0);
   }
@@ -411,9 +415,10 @@ bool Runner::add_accumulated_gradient(const Rows& rows, const Node& node, ValueI
 // --- computed rows ---
 
 void Runner::elementwise(Pass pass, const Rows& rows, const Node& node, const View& out, Lane& lane) {
-  const ir::Function& f = function(pass, rows.type);
+  const FunctionPlan& plan = function_plan(pass, rows.type);
+  const ir::Function& f = *plan.function;
   const std::vector<View>& views = lane.views[int(pass)];
-  const int64_t width = node.shape.numel();
+  const int64_t width = plan.row_width(ValueId(&node - f.nodes.data()));
   if (node.op == Op::Dropout) {
     const scheduler::FlatBatch& graph = *batch_.graph;
     lane.ints.resize(size_t(2 * rows.count));
@@ -431,7 +436,7 @@ void Runner::elementwise(Pass pass, const Rows& rows, const Node& node, const Vi
     const ValueId arg = node.args[i];
     const View& v = views[size_t(arg)];
     const Shape& shape = f[arg].shape;
-    Operand o{v.data, v.ld, Broadcast::Same, shape.numel()};
+    Operand o{v.data, v.ld, Broadcast::Same, plan.row_width(arg)};
     if (shape != node.shape) o.mode = shape.rank == 0 ? Broadcast::Scalar : Broadcast::RowVector;
     return o;
   };

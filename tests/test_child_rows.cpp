@@ -1,12 +1,17 @@
 // Which children-block values may live in child row space (ir/child_rows.h):
-// those whose padding rows change no result, decided for F and ∂F together.
+// those whose padding rows change no result, decided for F and ∂F together;
+// and the engine running them there (VJIT_CHILD_ROWS) against the reference.
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <random>
+#include <set>
 
 #include "ir/child_rows.h"
 #include "ir/ops.h"
 #include "jit/pipeline.h"
+#include "tests/engine_check.h"
+#include "tests/gradcheck.h"
 #include "vjit/models.h"
 #include "vjit/vjit.h"
 
@@ -74,13 +79,16 @@ TEST(ChildRows, ABiasOverTheBlockMakesThePaddingNonZero) {
   EXPECT_FALSE(a.block_in_child_rows());
 }
 
-TEST(ChildRows, MaxMeanAndCountReadTheActualChildren) {
-  Analysed max([](Builder& b, Value block, Analysed& p) {
-    loss_of(b, b.max_children(b.sigmoid(b.add(block, p.b))));
-  });
-  EXPECT_TRUE(max.block_in_child_rows());
+TEST(ChildRows, TheMeanReadsTheActualChildren) {
   Analysed mean([](Builder& b, Value block, Analysed&) { loss_of(b, b.mean_children(b.tanh(block))); });
   EXPECT_TRUE(mean.block_in_child_rows());
+  // The max over the children and a per-vertex scalar broadcast over the rows stay padded.
+  Analysed max([](Builder& b, Value block, Analysed&) { loss_of(b, b.max_children(b.tanh(block))); });
+  EXPECT_FALSE(max.block_in_child_rows());
+  Analysed scaled([](Builder& b, Value block, Analysed&) {
+    loss_of(b, b.sum_rows(b.mul(block, b.child_count())));
+  });
+  EXPECT_FALSE(scaled.block_in_child_rows());
 }
 
 TEST(ChildRows, ReadingTheBlockAsAWholeMatrixKeepsItPadded) {
@@ -155,6 +163,100 @@ TEST(ChildRows, LoweringRecordsTheAnalysisInThePlan) {
     EXPECT_EQ(node.forward.child_rows, expected.forward);
     EXPECT_EQ(node.backward.child_rows, expected.backward);
   }
+}
+
+// A Child-Sum cell over a [K, 2w] block of [h; c] rows, where a node may
+// have 0 to `children` children, nodes and leaves mixed, in trees several
+// levels deep (so tasks differ in their children), declared with K =
+// `declared` ≥ `children`.
+struct MixedFanIn {
+  static constexpr int w = 4;
+  Model model{3};
+  Param u_f = model.add("U_f", Shape::mat(w, w), Init::Uniform, 0.6f);
+  Param b_f = model.add("b_f", Shape::vec(w), Init::Uniform, 0.6f);
+  Param u = model.add("U", Shape::mat(w, w), Init::Uniform, 0.6f);
+  Param leaf_c = model.add("leaf_c", Shape::vec(w), Init::Uniform, 0.6f);
+  Program program{model};
+  GraphBatch batch;
+
+  MixedFanIn(int children, int declared, int samples = 6) {
+    int leaf = program.add_type("leaf", [&](Builder& b) {
+      Value h = b.tanh(b.pull(w));
+      b.scatter(b.concat({h, b.mul(h, leaf_c)}));
+    });
+    int node = program.add_type("node", [&](Builder& b) {
+      Value block = b.gather_all(declared, Shape::vec(2 * w));
+      Value h = b.slice_cols(block, 0, w), c = b.slice_cols(block, w, w);
+      Value f = b.sigmoid(b.add(b.matmul(h, u_f), b_f));
+      Value forget = b.sum_rows(b.mul(f, c));
+      Value h_new = b.tanh(b.add(b.matmul(u, b.sum_rows(h)), forget));
+      b.add_loss(b.sum(b.mul(h_new, h_new)));
+      b.push(h_new);
+      b.scatter(b.concat({h_new, b.add(forget, h_new)}));
+    });
+    std::mt19937 rng(11);
+    for (int s = 0; s < samples; ++s) {
+      Sample sample;
+      std::vector<int> open;  // vertices without a parent yet
+      for (int v = 0; v < 4 + s; ++v) {
+        int id = sample.add_vertex(leaf);
+        for (int i = 0; i < w; ++i) sample.vertices[size_t(id)].features.push_back(float(int(rng() % 17) - 8) / 8.0f);
+        open.push_back(id);
+      }
+      // Nodes take 0..children of the open vertices, the last one all that are left.
+      for (int round = 0; open.size() > 1 || round == 0; ++round) {
+        const int take = open.size() == 1 ? 1 : std::min<int>(int(open.size()), int(rng() % unsigned(children + 1)));
+        std::vector<int> kids(open.end() - take, open.end());
+        open.resize(open.size() - size_t(take));
+        open.insert(open.begin(), sample.add_vertex(node, kids));
+      }
+      batch.samples.push_back(sample);
+    }
+  }
+};
+
+TEST(ChildRowsEngine, MatchesTheReferenceUnderEveryPolicyAndPlannerTrainingAndInferring) {
+  MixedFanIn m(3, 5);
+  std::set<size_t> fan_ins;  // of the nodes: every count from 0 to 3 occurs
+  for (const Sample& sample : m.batch.samples)
+    for (const Vertex& v : sample.vertices)
+      if (v.type == 1) fan_ins.insert(v.children.size());
+  EXPECT_EQ(fan_ins, (std::set<size_t>{0, 1, 2, 3}));
+  testing::GradcheckResult r = testing::gradcheck(m.program, m.batch, 8);
+  EXPECT_GT(r.checked, 0);
+  EXPECT_LT(r.max_relative_error, 1e-6) << r.worst;
+  for (const char* policy : {"depth", "agenda", "frontier", "ratio", "fsm"})
+    for (const char* memplan : {"copy", "padded", "pqtree"})
+      for (bool fusion : {true, false}) {
+        Options options = Options::defaults();
+        apply_flag(options, "policy", policy);
+        apply_flag(options, "memplan", memplan);
+        options.tuning.fusion = fusion;
+        const std::string what = std::string(policy) + " " + memplan + (fusion ? "" : " fusion=off");
+        Engine engine(m.program, options);
+        testing::expect_matches_reference(engine, m.program, m.batch, 1e-4, what);
+        Engine inferring(m.program, options);
+        testing::expect_forward_only_matches_reference(inferring, m.program, m.batch, 1e-4, what + " infer");
+      }
+}
+
+// A vertex pays for the children it has: with child rows, declaring three
+// times the children the data has changes neither the results nor the GEMMs
+// (calls and multiply-adds); padded, the block products' work grows with K.
+TEST(ChildRowsEngine, DeclaringMoreChildrenCostsNoMoreGemmWork) {
+  auto gemms = [](int declared, const char* child_rows) {
+    MixedFanIn m(3, declared);
+    Options options = Options::defaults();
+    apply_flag(options, "child_rows", child_rows);
+    Engine engine(m.program, options);
+    testing::expect_matches_reference(engine, m.program, m.batch, 1e-4,
+                                      std::string("declared ") + std::to_string(declared) + " child_rows=" + child_rows);
+    return std::pair{engine.stats().gemm_calls, engine.stats().gemm_flops};
+  };
+  const auto [calls, flops] = gemms(3, "on");
+  EXPECT_EQ(gemms(9, "on"), std::pair(calls, flops));
+  EXPECT_GT(gemms(9, "off").second, 1.5 * gemms(3, "off").second);
+  EXPECT_GT(gemms(3, "off").second, flops);  // even at K = the data's most, padding rows are work
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ using Options = vjit::Options;
 const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM", "VJIT_VERTEX_GEMM",
-    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_BATCH_GEMMS", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS", "VJIT_ACCUMULATE_GRADIENTS", "VJIT_PARAM_LAYOUT", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
+    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_BATCH_GEMMS", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS", "VJIT_ACCUMULATE_GRADIENTS", "VJIT_CHILD_ROWS", "VJIT_PARAM_LAYOUT", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
     "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC", "VJIT_TRACE", "VJIT_INFER_SHARDS",
 };
 
@@ -78,6 +78,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(o.tuning.gather_pointers, Lever::Auto);
   EXPECT_EQ(o.tuning.forward_gathers, Lever::Auto);
   EXPECT_EQ(o.tuning.accumulate_gradients, Lever::Auto);
+  EXPECT_EQ(o.tuning.child_rows, Lever::Auto);
   EXPECT_EQ(o.tuning.param_layout, Lever::Auto);
   EXPECT_TRUE(o.tuning.fuse_across_phases);
   EXPECT_EQ(o.policy, Options::Policy::Agenda);
@@ -118,6 +119,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_GATHER_POINTERS", "off");
   set("VJIT_FORWARD_GATHERS", "off");
   set("VJIT_ACCUMULATE_GRADIENTS", "off");
+  set("VJIT_CHILD_ROWS", "off");
   set("VJIT_PARAM_LAYOUT", "off");
   set("VJIT_FUSE_ACROSS_PHASES", "0");
   set("VJIT_POLICY", "fsm");
@@ -155,6 +157,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_EQ(o.tuning.gather_pointers, Lever::Off);
   EXPECT_EQ(o.tuning.forward_gathers, Lever::Off);
   EXPECT_EQ(o.tuning.accumulate_gradients, Lever::Off);
+  EXPECT_EQ(o.tuning.child_rows, Lever::Off);
   EXPECT_EQ(o.tuning.param_layout, Lever::Off);
   EXPECT_FALSE(o.tuning.fuse_across_phases);
   EXPECT_EQ(o.policy, Options::Policy::Fsm);
@@ -500,6 +503,7 @@ struct CpuOnly {
 const CpuOnly kCpuOnly[] = {
     {"VJIT_PRETRANSPOSE", "on", true},     {"VJIT_INFER_KERNELS", "on", true},   {"VJIT_GATHER_SLICES", "on", true},
     {"VJIT_GATHER_POINTERS", "on", true},  {"VJIT_FORWARD_GATHERS", "on", true}, {"VJIT_ACCUMULATE_GRADIENTS", "on", true},
+    {"VJIT_CHILD_ROWS", "on", true},
     {"VJIT_PARAM_LAYOUT", "on", true},     {"VJIT_DIST_OVERLAP", "on", true},    {"VJIT_DETERMINISTIC", "on", true},
     {"VJIT_ISA", "avx2", false},           {"VJIT_GEMM", "openblas", false},     {"VJIT_VERTEX_GEMM", "same", false},
     {"VJIT_INFER_SHARDS", "2", false},     {"VJIT_PERF_MAP", "on", false},       {"VJIT_CHECK_FINITE", "on", false},
@@ -528,7 +532,7 @@ TEST(OptionsResolve, AutoIsWhatEachDeviceDoes) {
   const Options cpu = options.resolve();
   for (Lever lever : {cpu.tuning.pretranspose, cpu.tuning.infer_kernels, cpu.tuning.gather_slices,
                       cpu.tuning.gather_pointers, cpu.tuning.forward_gathers, cpu.tuning.accumulate_gradients,
-                      cpu.tuning.param_layout, cpu.deterministic})
+                      cpu.tuning.child_rows, cpu.tuning.param_layout, cpu.deterministic})
     EXPECT_EQ(lever, Lever::On);
   EXPECT_EQ(cpu.tuning.tf32, Lever::Off);
   EXPECT_EQ(cpu.tuning.dist_nccl, Lever::Off);
@@ -538,8 +542,8 @@ TEST(OptionsResolve, AutoIsWhatEachDeviceDoes) {
   const Options cuda = options.resolve();
   for (Lever lever : {cuda.tuning.pretranspose, cuda.tuning.infer_kernels, cuda.tuning.gather_slices,
                       cuda.tuning.gather_pointers, cuda.tuning.forward_gathers, cuda.tuning.accumulate_gradients,
-                      cuda.tuning.param_layout, cuda.deterministic, cuda.tuning.dist_overlap, cuda.tuning.tf32,
-                      cuda.tuning.cuda_graphs})
+                      cuda.tuning.child_rows, cuda.tuning.param_layout, cuda.deterministic, cuda.tuning.dist_overlap,
+                      cuda.tuning.tf32, cuda.tuning.cuda_graphs})
     EXPECT_EQ(lever, Lever::Off);
   EXPECT_EQ(cuda.tuning.dist_nccl, Lever::On);
   EXPECT_EQ(cuda.resolve(), cuda) << "resolving twice changes nothing";

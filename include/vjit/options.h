@@ -83,6 +83,7 @@ struct Options {
     Lever gather_pointers = Lever::Auto;          ///< VJIT_GATHER_POINTERS (CPU)
     Lever forward_gathers = Lever::Auto;          ///< VJIT_FORWARD_GATHERS (CPU)
     Lever accumulate_gradients = Lever::Auto;     ///< VJIT_ACCUMULATE_GRADIENTS (CPU)
+    Lever child_rows = Lever::Auto;               ///< VJIT_CHILD_ROWS (CPU)
     Lever param_layout = Lever::Auto;             ///< VJIT_PARAM_LAYOUT (CPU)
     MemoryPlanner memplan = MemoryPlanner::Copy;  ///< VJIT_MEMPLAN
     Lever tf32 = Lever::Auto;                     ///< VJIT_TF32 (CUDA; auto: off)

@@ -293,6 +293,7 @@ class Options:
     gather_pointers: str
     forward_gathers: str
     accumulate_gradients: str
+    child_rows: str
     param_layout: str
     policy: str
     memplan: str
