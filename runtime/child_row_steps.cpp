@@ -2,8 +2,8 @@
 // whose padding rows change no result is stored as one row of d floats per
 // actual child of the rows' vertices, the children of each vertex in order,
 // vertex after vertex. Steps inside that space (block · W, the fused kernels,
-// slice_cols, pad_cols, elementwise ops) run over the child rows as over any
-// rows; the steps between it and the vertices' rows are here: the gather of
+// pad_cols, elementwise ops) run over the child rows as over any rows, and a
+// slice_cols is a view of its columns there (bind()); the steps between it and the vertices' rows are here: the gather of
 // the children's scattered rows into it, a vertex vector broadcast to its
 // children's rows, a vertex's sum over its children's rows, and the gradient
 // each child row sends to its child.
@@ -95,18 +95,11 @@ bool Runner::child_row_step(Pass pass, const Rows& rows, ValueId id, Lane& lane)
       return true;
     }
     case Op::GatherGrad: return false;  // gather_grad reads the rows through child_row_gradient
-    case Op::SliceCols:
-    case Op::PadCols: {  // column copies over the child rows (pad_cols: into zeros)
+    case Op::SliceCols: return true;  // bind() made it a view of its columns
+    case Op::PadCols: {  // the operand's columns into zeros, over the child rows
       const View& in = views[size_t(n.args[0])];
-      const int64_t in_width = fp.row_width(n.args[0]);
-      const Rows children = child_rows(rows);
-      if (n.op == Op::SliceCols) {
-        const ColumnCopy copy[] = {{{in.data + n.start, in.ld}, out, width}};
-        device_.copy_rows(lane, children.count, copy);
-      } else {
-        const ColumnCopy copies[] = {{{}, out, width}, {in, {out.data + n.start, out.ld}, in_width}};
-        device_.copy_rows(lane, children.count, copies);
-      }
+      const ColumnCopy copies[] = {{{}, out, width}, {in, {out.data + n.start, out.ld}, fp.row_width(n.args[0])}};
+      device_.copy_rows(lane, child_rows(rows).count, copies);
       return true;
     }
     default:

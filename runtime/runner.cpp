@@ -151,6 +151,12 @@ void Runner::bind(Pass pass, const Rows& rows, Lane& lane) {
           break;
         }
         case Op::Reshape: view = views[size_t(n.args[0])]; break;
+        case Op::SliceCols:  // in child row space: the columns where they lie (child_row_step copies nothing)
+          if (function_plan(p, rows.type).in_child_rows(id)) {
+            const View& whole = views[size_t(n.args[0])];
+            view = {whole.data + n.start, whole.ld};
+          }
+          break;
         case Op::Fwd: view = lane.views[int(Pass::Forward)][size_t(n.forward_value)]; break;
         case Op::ScatterGrad: {
           const ValueLayout& g = layout.scatter_grad[size_t(rows.type)];

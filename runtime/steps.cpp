@@ -49,8 +49,11 @@ void Runner::run_step(Pass pass, const Rows& rows, const Step& step, Lane& lane)
     run_fused(pass, over, fused, step.fused, lane);
     return;
   }
-  if (lane.primitives.log) [[unlikely]]
-    lane.at(pass, rows.type, rows.task, rows.count, ir::op_name(function(pass, rows.type)[step.node].op));
+  if (lane.primitives.log) [[unlikely]] {
+    const FunctionPlan& plan = function_plan(pass, rows.type);
+    const int64_t count = plan.in_child_rows(step.node) ? child_rows(rows).count : rows.count;
+    lane.at(pass, rows.type, rows.task, count, ir::op_name((*plan.function)[step.node].op));
+  }
   run_node(pass, rows, step.node, lane);
 }
 

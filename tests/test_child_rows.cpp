@@ -116,10 +116,7 @@ TEST(ChildRows, ARowGroupIsLaidOutAsAWhole) {
 // space, ∂F's gradient blocks included (their padding rows are not zero, but
 // the gradient into the children reads the actual children's rows only).
 TEST(ChildRows, TheChildSumTreeLstmIsInChildRowsForwardAndBackward) {
-  models::Config config;
-  config.hidden = 8;
-  config.train_samples = 4;
-  config.test_samples = 0;
+  models::Config config = testing::small_config(4);
   config.declared_children = 20;
   models::Bundle bundle = models::make_model("child_sum_tree_lstm", config);
   const Program& program = *bundle.program;
