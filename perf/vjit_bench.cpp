@@ -458,6 +458,7 @@ void run_levers(BenchArgs args, const Options& base) {
       {"gather_pointers", [](Options& o) { o.tuning.gather_pointers = vjit::Lever::Off; }},
       {"forward_gathers", [](Options& o) { o.tuning.forward_gathers = vjit::Lever::Off; }},
       {"accumulate_gradients", [](Options& o) { o.tuning.accumulate_gradients = vjit::Lever::Off; }},
+      {"child_rows", [](Options& o) { o.tuning.child_rows = vjit::Lever::Off; }},
       {"param_layout", [](Options& o) { o.tuning.param_layout = vjit::Lever::Off; }},
       {"vertex_gemm", [](Options& o) { o.tuning.vertex_gemm = vjit::Options::VertexGemm::Same; }},
       {"threads", [](Options& o) { o.threads = 1; }},
