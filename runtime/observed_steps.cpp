@@ -52,15 +52,17 @@ void Runner::trace_step(Pass pass, const Rows& rows, const Step& step, const Lan
   if (step.fused >= 0) {
     const FusedStep& fused = fused_step(pass, rows.type, step.fused);
     if (fused.outputs.empty()) return;  // skipped: an inference pass needs none of its outputs
+    if (fp.in_child_rows(fused.outputs[0])) args.rows = child_rows(rows).count;
     args.cols = fused.width;
-    args.bytes = rows.count * fused.width * int64_t(sizeof(float)) * int64_t(fused.inputs.size() + fused.outputs.size());
+    args.bytes = args.rows * fused.width * int64_t(sizeof(float)) * int64_t(fused.inputs.size() + fused.outputs.size());
     trace_->record(fused.kernel.name, TraceCategory::Fused, start, args);
     return;
   }
   if (after.kernels == before.kernels) return;  // a view, a scatter or a uniform value: no work
   const Node& n = (*fp.function)[step.node];
   const std::string_view name = ir::op_name(n.op);
-  args.cols = n.shape.numel();
+  args.cols = fp.row_width(step.node);
+  if (fp.in_child_rows(step.node)) args.rows = child_rows(rows).count;
   if (after.gemm_calls > before.gemm_calls) {
     args.products = after.gemm_calls - before.gemm_calls;
     args.m = lane.last_gemm.m;
@@ -73,7 +75,7 @@ void Runner::trace_step(Pass pass, const Rows& rows, const Step& step, const Lan
     args.bytes = after.copy_bytes - before.copy_bytes;
     trace_->record(name, TraceCategory::Copy, start, args);
   } else {
-    args.bytes = rows.count * args.cols * int64_t(sizeof(float));
+    args.bytes = args.rows * args.cols * int64_t(sizeof(float));
     trace_->record(name, TraceCategory::Kernel, start, args);
   }
 }
