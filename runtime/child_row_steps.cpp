@@ -80,20 +80,7 @@ bool Runner::child_row_step(Pass pass, const Rows& rows, ValueId id, Lane& lane)
       if (!moves.empty()) device_.move_rows(lane, moves, width, RowMode::Copy, nullptr);
       return true;
     }
-    case Op::SumRows: {  // each vertex's sum over its child rows (zeros without children)
-      const View& in = views[size_t(n.args[0])];
-      std::vector<const float*>& sources = lane.sources;
-      std::vector<int>& first_source = lane.ints;
-      sources.clear();
-      first_source.assign(1, 0);
-      for (int64_t r = 0; r < rows.count; ++r) {
-        for (int64_t c = begin[size_t(rows.begin + r)]; c < begin[size_t(rows.begin + r + 1)]; ++c)
-          sources.push_back(child_row(in, c));
-        first_source.push_back(int(sources.size()));
-      }
-      device_.sum_rows(lane, rows.count, width, width, sources, first_source, false, nullptr, out);
-      return true;
-    }
+    case Op::SumRows: sum_child_rows(rows, views[size_t(n.args[0])], width, out, lane); return true;
     case Op::GatherGrad: return false;  // gather_grad reads the rows through child_row_gradient
     case Op::SliceCols: return true;  // bind() made it a view of its columns
     case Op::PadCols: {  // the operand's columns into zeros, over the child rows
@@ -107,6 +94,21 @@ bool Runner::child_row_step(Pass pass, const Rows& rows, ValueId id, Lane& lane)
                                                     << ir::to_string(*fp.function, id));
       return false;  // a step inside child row space: run over the child rows
   }
+}
+
+// Each vertex's sum over its child rows of `in` (zeros without children).
+void Runner::sum_child_rows(const Rows& rows, const View& in, int64_t width, const View& out, Lane& lane) {
+  const std::vector<int64_t>& begin = child_row_begin_[size_t(rows.type)];
+  std::vector<const float*>& sources = lane.sources;
+  std::vector<int>& first_source = lane.ints;
+  sources.clear();
+  first_source.assign(1, 0);
+  for (int64_t r = 0; r < rows.count; ++r) {
+    for (int64_t c = begin[size_t(rows.begin + r)]; c < begin[size_t(rows.begin + r + 1)]; ++c)
+      sources.push_back(in.data + (c - begin[size_t(rows.begin)]) * in.ld);
+    first_source.push_back(int(sources.size()));
+  }
+  device_.sum_rows(lane, rows.count, width, width, sources, first_source, false, nullptr, out);
 }
 
 // The row of GatherGrad `node`'s operand `g` that the variadic child k (from 0)

@@ -262,6 +262,8 @@ class Runner : public Executor {
   // Runs node `id` where it moves rows between child row space and the
   // vertices' rows; false for any other node.
   bool child_row_step(Pass pass, const Rows& rows, ir::ValueId id, Lane& lane);
+  void sum_child_rows(const Rows& rows, const View& in, int64_t width, const View& out, Lane& lane);
+  // Where variadic child k of row r finds its gradient in GatherGrad `gather_grad`'s operand `g`.
   const float* child_gradient_row(const Rows& rows, const ir::Node& gather_grad, const View& g, int64_t r, int64_t k,
                                   int64_t width) const;
   // --- products (runtime/product_steps.cpp) ---
