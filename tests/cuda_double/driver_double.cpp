@@ -468,9 +468,10 @@ CUresult cuMemAllocHost(void** pointer, size_t bytes) {
 CUresult cuMemFreeHost(void* pointer) {
   State& s = state();
   Lock lock(s.mutex);
-  if (s.pinned.erase(as_int(pointer)) == 0) return record(s, "cuMemFreeHost", {as_int(pointer)}, CUDA_ERROR_INVALID_VALUE);
+  const auto address = as_int(pointer);  // recorded after the free, so taken before it
+  if (s.pinned.erase(address) == 0) return record(s, "cuMemFreeHost", {address}, CUDA_ERROR_INVALID_VALUE);
   std::free(pointer);
-  return record(s, "cuMemFreeHost", {as_int(pointer)}, CUDA_SUCCESS);
+  return record(s, "cuMemFreeHost", {address}, CUDA_SUCCESS);
 }
 
 // Registering the same memory twice, or overlapping memory, is the driver's
