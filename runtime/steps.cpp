@@ -401,8 +401,10 @@ bool Runner::add_accumulated_gradient(const Rows& rows, const Node& node, ValueI
     added += int64_t(moves.size()) * width;
     device_.move_rows(lane, moves, width, RowMode::Add, nullptr);
   };
-  for (auto [begin, end] : rest)
-    add(end - begin, [&](int64_t r, float* into) { return RowMove{into + begin, row_at(g, r) + begin}; });
+  for (const auto& range : rest) {
+    const int64_t begin = range.first;  // a named copy: the lambda may not capture a structured binding (C++20, clang)
+    add(range.second - begin, [&](int64_t r, float* into) { return RowMove{into + begin, row_at(g, r) + begin}; });
+  }
   for (const AccumulatedPart& part : parts)
     add(part.width, [&](int64_t r, float* into) {
       // A part's row went to the child when its kernel wrote it there.
