@@ -268,6 +268,15 @@ void Runner::size_row_tables() {
   }
 }
 
+float* Runner::scatter_gradient_row(int type, int64_t row) const {
+  const ValueLayout& s = batch_.layout->scatter_grad[size_t(type)];
+  return arena(Pass::Backward) + s.offset + row * s.ld;
+}
+
+float* Runner::scatter_gradient_row(int vertex) const {
+  return scatter_gradient_row(batch_.graph->type(vertex), int64_t(batch_.layout->vertex_row[size_t(vertex)]));
+}
+
 // Points each row of the task's gradient parts at the row its accumulating
 // kernel adds it into: the child's scatter-gradient row (of a Slot, or of an
 // EveryVariadic row with one child), else the part's own row, zeroed, from
@@ -303,10 +312,8 @@ void Runner::bind_accumulated_rows(const Rows& rows, Lane& lane) {
         accumulated_claim_[size_t(child)] = bind;
       }
       if (child >= 0 && to_child[size_t(r)]) {
-        const ValueLayout& s = layout.scatter_grad[size_t(graph.type(child))];
         const int64_t start = gg.target == ir::GatherGradTarget::Slot ? gg.start : 0;
-        table[r] = arena(Pass::Backward) + s.offset + int64_t(layout.vertex_row[size_t(child)]) * s.ld + start +
-                   part.column;
+        table[r] = scatter_gradient_row(child) + start + part.column;
       } else {
         table[r] = arena(Pass::Backward) + own.offset + (rows.begin + r) * own.ld;
         own_rows = true;

@@ -89,6 +89,10 @@ class Runner : public Executor {
   // --- the device's part ---
   // Row 0 of a pass's arena (sized for the batch), and a parameter's values.
   virtual float* arena(Pass pass) const = 0;
+  // Row `row` of vertex type `type`'s scatter gradient in the backward arena.
+  float* scatter_gradient_row(int type, int64_t row) const;
+  // Vertex `vertex`'s row of its type's scatter gradient.
+  float* scatter_gradient_row(int vertex) const;
   virtual float* param_address(int param) const = 0;
   // Runs the steps in turn (run_step, or observe_step when observe_steps_),
   // each checked after it with check_finite_ in the forward.

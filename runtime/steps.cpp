@@ -326,10 +326,6 @@ void Runner::gather_grad(const Rows& rows, const Node& node, ValueId id, const V
     return;
   }
   if (add_accumulated_gradient(rows, node, id, g, lane)) return;
-  auto grad_row = [&](int type, int64_t row) {
-    const ValueLayout& s = layout.scatter_grad[size_t(type)];
-    return arena(Pass::Backward) + s.offset + row * s.ld;
-  };
   // Every child row is as wide as the gradient's row (Slot: from `start`;
   // EveryVariadic) or as one row of its [K, d] block (VariadicRows): the
   // graph's validation made every child scatter the shape its parent gathers.
@@ -345,7 +341,7 @@ void Runner::gather_grad(const Rows& rows, const Node& node, ValueId id, const V
       RowRef dst = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
       const bool assigned = layout.assigned_once[size_t(dst.type)][size_t(dst.row)];
       if (g.pointers && assigned) continue;  // gradient_pointers: written there in place
-      moves.push_back({grad_row(dst.type, dst.row) + node.start, g.pointers ? g.pointers[r] : g.data + r * g.ld});
+      moves.push_back({scatter_gradient_row(dst.type, dst.row) + node.start, g.pointers ? g.pointers[r] : g.data + r * g.ld});
       assign.push_back(whole_slot && assigned);
     }
   } else {  // every variadic child, or row k to variadic child k
@@ -354,7 +350,7 @@ void Runner::gather_grad(const Rows& rows, const Node& node, ValueId id, const V
     for (int64_t r = 0; r < rows.count; ++r) {
       std::span<const int> children = graph.children(rows.vertices[r]);
       for (size_t k = first; k < children.size(); ++k)
-        moves.push_back({grad_row(graph.type(children[k]), layout.vertex_row[size_t(children[k])]),
+        moves.push_back({scatter_gradient_row(children[k]),
                          by_rows ? child_gradient_row(rows, node, g, r, int64_t(k - first), width) : g.data + r * g.ld});
     }
     assign.assign(moves.size(), 0);
@@ -372,7 +368,6 @@ void Runner::gather_grad(const Rows& rows, const Node& node, ValueId id, const V
 // float is still summed in row order.
 bool Runner::add_accumulated_gradient(const Rows& rows, const Node& node, ValueId id, const View& g, Lane& lane) {
   if (!accumulates(rows, id, lane)) return false;
-  const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatBatch& graph = *batch_.graph;
   const std::vector<View>& views = lane.views[int(Pass::Backward)];
   const bool slot = node.target == ir::GatherGradTarget::Slot;
@@ -382,11 +377,6 @@ bool Runner::add_accumulated_gradient(const Rows& rows, const Node& node, ValueI
   auto first = std::find_if(all.begin(), all.end(), [&](const AccumulatedPart& p) { return p.gather_grad == id; });
   auto last = std::find_if(first, all.end(), [&](const AccumulatedPart& p) { return p.gather_grad != id; });
   const std::span<const AccumulatedPart> parts(first, last);  // sorted by GatherGrad
-  auto grad_row = [&](int child) {
-    const ValueLayout& s = layout.scatter_grad[size_t(graph.type(child))];
-    return arena(Pass::Backward) + s.offset + int64_t(layout.vertex_row[size_t(child)]) * s.ld +
-           (slot ? node.start : 0);
-  };
   int64_t added = 0;
   // Adds `width` floats per row from move(r, child) (src null: none) into each child's row.
   auto add = [&](int64_t width, auto&& move) {
@@ -395,7 +385,7 @@ bool Runner::add_accumulated_gradient(const Rows& rows, const Node& node, ValueI
     for (int64_t r = 0; r < rows.count; ++r) {
       std::span<const int> children = graph.children(rows.vertices[r]);
       for (int child : slot ? children.subspan(size_t(node.child_slot), 1) : children.subspan(first_variadic))
-        if (RowMove m = move(r, grad_row(child)); m.src) moves.push_back(m);
+        if (RowMove m = move(r, scatter_gradient_row(child) + (slot ? node.start : 0)); m.src) moves.push_back(m);
     }
     if (moves.empty()) return;
     added += int64_t(moves.size()) * width;
