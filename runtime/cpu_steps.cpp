@@ -493,7 +493,9 @@ void CpuExecutor::copy_rows(Lane& lane, int64_t rows, std::span<const ColumnCopy
 
 void CpuExecutor::fill_rows(Lane& lane, int64_t rows, int64_t width, float value, const View& out) {
   start(lane, Primitive::Fill);
-  runtime::fill_rows(rows, width, value, out.data, out.ld);
+  if (out.pointers == nullptr) runtime::fill_rows(rows, width, value, out.data, out.ld);
+  else
+    for (int64_t r = 0; r < rows; ++r) std::fill_n(row_at(out, r), size_t(width), value);
 }
 
 void CpuExecutor::broadcast_rows(Lane& lane, int64_t rows, int64_t width, const View& src, int64_t period,

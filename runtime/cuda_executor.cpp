@@ -615,6 +615,7 @@ void CudaExecutor::copy_rows(Lane& lane, int64_t rows, std::span<const ColumnCop
 }
 
 void CudaExecutor::fill_rows(Lane&, int64_t rows, int64_t width, float value, const View& out) {
+  VJIT_INTERNAL_CHECK(out.pointers == nullptr, "the CUDA plan fills no rows through a row table");
   launch(Primitive::Fill, fill_rows_fn_, rows * width, rows, width, value, address(out.data), out.ld);
 }
 

@@ -178,6 +178,8 @@ class Device {
   // For each copy, rows × its width floats from its src to its dst (strided
   // views): a Concat's parts, a Pad's one.
   virtual void copy_rows(Lane& lane, int64_t rows, std::span<const ColumnCopy> copies) = 0;
+  // `width` floats of each row of `out` set to `value`; the CPU also writes
+  // through a row table (out.pointers: the rows a step left scattered).
   virtual void fill_rows(Lane& lane, int64_t rows, int64_t width, float value, const View& out) = 0;
   // Element i of row r of `out` ([rows, width]) = src element i mod `period`
   // of row r (period 0: element 0).

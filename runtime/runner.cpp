@@ -300,7 +300,8 @@ void Runner::bind_accumulated_rows(const Rows& rows, Lane& lane) {
     const bool new_gather_grad = k == 0 || parts[k - 1].gather_grad != part.gather_grad;
     const ValueLayout& own = layout.value(Pass::Backward, rows.type, part.value);
     float** table = accumulated_rows_[size_t(rows.type)][k].data() + rows.begin;
-    bool own_rows = false;
+    std::vector<float*>& own_rows = accumulated_own_rows_;
+    own_rows.clear();
     for (int64_t r = 0; r < rows.count; ++r) {
       std::span<const int> children = graph.children(rows.vertices[r]);
       int child = -1;
@@ -316,14 +317,14 @@ void Runner::bind_accumulated_rows(const Rows& rows, Lane& lane) {
         table[r] = scatter_gradient_row(child) + start + part.column;
       } else {
         table[r] = arena(Pass::Backward) + own.offset + (rows.begin + r) * own.ld;
-        own_rows = true;
+        own_rows.push_back(table[r]);
       }
     }
-    // The part's own rows zeroed, all of the task's where any is used (the
-    // rest are read by nobody): one fill, not one per row.
-    if (own_rows) {
-      if (lane.primitives.log) [[unlikely]] lane.at(Pass::Backward, rows.type, rows.task, rows.count, "zero gradient parts");
-      device_.fill_rows(lane, rows.count, part.width, 0.0f, buffer_view(Pass::Backward, rows.type, part.value, rows.begin));
+    // The part's own rows that are used zeroed: one fill through their table.
+    if (!own_rows.empty()) {
+      const int64_t count = int64_t(own_rows.size());
+      if (lane.primitives.log) [[unlikely]] lane.at(Pass::Backward, rows.type, rows.task, count, "zero gradient parts");
+      device_.fill_rows(lane, count, part.width, 0.0f, {nullptr, 0, own_rows.data(), 1, 0});
     }
     lane.views[int(Pass::Backward)][size_t(part.value)] = {nullptr, 0, table, 1, 0};
   }

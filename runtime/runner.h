@@ -319,6 +319,7 @@ class Runner : public Executor {
   // (bind_accumulated_rows).
   std::vector<std::vector<std::vector<float*>>> accumulated_rows_;  // [type][part]
   std::vector<uint8_t> accumulated_to_child_;  // bind_accumulated_rows' scratch, per row
+  std::vector<float*> accumulated_own_rows_;   // bind_accumulated_rows' scratch: the own rows to zero
   // Per flat vertex: the last bind that sent a gradient part to it
   // (bind_accumulated_rows' scratch: a second one in a task goes to its own row).
   std::vector<int64_t> accumulated_claim_;
