@@ -6,7 +6,9 @@
 # compile against the disk cache). Each line's peak is cuBLASLt's FP32 8192³
 # product measured in the same process. Last, the Tree-LSTM again with each
 # pass run as a CUDA graph (VJIT_CUDA_GRAPHS=on, off by default) next to the
-# same settings without, each line tagged "cuda_graphs". Build first:
+# same settings without, each line tagged "cuda_graphs"; then inference latency
+# (--mode latency: 1,000 SST sentences at hidden 256, batch 1, 8 and 64, each
+# call timed alone; median and 99th percentile), graphs off and on. Build first:
 # scripts/build.sh Release.
 #   perf/run_gpu_benchmarks.sh [vjit-bench] [sst train.txt] [output.jsonl]
 set -euo pipefail
@@ -50,5 +52,13 @@ for setting in "256 64 train" "512 256 train" "256 64 infer"; do
   for graphs in off on; do
     VJIT_CUDA_GRAPHS=$graphs "$bench" --peak-seconds 0.5 --steps 10 --model tree_lstm --data "$sst" \
       --hidden "$hidden" --batch "$batch" --mode "$mode" | sed "s/^{/{\"cuda_graphs\":\"$graphs\",/" >> "$out"
+  done
+done
+
+# Inference latency: 1,000 sentences, --batch per call, each call timed alone.
+for batch in 1 8 64; do
+  for graphs in off on; do
+    VJIT_CUDA_GRAPHS=$graphs "$bench" --peak-seconds 0.5 --model tree_lstm --data "$sst" --hidden 256 \
+      --batch "$batch" --mode latency --sentences 1000 | sed "s/^{/{\"cuda_graphs\":\"$graphs\",/" >> "$out"
   done
 done

@@ -9,6 +9,9 @@
 // (--pretrain-steps, default 100, batch 64), then times greedy decoding, a
 // graph that grows (vjit/growth.h): samples_per_s counts decoded samples;
 // with --compare-unbatched, batch 1 in the same process.
+// --mode latency infers --sentences N sentences (default 1,000) --batch at a
+// time, each call timed alone, and reports the calls' latency (median, 99th
+// percentile, mean, max): what one request waits at that batch size.
 // --declared-children N (child_sum_tree_lstm) declares N children in its
 // gather_all instead of the data's most (perf/fan_in.sh).
 //
@@ -68,6 +71,7 @@ struct BenchArgs {
   std::string compare_policy;  // also time this policy; report the speedup over it
   double peak_seconds = 1.5;   // the GEMM peak: half on one thread, half on all threads
   int pretrain_steps = 100;    // --mode decode: teacher-forced steps (batch 64) before decoding
+  int sentences = 1000;        // --mode latency: how many sentences are inferred, --batch per call
   models::Config config;
 };
 
@@ -120,6 +124,7 @@ BenchArgs parse(const std::vector<std::string>& args) {
     else if (flag == "--warmup") b.warmup = bench::int_flag(flag, value);
     else if (flag == "--rounds") b.rounds = bench::int_flag(flag, value);
     else if (flag == "--pretrain-steps") b.pretrain_steps = bench::int_flag(flag, value);
+    else if (flag == "--sentences") b.sentences = bench::int_flag(flag, value);
     else if (flag == "--data") b.config.data_path = value;
     else if (flag == "--declared-children") b.config.declared_children = bench::int_flag(flag, value);
     else if (flag == "--seed") b.config.seed = uint64_t(bench::int_flag(flag, value));
@@ -127,8 +132,9 @@ BenchArgs parse(const std::vector<std::string>& args) {
     else if (flag == "--peak-seconds") b.peak_seconds = bench::seconds_flag(flag, value);
     else throw UserError("unknown flag " + flag);
   }
-  if (b.mode != "train" && b.mode != "infer" && b.mode != "decode")
-    throw UserError("--mode must be train, infer or decode, got '" + b.mode + "'");
+  if (b.mode != "train" && b.mode != "infer" && b.mode != "decode" && b.mode != "latency")
+    throw UserError("--mode must be train, infer, decode or latency, got '" + b.mode + "'");
+  if (b.mode == "latency") b.steps = (b.sentences + b.batch - 1) / b.batch;  // calls of --batch sentences
   if (b.mode == "decode" && b.model != "seq2seq")
     throw UserError("--mode decode (greedy decoding, a graph that grows) needs --model seq2seq, got '" + b.model + "'");
   // Enough distinct samples for every timed batch.
@@ -177,6 +183,7 @@ struct Timing {
   CompileInfo compile;
   std::string device;          // where the engine ran: cpu or cuda
   std::string memory_planner;  // the planner laying batches out at the end (VJIT_MEMPLAN=auto: its choice)
+  std::vector<double> step_seconds;  // --mode latency: each timed call's
 };
 
 // --mode decode: the batch's encoder prompts (vjit/models.h, seq2seq_prompt).
@@ -230,8 +237,15 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
   // their targets is evaluation, done after the clock stops.
   std::vector<std::vector<int>> outputs;
   engine.reset_stats();
+  std::vector<double> step_seconds;
   Timer timer;
   for (size_t i = 0; i < timed.size(); ++i) {
+    if (args.mode == "latency") {  // each call alone (the clock read is ~20 ns of a call's tens of µs)
+      Timer call;
+      step(timed[i]);
+      step_seconds.push_back(call.seconds());
+      continue;
+    }
     step(timed[i]);
     if (!decode) continue;
     for (const Sample& decoded : engine.grown_batch().samples)
@@ -249,7 +263,8 @@ Timing run(const BenchArgs& args, models::Bundle& bundle, const Options& options
                 jit::internal_stats(engine),
                 engine.compile_info(),
                 std::string(to_string(engine.options().device)),
-                engine.memory_planner()};
+                engine.memory_planner(),
+                std::move(step_seconds)};
   if (first_run) measure_peak_half(args, options);
   if (decode || !args.lower_bound) return timing;  // the lower bound of a graph that grows is not defined up front
   // The ED-Batch lower bound of the same batches, outside the timed loop, in
@@ -349,6 +364,21 @@ json to_json(const BenchArgs& args, const Options& options, const Timing& t) {
               {"options", options.describe()}};
 }
 
+// --mode latency: the timed calls' latency in seconds. The 99th percentile
+// is the nearest rank (the smallest call time at or above 99% of the calls).
+json latency_of(std::vector<double> seconds) {
+  std::sort(seconds.begin(), seconds.end());
+  const size_t n = seconds.size();
+  const size_t p99 = size_t(std::ceil(0.99 * double(n))) - 1;
+  double sum = 0;
+  for (double s : seconds) sum += s;
+  return json{{"calls", n},
+              {"median", seconds[n / 2]},
+              {"p99", seconds[p99]},
+              {"mean", sum / double(n)},
+              {"max", seconds.back()}};
+}
+
 json bench_one(const BenchArgs& args, const Options& options) {
   models::Bundle bundle = models::make_model(args.model, args.config);
   if (args.check) {
@@ -359,6 +389,7 @@ json bench_one(const BenchArgs& args, const Options& options) {
   if (args.mode == "decode") pretrain_seq2seq(args, bundle, options);
   Timing batched = run(args, bundle, options, args.batch, args.steps);
   json line = to_json(args, options, batched);
+  if (args.mode == "latency") line["latency_s"] = latency_of(batched.step_seconds);
   if (args.mode == "decode") {
     line["decode_rounds"] = double(batched.stats.growth_rounds) / double(args.steps);
     line["grown_vertices"] = double(batched.stats.grown_vertices) / double(args.steps);
