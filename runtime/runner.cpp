@@ -228,7 +228,6 @@ bool Runner::forwarded_over_view(const Rows& rows, ValueId gather) const {
 void Runner::bind_gradient_rows(const Rows& rows) {
   const BatchLayout& layout = *batch_.layout;
   const ir::Function& f = function(Pass::Backward, rows.type);
-  float* const gradients = arena(Pass::Backward);
   for (ValueId g : placed(rows.type).pointer_gather_grads) {
     const Node& n = f[g];
     if (in_place_gather(rows, n)) continue;
@@ -238,10 +237,9 @@ void Runner::bind_gradient_rows(const Rows& rows) {
     float** table = gradient_rows_[size_t(rows.type)][size_t(gradient)].data() + rows.begin;
     for (int64_t r = 0; r < rows.count; ++r) {
       RowRef child = gather_source(layout, *batch_.graph, rows.task, n.child_slot, rows.vertices, r);
-      const ValueLayout& s = layout.scatter_grad[size_t(child.type)];
-      table[r] = batch_.layout->assigned_once[size_t(child.type)][size_t(child.row)]
-                     ? gradients + s.offset + int64_t(child.row) * s.ld + n.start
-                     : gradients + own.offset + (rows.begin + r) * own.ld;
+      table[r] = layout.assigned_once[size_t(child.type)][size_t(child.row)]
+                     ? scatter_gradient_row(child.type, int64_t(child.row)) + n.start
+                     : arena(Pass::Backward) + own.offset + (rows.begin + r) * own.ld;
     }
   }
 }
