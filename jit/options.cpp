@@ -369,7 +369,10 @@ const std::array<Spec, 38>& specs() {
           "against the ED-Batch lower bound (on with this option), kernel-cache and FSM-policy-cache hits, "
           "and the 20 costliest steps (total ms, calls, rows per call, % of the wall time; pass, vertex "
           "type, phase, op or fused kernel, with the kernel an inference pass runs beside it where "
-          "`VJIT_INFER_KERNELS` makes a smaller one). See docs/guide.md, \"Profiling\""),
+          "`VJIT_INFER_KERNELS` makes a smaller one). CUDA: each step is timed until the GPU has run it "
+          "(the host waits for the device after every step, so the run is slower and its steps' times are "
+          "the GPU's plus a launch each); with `VJIT_CUDA_GRAPHS` the passes run as graphs after their steps "
+          "are issued and the table says that no step was timed. See docs/guide.md, \"Profiling\""),
       documented(spec<&Options::perf_map>("perf_map", "VJIT_PERF_MAP"), "cpu",
           "append `<start hex> <size hex> vjit_<kernel>` to `/tmp/perf-<pid>.map` for every x86 JIT kernel "
           "as it is generated, and for a kernel an earlier engine of the process generated (and cached) "

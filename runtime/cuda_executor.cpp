@@ -84,6 +84,8 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
       store_(*this, cuda_, program.model(), plan),
       graphs_(cuda_, config.graphs) {
   check_cuda_supports(program);
+  // A captured pass runs after its steps are issued: none can be timed then.
+  observe_steps(config.profile && !config.graphs, nullptr);
   VJIT_INTERNAL_CHECK(!plan.cuda.image.empty(), "the CUDA executor needs a plan lowered for VJIT_DEVICE=cuda");
   module_ = DeviceModule(cuda_, plan.cuda.image);
   auto fn = [&](const char* name) { return cuda_.function(module_.get(), name); };
@@ -552,6 +554,9 @@ std::exception_ptr CudaExecutor::join_stream() {
 // --- primitives (runtime/device.h) ---
 
 // The kernel's arguments: long long rows, then (pointer, ld) per operand.
+// VJIT_PROFILE: each step timed until the GPU has run it.
+void CudaExecutor::finish(Lane&) { cuda_.synchronize(); }
+
 void CudaExecutor::launch_fused(Lane&, const KernelLaunch& launch) {
   void* fn = fused_fn_[int(launch.pass)][fused_begin_[int(launch.pass)][size_t(launch.type)] + launch.index];
   std::vector<uint64_t>& slots = pairs_;

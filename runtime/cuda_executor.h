@@ -150,6 +150,7 @@ class CudaExecutor final : public Runner, private Device {
   std::exception_ptr join_stream() override;
 
   // --- primitives (runtime/device.h) ---
+  void finish(Lane& lane) override;
   void launch_fused(Lane& lane, const KernelLaunch& launch) override;
   void move_rows(Lane& lane, std::span<const RowMove> moves, int64_t width, RowMode mode,
                  const uint8_t* assign) override;

@@ -153,6 +153,11 @@ class Device {
  public:
   virtual ~Device() = default;
 
+  // Returns once the primitives the lane issued have run, so that the time
+  // a step took is the device's (VJIT_PROFILE). The CPU's have run when they
+  // return.
+  virtual void finish(Lane&) {}
+
   virtual void launch_fused(Lane& lane, const KernelLaunch& launch) = 0;
   // Each move in turn; the moves of one call into one row are applied in
   // list order (Add sums in that order). A Copy call's destinations are

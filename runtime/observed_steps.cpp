@@ -1,9 +1,9 @@
 // The runner's observation of the steps it runs, for a device that turns it
 // on (observe_steps): each step timed for VJIT_PROFILE (step_profile()) and,
 // with VJIT_TRACE, each step that did work and each task recorded as an
-// event. A step's time is the host's while it issues the step, so only a
-// device that runs its primitives before they return (the CPU's) turns
-// profiling on.
+// event. A step's time is the host's until the device has run it
+// (Device::finish: the CUDA device waits for its stream, so profiling
+// serialises the host with the GPU).
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -25,6 +25,7 @@ void Runner::observe_step(Pass pass, const Rows& rows, const Step& step, Lane& l
   const int64_t trace_start = trace_ ? trace_->now() : 0;
   auto start = std::chrono::steady_clock::now();
   run_step(pass, rows, step, lane);
+  if (profile_) device_.finish(lane);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (trace_) trace_step(pass, rows, step, lane, before, trace_start);
   if (!profile_) return;

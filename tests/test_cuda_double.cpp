@@ -417,6 +417,38 @@ TEST(CudaDouble, StatsCountTheLaunchesOfTheirOwnPasses) {
   EXPECT_EQ(after_kernels, after_launches) << "infer after a train step";
 }
 
+// VJIT_PROFILE on the CUDA device: the host waits for the device after every
+// step it times (one more synchronisation per step than without), and the
+// table names the costliest steps; with graphs, it says that none was timed.
+TEST(CudaDouble, ProfilingTimesEachStepUntilTheDeviceHasRunIt) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  const GraphBatch batch = models::make_batch(bundle.train, first_indices(5));
+  auto synchronisations_and_table = [&](bool profile, bool graphs) {
+    Options options = cuda_options();
+    options.profile = profile;
+    options.tuning.cuda_graphs = graphs ? Lever::On : Lever::Off;
+    ::testing::internal::CaptureStderr();
+    std::optional<Engine> engine(std::in_place, *bundle.program, options);
+    Adam adam(0.01f);
+    engine->train_step(batch, adam);
+    take_calls();
+    engine->train_step(batch, adam);
+    const std::vector<VjitDoubleCall> calls = take_calls();
+    engine.reset();  // prints the table
+    const std::string table = ::testing::internal::GetCapturedStderr();
+    return std::pair{count_of(calls, "cuCtxSynchronize") + count_of(calls, "cuStreamSynchronize"), table};
+  };
+  const auto [plain, no_table] = synchronisations_and_table(false, false);
+  const auto [profiled, table] = synchronisations_and_table(true, false);
+  EXPECT_EQ(no_table.find("top kernels by time"), std::string::npos) << no_table;
+  EXPECT_NE(table.find("top kernels by time"), std::string::npos) << table;
+  EXPECT_GT(profiled, plain + 10) << "a wait per timed step";
+  const auto [graphed, graph_table] = synchronisations_and_table(true, true);
+  EXPECT_EQ(graph_table.find("top kernels by time"), std::string::npos) << graph_table;
+  EXPECT_NE(graph_table.find("steps not timed"), std::string::npos) << graph_table;
+}
+
 // EngineStats::primitives counts what a call had the device run, that call's
 // alone: a train_step's own optimizer steps (not the next call's), GEMMs and
 // fused kernels as the driver double saw them.
