@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "vjit/error.h"
+
 namespace vjit::runtime {
 
 using ir::ValueId;
@@ -122,7 +124,42 @@ void find_rows_assigned_once(const ExecPlan& plan, const std::vector<TypeSignatu
     for (uint8_t& row : rows) row = row == 1 ? 1 : 0;
 }
 
+// accumulated_to_child: task by task, the first row that sends a GatherGrad's
+// parts to a child claims it (a stamp per vertex: the task's number + 1).
+void find_accumulated_to_child(const ExecPlan& plan, const std::vector<TypeSignature>& signatures,
+                               const PlanInput& input, BatchLayout& layout) {
+  const scheduler::FlatBatch& graph = *input.graph;
+  const scheduler::FlatSchedule& schedule = *input.schedule;
+  layout.accumulated_to_child.resize(plan.types.size());
+  for (size_t t = 0; t < plan.types.size(); ++t)
+    layout.accumulated_to_child[t].assign(
+        plan.placement->types[t].accumulated_parts.empty() ? 0 : size_t(layout.type_rows[t]), 0);
+  thread_local std::vector<int> claimed;  // per vertex (reused: a steady state allocates nothing)
+  claimed.assign(size_t(graph.num_vertices()), 0);
+  for (int task = 0; task < schedule.num_tasks(); ++task) {
+    const int type = schedule.task_type[size_t(task)];
+    const std::vector<AccumulatedPart>& parts = plan.placement->types[size_t(type)].accumulated_parts;
+    const ir::Function& f = *plan.types[size_t(type)].backward.function;
+    int group = -1;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      if (k > 0 && parts[k - 1].gather_grad == parts[k].gather_grad) continue;
+      VJIT_INTERNAL_CHECK(++group < 64, "over 64 GatherGrads with accumulated parts in one type");
+      for (int v : schedule.task(task)) {
+        const int child = accumulating_child(f[parts[k].gather_grad], graph.children(v), signatures[size_t(type)].fixed_arity);
+        if (child < 0 || claimed[size_t(child)] == task + 1) continue;
+        claimed[size_t(child)] = task + 1;
+        layout.accumulated_to_child[size_t(type)][size_t(layout.vertex_row[size_t(v)])] |= uint64_t(1) << group;
+      }
+    }
+  }
+}
+
 }  // namespace
+
+int accumulating_child(const ir::Node& gather_grad, std::span<const int> children, int fixed_arity) {
+  if (gather_grad.target == ir::GatherGradTarget::Slot) return children[size_t(gather_grad.child_slot)];
+  return children.size() == size_t(fixed_arity) + 1 ? children[size_t(fixed_arity)] : -1;
+}
 
 void place_batch_rows(const ExecPlan& plan, const std::vector<TypeSignature>& signatures, const PlanInput& input,
                       BatchLayout& layout) {
@@ -132,8 +169,13 @@ void place_batch_rows(const ExecPlan& plan, const std::vector<TypeSignature>& si
     for (int v : schedule.task(t)) layout.vertex_task[size_t(v)] = t;
   choose_forward_parents(plan, signatures, *input.graph, layout);
   find_read_view_slots(plan, schedule, layout);
-  if (input.backward) find_rows_assigned_once(plan, signatures, input, layout);
-  else layout.assigned_once.clear();
+  if (input.backward) {
+    find_rows_assigned_once(plan, signatures, input, layout);
+    find_accumulated_to_child(plan, signatures, input, layout);
+  } else {
+    layout.assigned_once.clear();
+    layout.accumulated_to_child.clear();
+  }
 }
 
 int usable_forward_target(const ExecPlan& plan, const BatchLayout& layout, const scheduler::FlatBatch& graph,

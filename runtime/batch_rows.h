@@ -10,9 +10,12 @@
 //   read_view_slots per type, the gather slots some task reads as a view: the
 //                   phase steps that read them run task by task;
 //   assigned_once   per scatter-gradient row, whether its one contribution is
-//                   a parent's whole-slot GatherGrad (assigned, not summed).
+//                   a parent's whole-slot GatherGrad (assigned, not summed);
+//   accumulated_to_child per row, which of its gradient parts its kernel adds
+//                   straight into the child's row (VJIT_ACCUMULATE_GRADIENTS).
 // The executors follow these; none of them decides a row's place.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/memplan.h"
@@ -21,6 +24,10 @@
 namespace vjit::runtime {
 
 // Fills the per-batch row placement of `layout` (laid out for `input`).
+// The child a row's parts of `gather_grad` accumulate into: a Slot's child,
+// the one variadic child of a row with one; else -1.
+int accumulating_child(const ir::Node& gather_grad, std::span<const int> children, int fixed_arity);
+
 void place_batch_rows(const ExecPlan& plan, const std::vector<TypeSignature>& signatures, const PlanInput& input,
                       BatchLayout& layout);
 

@@ -143,6 +143,15 @@ struct BatchLayout {
   // leaves such a row unzeroed and that GatherGrad assigns it. Empty for a
   // batch no backward follows (PlanInput::backward).
   std::vector<std::vector<uint8_t>> assigned_once;
+  // VJIT_ACCUMULATE_GRADIENTS, per type, per row: bit i when the parts of the
+  // type's i-th GatherGrad with accumulated parts (TypePlacement::
+  // accumulated_parts, in order) go straight into the child's
+  // scatter-gradient row; else into the row's own, zeroed, and that
+  // GatherGrad adds them. Only the first row of a task that sends to a child
+  // does (two rows of one kernel call never add into one row), and only to a
+  // Slot's child or the one variadic child of a row with one. Empty for a
+  // batch no backward follows.
+  std::vector<std::vector<uint64_t>> accumulated_to_child;
 
   const ValueLayout& value(Pass pass, int type, ir::ValueId id) const {
     return values[int(pass)][size_t(value_begin[int(pass)][size_t(type)] + id)];

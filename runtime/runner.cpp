@@ -276,41 +276,29 @@ float* Runner::scatter_gradient_row(int vertex) const {
 }
 
 // Points each row of the task's gradient parts at the row its accumulating
-// kernel adds it into: the child's scatter-gradient row (of a Slot, or of an
-// EveryVariadic row with one child), else the part's own row, zeroed, from
-// which the GatherGrad adds it (an EveryVariadic row of no or several
-// children; a child a part of this task already goes to: two rows of one
-// kernel call never add into one row).
+// kernel adds it into, as the planner decided (BatchLayout::
+// accumulated_to_child): the child's scatter-gradient row, else the part's
+// own row, zeroed, from which the GatherGrad adds it.
 void Runner::bind_accumulated_rows(const Rows& rows, Lane& lane) {
   const std::vector<AccumulatedPart>& parts = placed(rows.type).accumulated_parts;
   if (parts.empty()) return;
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatBatch& graph = *batch_.graph;
   const ir::Function& f = function(Pass::Backward, rows.type);
-  const size_t first_variadic = size_t(program_.signature(rows.type).fixed_arity);
-  const int64_t bind = ++accumulate_binds_;
-  if (accumulated_claim_.size() < size_t(graph.num_vertices())) accumulated_claim_.resize(size_t(graph.num_vertices()), 0);
-  std::vector<uint8_t>& to_child = accumulated_to_child_;  // per row: its GatherGrad's parts go to the child
-  if (to_child.size() < size_t(rows.count)) to_child.resize(size_t(rows.count));
+  const int fixed_arity = program_.signature(rows.type).fixed_arity;
+  const uint64_t* to_child = layout.accumulated_to_child[size_t(rows.type)].data() + rows.begin;
+  int group = -1;
   for (size_t k = 0; k < parts.size(); ++k) {
     const AccumulatedPart& part = parts[k];
     const Node& gg = f[part.gather_grad];
-    const bool new_gather_grad = k == 0 || parts[k - 1].gather_grad != part.gather_grad;
+    if (k == 0 || parts[k - 1].gather_grad != part.gather_grad) ++group;
     const ValueLayout& own = layout.value(Pass::Backward, rows.type, part.value);
     float** table = accumulated_rows_[size_t(rows.type)][k].data() + rows.begin;
     std::vector<float*>& own_rows = accumulated_own_rows_;
     own_rows.clear();
     for (int64_t r = 0; r < rows.count; ++r) {
-      std::span<const int> children = graph.children(rows.vertices[r]);
-      int child = -1;
-      if (gg.target == ir::GatherGradTarget::Slot) child = children[size_t(gg.child_slot)];
-      else if (children.size() == first_variadic + 1) child = children[first_variadic];
-      // The parts of one GatherGrad go to one child together (its columns).
-      if (child >= 0 && new_gather_grad) {
-        to_child[size_t(r)] = accumulated_claim_[size_t(child)] != bind;
-        accumulated_claim_[size_t(child)] = bind;
-      }
-      if (child >= 0 && to_child[size_t(r)]) {
+      if (to_child[r] >> group & 1) {
+        const int child = accumulating_child(gg, graph.children(rows.vertices[r]), fixed_arity);
         const int64_t start = gg.target == ir::GatherGradTarget::Slot ? gg.start : 0;
         table[r] = scatter_gradient_row(child) + start + part.column;
       } else {

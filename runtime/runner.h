@@ -318,12 +318,7 @@ class Runner : public Executor {
   // per such part, this batch's table of where each row goes
   // (bind_accumulated_rows).
   std::vector<std::vector<std::vector<float*>>> accumulated_rows_;  // [type][part]
-  std::vector<uint8_t> accumulated_to_child_;  // bind_accumulated_rows' scratch, per row
-  std::vector<float*> accumulated_own_rows_;   // bind_accumulated_rows' scratch: the own rows to zero
-  // Per flat vertex: the last bind that sent a gradient part to it
-  // (bind_accumulated_rows' scratch: a second one in a task goes to its own row).
-  std::vector<int64_t> accumulated_claim_;
-  int64_t accumulate_binds_ = 0;
+  std::vector<float*> accumulated_own_rows_;  // bind_accumulated_rows' scratch: the own rows to zero
   void bind_accumulated_rows(const Rows& rows, Lane& lane);
   // A step timed for VJIT_PROFILE and/or recorded for VJIT_TRACE.
   void observe_step(Pass pass, const Rows& rows, const Step& step, Lane& lane);
