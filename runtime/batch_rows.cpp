@@ -27,6 +27,25 @@ int forward_slot_of(const scheduler::FlatBatch& graph, const std::vector<TypeSig
   return children.size() == size_t(fixed) + 1 && children[size_t(fixed)] == child ? fixed : -1;
 }
 
+// The index into the forward targets of `parent`'s type of the gather of its
+// `slot` that may take `part` of a child of type `child_type` (scattering
+// rows `child_row_width` wide) in this layout, or -1. A view the task reads in
+// place needs nothing; one a Concat then copies is worth less than the
+// forwarded rows.
+int usable_forward_target(const ExecPlan& plan, const BatchLayout& layout, const scheduler::FlatBatch& graph,
+                          int parent, int slot, const ForwardedPart& part, int64_t child_row_width) {
+  const int parent_type = graph.type(parent);
+  const bool view = layout.gather(layout.vertex_task[size_t(parent)], slot).is_view();
+  const std::vector<ForwardTarget>& targets = plan.placement->types[size_t(parent_type)].forward_targets;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const ForwardTarget& g = targets[i];
+    if (g.slot != slot || !g.takes(part, child_row_width)) continue;
+    const bool in_concat = layout.value(Pass::Forward, parent_type, g.gather).in_concat >= 0;
+    return view && (!in_concat || i >= 64) ? -1 : int(i);
+  }
+  return -1;
+}
+
 // The parent that takes most of what `vertex` (of type `type`, scattering rows
 // `width` wide) forwards, the first on a tie, into layout.forward_parent and forward_slot (-1: none takes
 // any); marks the views its parts go to instead (unviewed_targets).
@@ -49,10 +68,12 @@ void choose_forward_parent(const ExecPlan& plan, const std::vector<TypeSignature
   const int parent = layout.forward_parent[size_t(vertex)];
   if (parent < 0) return;
   const int task = layout.vertex_task[size_t(parent)], slot = layout.forward_slot[size_t(vertex)];
-  if (!layout.gather(task, slot).is_view()) return;
-  for (const ForwardedPart& part : parts) {
-    const int i = usable_forward_target(plan, layout, graph, parent, slot, part, width);
-    if (i >= 0) layout.unviewed_targets[size_t(task)] |= uint64_t(1) << i;
+  const bool view = layout.gather(task, slot).is_view();
+  int* target = layout.forward_target[size_t(type)].data() + layout.vertex_row[size_t(vertex)] * int64_t(parts.size());
+  for (size_t j = 0; j < parts.size(); ++j) {
+    const int i = usable_forward_target(plan, layout, graph, parent, slot, parts[j], width);
+    target[j] = i;
+    if (i >= 0 && view) layout.unviewed_targets[size_t(task)] |= uint64_t(1) << i;
   }
 }
 
@@ -61,13 +82,18 @@ void choose_forward_parents(const ExecPlan& plan, const std::vector<TypeSignatur
   layout.forward_parent.clear();
   layout.forward_slot.clear();
   layout.unviewed_targets.clear();
-  if (std::none_of(plan.types.begin(), plan.types.end(), [](const TypePlan& t) { return !t.forward.forwarded.empty(); }))
+  if (std::none_of(plan.types.begin(), plan.types.end(), [](const TypePlan& t) { return !t.forward.forwarded.empty(); })) {
+    layout.forward_target.clear();
     return;
+  }
   layout.forward_parent.assign(size_t(graph.num_vertices()), -1);
   layout.forward_slot.assign(size_t(graph.num_vertices()), -1);
   layout.unviewed_targets.assign(layout.task_first_row.size(), 0);
+  layout.forward_target.resize(plan.types.size());
   for (size_t c = 0; c < plan.types.size(); ++c) {
-    if (plan.types[c].forward.forwarded.empty()) continue;
+    const size_t parts = plan.types[c].forward.forwarded.size();
+    layout.forward_target[c].assign(size_t(layout.type_rows[c]) * parts, -1);
+    if (parts == 0) continue;
     const int64_t width = scatter_width(plan, int(c));
     for (int v : layout.rows_of(int(c))) choose_forward_parent(plan, signatures, graph, int(c), width, v, layout);
   }
@@ -176,20 +202,6 @@ void place_batch_rows(const ExecPlan& plan, const std::vector<TypeSignature>& si
     layout.assigned_once.clear();
     layout.accumulated_to_child.clear();
   }
-}
-
-int usable_forward_target(const ExecPlan& plan, const BatchLayout& layout, const scheduler::FlatBatch& graph,
-                          int parent, int slot, const ForwardedPart& part, int64_t child_row_width) {
-  const int parent_type = graph.type(parent);
-  const bool view = layout.gather(layout.vertex_task[size_t(parent)], slot).is_view();
-  const std::vector<ForwardTarget>& targets = plan.placement->types[size_t(parent_type)].forward_targets;
-  for (size_t i = 0; i < targets.size(); ++i) {
-    const ForwardTarget& g = targets[i];
-    if (g.slot != slot || !g.takes(part, child_row_width)) continue;
-    const bool in_concat = layout.value(Pass::Forward, parent_type, g.gather).in_concat >= 0;
-    return view && (!in_concat || i >= 64) ? -1 : int(i);
-  }
-  return -1;
 }
 
 bool forwarded_over_view(const ExecPlan& plan, const BatchLayout& layout, int type, int task, ValueId gather) {

@@ -4,7 +4,9 @@
 // decides, into the BatchLayout:
 //   forward_parent  which parent each child's kernel writes its forwarded
 //                   parts into (VJIT_FORWARD_GATHERS; the one whose gathers
-//                   take most of them), and through which of its slots;
+//                   take most of them), through which of its slots, and
+//                   per part which of that parent's gathers takes it
+//                   (forward_target);
 //   unviewed_targets per task, the gathers the layout made views that a Concat
 //                   would copy, which the children forward into instead;
 //   read_view_slots per type, the gather slots some task reads as a view: the
@@ -30,14 +32,6 @@ int accumulating_child(const ir::Node& gather_grad, std::span<const int> childre
 
 void place_batch_rows(const ExecPlan& plan, const std::vector<TypeSignature>& signatures, const PlanInput& input,
                       BatchLayout& layout);
-
-// The index into the forward targets of `parent`'s type of the gather of its
-// `slot` that may take `part` of a child of type `child_type` (scattering
-// rows `child_row_width` wide) in this layout, or -1. A view the task reads in
-// place needs nothing; one a Concat then copies is worth less than the
-// forwarded rows.
-int usable_forward_target(const ExecPlan& plan, const BatchLayout& layout, const scheduler::FlatBatch& graph,
-                          int parent, int slot, const ForwardedPart& part, int64_t child_row_width);
 
 // Whether the task's gather `gather` (of type `type`) was a view that children
 // forward over: the task then reads its own buffer.

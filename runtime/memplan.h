@@ -135,6 +135,10 @@ struct BatchLayout {
   // forward into instead: the task reads its own buffer.
   std::vector<int> forward_parent, forward_slot;
   std::vector<uint64_t> unviewed_targets;
+  // Per forwarding type, per row r and forwarded part j (at r·parts + j): the
+  // parent's forward target (TypePlacement::forward_targets) that takes the
+  // part, or -1 where the part is written into its own row again.
+  std::vector<std::vector<int>> forward_target;
   // Per type: the gather slots some task reads as a view (view_slots less the
   // gathers forwarded over): the phase steps reading those run task by task.
   std::vector<uint64_t> read_view_slots;

@@ -469,8 +469,9 @@ bool Runner::views_continue(const Rows& rows, int next) const {
 
 // VJIT_FORWARD_GATHERS: for each vertex whose type forwards parts, where each
 // part is written a second time: into the gather row of the parent the
-// planner chose (BatchLayout::forward_parent), where one of its gathers takes
-// the part (usable_forward_target), else into the part's own row again.
+// planner chose (BatchLayout::forward_parent), where the planner found one
+// of its gathers to take the part (BatchLayout::forward_target), else into
+// the part's own row again.
 void Runner::point_forwarded_parts() {
   const BatchLayout& layout = *batch_.layout;
   if (layout.forward_parent.empty()) return;
@@ -482,22 +483,21 @@ void Runner::point_forwarded_parts() {
     for (int r = 0; r < layout.type_rows[c]; ++r) {
       const int v = layout.rows_of(int(c))[size_t(r)];
       for (size_t j = 0; j < parts.size(); ++j) {
-        float* target = forward_target(int(c), v, parts[j]);
+        float* target = forward_target(int(c), v, r, j);
         forward_rows_[c][j][size_t(r)] = target ? target : buffer_view(Pass::Forward, int(c), parts[j].value, r).data;
       }
     }
   }
 }
 
-// Where `part` of `vertex` is written a second time: the gather row of the
-// parent the planner chose (BatchLayout::forward_parent), or nullptr.
-float* Runner::forward_target(int type, int vertex, const ForwardedPart& part) {
+// Where part j of `vertex` (row `row` of its type) is written a second time:
+// the gather row of the parent the planner chose, or nullptr.
+float* Runner::forward_target(int type, int vertex, int row, size_t j) {
   const BatchLayout& layout = *batch_.layout;
-  const int p = layout.forward_parent[size_t(vertex)];
-  if (p < 0) return nullptr;
-  const int i = usable_forward_target(plan_, layout, *batch_.graph, p, layout.forward_slot[size_t(vertex)], part,
-                                      scatter_width_[size_t(type)]);
+  const ForwardedPart& part = plan_.types[size_t(type)].forward.forwarded[j];
+  const int i = layout.forward_target[size_t(type)][size_t(row) * plan_.types[size_t(type)].forward.forwarded.size() + j];
   if (i < 0) return nullptr;
+  const int p = layout.forward_parent[size_t(vertex)];
   const int parent_type = batch_.graph->type(p);
   const ForwardTarget& g = placed(parent_type).forward_targets[size_t(i)];
   const ValueLayout& at = layout.value(Pass::Forward, parent_type, g.gather);

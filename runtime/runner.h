@@ -236,9 +236,9 @@ class Runner : public Executor {
   // (BatchLayout::forward_parent), or the part's own row again.
   std::vector<std::vector<std::vector<float*>>> forward_rows_;
   void point_forwarded_parts();
-  // The parent gather row the child `vertex` of type `type` writes its part
-  // (start, width) into, or nullptr.
-  float* forward_target(int type, int vertex, const ForwardedPart& part);
+  // The parent gather row the child `vertex` (row `row` of type `type`)
+  // writes its forwarded part j into, or nullptr.
+  float* forward_target(int type, int vertex, int row, size_t j);
   // The view a fused step's repeated output `value` is written through.
   View forwarded_rows(const Rows& rows, ir::ValueId value);
   void gather(const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
