@@ -92,6 +92,108 @@ std::string row_op_kernel(const ir::RowOp& op, int arity) {
   return out.str() + host_entry(name, param_types);
 }
 
+// The optimizer's kernels (runtime/optimizer.cpp's update loops, the same
+// float operations): per row r, ptrs[4r..4r+3] = weights, gradient, state
+// slot 0, 1. A kernel per group of rows of one width, and the multi-tensor
+// forms over rows of any widths, row r the elements [starts[r], starts[r + 1])
+// of one flattened range (its row found by a binary search of starts).
+
+// The grid-stride loop of the multi-tensor kernels; the body sees r and i.
+std::string multi_tensor_loop_begin() {
+  const std::string loop = std::string(kLoopBegin).substr(std::string(kLoopBegin).find("  for (long long e"));
+  return "  const long long total = starts[rows];\n" + loop.substr(0, loop.find("    const long long r")) +
+         "    const long long r = vjit_row_of(starts, rows, e);\n"
+         "    const long long i = e - starts[r];\n";
+}
+
+// Σ g² into *sum, in double.
+std::string sum_squares_kernels() {
+  const char* body =
+      "    const double g = ((const float*)ptrs[4 * r + 1])[i];\n"
+      "    partial += g * g;\n  }\n"
+      "#ifndef VJIT_CUDA_HOST_SHIM\n"
+      "  for (int lane = 16; lane > 0; lane /= 2) partial += __shfl_down_sync(0xffffffffu, partial, lane);\n"
+      "  if ((threadIdx.x & 31) != 0) return;\n"
+      "#endif\n"
+      "  if (partial != 0.0 || partial != partial) atomicAdd(sum, partial);\n}\n";
+  std::ostringstream out;
+  out << "__device__ inline long long vjit_row_of(const long long* starts, long long rows, long long e) {\n"
+         "  long long lo = 0, hi = rows - 1;\n"
+         "  while (lo < hi) {\n"
+         "    const long long mid = (lo + hi + 1) / 2;\n"
+         "    if (starts[mid] <= e) lo = mid; else hi = mid - 1;\n"
+         "  }\n"
+         "  return lo;\n}\n";
+  out << "extern \"C\" __global__ void vjit_sum_squares(long long rows, long long width, "
+         "const unsigned long long* __restrict__ ptrs, double* sum) {\n"
+         "  double partial = 0.0;\n"
+      << std::string(kLoopBegin).substr(std::string(kLoopBegin).find("  const long long total")) << body
+      << host_entry("vjit_sum_squares", {"long long", "long long", "const unsigned long long*", "double*"});
+  out << "extern \"C\" __global__ void vjit_sum_squares_multi(long long rows, "
+         "const unsigned long long* __restrict__ ptrs, const long long* __restrict__ starts, double* sum) {\n"
+         "  double partial = 0.0;\n"
+      << multi_tensor_loop_begin() << body
+      << host_entry("vjit_sum_squares_multi", {"long long", "const unsigned long long*", "const long long*", "double*"});
+  return out.str();
+}
+
+// preview = 1: the same float operations, nothing stored; *non_finite is set
+// to 1 when any weight or slot value the update would store is NaN or ±Inf
+// (the device form of Optimizer's preview: check, then apply). The
+// multi-tensor update with preview 0 stores nothing when *non_finite is set
+// (its preview ran before it on the stream).
+std::string optimizer_update_kernels() {
+  const char* rule_params =
+      "int kind,\n"
+      "    float lr, float weight_decay, float momentum, float beta1, float beta2, float one_minus_beta1,\n"
+      "    float one_minus_beta2, float correction1, float correction2, float eps, float decay, float scale,\n"
+      "    int preview, unsigned* non_finite) {\n";
+  const char* element_call =
+      "    vjit_optimizer_element((float*)ptrs[4 * r] + i, (float*)ptrs[4 * r + 2] + i, (float*)ptrs[4 * r + 3] + i,\n"
+      "        ((const float*)ptrs[4 * r + 1])[i], kind, lr, weight_decay, momentum, beta1, beta2,\n"
+      "        one_minus_beta1, one_minus_beta2, correction1, correction2, eps, decay, scale, preview, non_finite);\n"
+      "  }\n}\n";
+  const std::vector<std::string> rule_types{"int",   "float", "float", "float", "float", "float", "float", "float",
+                                            "float", "float", "float", "float", "float", "int",   "unsigned*"};
+  std::ostringstream out;
+  out << "__device__ inline unsigned vjit_non_finite(float x) {\n"
+         "  return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;\n}\n"
+         "__device__ inline void vjit_optimizer_element(float* w, float* m, float* v, float g, "
+      << rule_params
+      << "  float nw, nm = 0.0f, nv = 0.0f;\n"
+         "  if (kind == 1) {\n"
+         "    nw = *w - lr * (g * scale + weight_decay * *w);\n"
+         "  } else if (kind == 2) {\n"
+         "    const float d = g * scale + weight_decay * *w;\n"
+         "    nm = momentum * *m + d;\n"
+         "    nw = *w - lr * nm;\n"
+         "  } else {\n"
+         "    const float gk = g * scale;\n"
+         "    nm = beta1 * *m + one_minus_beta1 * gk;\n"
+         "    nv = beta2 * *v + one_minus_beta2 * gk * gk;\n"
+         "    nw = *w * decay - lr * (nm / correction1) / (sqrtf(nv / correction2) + eps);\n"
+         "  }\n"
+         "  if (preview) {\n"
+         "    if (vjit_non_finite(nw) | vjit_non_finite(nm) | vjit_non_finite(nv)) atomicOr(non_finite, 1u);\n"
+         "    return;\n"
+         "  }\n"
+         "  *w = nw;\n"
+         "  if (kind >= 2) *m = nm;\n"
+         "  if (kind == 3) *v = nv;\n}\n";
+  std::vector<std::string> types{"long long", "long long", "const unsigned long long*"};
+  types.insert(types.end(), rule_types.begin(), rule_types.end());
+  out << "extern \"C\" __global__ void vjit_optimizer_update(long long rows, long long width, "
+         "const unsigned long long* __restrict__ ptrs, "
+      << rule_params << kLoopBegin << element_call << host_entry("vjit_optimizer_update", types);
+  types = {"long long", "const unsigned long long*", "const long long*"};
+  types.insert(types.end(), rule_types.begin(), rule_types.end());
+  out << "extern \"C\" __global__ void vjit_optimizer_update_multi(long long rows, "
+         "const unsigned long long* __restrict__ ptrs, const long long* __restrict__ starts, "
+      << rule_params << "  if (!preview && *non_finite != 0u) return;\n"
+      << multi_tensor_loop_begin() << element_call << host_entry("vjit_optimizer_update_multi", types);
+  return out.str();
+}
+
 }  // namespace
 
 CudaKernelSource cuda_fused_kernel(const KernelSpec& spec) {
@@ -313,58 +415,7 @@ std::string cuda_runtime_kernels_source() {
                                         "const float*", "long long", "int", "float*", "long long"});
   for (int op = 0; op < ir::kNumOps; ++op)
     if (const ir::RowOp* row = ir::row_op(Op(op))) out << row_op_kernel(*row, ir::op_info(Op(op)).arity);
-  // The optimizer (runtime/optimizer.cpp's update loops, the same float
-  // operations): per row r, ptrs[4r..4r+3] = weights, gradient, state slot 0, 1.
-  out << "extern \"C\" __global__ void vjit_sum_squares(long long rows, long long width, "
-         "const unsigned long long* __restrict__ ptrs, double* sum) {\n"
-         "  double partial = 0.0;\n"
-      << (std::string(kLoopBegin).substr(std::string(kLoopBegin).find("  const long long total")))
-      << "    const double g = ((const float*)ptrs[4 * r + 1])[i];\n"
-         "    partial += g * g;\n  }\n"
-         "#ifndef VJIT_CUDA_HOST_SHIM\n"
-         "  for (int lane = 16; lane > 0; lane /= 2) partial += __shfl_down_sync(0xffffffffu, partial, lane);\n"
-         "  if ((threadIdx.x & 31) != 0) return;\n"
-         "#endif\n"
-         "  if (partial != 0.0 || partial != partial) atomicAdd(sum, partial);\n}\n"
-      << host_entry("vjit_sum_squares", {"long long", "long long", "const unsigned long long*", "double*"});
-  // preview = 1: the same float operations, nothing stored; *non_finite is
-  // set to 1 when any weight or slot value the update would store is NaN or
-  // ±Inf (the device form of Optimizer's preview: check, then apply).
-  out << "__device__ inline unsigned vjit_non_finite(float x) {\n"
-         "  return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;\n}\n"
-         "extern \"C\" __global__ void vjit_optimizer_update(long long rows, long long width, "
-         "const unsigned long long* __restrict__ ptrs, int kind,\n"
-         "    float lr, float weight_decay, float momentum, float beta1, float beta2, float one_minus_beta1,\n"
-         "    float one_minus_beta2, float correction1, float correction2, float eps, float decay, float scale,\n"
-         "    int preview, unsigned* non_finite) {\n"
-      << kLoopBegin
-      << "    float* w = (float*)ptrs[4 * r] + i;\n"
-         "    float* m = (float*)ptrs[4 * r + 2] + i;\n"
-         "    float* v = (float*)ptrs[4 * r + 3] + i;\n"
-         "    const float g = ((const float*)ptrs[4 * r + 1])[i];\n"
-         "    float nw, nm = 0.0f, nv = 0.0f;\n"
-         "    if (kind == 1) {\n"
-         "      nw = *w - lr * (g * scale + weight_decay * *w);\n"
-         "    } else if (kind == 2) {\n"
-         "      const float d = g * scale + weight_decay * *w;\n"
-         "      nm = momentum * *m + d;\n"
-         "      nw = *w - lr * nm;\n"
-         "    } else {\n"
-         "      const float gk = g * scale;\n"
-         "      nm = beta1 * *m + one_minus_beta1 * gk;\n"
-         "      nv = beta2 * *v + one_minus_beta2 * gk * gk;\n"
-         "      nw = *w * decay - lr * (nm / correction1) / (sqrtf(nv / correction2) + eps);\n"
-         "    }\n"
-         "    if (preview) {\n"
-         "      if (vjit_non_finite(nw) | vjit_non_finite(nm) | vjit_non_finite(nv)) atomicOr(non_finite, 1u);\n"
-         "      continue;\n"
-         "    }\n"
-         "    *w = nw;\n"
-         "    if (kind >= 2) *m = nm;\n"
-         "    if (kind == 3) *v = nv;\n  }\n}\n"
-      << host_entry("vjit_optimizer_update",
-                    {"long long", "long long", "const unsigned long long*", "int", "float", "float", "float", "float",
-                     "float", "float", "float", "float", "float", "float", "float", "float", "int", "unsigned*"});
+  out << sum_squares_kernels() << optimizer_update_kernels();
   return out.str();
 }
 

@@ -91,6 +91,12 @@ std::string cuda_index_kernels_source();
 //       runtime/optimizer.cpp's loops (kind 1 SGD, 2 SGD with momentum, 3 Adam) over
 //       rows of (weights, gradient, slot 0, slot 1) = ptrs[4r..4r+3]; preview 1:
 //       nothing stored, *non_finite = 1 when a value it would store is NaN or ±Inf
+//   vjit_sum_squares_multi(rows, ptrs, starts, double* sum)
+//   vjit_optimizer_update_multi(rows, ptrs, starts, kind, ... as above ..., preview, non_finite)
+//       the same over every parameter at once (multi-tensor): row r is
+//       elements [starts[r], starts[r+1]) of one flattened range, of width
+//       starts[r+1] − starts[r]; with preview 0 nothing is stored when
+//       *non_finite is set (by the preview queued before it)
 std::string cuda_runtime_kernels_source();
 
 // One module's source: the prelude (types, the grid-stride helper) followed by

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -312,6 +313,130 @@ TEST(CudaHostShim, OptimizerKernelEqualsTheCpuStep) {
       EXPECT_NEAR(gpu.last_grad_norm(), cpu.last_grad_norm(), 1e-12 * cpu.last_grad_norm());
     }
   }
+}
+
+// One step's gradients of a model and the multi-tensor table over them: per
+// parameter a row of (weights, gradient, slot 0, slot 1) addresses, an
+// embedding table (rows not all) a row per touched row, and each row's start.
+struct MultiTensorTable {
+  std::vector<std::vector<float>> grads;
+  double sum_of_squares = 0;
+  std::vector<unsigned long long> ptrs;
+  std::vector<long long> starts{0};
+
+  MultiTensorTable(Model& model, std::vector<std::vector<float>>& slots, const std::vector<GradientRows>& touched,
+                   int step) {
+    for (int p = 0; p < model.size(); ++p) {
+      const GradientRows& rows = touched[size_t(p)];
+      const int64_t cols = model.param(p).shape.cols(), numel = model.param(p).shape.numel();
+      std::vector<float>& g = grads.emplace_back(size_t(numel), 0.0f);
+      for (int64_t i = 0; i < numel; ++i) {
+        if (!rows.all && std::count(rows.rows.begin(), rows.rows.end(), int32_t(i / cols)) == 0) continue;
+        g[size_t(i)] = float(int((i * 7 + p * 3 + step) % 11) - 5) * 0.3f;
+        sum_of_squares += double(g[size_t(i)]) * double(g[size_t(i)]);
+      }
+      auto row = [&](int64_t first, int64_t width) {
+        for (float* base : {model.param(p).value.data(), g.data(), slots[size_t(2 * p)].data(),
+                            slots[size_t(2 * p + 1)].data()})
+          ptrs.push_back(reinterpret_cast<unsigned long long>(base + first));
+        starts.push_back(starts.back() + width);
+      };
+      if (rows.all) row(0, numel);
+      else
+        for (int32_t r : rows.rows) row(r * cols, cols);
+    }
+  }
+};
+
+// The multi-tensor kernels (one launch over every parameter) over parameters
+// of three widths, an embedding table's touched rows among them, equal the
+// CPU step bit for bit for each rule with a device form: SGD, SGD with
+// momentum (and clipping), Adam. Σ g² is the host's, up to the order of the sum.
+TEST(CudaHostShim, MultiTensorOptimizerEqualsTheCpuStep) {
+  HostModule& module = HostModule::get();
+  ASSERT_TRUE(module.error.empty()) << module.error;
+  auto make = [](int rule) -> std::unique_ptr<Optimizer> {
+    if (rule == 0) return std::make_unique<SGD>(0.1f, 0.0f, 0.001f);
+    if (rule == 1) return std::make_unique<SGD>(0.1f, 0.9f, 0.001f, 0.5f);
+    return std::make_unique<Adam>(0.01f, 0.9f, 0.999f, 1e-8f, 0.01f);
+  };
+  const std::vector<GradientRows> touched{{}, {}, {false, {1, 4}}};
+  for (int rule : {0, 1, 2}) {
+    std::unique_ptr<Optimizer> cpu = make(rule), gpu = make(rule);
+    Model on_cpu, on_gpu;
+    for (Model* model : {&on_cpu, &on_gpu}) {
+      model->add("w", Shape::mat(5, 7));
+      model->add("b", Shape::mat(1, 3));
+      model->add("table", Shape::mat(6, 4));
+    }
+    std::vector<std::vector<float>> slots;
+    for (int p = 0; p < 3; ++p) {
+      on_gpu.param(p).value = on_cpu.param(p).value;
+      slots.insert(slots.end(), 2, std::vector<float>(size_t(on_cpu.param(p).shape.numel()), 0.0f));
+    }
+    OptimizerState state;
+    for (int step = 0; step < 3; ++step) {
+      MultiTensorTable table(on_gpu, slots, touched, step);
+      cpu->step(on_cpu, table.grads, touched);
+      long long rows = (long long)(table.starts.size() - 1);
+      const unsigned long long* ptrs = table.ptrs.data();
+      const long long* starts = table.starts.data();
+      double sum = 0;
+      double* sum_at = &sum;
+      std::vector<void*> norm_params{&rows, &ptrs, &starts, &sum_at};
+      module.entry("vjit_sum_squares_multi")(norm_params.data(), 2, 8);
+      EXPECT_NEAR(sum, table.sum_of_squares, 1e-12 * sum) << "rule " << rule << ", step " << step;
+      runtime::DeviceUpdate u = runtime::OptimizerAccess::begin_device_step(*gpu, on_gpu, state, table.sum_of_squares);
+      int kind = u.kind == runtime::DeviceUpdate::Kind::Adam ? 3 : u.kind == runtime::DeviceUpdate::Kind::SgdMomentum ? 2 : 1;
+      EXPECT_EQ(kind, rule + 1);
+      float omb1 = 1.0f - u.beta1, omb2 = 1.0f - u.beta2;
+      int preview = 1;
+      unsigned non_finite = 0;
+      unsigned* flag = &non_finite;
+      std::vector<void*> params{&rows,   &ptrs,          &starts,        &kind,  &u.lr,    &u.weight_decay,
+                                &u.momentum, &u.beta1,   &u.beta2,       &omb1,  &omb2,    &u.correction1,
+                                &u.correction2, &u.eps,  &u.decay,       &u.scale, &preview, &flag};
+      const std::vector<float> before(on_gpu.param(0).value.begin(), on_gpu.param(0).value.end());
+      module.entry("vjit_optimizer_update_multi")(params.data(), 2, 8);
+      EXPECT_EQ(std::vector<float>(on_gpu.param(0).value.begin(), on_gpu.param(0).value.end()), before);
+      EXPECT_EQ(non_finite, 0u);
+      preview = 0;
+      module.entry("vjit_optimizer_update_multi")(params.data(), 2, 8);
+      for (int p = 0; p < 3; ++p)
+        EXPECT_EQ(on_gpu.param(p).value, on_cpu.param(p).value)
+            << "rule " << rule << ", step " << step << ", " << on_cpu.param(p).name;
+    }
+  }
+}
+
+// The multi-tensor update with preview 0 stores nothing while the flag its
+// preview sets is set (the update queued after a preview that found a
+// non-finite value).
+TEST(CudaHostShim, MultiTensorUpdateStoresNothingAfterAFlag) {
+  HostModule& module = HostModule::get();
+  ASSERT_TRUE(module.error.empty()) << module.error;
+  std::vector<float> w{1.0f, 2.0f, 3.0f}, g{0.5f, 0.25f, -1.0f}, m(3, 0.0f), v(3, 0.0f);
+  std::vector<unsigned long long> ptrs;
+  for (float* base : {w.data(), g.data(), m.data(), v.data()}) ptrs.push_back(reinterpret_cast<unsigned long long>(base));
+  std::vector<long long> starts{0, 3};
+  long long rows = 1;
+  const unsigned long long* p = ptrs.data();
+  const long long* s = starts.data();
+  int kind = 2, preview = 0;
+  float lr = 0.5f, wd = 0.0f, momentum = 0.9f, beta1 = 0.9f, beta2 = 0.999f, omb1 = 0.1f, omb2 = 0.001f;
+  float c1 = 1.0f, c2 = 1.0f, eps = 1e-8f, decay = 1.0f, scale = 1.0f;
+  unsigned non_finite = 1;
+  unsigned* flag = &non_finite;
+  std::vector<void*> params{&rows, &p,  &s,  &kind, &lr,  &wd,    &momentum, &beta1,   &beta2,
+                            &omb1, &omb2, &c1, &c2,   &eps, &decay, &scale,    &preview, &flag};
+  const std::vector<float> w0 = w;
+  module.entry("vjit_optimizer_update_multi")(params.data(), 1, 4);
+  EXPECT_EQ(w, w0) << "stored after a flag";
+  EXPECT_EQ(m, std::vector<float>(3, 0.0f));
+  non_finite = 0;
+  module.entry("vjit_optimizer_update_multi")(params.data(), 1, 4);
+  EXPECT_NE(w, w0) << "stored nothing without a flag";
+  EXPECT_EQ(w[0], 1.0f - 0.5f * 0.5f);  // velocity 0.5, w − lr·velocity
 }
 
 // The kernel's preview flags an update that would leave a non-finite weight
