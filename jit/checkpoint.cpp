@@ -340,6 +340,7 @@ CheckpointCopy copy_for_checkpoint(const std::string& path, const Engine& engine
   copy.metadata = user_metadata;
   std::map<std::string, std::string>& metadata = copy.metadata;
   const jit::EngineAccess locked(engine);
+  locked.download_parameters();  // the Model's values, where the GPU holds newer ones
   metadata[kFormatKey] = kFormat;
   metadata[kVersionKey] = kVersion;
   metadata[kSignatureKey] = engine.program().signature_string();

@@ -95,7 +95,8 @@ struct Engine::Impl {
       executor = std::make_unique<runtime::CudaExecutor>(
           program, plan,
           runtime::CudaExecutor::Config{options.threads, options.profile, is_on(options.tuning.tf32),
-                                        options.tuning.streaming, is_on(options.tuning.cuda_graphs)});
+                                        options.tuning.streaming, is_on(options.tuning.cuda_graphs),
+                                        is_on(options.tuning.cuda_resident_params)});
     executor->record_primitives(options.logs(Options::Log::Primitives));
     if (policy == scheduler::Policy::Fsm && !options.cache_dir.empty()) fsm = load_cached_policy();
     if (fsm) ++policy_cache_hits;
@@ -1065,6 +1066,11 @@ Engine::~Engine() {
     }
   }
   if (impl_->options.profile) std::fputs(impl_->profile_report().c_str(), stderr);
+  try {
+    download_parameters();  // the Model outlives the engine: it keeps the trained values
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[vjit] the parameters could not be copied back into the Model: %s\n", e.what());
+  }
 }
 
 void Engine::flush_trace() {
@@ -1206,6 +1212,7 @@ InternalStats EngineAccess::internal_stats() const { return impl_.internal; }
 void EngineAccess::set_optimizer_state(OptimizerState state) { impl_.executor->set_optimizer_state(std::move(state)); }
 void EngineAccess::set_train_steps(uint64_t steps) { impl_.step = steps; }
 void EngineAccess::upload_parameters() { impl_.executor->parameters().upload(impl_.program.model()); }
+void EngineAccess::download_parameters() const { impl_.executor->parameters().download(impl_.program.model()); }
 
 }  // namespace jit
 
@@ -1214,6 +1221,7 @@ void Engine::set_optimizer_state(OptimizerState state) { jit::EngineAccess(*this
 uint64_t Engine::train_steps() const { return jit::EngineAccess(*this).train_steps(); }
 void Engine::set_train_steps(uint64_t steps) { jit::EngineAccess(*this).set_train_steps(steps); }
 void Engine::upload_parameters() { jit::EngineAccess(*this).upload_parameters(); }
+void Engine::download_parameters() const { jit::EngineAccess(*this).download_parameters(); }
 
 // Set when the engine is built, never changed: no lock needed.
 const Program& Engine::program() const { return impl_->program; }

@@ -56,6 +56,8 @@ class EngineAccess {
   void set_train_steps(uint64_t steps);
   // Copies the Model's values to where the engine keeps them (Engine::upload_parameters).
   void upload_parameters();
+  // Copies the parameters' values into the Model where the engine keeps newer ones (Engine::download_parameters).
+  void download_parameters() const;
   // The counters beside Engine::stats() (a copy).
   InternalStats internal_stats() const;
 

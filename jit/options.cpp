@@ -117,8 +117,8 @@ Spec auto_off(Spec spec) {
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 constexpr std::array<std::string_view, 7> kLeverValues{"auto", "on", "off", "0", "1", "true", "false"};
 
-const std::array<Spec, 38>& specs() {
-  static const std::array<Spec, 38> table{
+const std::array<Spec, 39>& specs() {
+  static const std::array<Spec, 39> table{
       documented(spec<&Options::Tuning::fusion>("fusion", "VJIT_FUSION"), "cpu, cuda",
           "fuse chains of elementwise ops (union-find) into JIT kernels; an elementwise op left alone joins "
           "a kernel that already reads all its operands, as one more output (`ir/fusion.h`)"),
@@ -284,6 +284,15 @@ const std::array<Spec, 38>& specs() {
           "updates that one's executable graph in place instead of instantiating a new one "
           "(`runtime/cuda_graph.h`); checked only through the driver double, never run on a GPU, so off "
           "by default (docs/gpu.md); refused with `VJIT_STREAMING=on` (one stream is captured)"),
+      documented(auto_off(spec<&Options::Tuning::cuda_resident_params>("cuda_resident_params",
+                                                                       "VJIT_CUDA_RESIDENT_PARAMS")),
+          "cuda",
+          "parameters and the optimizer's state stay on the GPU between steps: an SGD or Adam step is one "
+          "kernel over every parameter (a table of parameter segments in device memory) for Σ g², its "
+          "preview and its update, instead of three per parameter, and the Model's values are copied back "
+          "only when read (`Engine::download_parameters()`, a checkpoint saved, the engine destroyed); with "
+          "`VJIT_CUDA_GRAPHS=on` the step's kernels run as two graph launches; checked only through the "
+          "driver double, never run on a GPU, so off by default (docs/gpu.md)"),
       documented(spec<&Options::threads>("threads", "VJIT_THREADS"), "cpu, cuda",
           "CPU worker threads (with `VJIT_DEVICE=cuda`, those of the host's optimizer step); a larger value "
           "is refused, naming it, before a pool is sized by it (more "

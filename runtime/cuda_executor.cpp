@@ -73,6 +73,9 @@ class UncountedWork {
 
 int64_t bytes_of(int64_t floats) { return floats * int64_t(sizeof(float)); }
 
+// Σ g²'s threads: a few hundred blocks, each thread's partial added once.
+constexpr int64_t kNormThreads = 65536;
+
 }  // namespace
 
 CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const Config& config)
@@ -104,6 +107,8 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
   fill_rows_fn_ = fn("vjit_fill_rows");
   sum_squares_fn_ = fn("vjit_sum_squares");
   optimizer_fn_ = fn("vjit_optimizer_update");
+  sum_squares_multi_fn_ = fn("vjit_sum_squares_multi");
+  optimizer_multi_fn_ = fn("vjit_optimizer_update_multi");
   for (int op = 0; op < ir::kNumOps; ++op)
     if (const ir::RowOp* row = ir::row_op(ir::Op(op))) row_fns_[size_t(op)] = fn(row->cuda_kernel);
   for (size_t t = 0; t < plan.types.size(); ++t) {
@@ -402,7 +407,8 @@ void CudaExecutor::set_optimizer_state(OptimizerState state) {
 void CudaExecutor::update_on_host(Optimizer& optimizer) {
   Model& model = store_.model();
   OptimizerState& state = store_.optimizer_state();
-  download_slots();  // the device's slots are the live ones: bring them over
+  store_.download(model);  // resident: the step reads and writes the Model's values
+  download_slots();        // the device's slots are the live ones: bring them over
   slots_on_device_ = false;
   store_.gradients();
   OptimizerAccess::step(optimizer, model, store_.host_grads_, store_.touched_.all(), &parallel_, &state);
@@ -418,38 +424,35 @@ void CudaExecutor::download_updated() {
                    });
 }
 
-// One step on the device (see the header): rows of (weights, gradient, slot 0,
-// slot 1) per parameter — a dense parameter as one row, an embedding table its
-// touched rows — summed, then updated by the rule's kernel.
-void CudaExecutor::update(Optimizer& optimizer) {
-  CudaDevice::get();
-  UncountedWork uncounted(stats_);
-  lanes_[0].at(Pass::Backward, -1, -1, 0, "optimizer step");
-  DeviceUpdate rule = OptimizerAccess::device_rule(optimizer);
-  if (rule.kind == DeviceUpdate::Kind::None || optimizer.dense_updates()) return update_on_host(optimizer);
-  Model& model = store_.model();
-  staging_used_ = 0;
-  if (slots_.empty()) {  // two slots per parameter, in one block
-    size_t bytes = 0;
-    for (int p = 0; p < model.size(); ++p) bytes += 2 * ((size_t(bytes_of(model.param(p).shape.numel())) + 255) & ~size_t(255));
-    slots_block_ = DeviceBuffer(cuda_, bytes);
-    DevicePtr next = slots_block_.get();
-    for (int p = 0; p < model.size(); ++p)
-      for (int k = 0; k < 2; ++k) {
-        slots_.push_back(next);
-        next += (size_t(bytes_of(model.param(p).shape.numel())) + 255) & ~size_t(255);
-      }
-  }
-  struct Segment {
-    int64_t first = 0, rows = 0, width = 0;  // first tuple, tuples, floats per row
-  };
-  std::vector<Segment> segments;
+// The optimizer's state slots on the device: two per parameter, in one
+// block, made by the first device step.
+void CudaExecutor::make_slots() {
+  if (!slots_.empty()) return;
+  const Model& model = store_.model();
+  auto slot_bytes = [&](int p) { return (size_t(bytes_of(model.param(p).shape.numel())) + 255) & ~size_t(255); };
+  size_t bytes = 0;
+  for (int p = 0; p < model.size(); ++p) bytes += 2 * slot_bytes(p);
+  slots_block_ = DeviceBuffer(cuda_, bytes);
+  DevicePtr next = slots_block_.get();
+  for (int p = 0; p < model.size(); ++p)
+    for (int k = 0; k < 2; ++k) {
+      slots_.push_back(next);
+      next += slot_bytes(p);
+    }
+}
+
+// The rows a step updates, as (weights, gradient, slot 0, slot 1) addresses in
+// pairs_: per parameter not frozen, a dense one as one row, an embedding table
+// its touched rows.
+std::vector<CudaExecutor::UpdateSegment> CudaExecutor::update_table() {
+  const Model& model = store_.model();
+  std::vector<UpdateSegment> segments;
   pairs_.clear();
   for (int p = 0; p < model.size(); ++p) {
     if (model.param(p).frozen) continue;  // optimizers never update it
     const GradientRows& rows = store_.touched_.of(p);
     const int64_t cols = model.param(p).shape.cols();
-    Segment segment{int64_t(pairs_.size() / 4), 0, rows.all ? model.param(p).shape.numel() : cols};
+    UpdateSegment segment{int64_t(pairs_.size() / 4), 0, rows.all ? model.param(p).shape.numel() : cols};
     auto tuple = [&](int64_t offset) {
       pairs_.insert(pairs_.end(), {at(store_.value(p), offset), at(store_.gradient(p), offset),
                                    at(slots_[size_t(2 * p)], offset), at(slots_[size_t(2 * p + 1)], offset)});
@@ -460,27 +463,27 @@ void CudaExecutor::update(Optimizer& optimizer) {
       for (int32_t row : rows.rows) tuple(int64_t(row) * cols);
     if (segment.rows > 0 && segment.width > 0) segments.push_back(segment);
   }
-  if (segments.empty()) return update_on_host(optimizer);
-  const DevicePtr tuples = stage(pairs_.data(), pairs_.size());
-  // Σ g²: a few hundred blocks, each thread's partial added once.
-  constexpr int64_t kNormThreads = 65536;
-  zero(norm_, sizeof(double));
-  for (const Segment& s : segments)
-    launch(Primitive::Reduce, sum_squares_fn_, std::min(s.rows * s.width, kNormThreads), s.rows, s.width,
-           tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t), norm_);
-  double sum = 0;
-  download(&sum, norm_, sizeof sum);
-  cuda_.synchronize();
-  if (!std::isfinite(sum)) return update_on_host(optimizer);  // step() names the culprit
+  return segments;
+}
+
+// Σ g² summed on the device: the optimizer's bookkeeping and the slots made
+// ready for the kernels. False when the step went to the host instead.
+bool CudaExecutor::begin_device_step(Optimizer& optimizer, double sum_of_squares, DeviceUpdate& rule) {
+  if (!std::isfinite(sum_of_squares)) {  // step() names the culprit
+    update_on_host(optimizer);
+    return false;
+  }
+  const Model& model = store_.model();
   OptimizerState& state = store_.optimizer_state();
   const bool slots_were_on_device = slots_on_device_;
-  rule = OptimizerAccess::begin_device_step(optimizer, model, state, sum);
+  rule = OptimizerAccess::begin_device_step(optimizer, model, state, sum_of_squares);
   if (rule.state_made && slots_were_on_device) {
     // Another state's slots are live on the device (another optimizer, or one
     // before a reset()): the host step brings them into that state before it
     // is replaced, so that a failed step can give it back as it was.
     OptimizerAccess::cancel_device_step(optimizer, state);
-    return update_on_host(optimizer);
+    update_on_host(optimizer);
+    return false;
   }
   if (rule.state_made || !slots_on_device_) {
     // Fresh state: zeros; after host steps: the host's slots.
@@ -492,31 +495,102 @@ void CudaExecutor::update(Optimizer& optimizer) {
       }
     slots_on_device_ = true;
   }
+  return true;
+}
+
+// Check, then apply (as Optimizer::step does on the host): the preview
+// stores nothing and flags a non-finite value the update would store.
+// `leading`: the kernel's arguments before the rule's.
+template <typename... Leading>
+void CudaExecutor::launch_update(void* fn, int64_t elements, const DeviceUpdate& rule, int preview,
+                                 Leading... leading) {
   const int kind = rule.kind == DeviceUpdate::Kind::Sgd ? 1 : rule.kind == DeviceUpdate::Kind::SgdMomentum ? 2 : 3;
-  auto run_kernel = [&](int preview) {
-    for (const Segment& s : segments)
-      launch(Primitive::OptimizerStep, optimizer_fn_, s.rows * s.width, s.rows, s.width, tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t),
-             kind, rule.lr, rule.weight_decay, rule.momentum, rule.beta1, rule.beta2, 1.0f - rule.beta1,
-             1.0f - rule.beta2, rule.correction1, rule.correction2, rule.eps, rule.decay, rule.scale, preview,
-             non_finite_);
-  };
-  // Check, then apply (as Optimizer::step does on the host): the preview
-  // stores nothing and flags a non-finite value the update would store.
-  zero(non_finite_, sizeof(unsigned));
-  run_kernel(1);
+  launch(Primitive::OptimizerStep, fn, elements, leading..., kind, rule.lr, rule.weight_decay, rule.momentum,
+         rule.beta1, rule.beta2, 1.0f - rule.beta1, 1.0f - rule.beta2, rule.correction1, rule.correction2, rule.eps,
+         rule.decay, rule.scale, preview, non_finite_);
+}
+
+// After the preview (and, resident, the update it guarded): true when it
+// flagged nothing. Otherwise nothing was written on the device; the host step
+// runs the same float operations over the same values and throws the
+// UserError naming the parameter, element and step, leaving the model and
+// state as they are.
+bool CudaExecutor::preview_passed(Optimizer& optimizer, const DeviceUpdate& rule) {
   unsigned non_finite = 0;
   download(&non_finite, non_finite_, sizeof non_finite);
   cuda_.synchronize();
-  if (non_finite != 0) {
-    // Nothing was written on the device. The host step runs the same float
-    // operations over the same values and throws the UserError naming the
-    // parameter, element and step, leaving the model and state as they are.
-    OptimizerAccess::cancel_device_step(optimizer, state);
-    if (rule.state_made) slots_on_device_ = false;  // zeros for a state that was not made: nothing to bring back
+  if (non_finite == 0) return true;
+  OptimizerAccess::cancel_device_step(optimizer, store_.optimizer_state());
+  if (rule.state_made) slots_on_device_ = false;  // zeros for a state that was not made: nothing to bring back
+  update_on_host(optimizer);
+  return false;
+}
+
+// One step on the device (see the header): the rows of update_table() summed,
+// then updated by the rule's kernel, a launch per segment; resident, by the
+// multi-tensor kernels (update_resident).
+void CudaExecutor::update(Optimizer& optimizer) {
+  CudaDevice::get();
+  UncountedWork uncounted(stats_);
+  lanes_[0].at(Pass::Backward, -1, -1, 0, "optimizer step");
+  if (OptimizerAccess::device_rule(optimizer).kind == DeviceUpdate::Kind::None || optimizer.dense_updates())
     return update_on_host(optimizer);
-  }
-  run_kernel(0);
+  staging_used_ = 0;
+  make_slots();
+  const std::vector<UpdateSegment> segments = update_table();
+  if (segments.empty()) return update_on_host(optimizer);
+  if (config_.resident_params) return update_resident(optimizer, segments);
+  const DevicePtr tuples = stage(pairs_.data(), pairs_.size());
+  auto segment_tuples = [&](const UpdateSegment& s) { return tuples + DevicePtr(s.first) * 4 * sizeof(uint64_t); };
+  zero(norm_, sizeof(double));
+  for (const UpdateSegment& s : segments)
+    launch(Primitive::Reduce, sum_squares_fn_, std::min(s.rows * s.width, kNormThreads), s.rows, s.width,
+           segment_tuples(s), norm_);
+  double sum = 0;
+  download(&sum, norm_, sizeof sum);
+  cuda_.synchronize();
+  DeviceUpdate rule;
+  if (!begin_device_step(optimizer, sum, rule)) return;
+  zero(non_finite_, sizeof(unsigned));
+  for (const UpdateSegment& s : segments)
+    launch_update(optimizer_fn_, s.rows * s.width, rule, 1, s.rows, s.width, segment_tuples(s));
+  if (!preview_passed(optimizer, rule)) return;
+  for (const UpdateSegment& s : segments)
+    launch_update(optimizer_fn_, s.rows * s.width, rule, 0, s.rows, s.width, segment_tuples(s));
   download_updated();
+}
+
+// The resident step over the rows in pairs_: one launch of each multi-tensor
+// kernel, each pair of waits a graph when graphs are on; the Model is left
+// behind the device (see the header).
+void CudaExecutor::update_resident(Optimizer& optimizer, std::span<const UpdateSegment> segments) {
+  std::vector<int64_t>& starts = offsets_;  // each row's first element in the flattened range
+  starts.assign(1, 0);
+  for (const UpdateSegment& s : segments)
+    for (int64_t r = 0; r < s.rows; ++r) starts.push_back(starts.back() + s.width);
+  const int64_t rows = int64_t(starts.size()) - 1, total = starts.back();
+  DevicePtr tuples = 0, row_starts = 0;
+  {
+    StepGraphs::Capture capture(graphs_, 0);
+    tuples = stage(pairs_.data(), pairs_.size());
+    row_starts = stage(starts.data(), starts.size());
+    zero(norm_, sizeof(double));
+    launch(Primitive::Reduce, sum_squares_multi_fn_, std::min(total, kNormThreads), rows, tuples, row_starts, norm_);
+    capture.launch();
+  }
+  double sum = 0;
+  download(&sum, norm_, sizeof sum);
+  cuda_.synchronize();
+  DeviceUpdate rule;
+  if (!begin_device_step(optimizer, sum, rule)) return;
+  {
+    StepGraphs::Capture capture(graphs_, 0);
+    zero(non_finite_, sizeof(unsigned));
+    launch_update(optimizer_multi_fn_, total, rule, 1, rows, tuples, row_starts);
+    launch_update(optimizer_multi_fn_, total, rule, 0, rows, tuples, row_starts);
+    capture.launch();
+  }
+  if (preview_passed(optimizer, rule)) store_.mark_model_behind();
 }
 
 // Streaming (see the header). The second stream starts after what the main

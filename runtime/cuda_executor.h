@@ -38,12 +38,27 @@
 // form, or dense updates of an embedding table, runs on the host over the
 // downloaded gradients instead. Values changed in the Model by hand after the
 // engine was built need parameters().upload(model).
+//
+// Resident parameters (Config::resident_params, VJIT_CUDA_RESIDENT_PARAMS; never
+// run on a GPU): the step is one kernel over every parameter for Σ g² and one
+// for the preview and the update (vjit_sum_squares_multi,
+// vjit_optimizer_update_multi: rows of (weights, gradient, slot 0, slot 1)
+// with their start in the flattened range), the update storing nothing when
+// the preview flagged a value; with graphs on, each of the two is captured and
+// launched as a graph. Nothing is copied back: the store marks the Model
+// behind, and its download() brings the whole values block over in one copy
+// when a reader asks (Engine::download_parameters, a checkpoint saved, the
+// engine destroyed, a step that falls back to the host). The host waits for the
+// device twice per step, for Σ g² (the clipping factor and the optimizer's
+// bookkeeping are the host's) and for the preview's flag.
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_graph.h"
+#include "runtime/optimizer_access.h"
 #include "runtime/touched_rows.h"
 #include "runtime/parallel_for.h"
 #include "runtime/runner.h"
@@ -57,8 +72,12 @@ class CudaParameterStore final : public ParameterStore {
  public:
   CudaParameterStore(CudaExecutor& owner, CudaDevice& device, Model& model, const ExecPlan& plan);
   ~CudaParameterStore() override;
+  // Pushes the Model's values to the device.
   void upload(const Model& model) override;
+  // Pulls the device's values into the Model when they are newer (one copy); nothing otherwise.
   void download(Model& model) const override;
+  // The device's values are newer than the Model's (a resident step ran).
+  void mark_model_behind() { model_behind_ = true; }
   // Downloads the gradients of the last backward the first time they are asked for.
   const std::vector<std::vector<float>>& gradients() const override;
   const std::vector<GradientRows>& gradient_rows() const override { return touched_.all(); }
@@ -81,6 +100,9 @@ class CudaParameterStore final : public ParameterStore {
   Model& model_;
   OptimizerState optimizer_state_;
   DeviceBuffer values_block_, grads_block_;  // every parameter's values, gradients
+  size_t values_bytes_ = 0;                  // of each block
+  mutable char* values_mirror_ = nullptr;    // page-locked, for download()
+  mutable bool model_behind_ = false;
   std::vector<DevicePtr> values_, grads_;
   TouchedRows touched_;
   mutable std::vector<std::vector<float>> host_grads_;
@@ -100,6 +122,7 @@ class CudaExecutor final : public Runner, private Device {
     bool tf32 = false;  // cuBLASLt on TF32 tensor cores
     bool streaming = false;  // eager forward steps on the second stream (see above)
     bool graphs = false;     // each pass captured and launched as a CUDA graph (runtime/cuda_graph.h)
+    bool resident_params = false;  // the Model refreshed only when read; one multi-tensor optimizer step (above)
   };
   CudaExecutor(const Program& program, const ExecPlan& plan, const Config& config);
   ~CudaExecutor() override;
@@ -196,6 +219,17 @@ class CudaExecutor final : public Runner, private Device {
   // The optimizer on the host (runtime/optimizer.cpp), for a rule without a
   // device form or dense updates of embedding tables.
   void update_on_host(Optimizer& optimizer);
+  // The device step's parts (update()).
+  struct UpdateSegment {
+    int64_t first = 0, rows = 0, width = 0;  // first tuple in pairs_, tuples, floats per row
+  };
+  void make_slots();
+  std::vector<UpdateSegment> update_table();
+  bool begin_device_step(Optimizer& optimizer, double sum_of_squares, DeviceUpdate& rule);
+  template <typename... Leading>
+  void launch_update(void* fn, int64_t elements, const DeviceUpdate& rule, int preview, Leading... leading);
+  bool preview_passed(Optimizer& optimizer, const DeviceUpdate& rule);
+  void update_resident(Optimizer& optimizer, std::span<const UpdateSegment> segments);
   // Copies the values an update changed into the Model: dense parameters
   // whole, embedding tables their touched rows.
   void download_updated();
@@ -216,7 +250,7 @@ class CudaExecutor final : public Runner, private Device {
        *broadcast_fn_ = nullptr, *sum_mod_fn_ = nullptr, *sum_columns_fn_ = nullptr, *loss_sum_fn_ = nullptr,
        *outer_fn_ = nullptr, *batched_matmul_fn_ = nullptr,
        *softmax_fn_ = nullptr, *gather_sum_fn_ = nullptr, *fill_rows_fn_ = nullptr, *sum_squares_fn_ = nullptr,
-       *optimizer_fn_ = nullptr;
+       *optimizer_fn_ = nullptr, *sum_squares_multi_fn_ = nullptr, *optimizer_multi_fn_ = nullptr;
   std::array<void*, ir::kNumOps> row_fns_{};  // each row op's kernel (ir::row_op), by op
   // The optimizer's state slots on the device (two per parameter), live when
   // slots_on_device_; otherwise the host's OptimizerState holds them.

@@ -3,6 +3,8 @@
 // transfers. The optimizer step over it is CudaExecutor::update.
 #include "runtime/cuda_executor.h"
 
+#include <cstring>
+
 namespace vjit::runtime {
 
 CudaParameterStore::CudaParameterStore(CudaExecutor& owner, CudaDevice& device, Model& model, const ExecPlan& plan)
@@ -18,7 +20,8 @@ CudaParameterStore::CudaParameterStore(CudaExecutor& owner, CudaDevice& device, 
   std::vector<size_t> offset(size_t(model.size()) + 1, 0);
   for (size_t p = 0; p < size_t(model.size()); ++p)
     offset[p + 1] = offset[p] + ((size_t(model.param(int(p)).shape.numel()) * sizeof(float) + 255) & ~size_t(255));
-  values_block_ = DeviceBuffer(device_, offset.back());
+  values_bytes_ = offset.back();
+  values_block_ = DeviceBuffer(device_, values_bytes_);
   grads_block_ = DeviceBuffer(device_, offset.back());
   device_.memset_zero(grads_block_.get(), offset.back());
   for (size_t p = 0; p < size_t(model.size()); ++p) {
@@ -34,6 +37,7 @@ CudaParameterStore::CudaParameterStore(CudaExecutor& owner, CudaDevice& device, 
 
 CudaParameterStore::~CudaParameterStore() {
   for (void* host : pinned_) device_.unpin(host);
+  device_.free_pinned(values_mirror_);
 }
 
 void CudaParameterStore::upload(const Model& model) {
@@ -43,14 +47,24 @@ void CudaParameterStore::upload(const Model& model) {
     device_.upload(values_[size_t(p)], param.value.data(), param.value.size() * sizeof(float));
   }
   device_.synchronize();
+  model_behind_ = false;
 }
 
+// The whole values block in one copy, through a page-locked mirror made the
+// first time (the Model's own pages may not all be pinned, and one transfer
+// of the block costs less than one per parameter).
 void CudaParameterStore::download(Model& model) const {
+  if (!model_behind_) return;
   CudaDevice::get();
+  const size_t bytes = values_bytes_;
+  if (!values_mirror_) values_mirror_ = static_cast<char*>(device_.alloc_pinned(bytes));
+  device_.download(values_mirror_, values_block_.get(), bytes);
   for (int p = 0; p < model.size(); ++p) {
     ParamData& param = model.param(p);
-    device_.download(param.value.data(), values_[size_t(p)], param.value.size() * sizeof(float));
+    std::memcpy(param.value.data(), values_mirror_ + (values_[size_t(p)] - values_block_.get()),
+                param.value.size() * sizeof(float));
   }
+  model_behind_ = false;
 }
 
 const std::vector<std::vector<float>>& CudaParameterStore::gradients() const {

@@ -1099,5 +1099,194 @@ TEST(CudaGraphs, AFailedLaunchEndsTheCapture) {
   EXPECT_EQ(std::count_if(after.begin(), after.end(), captured), 0);
 }
 
+
+// --- Resident parameters (VJIT_CUDA_RESIDENT_PARAMS) ---
+// The double runs no kernel, so a step leaves the device's values as they
+// were: these tests check which copies move them and when (the update's
+// float operations are the host shim's tests in tests/test_cuda.cpp).
+
+Options resident_options(bool graphs = false) {
+  Options options = graphs ? graph_options() : cuda_options();
+  options.tuning.cuda_resident_params = Lever::On;
+  return options;
+}
+
+// Where each parameter lives on the device: the destination of its upload
+// from the Model's own memory when the engine was built.
+struct DeviceRange {
+  uint64_t begin = 0, end = 0;
+};
+std::vector<DeviceRange> parameter_ranges(const std::vector<VjitDoubleCall>& construction, const Model& model) {
+  std::vector<DeviceRange> ranges;
+  for (int p = 0; p < model.size(); ++p)
+    for (const VjitDoubleCall& call : construction)
+      if (is(call, "cuMemcpyHtoDAsync") && call.args[1] == uint64_t(uintptr_t(model.param(p).value.data()))) {
+        ranges.push_back({call.args[0], call.args[0] + call.args[2]});
+        break;
+      }
+  EXPECT_EQ(int(ranges.size()), model.size()) << "a parameter's upload was not found";
+  return ranges;
+}
+
+// Copies to the host that read a parameter's values.
+std::vector<VjitDoubleCall> parameter_downloads(const std::vector<VjitDoubleCall>& calls,
+                                                const std::vector<DeviceRange>& ranges) {
+  std::vector<VjitDoubleCall> found;
+  for (const VjitDoubleCall& call : calls) {
+    if (!is(call, "cuMemcpyDtoHAsync")) continue;
+    const uint64_t begin = call.args[1], end = call.args[1] + call.args[2];
+    if (std::any_of(ranges.begin(), ranges.end(), [&](const DeviceRange& r) { return begin < r.end && r.begin < end; }))
+      found.push_back(call);
+  }
+  return found;
+}
+
+std::vector<float> all_values(const Model& model) {
+  std::vector<float> values;
+  for (int p = 0; p < model.size(); ++p) values.insert(values.end(), model.param(p).value.begin(), model.param(p).value.end());
+  return values;
+}
+
+void fill_values(Model& model, float value) {
+  for (int p = 0; p < model.size(); ++p) std::fill(model.param(p).value.begin(), model.param(p).value.end(), value);
+}
+
+// Steady train steps copy no parameter back (the default path copies every
+// one it updated); a read copies the whole values block once, a second read
+// nothing; the Model then holds the device's values.
+TEST(ResidentParams, ParametersComeBackOnlyWhenRead) {
+  VJIT_USE_THE_DOUBLE();
+  for (bool resident : {false, true}) {
+    models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+    Model& model = *bundle.model;
+    take_calls();
+    Engine engine(*bundle.program, resident ? resident_options() : cuda_options());
+    const std::vector<DeviceRange> ranges = parameter_ranges(take_calls(), model);
+    const std::vector<float> on_device = all_values(model);
+    const GraphBatch batch = models::make_batch(bundle.train, first_indices(5));
+    Adam adam(0.01f);
+    engine.train_step(batch, adam);
+    take_calls();
+    for (int step = 0; step < 3; ++step) engine.train_step(batch, adam);
+    const std::vector<VjitDoubleCall> steps = take_calls();
+    EXPECT_GT(launches_of(steps, resident ? "vjit_optimizer_update_multi" : "vjit_optimizer_update"), 0);
+    if (!resident) {
+      EXPECT_GE(parameter_downloads(steps, ranges).size(), 3u) << "the default path copies back every step";
+      continue;
+    }
+    EXPECT_EQ(parameter_downloads(steps, ranges).size(), 0u) << "a resident step copied parameters back";
+    EXPECT_EQ(launches_of(steps, "vjit_optimizer_update"), 0);
+    // The Model is not written behind the user's back: values set on the host
+    // stay until read from the engine.
+    fill_values(model, 7.0f);
+    engine.train_step(batch, adam);
+    EXPECT_EQ(all_values(model), std::vector<float>(on_device.size(), 7.0f));
+    take_calls();
+    engine.download_parameters();
+    const std::vector<VjitDoubleCall> read = parameter_downloads(take_calls(), ranges);
+    ASSERT_EQ(read.size(), 1u) << "one copy of the values block";
+    EXPECT_LE(read[0].args[1], ranges.front().begin);
+    EXPECT_GE(read[0].args[1] + read[0].args[2], ranges.back().end);
+    EXPECT_EQ(all_values(model), on_device) << "the device's values (the double runs no update)";
+    engine.download_parameters();
+    EXPECT_EQ(parameter_downloads(take_calls(), ranges).size(), 0u) << "the Model is current: nothing to copy";
+  }
+}
+
+// A host write pushes (upload_parameters, load_checkpoint) and leaves the
+// Model current; a checkpoint saved and an engine destroyed pull first.
+TEST(ResidentParams, WritesPushAndReadersPull) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  Model& model = *bundle.model;
+  const GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
+  Adam adam(0.01f);
+  const std::string path = ::testing::TempDir() + "vjit-resident-" + std::to_string(::getpid()) + ".safetensors";
+  take_calls();
+  std::optional<Engine> engine(std::in_place, *bundle.program, resident_options());
+  const std::vector<DeviceRange> ranges = parameter_ranges(take_calls(), model);
+  engine->train_step(batch, adam);
+  // Pushed: the device holds the user's values; nothing to pull afterwards.
+  fill_values(model, 0.25f);
+  engine->upload_parameters();
+  engine->train_step(batch, adam);
+  fill_values(model, -1.0f);
+  take_calls();
+  // Saved: pulled first (the device's 0.25), then written.
+  save_checkpoint(path, *engine, &adam);
+  EXPECT_EQ(parameter_downloads(take_calls(), ranges).size(), 1u);
+  const std::vector<float> pushed(all_values(model).size(), 0.25f);
+  EXPECT_EQ(all_values(model), pushed);
+  // Loaded: the file's values pushed, the Model current.
+  fill_values(model, 3.0f);
+  engine->upload_parameters();
+  engine->train_step(batch, adam);
+  load_checkpoint(path, *engine, &adam);
+  take_calls();
+  engine->download_parameters();
+  EXPECT_EQ(parameter_downloads(take_calls(), ranges).size(), 0u) << "a load leaves the Model current";
+  EXPECT_EQ(all_values(model), pushed);
+  // Destroyed: the Model keeps the device's values.
+  engine->train_step(batch, adam);
+  fill_values(model, 5.0f);
+  engine.reset();
+  EXPECT_EQ(all_values(model), pushed);
+  std::filesystem::remove(path);
+}
+
+// A step the host takes (dense updates of an embedding table) first pulls
+// the values resident steps left on the device, and leaves the Model current.
+TEST(ResidentParams, AHostStepPullsFirst) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  Model& model = *bundle.model;
+  const GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
+  take_calls();
+  Engine engine(*bundle.program, resident_options());
+  const std::vector<DeviceRange> ranges = parameter_ranges(take_calls(), model);
+  Adam adam(1e-30f);  // the host step moves the values by about 1e-30
+  engine.train_step(batch, adam);
+  const std::vector<float> on_device = all_values(model);
+  fill_values(model, 9.0f);  // not pushed: the device keeps its values
+  adam.set_dense_updates(true);
+  take_calls();
+  engine.train_step(batch, adam);
+  const std::vector<VjitDoubleCall> calls = take_calls();
+  EXPECT_EQ(launches_of(calls, "vjit_optimizer_update_multi"), 0) << "dense Adam runs on the host";
+  EXPECT_GE(parameter_downloads(calls, ranges).size(), 1u);
+  const std::vector<float> stepped = all_values(model);
+  ASSERT_EQ(stepped.size(), on_device.size());
+  for (size_t i = 0; i < stepped.size(); ++i)
+    ASSERT_NEAR(stepped[i], on_device[i], 1e-6f) << "element " << i << ": the host step ran on stale values";
+  engine.download_parameters();
+  EXPECT_EQ(parameter_downloads(take_calls(), ranges).size(), 0u);
+}
+
+// Per step, the optimizer is one launch for Σ g² and two (preview, update)
+// over every parameter, whatever their number; with graphs on, a training
+// step is four host launches: the forward's and backward's graphs and the
+// optimizer's two.
+TEST(ResidentParams, AStepIsAFewLaunches) {
+  VJIT_USE_THE_DOUBLE();
+  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+  const GraphBatch batch = models::make_batch(bundle.train, first_indices(6));
+  for (bool graphs : {false, true}) {
+    Engine engine(*bundle.program, resident_options(graphs));
+    Adam adam(0.01f);
+    for (int i = 0; i < 2; ++i) engine.train_step(batch, adam);
+    take_calls();
+    engine.train_step(batch, adam);
+    const std::vector<VjitDoubleCall> calls = take_calls();
+    EXPECT_EQ(launches_of(calls, "vjit_sum_squares_multi"), 1);
+    EXPECT_EQ(launches_of(calls, "vjit_optimizer_update_multi"), 2);
+    EXPECT_EQ(launches_of(calls, "vjit_sum_squares") + launches_of(calls, "vjit_optimizer_update"), 0);
+    if (!graphs) continue;
+    EXPECT_EQ(count_of(calls, "cuGraphLaunch"), 4);
+    EXPECT_EQ(host_launches(calls), 4) << "work launched outside a graph";
+    std::cout << "tree_lstm train_step on 6 trees with resident parameters and graphs: " << host_launches(calls)
+              << " host launches\n";
+  }
+}
+
 }  // namespace
 }  // namespace vjit

@@ -22,7 +22,7 @@ using Options = vjit::Options;
 const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM", "VJIT_VERTEX_GEMM",
-    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_BATCH_GEMMS", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS", "VJIT_ACCUMULATE_GRADIENTS", "VJIT_CHILD_ROWS", "VJIT_PARAM_LAYOUT", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32",
+    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_BATCH_GEMMS", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS", "VJIT_ACCUMULATE_GRADIENTS", "VJIT_CHILD_ROWS", "VJIT_PARAM_LAYOUT", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32", "VJIT_CUDA_GRAPHS", "VJIT_CUDA_RESIDENT_PARAMS",
     "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC", "VJIT_TRACE", "VJIT_INFER_SHARDS",
 };
 
@@ -543,7 +543,7 @@ TEST(OptionsResolve, AutoIsWhatEachDeviceDoes) {
   for (Lever lever : {cuda.tuning.pretranspose, cuda.tuning.infer_kernels, cuda.tuning.gather_slices,
                       cuda.tuning.gather_pointers, cuda.tuning.forward_gathers, cuda.tuning.accumulate_gradients,
                       cuda.tuning.child_rows, cuda.tuning.param_layout, cuda.deterministic, cuda.tuning.dist_overlap,
-                      cuda.tuning.tf32, cuda.tuning.cuda_graphs})
+                      cuda.tuning.tf32, cuda.tuning.cuda_graphs, cuda.tuning.cuda_resident_params})
     EXPECT_EQ(lever, Lever::Off);
   EXPECT_EQ(cuda.tuning.dist_nccl, Lever::On);
   EXPECT_EQ(cuda.resolve(), cuda) << "resolving twice changes nothing";
@@ -578,7 +578,7 @@ TEST(OptionsResolve, CudaRefusesWhatOnlyTheCpuDoes) {
   }
 }
 
-constexpr const char* kGpuOnly[] = {"VJIT_TF32", "VJIT_DIST_NCCL", "VJIT_CUDA_GRAPHS"};
+constexpr const char* kGpuOnly[] = {"VJIT_TF32", "VJIT_DIST_NCCL", "VJIT_CUDA_GRAPHS", "VJIT_CUDA_RESIDENT_PARAMS"};
 
 TEST(OptionsResolve, CpuRefusesWhatOnlyTheGpuDoes) {
   for (const char* variable : kGpuOnly) {

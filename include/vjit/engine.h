@@ -211,6 +211,14 @@ class Engine {
   /// they were changed from outside (e.g. by load_parameters). On the CPU the
   /// engine reads the Model itself and this does nothing; on the GPU it uploads.
   void upload_parameters();
+  /// Copies the parameters' values into the Model where the engine keeps newer
+  /// ones: with VJIT_CUDA_RESIDENT_PARAMS the GPU's values after train_step
+  /// reach the Model only through this call (one copy from the device), a
+  /// checkpoint saved (save_checkpoint calls it) or the engine destroyed. Call
+  /// it before reading the Model's values yourself, and before changing a part
+  /// of them for upload_parameters(). Does nothing where the Model is current
+  /// (on the CPU; on the GPU without that option; after a call already made).
+  void download_parameters() const;
 
   EngineStats stats() const;  ///< a copy, taken under the engine's lock
   /// The memory planner that lays batches out (VJIT_MEMPLAN): options().tuning.memplan,

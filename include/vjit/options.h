@@ -88,6 +88,7 @@ struct Options {
     MemoryPlanner memplan = MemoryPlanner::Copy;  ///< VJIT_MEMPLAN
     Lever tf32 = Lever::Auto;                     ///< VJIT_TF32 (CUDA; auto: off)
     Lever cuda_graphs = Lever::Auto;              ///< VJIT_CUDA_GRAPHS (CUDA; auto: off; never run on a GPU)
+    Lever cuda_resident_params = Lever::Auto;     ///< VJIT_CUDA_RESIDENT_PARAMS (CUDA; auto: off; never run on a GPU)
     int infer_shards = 1;                         ///< VJIT_INFER_SHARDS (CPU; infer() on groups of samples at once)
     Isa isa = Isa::Auto;                          ///< VJIT_ISA (CPU)
     Gemm gemm = Gemm::Auto;                       ///< VJIT_GEMM (CPU)

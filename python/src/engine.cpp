@@ -164,6 +164,8 @@ void bind_engine_class(py::module_& m) {
       .def_property("train_steps", &Engine::train_steps, &Engine::set_train_steps, cpp_doc("vjit::Engine::train_steps"))
       .def("upload_parameters", &Engine::upload_parameters, gil_release(),
            cpp_doc("vjit::Engine::upload_parameters"))
+      .def("download_parameters", &Engine::download_parameters, gil_release(),
+           cpp_doc("vjit::Engine::download_parameters"))
       .def("stats", [](const Engine& e) { return stats_dict(e.stats()); }, cpp_doc("vjit::Engine::stats"))
       .def("reset_stats", &Engine::reset_stats, cpp_doc("vjit::Engine::reset_stats"))
       .def_property_readonly("options", [](const Engine& e) { return e.options(); }, cpp_doc("vjit::Engine::options"))
