@@ -288,11 +288,12 @@ const std::array<Spec, 39>& specs() {
                                                                        "VJIT_CUDA_RESIDENT_PARAMS")),
           "cuda",
           "parameters and the optimizer's state stay on the GPU between steps: an SGD or Adam step is one "
-          "kernel over every parameter (a table of parameter segments in device memory) for Σ g², its "
-          "preview and its update, instead of three per parameter, and the Model's values are copied back "
-          "only when read (`Engine::download_parameters()`, a checkpoint saved, the engine destroyed); with "
-          "`VJIT_CUDA_GRAPHS=on` the step's kernels run as two graph launches; checked only through the "
-          "driver double, never run on a GPU, so off by default (docs/gpu.md)"),
+          "launch each for Σ g², the preview and the update over every parameter (a table of parameter "
+          "rows in device memory) instead of one each per parameter group, and the Model's values are "
+          "copied back only when read (`Engine::download_parameters()`, a checkpoint saved, the engine "
+          "destroyed, a step run on the host); with `VJIT_CUDA_GRAPHS=on` the step's kernels run as two "
+          "graph launches; checked only through the driver double, never run on a GPU, so off by default "
+          "(docs/gpu.md)"),
       documented(spec<&Options::threads>("threads", "VJIT_THREADS"), "cpu, cuda",
           "CPU worker threads (with `VJIT_DEVICE=cuda`, those of the host's optimizer step); a larger value "
           "is refused, naming it, before a pool is sized by it (more "

@@ -84,12 +84,13 @@ State& state() {
 
 // VJIT_DOUBLE_SUMMARY=path: at exit, one JSON line appended there with what
 // the host launched over the process (perf/graph_launches.sh): graph launches,
-// kernels and products launched one by one, those captured into graphs, and
-// the graph calls.
+// kernels and products launched one by one, those captured into graphs, the
+// graph calls, and the copies to the host with their bytes.
 void write_summary() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   size_t graph_launches = 0, kernels = 0, products = 0, captured = 0, instantiations = 0, updates = 0, refused = 0;
+  size_t downloads = 0, download_bytes = 0;
   for (const VjitDoubleCall& call : s.calls) {
     const std::string name = call.name;
     const bool work = name == "cuLaunchKernel" || name == "cublasLtMatmul";
@@ -100,12 +101,15 @@ void write_summary() {
     instantiations += name == "cuGraphInstantiate";
     updates += name == "cuGraphExecUpdate" && call.status == CUDA_SUCCESS;
     refused += name == "cuGraphExecUpdate" && call.status != CUDA_SUCCESS;
+    if (name == "cuMemcpyDtoHAsync") ++downloads, download_bytes += size_t(call.args[2]);
   }
   if (FILE* out = std::fopen(std::getenv("VJIT_DOUBLE_SUMMARY"), "a")) {
     std::fprintf(out,
                  "{\"graph_launches\":%zu,\"kernel_launches\":%zu,\"product_launches\":%zu,\"captured\":%zu,"
-                 "\"instantiations\":%zu,\"updates\":%zu,\"refused_updates\":%zu}\n",
-                 graph_launches, kernels, products, captured, instantiations, updates, refused);
+                 "\"instantiations\":%zu,\"updates\":%zu,\"refused_updates\":%zu,\"downloads\":%zu,"
+                 "\"download_bytes\":%zu}\n",
+                 graph_launches, kernels, products, captured, instantiations, updates, refused, downloads,
+                 download_bytes);
     std::fclose(out);
   }
 }
