@@ -2,8 +2,8 @@
 // GPU equals the double reference interpreter (objective, pushed values,
 // every gradient) under the lowering options that change what the executor
 // runs (streaming on too), inference equals the CPU engine's, streaming equals
-// one stream, and training steps leave the same
-// weights as on the CPU. Without a usable device every test says
+// one stream, training steps leave the same
+// weights as on the CPU, and resident parameters those of the default path. Without a usable device every test says
 // "skipped: no CUDA device (reason)".
 #include <gtest/gtest.h>
 
@@ -127,6 +127,47 @@ TEST_P(CudaEngine, TrainingStepsEqualTheCpu) {
   }
   compare("sgd with momentum and clipping");
   EXPECT_NEAR(gpu_sgd.last_grad_norm(), cpu_sgd.last_grad_norm(), 1e-4 * std::max(1.0, cpu_sgd.last_grad_norm()));
+}
+
+// Resident parameters (VJIT_CUDA_RESIDENT_PARAMS: the multi-tensor optimizer
+// kernels, no copy back per step), with graphs off and on, leave the weights
+// of the default path once read back, within float rounding (Σ g² is summed
+// atomically in either): Adam, Adam with dense updates on the host in
+// between, SGD with momentum and clipping.
+TEST_P(CudaEngine, ResidentParametersEqualTheDefaultPath) {
+  VJIT_SKIP_WITHOUT_CUDA();
+  const std::string& model = GetParam();
+  for (bool graphs : {false, true}) {
+    models::Bundle one = models::make_model(model, testing::small_config());
+    models::Bundle two = models::make_model(model, testing::small_config());
+    Options resident = cuda_options();
+    resident.tuning.cuda_resident_params = Lever::On;
+    resident.tuning.cuda_graphs = graphs ? Lever::On : Lever::Off;
+    Engine plain(*one.program, cuda_options()), kept(*two.program, resident);
+    Adam adam_one(0.01f), adam_two(0.01f);
+    SGD sgd_one(0.05f, 0.9f, 0.01f, 0.5f), sgd_two(0.05f, 0.9f, 0.01f, 0.5f);
+    GraphBatch batch = models::make_batch(one.train, first_indices(16));
+    const std::string what = model + (graphs ? " with graphs" : "");
+    auto steps = [&](Optimizer& a, Optimizer& b, int count) {
+      for (int step = 0; step < count; ++step) {
+        double x = plain.train_step(batch, a), y = kept.train_step(batch, b);
+        EXPECT_NEAR(y, x, 1e-5 * std::max(1.0, std::abs(x))) << what << " step " << step;
+      }
+    };
+    steps(adam_one, adam_two, 3);
+    adam_one.set_dense_updates(true);
+    adam_two.set_dense_updates(true);
+    steps(adam_one, adam_two, 1);
+    adam_one.set_dense_updates(false);
+    adam_two.set_dense_updates(false);
+    steps(adam_one, adam_two, 1);
+    steps(sgd_one, sgd_two, 2);
+    EXPECT_NEAR(sgd_two.last_grad_norm(), sgd_one.last_grad_norm(), 1e-5 * std::max(1.0, sgd_one.last_grad_norm()));
+    kept.download_parameters();
+    for (int p = 0; p < one.model->size(); ++p)
+      EXPECT_LE(testing::tensor_error(two.model->param(p).value, one.model->param(p).value), 1e-5)
+          << what << ": " << one.model->param(p).name;
+  }
 }
 
 // Streaming (eager forward steps on the second stream, events for the
