@@ -8,7 +8,9 @@
 # pass run as a CUDA graph (VJIT_CUDA_GRAPHS=on, off by default) next to the
 # same settings without, each line tagged "cuda_graphs"; then inference latency
 # (--mode latency: 1,000 SST sentences at hidden 256, batch 1, 8 and 64, each
-# call timed alone; median and 99th percentile), graphs off and on. Build first:
+# call timed alone; median and 99th percentile), graphs off and on; then
+# training with the parameters kept on the GPU (VJIT_CUDA_RESIDENT_PARAMS=on,
+# off by default), graphs off and on, tagged "cuda_resident_params". Build first:
 # scripts/build.sh Release.
 #   perf/run_gpu_benchmarks.sh [vjit-bench] [sst train.txt] [output.jsonl]
 set -euo pipefail
@@ -60,5 +62,16 @@ for batch in 1 8 64; do
   for graphs in off on; do
     VJIT_CUDA_GRAPHS=$graphs "$bench" --peak-seconds 0.5 --model tree_lstm --data "$sst" --hidden 256 \
       --batch "$batch" --mode latency --sentences 1000 | sed "s/^{/{\"cuda_graphs\":\"$graphs\",/" >> "$out"
+  done
+done
+
+# Resident parameters against the lines above of the same settings: the
+# optimizer's multi-tensor kernels, nothing copied back per step.
+for setting in "256 64" "512 256"; do
+  read -r hidden batch <<< "$setting"
+  for graphs in off on; do
+    VJIT_CUDA_RESIDENT_PARAMS=on VJIT_CUDA_GRAPHS=$graphs "$bench" --peak-seconds 0.5 --steps 10 --model tree_lstm \
+      --data "$sst" --hidden "$hidden" --batch "$batch" --mode train |
+      sed "s/^{/{\"cuda_resident_params\":\"on\",\"cuda_graphs\":\"$graphs\",/" >> "$out"
   done
 done
