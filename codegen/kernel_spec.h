@@ -43,7 +43,7 @@ struct KernelSpec {
 // The kernel that adds outputs `accumulated` (indices into spec.outputs) into
 // what their rows hold instead of writing them: each is read as one more input
 // (after spec's, in this order) and the output is the sum. The executor passes
-// an accumulated output's rows as its input too (VJIT_ACCUMULATE_GRADIENTS).
+// an accumulated output's rows as its input too (VJIT_ROW_PLACEMENT=tables).
 KernelSpec accumulating_spec(const KernelSpec& spec, const std::vector<int>& accumulated);
 
 // Throws InternalError when `spec` is malformed: a negative width, an operand

@@ -114,7 +114,7 @@ struct Engine::Impl {
 
   // The planner's part of the (resolved) options.
   runtime::PlannerOptions planner_options() const {
-    return {options.tuning.inplace_concat, options.tuning.pad_wide_rows, is_on(options.tuning.gather_slices),
+    return {options.tuning.inplace_concat, options.tuning.pad_wide_rows, gathers_slices(options.tuning.row_placement),
             on_cpu()};
   }
 

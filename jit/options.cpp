@@ -58,6 +58,7 @@ std::span<const std::string_view> spellings(Lever) { return option_values::lever
 std::span<const std::string_view> spellings(Options::Device) { return option_values::device; }
 std::span<const std::string_view> spellings(Options::Policy) { return option_values::policy; }
 std::span<const std::string_view> spellings(Options::MemoryPlanner) { return option_values::memplan; }
+std::span<const std::string_view> spellings(Options::RowPlacement) { return option_values::row_placement; }
 std::span<const std::string_view> spellings(Options::Isa) { return option_values::isa; }
 std::span<const std::string_view> spellings(Options::Gemm) { return option_values::gemm; }
 std::span<const std::string_view> spellings(Options::VertexGemm) { return option_values::vertex_gemm; }
@@ -117,8 +118,8 @@ Spec auto_off(Spec spec) {
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
 constexpr std::array<std::string_view, 7> kLeverValues{"auto", "on", "off", "0", "1", "true", "false"};
 
-const std::array<Spec, 39>& specs() {
-  static const std::array<Spec, 39> table{
+const std::array<Spec, 36>& specs() {
+  static const std::array<Spec, 36> table{
       documented(spec<&Options::Tuning::fusion>("fusion", "VJIT_FUSION"), "cpu, cuda",
           "fuse chains of elementwise ops (union-find) into JIT kernels; an elementwise op left alone joins "
           "a kernel that already reads all its operands, as one more output (`ir/fusion.h`)"),
@@ -178,59 +179,44 @@ const std::array<Spec, 39>& specs() {
           "`c`) are neither computed into memory nor written. `CompileInfo::inference_kernels` counts the "
           "kernels that differ (`jit/pipeline.cpp`, `ir::forward_only_part`); results equal off bitwise. "
           "The CUDA executor runs the full kernels"),
-      documented(spec<&Options::Tuning::gather_slices>("gather_slices", "VJIT_GATHER_SLICES"), "cpu",
-          "CPU: a gathered child state that a vertex reads only in slices (a Tree-LSTM's `h` and `c`, "
-          "MV-RNN's vector and matrix) is gathered slice by slice (`ir::gather_slices`: a `gather` with a "
-          "start), and a gather that a `concat` reads is copied straight into the concat's buffer (with "
-          "`VJIT_INPLACE_CONCAT`), so `[h_l; h_r]` and MV-RNN's `[A; B]` are never copied a second time; "
-          "where the layout makes a gather a view of the children's rows the concat copies it as before. "
-          "The slices' gradients of one slot are joined again into one add per row "
-          "(`ir::join_gather_grads`). Only copies change: the test checks that the objective equals off's "
-          "bit for bit. The CUDA executor reads whole gathers"),
-      documented(spec<&Options::Tuning::gather_pointers>("gather_pointers", "VJIT_GATHER_POINTERS"), "cpu",
-          "CPU: a gathered child value that only per-vertex products and fused elementwise kernels read "
-          "(MV-RNN's A and B; a Tree-LSTM's children's `c`, through reshapes, slices and the backward's "
-          "reads of forward values) is not copied: the gather records where each child's row lies, a "
-          "pointer per row, and the products read it there, the kernels through a table of row addresses "
-          "(`KernelArgs::row_tables`, one call per block of rows); a `concat` of such gathers that a "
-          "product takes as its right operand, or a weight gradient sums against (MV-RNN's W_M·[A; B] and Σ "
-          "dP·[A; B]ᵀ), is read in its parts (the product splits its inner dimension). Such values get no "
-          "buffer (MV-RNN's forward values of a batch: about half the bytes). A gather with any other "
-          "reader (an elementwise op outside a fused kernel, a GEMM over the rows of a weight) is copied as "
-          "before (`runtime/row_pointers.h`). In the backward, a child's whole gradient that per-vertex "
-          "products, fused kernels or elementwise nodes compute (MV-RNN's gradients of a child's vector and "
-          "matrix; a Tree-LSTM's `dh` and `dc` of a child) is written by them straight into the child's "
-          "scatter-gradient row where that row has no other contribution (a tree's vertex), and into its "
-          "own row, then added by the `GatherGrad`, where it has (a shared child; `gradient_pointers`, both "
-          "decided once per program in `runtime/row_placement.cpp`). Results equal the reference to float "
-          "rounding, not off's bits (a product split in its inner dimension sums two GEMMs; tested under "
-          "each planner, on one and two threads, with every example model, and with shared children). "
-          "Tree-LSTM training, batch 64, hidden 256: the layout's copies per step 9.9 → 2.5 MB. The CUDA "
-          "executor copies"),
-      documented(spec<&Options::Tuning::forward_gathers>("forward_gathers", "VJIT_FORWARD_GATHERS"), "cpu",
-          "CPU: a part of a child's scattered row that a fused kernel computes (a Tree-LSTM's `h`) and that "
-          "a parent gathers into a buffer of its own (the parent's `[h_l; h_r]`, which its GEMM reads; a "
-          "`gather_sum` whose row has this one child: a chain's predecessor, a lattice word's start "
-          "character) is written there by that kernel as well, a second output pointed row by row at the "
-          "parent's row; the parent's gather copies nothing for it. The plan finds such parts once every "
-          "type is lowered (`runtime/forwarding.h`); a child with several parents forwards to the one whose "
-          "gathers take most of its row (the first on a tie), the others copy; a gather the layout made a "
-          "view keeps it unless a `concat` would copy the view. With gather pointers, the Tree-LSTM's and "
-          "Tree-GRU's layouts copy nothing in either pass, and the chains' and lattices' inference copies "
-          "drop 5× and more (docs/benchmarks.md, \"Memory layout\"). Tested against the reference with "
-          "every example model "
-          "under each planner, one and two threads, pointers off and on, and with shared children. The CUDA "
-          "executor copies"),
-      documented(spec<&Options::Tuning::accumulate_gradients>("accumulate_gradients", "VJIT_ACCUMULATE_GRADIENTS"), "cpu",
-          "CPU, training: a fused kernel of ∂F that computes part of the gradient a vertex sends to its "
-          "children (a lattice character's `dc` to the previous character, a word's to its start character, "
-          "a Tree-LSTM's `dc_l` and `dc_r`) runs a second kernel, compiled beside it, that adds that part "
-          "straight into each child's scatter-gradient row (`codegen::accumulating_spec`: the row is read "
-          "as one more input); the `GatherGrad` then adds only the rest of the gradient, and the rows a "
-          "kernel could not send (a child that two rows of one task send to, a row with several variadic "
-          "children) from their own rows. A gradient that `VJIT_GATHER_POINTERS` writes whole through "
-          "pointers keeps that path (`place_accumulated_parts`, `runtime/row_placement.cpp`). Off: the "
-          "`GatherGrad` adds every part"),
+      documented(spec<&Options::Tuning::row_placement>("row_placement", "VJIT_ROW_PLACEMENT"), "cpu, cuda",
+          "where the rows a vertex gathers from its children are read, and its gradients for them written, "
+          "decided once per program by the plans (`runtime/row_placement.h`); each level does what the one "
+          "before does, and more. Under every level the memory planner (`VJIT_MEMPLAN`) reads a gather in "
+          "place where the children's rows lie at a constant stride. "
+          "`copy`: every other gathered row is copied into the task's rows, and every gradient sent to "
+          "children is added by its `GatherGrad`. "
+          "`slices`: as copy, but a gathered child state that a vertex reads only in slices (a Tree-LSTM's "
+          "`h` and `c`, MV-RNN's vector and matrix) is gathered slice by slice (`ir::gather_slices`: a "
+          "`gather` with a start), and a gather that a `concat` reads is copied straight into the concat's "
+          "buffer (with `VJIT_INPLACE_CONCAT`), so `[h_l; h_r]` and MV-RNN's `[A; B]` are never copied a "
+          "second time; the slices' gradients of one slot are joined again into one add per row "
+          "(`ir::join_gather_grads`); the objective equals copy's bit for bit. "
+          "`tables`: as slices, and rows are read and written where they lie, through tables of row "
+          "addresses (`KernelArgs::row_tables`), in three ways. (1) A gathered child value that only "
+          "per-vertex products and fused kernels read (MV-RNN's A and B; a Tree-LSTM's children's `c`) is "
+          "not copied: the products and kernels read each child's row where it lies (a `concat` of such "
+          "gathers that a product takes as its right operand is read in its parts, the product splitting "
+          "its inner dimension: results equal the reference to rounding, not copy's bits), and such values "
+          "get no buffer (`runtime/row_pointers.h`); in the backward, a child's whole gradient that "
+          "products, fused kernels or elementwise nodes compute (a Tree-LSTM's `dh` and `dc` of a child) "
+          "is written straight into the child's scatter-gradient row where that row has no other "
+          "contribution, and into its own row, then added by the `GatherGrad`, where it has (a shared "
+          "child). (2) A part of a child's scattered row that a fused kernel computes and a parent gathers "
+          "into a buffer of its own (a Tree-LSTM's `h` into the parent's `[h_l; h_r]`; the `gather_sum` of "
+          "a chain's predecessor or a lattice word's start character) is written there by that kernel as "
+          "well, a second output pointed row by row at the parent's row (`runtime/forwarding.h`; a child "
+          "with several parents forwards to the one whose gathers take most of its row, the others copy). "
+          "(3) In training, a fused kernel of ∂F that computes part of the gradient a vertex sends to its "
+          "children (a lattice character's `dc`, a Tree-LSTM's `dc_l` and `dc_r`) runs a second kernel, "
+          "compiled beside it, that adds that part straight into each child's scatter-gradient row "
+          "(`codegen::accumulating_spec`); the `GatherGrad` adds only the rest. With tables the Tree-LSTM's "
+          "and Tree-GRU's layouts copy nothing in either pass (Tree-LSTM training, batch 64, hidden 256: "
+          "the layout's copies per step 9.9 MB with copy → 0) and the chains' and lattices' inference "
+          "copies drop 5× and more (docs/benchmarks.md, \"Memory layout\"). "
+          "`auto`: each device's best: `tables` on the CPU; `copy` on cuda, the only level the CUDA device "
+          "takes (its kernels were never run on a GPU with gathers of slices or row tables: `slices` and "
+          "`tables` are refused there, naming the device)"),
       documented(spec<&Options::Tuning::child_rows>("child_rows", "VJIT_CHILD_ROWS"), "cpu",
           "CPU: a children block (`gather_all`) whose padding rows change no result (`ir/child_rows.h`: "
           "the Child-Sum Tree-LSTM's, forward and backward) is computed in child row space, one row per "
@@ -585,6 +571,17 @@ bool honoured_on(const Spec& spec, Options::Device device) {
   return std::string_view(spec.devices).find(to_string(device)) != std::string_view::npos;
 }
 
+// VJIT_ROW_PLACEMENT on `device`: auto is the device's best level; the CUDA
+// device takes copy alone (the only level its kernels were checked with).
+Options::RowPlacement resolve_row_placement(Options::RowPlacement placement, Options::Device device) {
+  using RowPlacement = Options::RowPlacement;
+  if (placement == RowPlacement::Auto) return device == Options::Device::Cpu ? RowPlacement::Tables : RowPlacement::Copy;
+  VJIT_USER_CHECK(device == Options::Device::Cpu || placement == RowPlacement::Copy,
+                  "VJIT_ROW_PLACEMENT=" << to_string(placement) << ": the " << to_string(device)
+                                        << " device places rows by copy only; leave it auto or copy there");
+  return placement;
+}
+
 }  // namespace
 
 std::string options_markdown() {
@@ -616,6 +613,7 @@ std::string_view to_string(Lever value) { return spellings(value)[size_t(value)]
 std::string_view to_string(Options::Device value) { return spellings(value)[size_t(value)]; }
 std::string_view to_string(Options::Policy value) { return spellings(value)[size_t(value)]; }
 std::string_view to_string(Options::MemoryPlanner value) { return spellings(value)[size_t(value)]; }
+std::string_view to_string(Options::RowPlacement value) { return spellings(value)[size_t(value)]; }
 std::string_view to_string(Options::Isa value) { return spellings(value)[size_t(value)]; }
 std::string_view to_string(Options::Gemm value) { return spellings(value)[size_t(value)]; }
 std::string_view to_string(Options::VertexGemm value) { return spellings(value)[size_t(value)]; }
@@ -680,6 +678,7 @@ Options Options::resolve() const {
                              << " device does not honour it (only " << spec.devices << " does); leave it at "
                              << value_text(spec, defaults) << " there");
   }
+  resolved.tuning.row_placement = resolve_row_placement(tuning.row_placement, device);
   VJIT_USER_CHECK(resolved.tuning.cuda_graphs != Lever::On || !tuning.streaming,
                   "VJIT_CUDA_GRAPHS=on with VJIT_STREAMING=on: a pass's graph is captured from one stream; "
                   "leave one of them off");

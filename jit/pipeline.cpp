@@ -10,9 +10,9 @@
 //                                  (∂F's Fwd nodes name them)
 //   gather_slices        F → F     slices of a gather become gathers of their own,
 //                                  so a concat of them is gathered in place
-//                                  (Options::Tuning::gather_slices; CPU only)
+//                                  (VJIT_ROW_PLACEMENT slices and tables)
 //   differentiate        F → ∂F
-//   join_gather_grads    ∂F → ∂F   with gather_slices: the slices' gradients of one
+//   join_gather_grads    ∂F → ∂F   after gather_slices: the slices' gradients of one
 //                                  slot back to one add per row
 //   simplify_slices      ∂F → ∂F   a stacked product's gradient back to per-part terms
 //   simplify             ∂F → ∂F   CSE, DCE
@@ -29,7 +29,7 @@
 //   fold_bias_adds       bias adds the GEMM does in its epilogue (Options::Tuning::epilogue)
 //   order_steps          the plan's eager, core and lazy steps; runs of GEMMs of one
 //                        shape batched (Options::Tuning::batch_gemms)
-// With Options::Tuning::forward_gathers (not for VJIT_DEVICE=cuda), F is lowered first
+// With VJIT_ROW_PLACEMENT=tables (a CPU level), F is lowered first
 // without kernels; once every type is, the parts of each type's scattered row
 // that its fused kernels compute and parents gather into buffers are known
 // (runtime/forwarding.h), and F is lowered again from fold_outer_products on,
@@ -308,7 +308,7 @@ runtime::FusedStep fused_step(const runtime::FunctionPlan& plan, ir::FusionGroup
   return {std::move(code), group.inputs, group.outputs, plan.row_width(group.nodes[0]), repeated};
 }
 
-// VJIT_ACCUMULATE_GRADIENTS: gives a core step of ∂F whose outputs include
+// VJIT_ROW_PLACEMENT=tables: gives a core step of ∂F whose outputs include
 // gradient parts (runtime::gradient_parts: `parts`) a second kernel that adds
 // those into their rows (FusedStep::accumulating).
 void add_accumulating_kernel(const std::vector<runtime::GradientPart>& parts, codegen::Isa isa,
@@ -416,7 +416,8 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   } else if (!groups.empty()) {
     codegen::Isa isa = isa_of(options);
     const std::vector<runtime::GradientPart> gradient_parts =
-        is_on(options.tuning.accumulate_gradients) ? runtime::gradient_parts(function) : std::vector<runtime::GradientPart>{};
+        uses_row_tables(options.tuning.row_placement) ? runtime::gradient_parts(function)
+                                                      : std::vector<runtime::GradientPart>{};
     for (const ir::FusionGroup& group : groups) {
       int index = int(plan.fused.size());
       if (kernels == Kernels::Skip) {
@@ -498,14 +499,14 @@ LoweredFunctions lower_functions(const ir::Function& program_forward, const Opti
   }
   ir::Function simplified = ir::simplify(forward);
   log.function("simplify", "forward", simplified, &forward);
-  const bool gather_slices = is_on(options.tuning.gather_slices);
+  const bool gather_slices = gathers_slices(options.tuning.row_placement);
   if (gather_slices) {
     ir::Function sliced_gathers = ir::gather_slices(simplified);
     ir::verify(sliced_gathers);
     log.function("gather_slices", "forward", sliced_gathers, &simplified);
     simplified = std::move(sliced_gathers);
   } else {
-    log.print("gather_slices", "forward", "(off: gather_slices=off)\n");
+    log.print("gather_slices", "forward", "(off: row_placement=copy)\n");
   }
 
   ir::Function backward = ir::differentiate(simplified);
@@ -529,14 +530,14 @@ LoweredFunctions lower_functions(const ir::Function& program_forward, const Opti
 
 }  // namespace
 
-// VJIT_FORWARD_GATHERS: once every type is lowered, F without kernels (the
+// VJIT_ROW_PLACEMENT=tables: once every type is lowered, F without kernels (the
 // parents' gathers decide what is forwarded), the F of each type is lowered
 // again with its kernels, which write the parts to forward a second time.
 // `backward_logs`: each type's ∂F lowering, printed after its F's.
 void add_forwarded_parts(const Program& program, const Options& options,
                          const std::vector<std::ostringstream>& backward_logs, runtime::ExecPlan& plan) {
   std::vector<std::vector<int>> pointers(plan.types.size());
-  if (is_on(options.tuning.gather_pointers))
+  if (uses_row_tables(options.tuning.row_placement))
     for (size_t t = 0; t < plan.types.size(); ++t)
       pointers[t] = runtime::row_pointer_parts(plan.types[t].forward, plan.types[t].backward);
   const std::vector<TypeSignature> signatures = program.signatures();
@@ -583,9 +584,9 @@ runtime::ExecPlan lower_program(const Program& program, const Options& given) {
     codegen::ArrayKernel exp = codegen::compile_exp_kernel(isa, options.perf_map);
     plan.exp = {exp.entry, exp.owner};
   }
-  // VJIT_FORWARD_GATHERS: F is lowered without kernels first; what it forwards
+  // VJIT_ROW_PLACEMENT=tables: F is lowered without kernels first; what it forwards
   // depends on every type's plan (add_forwarded_parts lowers it again).
-  const bool forwarding = is_on(options.tuning.forward_gathers);
+  const bool forwarding = uses_row_tables(options.tuning.row_placement);
   std::vector<std::ostringstream> backward_logs(size_t(forwarding ? program.num_types() : 0));
   for (int t = 0; t < program.num_types(); ++t) {
     PassLog log(options, program.type_name(t));
@@ -606,7 +607,7 @@ runtime::ExecPlan lower_program(const Program& program, const Options& given) {
   }
   if (forwarding) add_forwarded_parts(program, options, backward_logs, plan);
   plan.placement = std::make_shared<const runtime::RowPlacement>(
-      runtime::place_rows(plan, program.signatures(), is_on(options.tuning.gather_pointers)));
+      runtime::place_rows(plan, program.signatures(), uses_row_tables(options.tuning.row_placement)));
   if (cuda) {
     cuda->push_back({"executor", codegen::cuda_runtime_kernels_source() + codegen::cuda_index_kernels_source()});
     const int arch = runtime::CudaDevice::get().info().arch();

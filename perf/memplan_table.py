@@ -3,8 +3,7 @@
 
 Per configuration (model, mode, batch, hidden): the copy baseline (every
 child row read and every stacked weight is copied: VJIT_MEMPLAN=copy with
-VJIT_GATHER_POINTERS, VJIT_FORWARD_GATHERS, VJIT_ACCUMULATE_GRADIENTS and
-VJIT_PARAM_LAYOUT off), copy and pqtree (the defaults otherwise), each the
+VJIT_ROW_PLACEMENT=slices and VJIT_PARAM_LAYOUT off), copy and pqtree (the defaults otherwise), each the
 median over its runs: copy calls, bytes copied (all, and those the layout
 decides: gathers, their gradients, Concat copies), the weights matmul
 merging copies into one block per pass where the Model does not hold them so,
@@ -46,8 +45,10 @@ def auto_kept(rows):
 
 
 def layout_of(r):
-    """baseline, copy, pqtree or auto: the baseline is copy with the rows read where they lie off."""
-    if r["memplan"] == "copy" and "gather_pointers=off" in r.get("options", ""):
+    """baseline, copy, pqtree or auto: the baseline is copy with the rows read where they lie off
+    (row_placement=slices; in lines recorded before the row placement, gather_pointers=off)."""
+    options = r.get("options", "")
+    if r["memplan"] == "copy" and ("row_placement=slices" in options or "gather_pointers=off" in options):
         return "baseline"
     return r["memplan"]
 

@@ -4,8 +4,7 @@
 # and Lattice-LSTM, batch 8 and 64, hidden 64 and 256, training steps and
 # inference batches, on the real data where it exists, both against the copy
 # baseline that copies every child row it reads and every stacked weight
-# (copy with VJIT_GATHER_POINTERS, VJIT_FORWARD_GATHERS, VJIT_ACCUMULATE_GRADIENTS
-# and VJIT_PARAM_LAYOUT off), with what VJIT_MEMPLAN=auto keeps after timing
+# (copy with VJIT_ROW_PLACEMENT=slices and VJIT_PARAM_LAYOUT off), with what VJIT_MEMPLAN=auto keeps after timing
 # copy and pqtree and its time; then the planner's time
 # at batch 16, 64, 256 and 1024 (Tree-LSTM on SST and Lattice-LSTM on the
 # lattice set, hidden 256, training). The two
@@ -36,13 +35,12 @@ for model in tree_lstm tree_gru fixed_lstm var_lstm lattice_lstm; do
         # and auto's 8 trial batches are its warm-up: its timed steps run the
         # planner it kept (auto needs determinism off).
         for layout in baseline copy pqtree auto; do
-          deterministic=1 memplan=$layout rows_where_they_lie=1
+          deterministic=1 memplan=$layout placement=auto param_layout=1
           [ "$layout" = auto ] && deterministic=0
-          [ "$layout" = baseline ] && memplan=copy rows_where_they_lie=0
+          [ "$layout" = baseline ] && memplan=copy placement=slices param_layout=0
           # shellcheck disable=SC2046
-          VJIT_MEMPLAN=$memplan VJIT_DETERMINISTIC=$deterministic VJIT_GATHER_POINTERS=$rows_where_they_lie \
-            VJIT_FORWARD_GATHERS=$rows_where_they_lie VJIT_ACCUMULATE_GRADIENTS=$rows_where_they_lie \
-            VJIT_PARAM_LAYOUT=$rows_where_they_lie "$bench" --model "$model" --mode "$mode" \
+          VJIT_MEMPLAN=$memplan VJIT_DETERMINISTIC=$deterministic VJIT_ROW_PLACEMENT=$placement \
+            VJIT_PARAM_LAYOUT=$param_layout "$bench" --model "$model" --mode "$mode" \
             --hidden "$hidden" --batch "$batch" --steps "$steps" --warmup 8 --peak-seconds 0.1 --no-check \
             $(data_of "$model") >> "$out/memplan.jsonl"
         done

@@ -460,8 +460,9 @@ void run_ablation(BenchArgs args, const Options& base) {
 
 // The CPU-speed levers (issue 9) side by side on one model and data: the
 // configuration given (vjit's defaults unless flags changed them), then each
-// lever off in turn, one thread instead of all, and the one lever that is off
-// by default turned on (bf16 products). The configurations take turns,
+// lever off in turn (the row placement down to slices, then copy), one thread
+// instead of all, and the one lever that is off by default turned on (bf16
+// products). The configurations take turns,
 // --rounds times, so that every one sees the same machine load; each line
 // reports the medians, and lever_speedup = the given configuration's median
 // samples/s over this one's for a lever turned off, this one's over the given
@@ -473,6 +474,7 @@ void run_levers(BenchArgs args, const Options& base) {
     const char* name;
     void (*change)(Options&);
     bool turns_on = false;  // the lever is off by default; this configuration turns it on
+    const char* config = nullptr;  // the configuration's name where it is not the lever's with _off or _on
   };
   const Lever levers[] = {
       {"all_on", [](Options&) {}},
@@ -485,10 +487,10 @@ void run_levers(BenchArgs args, const Options& base) {
       {"pad_wide_rows", [](Options& o) { o.tuning.pad_wide_rows = false; }},
       {"pretranspose", [](Options& o) { o.tuning.pretranspose = vjit::Lever::Off; }},
       {"infer_kernels", [](Options& o) { o.tuning.infer_kernels = vjit::Lever::Off; }},
-      {"gather_slices", [](Options& o) { o.tuning.gather_slices = vjit::Lever::Off; }},
-      {"gather_pointers", [](Options& o) { o.tuning.gather_pointers = vjit::Lever::Off; }},
-      {"forward_gathers", [](Options& o) { o.tuning.forward_gathers = vjit::Lever::Off; }},
-      {"accumulate_gradients", [](Options& o) { o.tuning.accumulate_gradients = vjit::Lever::Off; }},
+      {"row_placement", [](Options& o) { o.tuning.row_placement = vjit::Options::RowPlacement::Slices; }, false,
+       "row_placement_slices"},
+      {"row_placement", [](Options& o) { o.tuning.row_placement = vjit::Options::RowPlacement::Copy; }, false,
+       "row_placement_copy"},
       {"child_rows", [](Options& o) { o.tuning.child_rows = vjit::Lever::Off; }},
       {"param_layout", [](Options& o) { o.tuning.param_layout = vjit::Lever::Off; }},
       {"vertex_gemm", [](Options& o) { o.tuning.vertex_gemm = vjit::Options::VertexGemm::Same; }},
@@ -526,8 +528,9 @@ void run_levers(BenchArgs args, const Options& base) {
   };
   const double all_on = medians_of(0, "samples_per_s");
   for (size_t i = 0; i < n; ++i) {
-    const std::string config = i == 0 ? std::string("all_on")
-                                      : std::string(levers[i].name) + (levers[i].turns_on ? "_on" : "_off");
+    const std::string config = i == 0                 ? std::string("all_on")
+                               : levers[i].config ? std::string(levers[i].config)
+                                                  : std::string(levers[i].name) + (levers[i].turns_on ? "_on" : "_off");
     if (!skipped[i].empty()) {
       std::cout << json{{"config", config}, {"lever", levers[i].name}, {"mode", args.mode}, {"skipped", skipped[i]}}.dump()
                 << std::endl;
@@ -548,8 +551,8 @@ void run_levers(BenchArgs args, const Options& base) {
 
 // Issue 11's question, "does the step get faster?", asked of one model and
 // data in one process: the copy baseline (every child row a vertex reads and
-// every stacked weight copied: VJIT_MEMPLAN=copy with gather pointers,
-// forwarding, accumulating kernels and the parameter layout off), copy and
+// every stacked weight copied: VJIT_MEMPLAN=copy with VJIT_ROW_PLACEMENT=slices
+// and the parameter layout off), copy and
 // pqtree (the given options otherwise) take turns, --rounds times, starting
 // each round with the next one (no configuration always runs first). Each
 // line has the medians of its runs, the step time of each round
@@ -566,7 +569,8 @@ void run_layouts(BenchArgs args, const Options& base) {
       {"baseline",
        [](Options& o) {
          o.tuning.memplan = vjit::Options::MemoryPlanner::Copy;
-         o.tuning.gather_pointers = o.tuning.forward_gathers = o.tuning.accumulate_gradients = o.tuning.param_layout = vjit::Lever::Off;
+         o.tuning.row_placement = vjit::Options::RowPlacement::Slices;
+         o.tuning.param_layout = vjit::Lever::Off;
        }},
       {"copy", [](Options& o) { o.tuning.memplan = vjit::Options::MemoryPlanner::Copy; }},
       {"pqtree", [](Options& o) { o.tuning.memplan = vjit::Options::MemoryPlanner::PqTree; }},

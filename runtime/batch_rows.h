@@ -3,7 +3,7 @@
 // runtime/row_placement.h). Once a planner has laid a batch out, place_batch_rows
 // decides, into the BatchLayout:
 //   forward_parent  which parent each child's kernel writes its forwarded
-//                   parts into (VJIT_FORWARD_GATHERS; the one whose gathers
+//                   parts into (VJIT_ROW_PLACEMENT=tables; the one whose gathers
 //                   take most of them), through which of its slots, and
 //                   per part which of that parent's gathers takes it
 //                   (forward_target);
@@ -14,7 +14,7 @@
 //   assigned_once   per scatter-gradient row, whether its one contribution is
 //                   a parent's whole-slot GatherGrad (assigned, not summed);
 //   accumulated_to_child per row, which of its gradient parts its kernel adds
-//                   straight into the child's row (VJIT_ACCUMULATE_GRADIENTS).
+//                   straight into the child's row (VJIT_ROW_PLACEMENT=tables).
 // The executors follow these; none of them decides a row's place.
 #include <cstdint>
 #include <span>

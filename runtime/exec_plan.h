@@ -48,7 +48,7 @@ struct FusedStep {
   // The last this many outputs repeat earlier ones: parts of the scattered row
   // written a second time, into the parents' gathers (runtime/forwarding.h).
   int forwarded_outputs = 0;
-  // VJIT_ACCUMULATE_GRADIENTS (∂F, CPU, core phase): a kernel that adds the
+  // VJIT_ROW_PLACEMENT=tables (∂F, CPU, core phase): a kernel that adds the
   // outputs `accumulated` (indices into `outputs`: gradient parts,
   // runtime/row_pointers.h) into what their rows hold instead of writing them.
   // It reads each such output's rows as one more input, after `inputs`.
@@ -100,7 +100,7 @@ struct FunctionPlan {
   bool inference_differs(size_t g) const { return inference_fused[g].outputs.size() < fused[g].outputs.size(); }
   std::vector<Step> eager, core, lazy;
   ir::ValueId scatter_value = -1;  // the value F scatters (forward plans)
-  // VJIT_FORWARD_GATHERS (forward plans): the parts of the scattered row its
+  // VJIT_ROW_PLACEMENT=tables (forward plans): the parts of the scattered row its
   // fused kernels also write into the parents' gathers.
   std::vector<ForwardedPart> forwarded;
   // Per node: a children-block value [K, d] whose padding rows change no

@@ -1,5 +1,5 @@
 #pragma once
-// VJIT_FORWARD_GATHERS (CPU executor): a part of what a vertex scatters that a
+// VJIT_ROW_PLACEMENT=tables (CPU executor): a part of what a vertex scatters that a
 // fused kernel computes — a Tree-LSTM's h, an argument of the Concat [h; c] it
 // scatters — and that its parent gathers into a buffer of the parent's own
 // (the parent's [h_l; h_r], which the GEMM reads) is written there by the

@@ -128,7 +128,7 @@ struct BatchLayout {
   // Row placement decided per batch, once the rows and buffers are laid out
   // (runtime/batch_rows.h, every planner).
   std::vector<int> vertex_task;  // per flat vertex: its task
-  // VJIT_FORWARD_GATHERS, per flat vertex: the parent its kernels write its
+  // VJIT_ROW_PLACEMENT=tables, per flat vertex: the parent its kernels write its
   // forwarded parts into (-1: none), and that parent's slot it fills; empty
   // when no type forwards. Per task: bit i when its gather forward_targets[i]
   // (TypePlacement) was a view a Concat would copy, which the children
@@ -147,7 +147,7 @@ struct BatchLayout {
   // leaves such a row unzeroed and that GatherGrad assigns it. Empty for a
   // batch no backward follows (PlanInput::backward).
   std::vector<std::vector<uint8_t>> assigned_once;
-  // VJIT_ACCUMULATE_GRADIENTS, per type, per row: bit i when the parts of the
+  // VJIT_ROW_PLACEMENT=tables, per type, per row: bit i when the parts of the
   // type's i-th GatherGrad with accumulated parts (TypePlacement::
   // accumulated_parts, in order) go straight into the child's
   // scatter-gradient row; else into the row's own, zeroed, and that
@@ -242,11 +242,11 @@ class MeasuredPlanner final : public Planner {
 struct PlannerOptions {
   bool inplace_concat = true;     // lay Concat arguments out in place (above)
   bool pad_wide_rows = true;      // rows of a multiple of 256 floats get 16 more (above)
-  bool gathers_in_concat = true;  // with inplace_concat, gathers too (VJIT_GATHER_SLICES, CPU executor only)
+  bool gathers_in_concat = true;  // with inplace_concat, gathers too (VJIT_ROW_PLACEMENT=slices, CPU executor only)
   bool nested_concats = true;     // with inplace_concat, a Concat inside another too (CPU executor only)
 };
 // Forward values the executor reads through row pointers get no buffer
-// (VJIT_GATHER_POINTERS: ExecPlan::placement, runtime/row_placement.h).
+// (VJIT_ROW_PLACEMENT=tables: ExecPlan::placement, runtime/row_placement.h).
 
 std::unique_ptr<Planner> make_planner(const std::string& name, const ExecPlan& plan,
                                       const std::vector<TypeSignature>& signatures,

@@ -114,7 +114,7 @@ bool writes_elementwise_rows(const FunctionPlan& fp, ValueId id) {
   return true;
 }
 
-// VJIT_GATHER_POINTERS, in the backward: a whole-slot GatherGrad whose
+// VJIT_ROW_PLACEMENT=tables, in the backward: a whole-slot GatherGrad whose
 // gradient per-vertex products or fused kernels write (MV-RNN's [dB·a; dA],
 // each part a product vertex by vertex, or the add that computes its rows of
 // W_Mᵀ·dP; a Tree-LSTM's dc of a child, a fused kernel's output) has them
@@ -200,7 +200,7 @@ uint64_t step_reads(const FunctionPlan& fp, const std::vector<uint64_t>& alias, 
   return mask;
 }
 
-// VJIT_ACCUMULATE_GRADIENTS: the steps of ∂F (`fp`) that run their accumulating kernel,
+// VJIT_ROW_PLACEMENT=tables: the steps of ∂F (`fp`) that run their accumulating kernel,
 // and the gradient parts those add into the children's rows. A GatherGrad
 // whose gradient is written through gradient pointers keeps that path (it
 // assigns the rows where it is their one contribution, no zeroed row needed)

@@ -20,14 +20,14 @@
 namespace vjit::runtime {
 
 // A backward value written through the row pointers of a GatherGrad's
-// gradient (VJIT_GATHER_POINTERS): that gradient's value id, and the
+// gradient (VJIT_ROW_PLACEMENT=tables): that gradient's value id, and the
 // value's column in its rows; gradient -1: the value has rows of its own.
 struct GradientPointer {
   ir::ValueId gradient = -1;
   int64_t column = 0;
 };
 
-// VJIT_ACCUMULATE_GRADIENTS: a gradient part a fused kernel of ∂F adds into
+// VJIT_ROW_PLACEMENT=tables: a gradient part a fused kernel of ∂F adds into
 // the children's scatter-gradient rows: the value, its GatherGrad, its column
 // in the gradient, its width.
 struct AccumulatedPart {
@@ -36,7 +36,7 @@ struct AccumulatedPart {
 };
 
 struct TypePlacement {
-  // VJIT_GATHER_POINTERS (runtime/row_pointers.h): per forward value, the
+  // VJIT_ROW_PLACEMENT=tables (runtime/row_pointers.h): per forward value, the
   // parts each row is read in through row pointers (0: a buffer of its own).
   std::vector<int> row_pointer_parts;
   // Per backward value: the gradient it is written through and its column
@@ -59,10 +59,10 @@ struct TypePlacement {
   // rows it reads in place (bit k: slot k, bit fixed_arity: the variadic
   // sum), through views, Fwd and folded nodes.
   std::vector<uint64_t> eager_reads[2], lazy_reads[2];
-  // VJIT_FORWARD_GATHERS (runtime/forwarding.h): the gathers of F into
+  // VJIT_ROW_PLACEMENT=tables (runtime/forwarding.h): the gathers of F into
   // buffers of their own that children may write into.
   std::vector<ForwardTarget> forward_targets;
-  // VJIT_ACCUMULATE_GRADIENTS (FusedStep::accumulating): the gradient parts
+  // VJIT_ROW_PLACEMENT=tables (FusedStep::accumulating): the gradient parts
   // the fused kernels of ∂F add into the children's rows, GatherGrad by
   // GatherGrad; per fused step of ∂F, whether it runs `accumulating`; per
   // such GatherGrad, the columns [begin, end) of its gradient no part covers;
@@ -80,7 +80,7 @@ struct RowPlacement {
 
 // Decides the placement of every type of `plan` (its fused steps' accumulating
 // kernels and forwarded outputs already chosen). `gather_pointers`:
-// VJIT_GATHER_POINTERS on a device that honours it.
+// VJIT_ROW_PLACEMENT=tables on a device that honours it.
 RowPlacement place_rows(const ExecPlan& plan, const std::vector<TypeSignature>& signatures, bool gather_pointers);
 
 }  // namespace vjit::runtime

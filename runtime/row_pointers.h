@@ -1,5 +1,5 @@
 #pragma once
-// VJIT_GATHER_POINTERS: which forward values the CPU executor reads through a
+// VJIT_ROW_PLACEMENT=tables: which forward values the CPU executor reads through a
 // pointer per row (where each child's row lies) instead of a buffer of their
 // own. The executor runs them (runtime/cpu_executor.h); the memory planner
 // gives them no buffer (runtime/memplan.h).
@@ -24,7 +24,7 @@ namespace vjit::runtime {
 // rows where they lie.
 std::vector<int> row_pointer_parts(const FunctionPlan& forward, const FunctionPlan& backward);
 
-// VJIT_ACCUMULATE_GRADIENTS: a value of ∂F that is the gradient a GatherGrad
+// VJIT_ROW_PLACEMENT=tables: a value of ∂F that is the gradient a GatherGrad
 // of target Slot or EveryVariadic sends to the children, or a part of it (an
 // argument of the Concat that is that gradient), read by nothing else: that
 // GatherGrad, and the value's first column in the gradient's row.

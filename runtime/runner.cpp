@@ -467,7 +467,7 @@ bool Runner::views_continue(const Rows& rows, int next) const {
   return true;
 }
 
-// VJIT_FORWARD_GATHERS: for each vertex whose type forwards parts, where each
+// VJIT_ROW_PLACEMENT=tables: for each vertex whose type forwards parts, where each
 // part is written a second time: into the gather row of the parent the
 // planner chose (BatchLayout::forward_parent), where the planner found one
 // of its gathers to take the part (BatchLayout::forward_target), else into

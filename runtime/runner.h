@@ -132,7 +132,7 @@ class Runner : public Executor {
   // Whether `add` is the epilogue of a product the plan folded into it.
   bool folded_into(Pass pass, int type, const ir::Node& add) const;
   // Whether the parent `parent`'s gather `node` of `slot` finds its child's
-  // parts there already (VJIT_FORWARD_GATHERS).
+  // parts there already (VJIT_ROW_PLACEMENT=tables).
   bool was_forwarded(int child, int parent, int slot, const ir::Node& node) const;
   int variadic_children(int type, int vertex) const;
   // The streamed forward's second lane (run_forward_streaming): start_stream
@@ -230,7 +230,7 @@ class Runner : public Executor {
 
  private:
   void run_fused(Pass pass, const Rows& rows, const FusedStep& step, int index, Lane& lane);
-  // VJIT_FORWARD_GATHERS: per type, per forwarded part (FunctionPlan::
+  // VJIT_ROW_PLACEMENT=tables: per type, per forwarded part (FunctionPlan::
   // forwarded), this batch's row pointers where each row writes the part a
   // second time: the gather row of the parent the planner chose
   // (BatchLayout::forward_parent), or the part's own row again.
@@ -246,7 +246,7 @@ class Runner : public Executor {
   void pull(const Rows& rows, const ir::Node& node, const View& out, Lane& lane);
   void sink(Pass pass, const Rows& rows, const ir::Node& node, Lane& lane);
   void gather_grad(const Rows& rows, const ir::Node& node, ir::ValueId id, const View& g, Lane& lane);
-  // VJIT_ACCUMULATE_GRADIENTS: adds what the kernels did not add of
+  // VJIT_ROW_PLACEMENT=tables: adds what the kernels did not add of
   // GatherGrad `id`'s gradient `g` into the children's rows, when the task
   // bound some parts to them; false when none was.
   bool add_accumulated_gradient(const Rows& rows, const ir::Node& node, ir::ValueId id, const View& g, Lane& lane);
@@ -314,7 +314,7 @@ class Runner : public Executor {
   // Fills, for the task being bound, where each row of a gradient written
   // through pointers goes.
   void bind_gradient_rows(const Rows& rows);
-  // VJIT_ACCUMULATE_GRADIENTS (TypePlacement::accumulated_parts): per type,
+  // VJIT_ROW_PLACEMENT=tables (TypePlacement::accumulated_parts): per type,
   // per such part, this batch's table of where each row goes
   // (bind_accumulated_rows).
   std::vector<std::vector<std::vector<float*>>> accumulated_rows_;  // [type][part]

@@ -63,7 +63,7 @@ const FusedStep& Runner::fused_step(Pass pass, int type, int index) const {
   return (inference ? fp.inference_fused : fp.fused)[size_t(index)];
 }
 
-// The kernel's operands: its inputs, then (VJIT_ACCUMULATE_GRADIENTS: where
+// The kernel's operands: its inputs, then (VJIT_ROW_PLACEMENT=tables: where
 // a task bound the gradient parts to the children's rows, the kernel that
 // adds them there) the outputs it adds into, read as inputs, then its
 // outputs, the forwarded ones last, written a second time through their rows.
@@ -167,7 +167,7 @@ void Runner::gather(const Rows& rows, const Node& node, const View& out, Lane& l
   const BatchLayout& layout = *batch_.layout;
   const scheduler::FlatBatch& graph = *batch_.graph;
   ExecStats& stats = *lane.stats;
-  if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: where each child's row lies
+  if (out.pointers != nullptr) {  // VJIT_ROW_PLACEMENT=tables: where each child's row lies
     ++stats.gather_views;
     for (int64_t r = 0; r < rows.count; ++r) {
       RowRef src = gather_source(layout, graph, rows.task, node.child_slot, rows.vertices, r);
@@ -180,7 +180,7 @@ void Runner::gather(const Rows& rows, const Node& node, const View& out, Lane& l
     ++stats.gather_views;  // bind() pointed the value at the children's rows
     return;
   }
-  // Rows a child's kernel already wrote here (VJIT_FORWARD_GATHERS) are skipped.
+  // Rows a child's kernel already wrote here (VJIT_ROW_PLACEMENT=tables) are skipped.
   const bool forwarded = !layout.forward_parent.empty();
   std::vector<RowMove>& moves = lane.moves;
   moves.clear();
@@ -219,7 +219,7 @@ void Runner::gather_variadic(const Rows& rows, const Node& node, const View& out
     return;
   }
   const int64_t width = stack ? node.shape.dims[1] : node.shape.numel();
-  // A sum of one child that wrote its row here itself (VJIT_FORWARD_GATHERS) is kept.
+  // A sum of one child that wrote its row here itself (VJIT_ROW_PLACEMENT=tables) is kept.
   const bool forwarded = !stack && !layout.forward_parent.empty();
   std::vector<const float*>& sources = lane.sources;
   std::vector<int>& begin = lane.ints;
@@ -453,7 +453,7 @@ void Runner::softmax_ce(Pass pass, const Rows& rows, const Node& node, const Vie
 void Runner::concat(Pass pass, const Rows& rows, const Node& node, const View& out, Lane& lane) {
   const ir::Function& f = function(pass, rows.type);
   const std::vector<View>& views = lane.views[int(pass)];
-  if (out.pointers != nullptr) {  // VJIT_GATHER_POINTERS: read as its parts, each where it lies
+  if (out.pointers != nullptr) {  // VJIT_ROW_PLACEMENT=tables: read as its parts, each where it lies
     if (pass == Pass::Backward) return;  // a gradient its parts wrote in place (gradient_pointers)
     for (int64_t r = 0; r < rows.count; ++r)
       for (size_t q = 0; q < node.args.size(); ++q)
@@ -466,7 +466,7 @@ void Runner::concat(Pass pass, const Rows& rows, const Node& node, const View& o
   for (ValueId arg : node.args) {
     const View& src = views[size_t(arg)];
     const int64_t part = f[arg].shape.numel();
-    // A gradient part added into the children's rows (VJIT_ACCUMULATE_GRADIENTS): the GatherGrad knows.
+    // A gradient part added into the children's rows (VJIT_ROW_PLACEMENT=tables): the GatherGrad knows.
     if (src.pointers == nullptr && (src.data != out.data + column || src.ld != out.ld)) {
       copies.push_back({src, {out.data + column, out.ld}, part});
       lane.stats->layout_copy_bytes += rows.count * part * int64_t(sizeof(float));

@@ -834,32 +834,33 @@ TEST(CudaDouble, TheLaunchListIsThePrimitiveList) {
 
 // A lever only the CPU device honours, asked on with VJIT_DEVICE=cuda, is
 // refused when the engine is built, naming the device and the variable;
-// off (or auto) builds, and the engine runs them off.
+// off (or auto) builds, and the engine runs them off. So is a row placement
+// beyond copy; copy (or auto) builds and runs copy.
 TEST(CudaDouble, EnginesRefuseWhatOnlyTheCpuDoes) {
   VJIT_USE_THE_DOUBLE();
   models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
-  const char* const cpu_only[] = {"VJIT_PRETRANSPOSE",    "VJIT_INFER_KERNELS",        "VJIT_GATHER_SLICES",
-                                  "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS",      "VJIT_ACCUMULATE_GRADIENTS",
-                                  "VJIT_PARAM_LAYOUT",    "VJIT_DIST_OVERLAP",         "VJIT_DETERMINISTIC"};
+  const std::pair<const char*, const char*> cpu_only[] = {
+      {"VJIT_PRETRANSPOSE", "on"},     {"VJIT_INFER_KERNELS", "on"},    {"VJIT_ROW_PLACEMENT", "slices"},
+      {"VJIT_ROW_PLACEMENT", "tables"}, {"VJIT_PARAM_LAYOUT", "on"},     {"VJIT_DIST_OVERLAP", "on"},
+      {"VJIT_DETERMINISTIC", "on"}};
   Options all_off = cuda_options();
-  for (const char* variable : cpu_only) {
+  for (const auto& [variable, value] : cpu_only) {
     Options options = cuda_options();
-    apply_flag(options, variable, "on");
+    apply_flag(options, variable, value);
     try {
       Engine engine(*bundle.program, options);
-      ADD_FAILURE() << variable << "=on with VJIT_DEVICE=cuda was accepted";
+      ADD_FAILURE() << variable << "=" << value << " with VJIT_DEVICE=cuda was accepted";
     } catch (const UserError& e) {
       const std::string message = e.what();
-      EXPECT_NE(message.find(std::string(variable) + "=on: the cuda device"), std::string::npos) << message;
+      EXPECT_NE(message.find(std::string(variable) + "=" + value + ": the cuda device"), std::string::npos) << message;
     }
-    apply_flag(all_off, variable, "off");
+    apply_flag(all_off, variable, std::string_view(variable) == "VJIT_ROW_PLACEMENT" ? "copy" : "off");
   }
   Engine engine(*bundle.program, all_off);
   const Options::Tuning& tuning = engine.options().tuning;
-  for (Lever lever : {tuning.pretranspose, tuning.infer_kernels, tuning.gather_slices, tuning.gather_pointers,
-                      tuning.forward_gathers, tuning.accumulate_gradients, tuning.param_layout})
-    EXPECT_EQ(lever, Lever::Off);
-  EXPECT_EQ(Engine(*bundle.program, cuda_options()).options().tuning, tuning) << "auto on the GPU is off";
+  for (Lever lever : {tuning.pretranspose, tuning.infer_kernels, tuning.param_layout}) EXPECT_EQ(lever, Lever::Off);
+  EXPECT_EQ(tuning.row_placement, Options::RowPlacement::Copy);
+  EXPECT_EQ(Engine(*bundle.program, cuda_options()).options().tuning, tuning) << "auto on the GPU is off, and copy";
 }
 
 // --- CUDA graphs (VJIT_CUDA_GRAPHS, runtime/cuda_graph.h) ---

@@ -255,13 +255,14 @@ TEST(InferenceKernels, ForwardOnlyPassesAndTheTrainingStepsAfterThemMatchTheRefe
   }
 }
 
-// VJIT_GATHER_SLICES: every example model, on and off, under each memory
-// planner, matches the reference in a training step and in a forward-only
-// pass after it (the copy planner's views, the pqtree planner's in-place
-// gradients and the padded planner's copies each meet gathers of part of a
-// row). On, a Tree-LSTM cell gathers [h_l; h_r] straight into the concat its
-// product reads: fewer bytes copied by the layout, the same objective bits.
-TEST(GatherSlices, EveryModelMatchesTheReferenceOnAndOffUnderEachPlanner) {
+// VJIT_ROW_PLACEMENT=slices against copy: every example model, under each
+// memory planner, matches the reference in a training step and in a
+// forward-only pass after it (the copy planner's views, the pqtree planner's
+// in-place gradients and the padded planner's copies each meet gathers of part
+// of a row). With slices, a Tree-LSTM cell gathers [h_l; h_r] straight into the
+// concat its product reads: fewer bytes copied by the layout, the same
+// objective bits.
+TEST(RowPlacement, SlicesMatchTheReferenceAndCopyBitForBitUnderEachPlanner) {
   for (const std::string memplan : {"copy", "pqtree", "padded"}) {
     for (const std::string& model : models::model_names()) {
       models::Bundle bundle = models::make_model(model, small_config());
@@ -270,11 +271,10 @@ TEST(GatherSlices, EveryModelMatchesTheReferenceOnAndOffUnderEachPlanner) {
       int64_t layout_bytes[2] = {0, 0};
       for (bool on : {true, false}) {
         Options options = Options::defaults();
-        options.tuning.gather_slices = vjit::to_lever(on);
-        options.tuning.gather_pointers = vjit::Lever::Off;  // it splits MV-RNN's W_M·[A; B] in two sums: other rounding
+        options.tuning.row_placement = on ? Options::RowPlacement::Slices : Options::RowPlacement::Copy;
         apply_flag(options, "memplan", memplan);
         Engine engine(*bundle.program, options);
-        const std::string what = model + " " + memplan + (on ? " on" : " off");
+        const std::string what = model + " " + memplan + (on ? " slices" : " copy");
         testing::expect_matches_reference(engine, *bundle.program, batch, kTolerance, what);
         objective[on] = engine.last_result().objective;
         engine.reset_stats();
@@ -324,115 +324,57 @@ std::array<int64_t, 2> layout_bytes_off_on(const Program& program, const GraphBa
   return bytes;
 }
 
-// VJIT_GATHER_POINTERS with fused kernels: a gathered value that fused
-// elementwise kernels read (a Tree-LSTM's children's c) is read where it
-// lies, through a table of row addresses; a child's gradient
-// that fused kernels and elementwise nodes compute (dc, and dh = the sum of
-// two products' rows) is written straight into its scatter-gradient row. Every
-// example model, each planner, one and two threads, off and on: the
-// reference's objective and gradients; on the Tree-LSTM, under copy, the
-// layout copies a third of what it copies off, or less (what is left: the
-// concat [h_l; h_r] that the GEMM reads).
-TEST(GatherPointers, FusedKernelsReadAndWriteChildrenRowsWhereTheyLieInEveryModel) {
+// VJIT_ROW_PLACEMENT=tables where `tables`, else slices (for layout_bytes_off_on).
+void tables_or_slices(Options& options, bool tables) {
+  options.tuning.row_placement = tables ? Options::RowPlacement::Tables : Options::RowPlacement::Slices;
+}
+
+// VJIT_ROW_PLACEMENT=tables against slices, every example model, each
+// planner, one and two threads: the reference's objective and gradients, and
+// no more bytes copied by the layout with tables. Tables reads a gathered
+// value that fused kernels read (a Tree-LSTM's children's c) where it lies,
+// through a table of row addresses, and writes a child's gradient that fused
+// kernels and elementwise nodes compute (dc, and dh = the sum of two
+// products' rows) straight into its scatter-gradient row; a child's kernel
+// writes the part of its row a parent gathers into a buffer (a Tree-LSTM's h,
+// into [h_l; h_r]; a lattice character's h and c, into the gather_sum of the
+// one start state of a word); and a fused kernel that computes part of a
+// gradient sent to children (a lattice character's dc to its previous
+// character, a word's to its start character) adds it into their
+// scatter-gradient rows. So under copy the Tree-LSTM's layout copies nothing,
+// and the lattice's copies less under every planner.
+TEST(RowPlacement, TablesReadAndWriteChildrenRowsWhereTheyLieInEveryModel) {
   for (const std::string memplan : {"copy", "pqtree", "padded"}) {
     for (const std::string& model : models::model_names()) {
       models::Bundle bundle = models::make_model(model, small_config());
       const GraphBatch batch = models::make_batch(bundle.train, first_indices(12));
       for (int threads : {1, 2}) {
-        // Pointers alone: VJIT_ACCUMULATE_GRADIENTS takes over some gradients they write.
         const std::array<int64_t, 2> layout_bytes =
-            layout_bytes_off_on(*bundle.program, batch, memplan, threads, model, [](Options& options, bool on) {
-              options.tuning.gather_pointers = vjit::to_lever(on);
-              options.tuning.accumulate_gradients = vjit::Lever::Off;
-            });
+            layout_bytes_off_on(*bundle.program, batch, memplan, threads, model, tables_or_slices);
         EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan;
         if (model == "tree_lstm" && memplan == "copy") {
-          // Per internal vertex, of floats of one state: a training step 8 → 2
-          // (h_l, h_r into the concat), the forward-only pass 4 → 2.
-          EXPECT_LE(3 * layout_bytes[1], layout_bytes[0]) << "the children's c or its gradient is still copied";
+          EXPECT_GT(layout_bytes[0], 0) << "slices copies nothing: the test proves nothing";
+          EXPECT_EQ(layout_bytes[1], 0) << "the Tree-LSTM still copies";
         }
-      }
-    }
-  }
-}
-
-// For every planner, example model, one and two threads, and gather pointers
-// off and on: the layout's bytes with an option off and on (`set`), each
-// engine checked against the reference (layout_bytes_off_on), handed to
-// `check` with the planner, model and whether pointers were on.
-void for_every_layout_with_and_without_pointers(
-    const std::function<void(Options&, bool)>& set,
-    const std::function<void(const std::string&, const std::string&, bool, std::array<int64_t, 2>)>& check) {
-  for (const std::string memplan : {"copy", "pqtree", "padded"}) {
-    for (const std::string& model : models::model_names()) {
-      models::Bundle bundle = models::make_model(model, small_config());
-      const GraphBatch batch = models::make_batch(bundle.train, first_indices(12));
-      for (int threads : {1, 2}) {
-        for (bool pointers : {false, true}) {
-          check(memplan, model, pointers,
-                layout_bytes_off_on(*bundle.program, batch, memplan, threads, model + (pointers ? " pointers" : ""),
-                                    [&](Options& options, bool on) {
-                                      set(options, on);
-                                      options.tuning.gather_pointers = vjit::to_lever(pointers);
-                                    }));
-        }
-      }
-    }
-  }
-}
-
-// VJIT_ACCUMULATE_GRADIENTS: a fused kernel that computes part of a gradient
-// sent to children (a lattice character's dc to its previous character, a
-// word's to its start character, a Tree-LSTM's dc_l and dc_r) adds it into
-// their scatter-gradient rows; the GatherGrad adds only the rest. Every
-// example model, each planner, one and two threads, with and without gather
-// pointers, off and on: the reference's objective and gradients, and no more
-// bytes copied by the layout on; on the lattice, fewer.
-TEST(AccumulateGradients, KernelsAddGradientPartsIntoTheChildrensRowsInEveryModel) {
-  for_every_layout_with_and_without_pointers(
-      [](Options& options, bool on) { options.tuning.accumulate_gradients = vjit::to_lever(on); },
-      [](const std::string& memplan, const std::string& model, bool pointers, std::array<int64_t, 2> layout_bytes) {
-        EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan << (pointers ? " pointers" : "");
         if (model == "lattice_lstm") {
-          EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan << ": the characters' dc is still added";
+          EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan << ": the characters' rows are still copied";
         }
-      });
-}
-
-// VJIT_FORWARD_GATHERS: the part of a child's row a fused kernel computes and
-// its parent gathers into a buffer (a Tree-LSTM's h, into [h_l; h_r]; a
-// lattice character's h and c, into the gather_sum of the one start state of
-// a word) is written there by that kernel; the gather copies nothing for it. Every
-// example model, each planner, one and two threads, with and without gather
-// pointers, off and on: the reference's objective and gradients, and no more
-// bytes copied by the layout on; on the Tree-LSTM, under copy, fewer, and with
-// gather pointers none at all.
-TEST(ForwardGathers, ChildrenWriteWhatTheirParentsGatherInEveryModel) {
-  for_every_layout_with_and_without_pointers(
-      [](Options& options, bool on) { options.tuning.forward_gathers = vjit::to_lever(on); },
-      [](const std::string& memplan, const std::string& model, bool pointers, std::array<int64_t, 2> layout_bytes) {
-        EXPECT_LE(layout_bytes[1], layout_bytes[0]) << model << " " << memplan;
-        if (model == "lattice_lstm" && memplan == "copy") {  // into the words' sums of one start state
-          EXPECT_LT(layout_bytes[1], layout_bytes[0]) << "the start states are still gathered";
-        }
-        if (model == "tree_lstm" && memplan == "copy") {
-          EXPECT_LT(layout_bytes[1], layout_bytes[0]) << "h is still gathered";
-          if (pointers) {
-            EXPECT_EQ(layout_bytes[1], 0) << "the Tree-LSTM still copies";
-          }
-        }
-      });
+      }
+    }
+  }
 }
 
 // A child forwards its row to the parent that takes most of it: here a leaf
 // scatters [h; c] (one fused kernel computes both) to a "chain" vertex that gathers
 // h alone (8 floats), listed first, and to a "sum" vertex whose gather_sum of
-// one child takes all 16. Forward-only, gather pointers off (the chain's h
-// would be read in place): off, both gathers copy (24 floats a sample); on,
-// the leaf fills the sum, and only the chain's gather copies (8).
-TEST(ForwardGathers, AChildForwardsToTheParentThatTakesMostOfItsRow) {
+// one child takes all 16. Forward-only, slices against tables (the chain's
+// GEMM reads h at the rows' stride, so tables gathers it too): with slices,
+// both gathers copy (24 floats a sample); with tables, the leaf fills the sum,
+// and only the chain's gather copies (8).
+TEST(RowPlacement, AChildForwardsToTheParentThatTakesMostOfItsRow) {
   Model model;
   Param w = model.add("w", Shape::mat(8, 3));
+  Param v = model.add("v", Shape::mat(4, 8));
   Program program(model);
   const int leaf = program.add_type("leaf", [&](Builder& b) {
     Value a = b.matmul(w, b.pull(3));
@@ -441,7 +383,8 @@ TEST(ForwardGathers, AChildForwardsToTheParentThatTakesMostOfItsRow) {
   });
   const int chain = program.add_type("chain", [&](Builder& b) {
     Value h = b.slice(b.gather(0, Shape::vec(16)), 0, 8);
-    b.add_loss(b.sum(b.mul(h, h)));
+    Value y = b.matmul(v, h);
+    b.add_loss(b.sum(b.mul(y, y)));
   });
   const int sum = program.add_type("sum", [&](Builder& b) {
     Value s = b.gather_sum(Shape::vec(16));
@@ -460,10 +403,9 @@ TEST(ForwardGathers, AChildForwardsToTheParentThatTakesMostOfItsRow) {
   int64_t bytes[2] = {0, 0};
   for (bool on : {false, true}) {
     Options options = Options::defaults();
-    options.tuning.forward_gathers = vjit::to_lever(on);
-    options.tuning.gather_pointers = vjit::Lever::Off;
+    tables_or_slices(options, on);
     Engine engine(program, options);
-    testing::expect_forward_only_matches_reference(engine, program, batch, kTolerance, on ? "on" : "off");
+    testing::expect_forward_only_matches_reference(engine, program, batch, kTolerance, on ? "tables" : "slices");
     bytes[on] = jit::internal_stats(engine).layout_copy_bytes;
   }
   const int64_t samples = int64_t(batch.samples.size()), floats = int64_t(sizeof(float));
@@ -476,13 +418,12 @@ TEST(ForwardGathers, AChildForwardsToTheParentThatTakesMostOfItsRow) {
 // slots of one parent fills only the slot it was forwarded to (Tree-LSTM,
 // where each tree gets a vertex whose two children are the root, and a leaf
 // with a second parent).
-TEST(ForwardGathers, SharedChildrenForwardOnceAndTheOtherGathersCopy) {
+TEST(RowPlacement, SharedChildrenForwardOnceAndTheOtherGathersCopy) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
   const GraphBatch batch = trees_with_shared_children(bundle);
   for (const std::string memplan : {"copy", "pqtree"}) {
     const std::array<int64_t, 2> layout_bytes =
-        layout_bytes_off_on(*bundle.program, batch, memplan, 1, "tree_lstm",
-                            [](Options& options, bool on) { options.tuning.forward_gathers = vjit::to_lever(on); });
+        layout_bytes_off_on(*bundle.program, batch, memplan, 1, "tree_lstm", tables_or_slices);
     EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan;
     EXPECT_GT(layout_bytes[1], 0) << memplan << ": the second parents' gathers copied nothing";
   }
@@ -610,7 +551,7 @@ TEST(PerVertexProducts, WeightGradientsSummedInGroupsMatchTheReference) {
   }
 }
 
-// VJIT_GATHER_POINTERS: children's matrices that only per-vertex products
+// VJIT_ROW_PLACEMENT=tables: children's matrices that only per-vertex products
 // read are read where they lie. The "node" type multiplies each child's
 // [4, 3] matrix by the other child's vector, one by the other (read as
 // [3, 4]), and both, stacked, by a weight, W·[A; B], whose gradient
@@ -620,8 +561,8 @@ TEST(PerVertexProducts, WeightGradientsSummedInGroupsMatchTheReference) {
 // multiplies A by a weight on the right (a GEMM over rows at a
 // stride: A is copied, and so [A; B]). Random binary trees of both types over
 // leaves; each planner, one and two threads, off and on: the reference's
-// objective and gradients, and on, fewer bytes copied by the layout, but not
-// none where "mixed" vertices exist.
+// objective and gradients, and with tables, fewer bytes copied by the layout
+// than with slices, but not none where "mixed" vertices exist.
 namespace {
 
 struct PointerProgram {
@@ -678,7 +619,7 @@ struct PointerProgram {
 
 }  // namespace
 
-TEST(GatherPointers, PerVertexProductsReadChildrenWhereTheyLieAndMatchTheReference) {
+TEST(RowPlacement, PerVertexProductsReadChildrenWhereTheyLieAndMatchTheReference) {
   PointerProgram p;
   for (const std::vector<int>& types : {std::vector<int>{p.node}, {p.mixed}, {p.node, p.mixed}}) {
     const GraphBatch batch = p.trees(types);
@@ -686,8 +627,8 @@ TEST(GatherPointers, PerVertexProductsReadChildrenWhereTheyLieAndMatchTheReferen
     for (const std::string memplan : {"copy", "pqtree", "padded"}) {
       for (int threads : {1, 2}) {
         const std::string what = "types " + std::to_string(types.size()) + (has_node ? " node" : " mixed");
-        const std::array<int64_t, 2> layout_bytes = layout_bytes_off_on(
-            p.program, batch, memplan, threads, what, [](Options& options, bool on) { options.tuning.gather_pointers = vjit::to_lever(on); });
+        const std::array<int64_t, 2> layout_bytes =
+            layout_bytes_off_on(p.program, batch, memplan, threads, what, tables_or_slices);
         EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan << ": the children's matrices are copied";
         if (types.size() == 1 && !has_node) {
           EXPECT_GT(layout_bytes[1], 0) << memplan << ": a matrix a GEMM over rows reads was not copied";
@@ -700,20 +641,20 @@ TEST(GatherPointers, PerVertexProductsReadChildrenWhereTheyLieAndMatchTheReferen
 // The GEMM epilogue adding a gradient's other term: a Tree-LSTM's dh =
 // U_fᵀ·df + its columns of U_iouᵀ·diou is one GEMM whose rows start as those
 // columns (no elementwise add), batched with the other child's, and written
-// through the children's row table under VJIT_GATHER_POINTERS: straight into
+// through the children's row table under VJIT_ROW_PLACEMENT=tables: straight into
 // a child's gradient row where it is that row's one contribution, else into
 // its own rows for the GatherGrad to add (here the first leaf of each tree
 // has two parents, and a vertex gathers the root in both slots). Each
-// planner, pointers off and on, epilogue and batching off and on: the
+// planner, slices and tables, epilogue and batching off and on: the
 // reference's objective and gradients.
 TEST(GemmEpilogue, GradientTermsAddedByBatchedGemmsMatchTheReferenceWithSharedChildren) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
   const GraphBatch batch = trees_with_shared_children(bundle);
   for (const std::string memplan : {"copy", "pqtree"})
-    for (bool pointers : {false, true})
-      layout_bytes_off_on(*bundle.program, batch, memplan, 2, pointers ? "tree_lstm pointers" : "tree_lstm",
+    for (bool tables : {false, true})
+      layout_bytes_off_on(*bundle.program, batch, memplan, 2, tables ? "tree_lstm tables" : "tree_lstm slices",
                           [&](Options& options, bool on) {
-                            options.tuning.gather_pointers = vjit::to_lever(pointers);
+                            tables_or_slices(options, tables);
                             options.tuning.epilogue = on;
                             options.tuning.batch_gemms = on;
                           });
@@ -731,28 +672,27 @@ TEST(GemmEpilogue, GradientTermsAddedByBatchedGemmsMatchTheReferenceWithSharedCh
   EXPECT_LT(on.total(), off.total());
 }
 
-// VJIT_GATHER_POINTERS in the backward: MV-RNN's gradients of a child's
+// VJIT_ROW_PLACEMENT=tables in the backward: MV-RNN's gradients of a child's
 // vector and matrix are written by the products straight into the child's
 // scatter-gradient row where that row has no other contribution, and into
 // their own rows, then added, where it has: here each tree gets a vertex
 // whose two children are its root, and one whose children are that vertex and
-// the first leaf, which so has two parents. Each planner, off and on: the
-// reference's objective and gradients, and on, fewer bytes copied.
-TEST(GatherPointers, GradientsOfSharedChildrenAreAddedAndTheOthersWrittenInPlace) {
+// the first leaf, which so has two parents. Each planner, slices and tables:
+// the reference's objective and gradients, and with tables, fewer bytes copied.
+TEST(RowPlacement, GradientsOfSharedChildrenAreAddedAndTheOthersWrittenInPlace) {
   models::Bundle bundle = models::make_model("mv_rnn", small_config());
   const GraphBatch batch = trees_with_shared_children(bundle);
   for (const std::string memplan : {"copy", "pqtree"}) {
     const std::array<int64_t, 2> layout_bytes =
-        layout_bytes_off_on(*bundle.program, batch, memplan, 1, "mv_rnn",
-                            [](Options& options, bool on) { options.tuning.gather_pointers = vjit::to_lever(on); });
+        layout_bytes_off_on(*bundle.program, batch, memplan, 1, "mv_rnn", tables_or_slices);
     EXPECT_LT(layout_bytes[1], layout_bytes[0]) << memplan;
   }
-  // On, the planner gives the gathered matrices and their concat no buffer:
+  // With tables, the planner gives the gathered matrices and their concat no buffer:
   // the batch's forward values need fewer bytes (named by VJIT_MAX_MEMORY's
   // error, "values N").
-  auto value_bytes = [&](bool on) {
+  auto value_bytes = [&](bool tables) {
     Options options = Options::defaults();
-    options.tuning.gather_pointers = vjit::to_lever(on);
+    tables_or_slices(options, tables);
     options.max_memory = 1024;
     Engine engine(*bundle.program, options);
     const std::string message = test_util::user_error_of([&] { engine.forward(batch); });
@@ -850,11 +790,11 @@ TEST(LazyBatching, PerTaskGradientsGrowWithTheTasksWhenOff) {
 }
 
 // Gather copies are one call per (task, slot), never one per vertex (whole
-// gathers: VJIT_GATHER_SLICES gathers each slice of a state on its own).
+// gathers: VJIT_ROW_PLACEMENT=slices gathers each slice of a state on its own).
 TEST(Copies, OneCallPerTaskAndSlot) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
   Options options = Options::defaults();
-  options.tuning.gather_slices = vjit::Lever::Off;
+  options.tuning.row_placement = Options::RowPlacement::Copy;
   Engine engine(*bundle.program, options);
   GraphBatch batch = models::make_batch(bundle.train, first_indices(32));
   engine.forward(batch);
@@ -974,12 +914,12 @@ TEST(EngineErrors, ResultsBeforeAnyRun) {
 // constant stride and only the task reads the gathered value: in Tree-FC's
 // complete trees, child 0 of a level's nodes are every other row of the level
 // below. The padded planner copies every gather (children forwarding their
-// rows would fill the gathers instead: off here).
+// rows would fill the gathers instead: VJIT_ROW_PLACEMENT=slices here).
 TEST(MemoryPlan, StridedChildrenAreGatheredInPlace) {
   models::Bundle bundle = models::make_model("tree_fc", small_config());
   GraphBatch batch = models::make_batch(bundle.train, first_indices(16));
   Options options = Options::defaults();
-  options.tuning.forward_gathers = vjit::Lever::Off;
+  options.tuning.row_placement = Options::RowPlacement::Slices;
   Engine copy(*bundle.program, options);
   copy.forward(batch);
   options.tuning.memplan = vjit::Options::MemoryPlanner::Padded;
@@ -1189,9 +1129,10 @@ TEST(Engine, TrainStepUpdatesTheLookedUpRowsOfTheEmbeddingTable) {
 }
 
 // The CPU-only levers on the CPU: auto is on (the engine runs them resolved,
-// Options::resolve), on does the same, bit for bit, and off does without.
-// CompileInfo counts what two of them make: the inference kernels
-// (VJIT_INFER_KERNELS) and the accumulating kernels (VJIT_ACCUMULATE_GRADIENTS).
+// Options::resolve), on does the same, bit for bit, and off does without;
+// so is the row placement's auto tables, and copy does without. CompileInfo
+// counts what two of them make: the inference kernels (VJIT_INFER_KERNELS)
+// and the accumulating kernels (VJIT_ROW_PLACEMENT=tables).
 TEST(Levers, AutoIsOnOnTheCpuAndOffDoesWithout) {
   models::Bundle bundle = models::make_model("tree_lstm", small_config());
   const GraphBatch batch = models::make_batch(bundle.train, first_indices(7));
@@ -1203,9 +1144,10 @@ TEST(Levers, AutoIsOnOnTheCpuAndOffDoesWithout) {
   auto run = [&](Lever lever) {
     Options options = Options::defaults();
     Options::Tuning& t = options.tuning;
-    for (Lever* each : {&t.pretranspose, &t.infer_kernels, &t.gather_slices, &t.gather_pointers, &t.forward_gathers,
-                        &t.accumulate_gradients, &t.param_layout})
-      *each = lever;
+    for (Lever* each : {&t.pretranspose, &t.infer_kernels, &t.param_layout}) *each = lever;
+    t.row_placement = lever == Lever::Auto ? Options::RowPlacement::Auto
+                      : lever == Lever::On ? Options::RowPlacement::Tables
+                                           : Options::RowPlacement::Copy;
     Engine engine(*bundle.program, options);
     RunOptions forward_and_backward;
     forward_and_backward.backward = true;
@@ -1215,9 +1157,8 @@ TEST(Levers, AutoIsOnOnTheCpuAndOffDoesWithout) {
   const Made automatic = run(Lever::Auto), on = run(Lever::On), off = run(Lever::Off);
   EXPECT_EQ(automatic.resolved, on.resolved) << "auto is on on the CPU";
   const Options::Tuning& t = off.resolved.tuning;
-  for (Lever lever : {t.pretranspose, t.infer_kernels, t.gather_slices, t.gather_pointers, t.forward_gathers,
-                      t.accumulate_gradients, t.param_layout})
-    EXPECT_EQ(lever, Lever::Off);
+  for (Lever lever : {t.pretranspose, t.infer_kernels, t.param_layout}) EXPECT_EQ(lever, Lever::Off);
+  EXPECT_EQ(t.row_placement, Options::RowPlacement::Copy);
   EXPECT_EQ(automatic.objective, on.objective) << "the same operations: the same bits";
   EXPECT_NEAR(off.objective, on.objective, 1e-4 * std::abs(on.objective));
   for (const Made* made : {&automatic, &on}) {

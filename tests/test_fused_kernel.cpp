@@ -819,7 +819,7 @@ TEST_P(FusedKernelTest, RowTablesReadAndWriteRowsWhereverTheyLie) {
   }
 }
 
-// codegen::accumulating_spec (VJIT_ACCUMULATE_GRADIENTS): the kernel that adds
+// codegen::accumulating_spec (VJIT_ROW_PLACEMENT=tables): the kernel that adds
 // chosen outputs into what their rows hold, reading each row as an input at
 // the address it writes, leaves old + value there, bit for bit the plain
 // kernel's value added to the old one; the other outputs as the plain kernel

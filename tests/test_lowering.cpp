@@ -309,7 +309,7 @@ TEST(KernelsLog, PrintsEachKernelCompiledOrFoundInTheCache) {
     // One kernel per group, and one more per group whose inference kernel
     // writes fewer outputs (VJIT_INFER_KERNELS; the Tree-LSTM skips none) or
     // that adds gradient parts into the children's rows
-    // (VJIT_ACCUMULATE_GRADIENTS: dc_l and dc_r).
+    // (VJIT_ROW_PLACEMENT=tables: dc_l and dc_r).
     const CompileInfo& info = engine.compile_info();
     EXPECT_GT(info.inference_kernels, 0);
     EXPECT_GT(info.accumulating_kernels, 0);

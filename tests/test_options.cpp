@@ -22,7 +22,7 @@ using Options = vjit::Options;
 const std::vector<std::string> kVariables = {
     "VJIT_FUSION", "VJIT_LAZY",      "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_POLICY",
     "VJIT_MEMPLAN", "VJIT_DEVICE",   "VJIT_THREADS",   "VJIT_ISA",           "VJIT_GEMM", "VJIT_VERTEX_GEMM",
-    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_BATCH_GEMMS", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_GATHER_SLICES", "VJIT_GATHER_POINTERS", "VJIT_FORWARD_GATHERS", "VJIT_ACCUMULATE_GRADIENTS", "VJIT_CHILD_ROWS", "VJIT_PARAM_LAYOUT", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32", "VJIT_CUDA_GRAPHS", "VJIT_CUDA_RESIDENT_PARAMS",
+    "VJIT_CACHE_DIR", "VJIT_DIST_TIMEOUT", "VJIT_DIST_NCCL", "VJIT_DIST_OVERLAP", "VJIT_PROFILE", "VJIT_PERF_MAP", "VJIT_CHECK_FINITE", "VJIT_LOG", "VJIT_INPLACE_CONCAT", "VJIT_EPILOGUE", "VJIT_BATCH_GEMMS", "VJIT_PAD_WIDE_ROWS", "VJIT_PRETRANSPOSE", "VJIT_INFER_KERNELS", "VJIT_ROW_PLACEMENT", "VJIT_CHILD_ROWS", "VJIT_PARAM_LAYOUT", "VJIT_FUSE_ACROSS_PHASES", "VJIT_TF32", "VJIT_CUDA_GRAPHS", "VJIT_CUDA_RESIDENT_PARAMS",
     "VJIT_MAX_MEMORY", "VJIT_DETERMINISTIC", "VJIT_TRACE", "VJIT_INFER_SHARDS",
 };
 
@@ -74,10 +74,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_TRUE(o.tuning.pad_wide_rows);
   EXPECT_EQ(o.tuning.pretranspose, Lever::Auto);
   EXPECT_EQ(o.tuning.infer_kernels, Lever::Auto);
-  EXPECT_EQ(o.tuning.gather_slices, Lever::Auto);
-  EXPECT_EQ(o.tuning.gather_pointers, Lever::Auto);
-  EXPECT_EQ(o.tuning.forward_gathers, Lever::Auto);
-  EXPECT_EQ(o.tuning.accumulate_gradients, Lever::Auto);
+  EXPECT_EQ(o.tuning.row_placement, Options::RowPlacement::Auto);
   EXPECT_EQ(o.tuning.child_rows, Lever::Auto);
   EXPECT_EQ(o.tuning.param_layout, Lever::Auto);
   EXPECT_TRUE(o.tuning.fuse_across_phases);
@@ -115,10 +112,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   set("VJIT_PAD_WIDE_ROWS", "false");
   set("VJIT_PRETRANSPOSE", "off");
   set("VJIT_INFER_KERNELS", "0");
-  set("VJIT_GATHER_SLICES", "off");
-  set("VJIT_GATHER_POINTERS", "off");
-  set("VJIT_FORWARD_GATHERS", "off");
-  set("VJIT_ACCUMULATE_GRADIENTS", "off");
+  set("VJIT_ROW_PLACEMENT", "copy");
   set("VJIT_CHILD_ROWS", "off");
   set("VJIT_PARAM_LAYOUT", "off");
   set("VJIT_FUSE_ACROSS_PHASES", "0");
@@ -153,10 +147,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_FALSE(o.tuning.pad_wide_rows);
   EXPECT_EQ(o.tuning.pretranspose, Lever::Off);
   EXPECT_EQ(o.tuning.infer_kernels, Lever::Off);
-  EXPECT_EQ(o.tuning.gather_slices, Lever::Off);
-  EXPECT_EQ(o.tuning.gather_pointers, Lever::Off);
-  EXPECT_EQ(o.tuning.forward_gathers, Lever::Off);
-  EXPECT_EQ(o.tuning.accumulate_gradients, Lever::Off);
+  EXPECT_EQ(o.tuning.row_placement, Options::RowPlacement::Copy);
   EXPECT_EQ(o.tuning.child_rows, Lever::Off);
   EXPECT_EQ(o.tuning.param_layout, Lever::Off);
   EXPECT_FALSE(o.tuning.fuse_across_phases);
@@ -213,7 +204,8 @@ TEST_F(OptionsEnv, EveryChoiceOfEveryEnumIsAccepted) {
   check("VJIT_GEMM", vjit::option_values::gemm, [](const Options& o) { return o.tuning.gemm; });
   check("VJIT_VERTEX_GEMM", vjit::option_values::vertex_gemm, [](const Options& o) { return o.tuning.vertex_gemm; });
   check("VJIT_LOG", vjit::option_values::log, [](const Options& o) { return o.log; });
-  check("VJIT_GATHER_POINTERS", vjit::option_values::lever, [](const Options& o) { return o.tuning.gather_pointers; });
+  check("VJIT_ROW_PLACEMENT", vjit::option_values::row_placement, [](const Options& o) { return o.tuning.row_placement; });
+  check("VJIT_CHILD_ROWS", vjit::option_values::lever, [](const Options& o) { return o.tuning.child_rows; });
   check("VJIT_DETERMINISTIC", vjit::option_values::lever, [](const Options& o) { return o.deterministic; });
   EXPECT_EQ(Options::Policy::Fsm, Options::Policy(4));
   EXPECT_EQ(Options::Gemm::OneDnnBf16, Options::Gemm(5));
@@ -222,8 +214,10 @@ TEST_F(OptionsEnv, EveryChoiceOfEveryEnumIsAccepted) {
 TEST_F(OptionsEnv, EnumsAreCaseInsensitive) {
   set("VJIT_POLICY", "Frontier");
   EXPECT_EQ(vjit::Options::from_env().policy, Options::Policy::Frontier);
-  set("VJIT_GATHER_SLICES", "AUTO");
-  EXPECT_EQ(vjit::Options::from_env().tuning.gather_slices, Lever::Auto);
+  set("VJIT_ROW_PLACEMENT", "Tables");
+  EXPECT_EQ(vjit::Options::from_env().tuning.row_placement, Options::RowPlacement::Tables);
+  set("VJIT_CHILD_ROWS", "AUTO");
+  EXPECT_EQ(vjit::Options::from_env().tuning.child_rows, Lever::Auto);
 }
 
 // A lever takes auto/on/off and the booleans' spellings.
@@ -232,12 +226,12 @@ TEST_F(OptionsEnv, LeverSpellings) {
                                                      {"1", Lever::On},      {"0", Lever::Off},   {"true", Lever::On},
                                                      {"FALSE", Lever::Off}, {"Auto", Lever::Auto}};
   for (const auto& [text, lever] : spellings) {
-    set("VJIT_FORWARD_GATHERS", text);
-    EXPECT_EQ(vjit::Options::from_env().tuning.forward_gathers, lever) << text;
+    set("VJIT_CHILD_ROWS", text);
+    EXPECT_EQ(vjit::Options::from_env().tuning.child_rows, lever) << text;
   }
-  set("VJIT_FORWARD_GATHERS", "maybe");
+  set("VJIT_CHILD_ROWS", "maybe");
   const std::string message = env_error();
-  EXPECT_NE(message.find("VJIT_FORWARD_GATHERS='maybe'"), std::string::npos) << message;
+  EXPECT_NE(message.find("VJIT_CHILD_ROWS='maybe'"), std::string::npos) << message;
   EXPECT_NE(message.find("auto, on, off, 0, 1, true, false"), std::string::npos) << message;
 }
 
@@ -501,9 +495,7 @@ struct CpuOnly {
   bool lever;         // auto, on, off
 };
 const CpuOnly kCpuOnly[] = {
-    {"VJIT_PRETRANSPOSE", "on", true},     {"VJIT_INFER_KERNELS", "on", true},   {"VJIT_GATHER_SLICES", "on", true},
-    {"VJIT_GATHER_POINTERS", "on", true},  {"VJIT_FORWARD_GATHERS", "on", true}, {"VJIT_ACCUMULATE_GRADIENTS", "on", true},
-    {"VJIT_CHILD_ROWS", "on", true},
+    {"VJIT_PRETRANSPOSE", "on", true},     {"VJIT_INFER_KERNELS", "on", true},   {"VJIT_CHILD_ROWS", "on", true},
     {"VJIT_PARAM_LAYOUT", "on", true},     {"VJIT_DIST_OVERLAP", "on", true},    {"VJIT_DETERMINISTIC", "on", true},
     {"VJIT_ISA", "avx2", false},           {"VJIT_GEMM", "openblas", false},     {"VJIT_VERTEX_GEMM", "same", false},
     {"VJIT_INFER_SHARDS", "2", false},     {"VJIT_PERF_MAP", "on", false},       {"VJIT_CHECK_FINITE", "on", false},
@@ -530,21 +522,21 @@ std::string resolve_error(const Options& options) {
 TEST(OptionsResolve, AutoIsWhatEachDeviceDoes) {
   Options options;
   const Options cpu = options.resolve();
-  for (Lever lever : {cpu.tuning.pretranspose, cpu.tuning.infer_kernels, cpu.tuning.gather_slices,
-                      cpu.tuning.gather_pointers, cpu.tuning.forward_gathers, cpu.tuning.accumulate_gradients,
-                      cpu.tuning.child_rows, cpu.tuning.param_layout, cpu.deterministic})
+  for (Lever lever : {cpu.tuning.pretranspose, cpu.tuning.infer_kernels, cpu.tuning.child_rows, cpu.tuning.param_layout,
+                      cpu.deterministic})
     EXPECT_EQ(lever, Lever::On);
+  EXPECT_EQ(cpu.tuning.row_placement, Options::RowPlacement::Tables);
   EXPECT_EQ(cpu.tuning.tf32, Lever::Off);
   EXPECT_EQ(cpu.tuning.dist_nccl, Lever::Off);
   EXPECT_EQ(cpu.tuning.dist_overlap, Lever::Off);
 
   options.device = Options::Device::Cuda;
   const Options cuda = options.resolve();
-  for (Lever lever : {cuda.tuning.pretranspose, cuda.tuning.infer_kernels, cuda.tuning.gather_slices,
-                      cuda.tuning.gather_pointers, cuda.tuning.forward_gathers, cuda.tuning.accumulate_gradients,
-                      cuda.tuning.child_rows, cuda.tuning.param_layout, cuda.deterministic, cuda.tuning.dist_overlap,
-                      cuda.tuning.tf32, cuda.tuning.cuda_graphs, cuda.tuning.cuda_resident_params})
+  for (Lever lever : {cuda.tuning.pretranspose, cuda.tuning.infer_kernels, cuda.tuning.child_rows,
+                      cuda.tuning.param_layout, cuda.deterministic, cuda.tuning.dist_overlap, cuda.tuning.tf32,
+                      cuda.tuning.cuda_graphs, cuda.tuning.cuda_resident_params})
     EXPECT_EQ(lever, Lever::Off);
+  EXPECT_EQ(cuda.tuning.row_placement, Options::RowPlacement::Copy);
   EXPECT_EQ(cuda.tuning.dist_nccl, Lever::On);
   EXPECT_EQ(cuda.resolve(), cuda) << "resolving twice changes nothing";
   EXPECT_EQ(cpu.resolve(), cpu);
@@ -552,17 +544,36 @@ TEST(OptionsResolve, AutoIsWhatEachDeviceDoes) {
 
 TEST(OptionsResolve, OnAndOffAreKept) {
   Options options;
-  options.tuning.gather_pointers = Lever::Off;
+  options.tuning.child_rows = Lever::Off;
   options.tuning.dist_overlap = Lever::On;
   const Options cpu = options.resolve();
-  EXPECT_EQ(cpu.tuning.gather_pointers, Lever::Off);
+  EXPECT_EQ(cpu.tuning.child_rows, Lever::Off);
   EXPECT_EQ(cpu.tuning.dist_overlap, Lever::On);
   options.device = Options::Device::Cuda;
   options.tuning.dist_overlap = Lever::Off;
   options.tuning.tf32 = Lever::On;
   const Options cuda = options.resolve();
-  EXPECT_EQ(cuda.tuning.gather_pointers, Lever::Off);
+  EXPECT_EQ(cuda.tuning.child_rows, Lever::Off);
   EXPECT_EQ(cuda.tuning.tf32, Lever::On);
+}
+
+// Every row placement the CPU is given is the one it runs; the CUDA device
+// runs copy, whether asked for it or for auto, and refuses the others,
+// naming itself.
+TEST(OptionsResolve, RowPlacementsAreKeptOnTheCpuAndCopyOnCuda) {
+  for (const std::string_view level : vjit::option_values::row_placement) {
+    if (level == "auto") continue;
+    const Options cpu = with("VJIT_ROW_PLACEMENT", std::string(level).c_str(), Options::Device::Cpu).resolve();
+    EXPECT_EQ(vjit::to_string(cpu.tuning.row_placement), level);
+  }
+  for (const char* level : {"copy", "auto"})
+    EXPECT_EQ(with("VJIT_ROW_PLACEMENT", level, Options::Device::Cuda).resolve().tuning.row_placement,
+              Options::RowPlacement::Copy)
+        << level;
+  for (const std::string level : {"slices", "tables"}) {
+    const std::string message = resolve_error(with("VJIT_ROW_PLACEMENT", level.c_str(), Options::Device::Cuda));
+    EXPECT_NE(message.find("VJIT_ROW_PLACEMENT=" + level + ": the cuda device"), std::string::npos) << message;
+  }
 }
 
 TEST(OptionsResolve, CudaRefusesWhatOnlyTheCpuDoes) {

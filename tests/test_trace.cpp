@@ -467,10 +467,7 @@ TEST(Primitives, GathersReadInPlaceRunNone) {
   models::Bundle bundle = traced_model();
   auto move_rows = [&](bool in_place) {
     Options options = Options::defaults();
-    options.tuning.gather_pointers = vjit::to_lever(in_place);
-    options.tuning.forward_gathers = vjit::to_lever(in_place);
-    options.tuning.gather_slices = vjit::to_lever(in_place);
-    options.tuning.accumulate_gradients = vjit::to_lever(in_place);
+    options.tuning.row_placement = in_place ? Options::RowPlacement::Tables : Options::RowPlacement::Copy;
     Engine engine(*bundle.program, options);
     Adam adam(1e-3f);
     engine.train_step(models::make_batch(bundle.train, range(0, 16)), adam);

@@ -101,7 +101,7 @@ struct CompileInfo {
   /// outputs than the training kernel, or is skipped: an infer() runs those.
   int inference_kernels = 0;
   /// Fused groups of ∂F with a kernel that adds gradient parts into the
-  /// children's rows (VJIT_ACCUMULATE_GRADIENTS).
+  /// children's rows (VJIT_ROW_PLACEMENT=tables).
   int accumulating_kernels = 0;
   /// Distinct stacked weights of merged products in the plans (ir/merge_matmuls.h),
   /// and of them those the Model holds as one block, read in place with no copy

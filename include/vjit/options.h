@@ -37,6 +37,7 @@ namespace option_values {
 inline constexpr std::array<std::string_view, 3> lever{"auto", "on", "off"};
 inline constexpr std::array<std::string_view, 5> policy{"depth", "agenda", "frontier", "ratio", "fsm"};
 inline constexpr std::array<std::string_view, 4> memplan{"copy", "padded", "pqtree", "auto"};
+inline constexpr std::array<std::string_view, 4> row_placement{"copy", "slices", "tables", "auto"};
 inline constexpr std::array<std::string_view, 3> device{"cpu", "cuda", "auto"};
 inline constexpr std::array<std::string_view, 5> isa{"auto", "avx512", "avx2", "neon", "scalar"};
 inline constexpr std::array<std::string_view, 7> gemm{"auto",    "onednn",      "openblas", "blis",
@@ -56,6 +57,10 @@ struct Options {
   enum class Policy { Depth, Agenda, Frontier, Ratio, Fsm };
   /// VJIT_MEMPLAN
   enum class MemoryPlanner { Copy, Padded, PqTree, Auto };
+  /// VJIT_ROW_PLACEMENT: where a gathered row may be read and a child's
+  /// gradient written, each level allowing what the one before does and more
+  /// (docs/options.md). After Options::resolve() it is not Auto.
+  enum class RowPlacement { Copy, Slices, Tables, Auto };
   /// VJIT_ISA
   enum class Isa { Auto, Avx512, Avx2, Neon, Scalar };
   /// VJIT_GEMM
@@ -66,7 +71,8 @@ struct Options {
   enum class Log { Off, Passes, Schedule, Kernels, Primitives, All };
 
   /// The performance levers. Levers both devices honour are bools; the others
-  /// are Levers (docs/options.md's devices column says which device honours them).
+  /// are Levers or enumerations (docs/options.md's devices column says which
+  /// device honours them, and what).
   struct Tuning {
     bool fusion = true;                           ///< VJIT_FUSION
     bool fuse_across_phases = true;               ///< VJIT_FUSE_ACROSS_PHASES
@@ -79,10 +85,7 @@ struct Options {
     bool pad_wide_rows = true;                    ///< VJIT_PAD_WIDE_ROWS
     Lever pretranspose = Lever::Auto;             ///< VJIT_PRETRANSPOSE (CPU)
     Lever infer_kernels = Lever::Auto;            ///< VJIT_INFER_KERNELS (CPU)
-    Lever gather_slices = Lever::Auto;            ///< VJIT_GATHER_SLICES (CPU)
-    Lever gather_pointers = Lever::Auto;          ///< VJIT_GATHER_POINTERS (CPU)
-    Lever forward_gathers = Lever::Auto;          ///< VJIT_FORWARD_GATHERS (CPU)
-    Lever accumulate_gradients = Lever::Auto;     ///< VJIT_ACCUMULATE_GRADIENTS (CPU)
+    RowPlacement row_placement = RowPlacement::Auto;  ///< VJIT_ROW_PLACEMENT (cuda: copy only)
     Lever child_rows = Lever::Auto;               ///< VJIT_CHILD_ROWS (CPU)
     Lever param_layout = Lever::Auto;             ///< VJIT_PARAM_LAYOUT (CPU)
     MemoryPlanner memplan = MemoryPlanner::Copy;  ///< VJIT_MEMPLAN
@@ -131,7 +134,7 @@ struct Options {
   /// first) runs them: every Auto lever replaced by what the device does (On or
   /// Off, docs/options.md). Throws UserError, naming the device and the option,
   /// where an option asks for what the device does not do
-  /// (VJIT_GATHER_POINTERS=on with VJIT_DEVICE=cuda). Resolving resolved
+  /// (VJIT_PRETRANSPOSE=on with VJIT_DEVICE=cuda). Resolving resolved
   /// options changes nothing.
   Options resolve() const;
 
@@ -146,14 +149,23 @@ struct Options {
 
 /// True for a lever of resolved options that is on (Options::resolve).
 constexpr bool is_on(Lever lever) { return lever == Lever::On; }
-/// On or Off: `options.tuning.gather_pointers = to_lever(flag)`.
+/// On or Off: `options.tuning.pretranspose = to_lever(flag)`.
 constexpr Lever to_lever(bool on) { return on ? Lever::On : Lever::Off; }
+
+/// What a resolved row placement (Options::resolve: not Auto) lets the plans
+/// do: gather the slices of a child state on their own (`slices` and `tables`),
+/// and read and write children's rows through row tables (`tables`).
+constexpr bool gathers_slices(Options::RowPlacement placement) {
+  return placement == Options::RowPlacement::Slices || placement == Options::RowPlacement::Tables;
+}
+constexpr bool uses_row_tables(Options::RowPlacement placement) { return placement == Options::RowPlacement::Tables; }
 
 /// The environment's spelling of a value: to_string(Options::Policy::Agenda) == "agenda".
 std::string_view to_string(Lever value);
 std::string_view to_string(Options::Device value);
 std::string_view to_string(Options::Policy value);
 std::string_view to_string(Options::MemoryPlanner value);
+std::string_view to_string(Options::RowPlacement value);
 std::string_view to_string(Options::Isa value);
 std::string_view to_string(Options::Gemm value);
 std::string_view to_string(Options::VertexGemm value);

@@ -289,10 +289,7 @@ class Options:
     pad_wide_rows: bool
     pretranspose: str
     infer_kernels: str
-    gather_slices: str
-    gather_pointers: str
-    forward_gathers: str
-    accumulate_gradients: str
+    row_placement: str
     child_rows: str
     param_layout: str
     policy: str
