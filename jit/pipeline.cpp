@@ -29,12 +29,13 @@
 //   fold_bias_adds       bias adds the GEMM does in its epilogue (Options::Tuning::epilogue)
 //   order_steps          the plan's eager, core and lazy steps; runs of GEMMs of one
 //                        shape batched (Options::Tuning::batch_gemms)
-// With VJIT_ROW_PLACEMENT=tables (a CPU level), F is lowered first
-// without kernels; once every type is, the parts of each type's scattered row
+// With VJIT_ROW_PLACEMENT=tables (a CPU level), F's kernels are compiled
+// last: once every type's F is planned, the parts of each type's scattered row
 // that its fused kernels compute and parents gather into buffers are known
-// (runtime/forwarding.h), and F is lowered again from fold_outer_products on,
-// its kernels writing those parts a second time (VJIT_LOG=passes prints the
-// lowering of each type's F and ∂F after the IR passes of every type).
+// (runtime/forwarding.h), and only then are F's kernels compiled, writing
+// those parts a second time (VJIT_LOG=passes prints the lowering of each
+// type's F, with compile_kernels after order_steps, and ∂F after the IR
+// passes of every type).
 // VJIT_LOG=passes prints the IR (or the analysis) after each pass;
 // VJIT_LOG=kernels prints each kernel compiled or found in the cache.
 #include "ir/ops.h"
@@ -352,24 +353,43 @@ std::string describe_kernels(const runtime::FunctionPlan& plan, size_t g) {
   return line + "\n";
 }
 
+// compile_kernels (CPU): the kernel of each fused group of `plan` (whose
+// steps stand in plan.fused, in the groups' order), its inference kernel
+// and, for a core step of ∂F that computes gradient parts, its accumulating
+// one. The kernels also write plan.forwarded (F) a second time.
+void compile_fused_kernels(runtime::FunctionPlan& plan, const std::vector<ir::FusionGroup>& groups,
+                           const Options& options, const PassLog& log, const char* which) {
+  const codegen::Isa isa = isa_of(options);
+  std::vector<ValueId> forwarded;
+  for (const runtime::ForwardedPart& part : plan.forwarded) forwarded.push_back(part.value);
+  const std::vector<runtime::GradientPart> gradient_parts =
+      uses_row_tables(options.tuning.row_placement) && !groups.empty() ? runtime::gradient_parts(*plan.function)
+                                                                       : std::vector<runtime::GradientPart>{};
+  std::string compiled;
+  for (size_t index = 0; index < groups.size(); ++index) {
+    const ir::FusionGroup& group = groups[index];
+    plan.fused[index] = fused_step(plan, group, isa, options, forwarded);
+    plan.inference_fused[index] = inference_step(plan, group, plan.fused[index], isa, options, forwarded);
+    if (!gradient_parts.empty() && plan.phases[size_t(group.nodes[0])] == ir::Phase::Core)
+      add_accumulating_kernel(gradient_parts, isa, options, kernel_spec(plan, group), plan.fused[index]);
+    compiled += "  group " + std::to_string(index) + ": " + describe_kernels(plan, index);
+  }
+  log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);
+}
+
 // The passes from fold_outer_products on, for F or ∂F (see the list above).
 // `keep` marks values written to memory even inside a fused group. With
 // `cuda`, each group's kernel is CUDA source, added there (compiled later).
-// `forwarded_parts` (F, CPU): the parts of the scattered row the kernels also
-// write into the parents' gathers (runtime/forwarding.h). With Kernels::Skip
-// (CPU), no kernel is compiled: a plan whose fused steps are only looked at.
-enum class Kernels { Compile, Skip };
+// With `deferred` (F, CPU, VJIT_ROW_PLACEMENT=tables), no kernel is compiled
+// yet: the fused groups go there, for compile_fused_kernels once the parts
+// the kernels forward are known (add_forwarded_parts).
 runtime::FunctionPlan lower_function(const ir::Function& function, const Options& options,
                                      const std::vector<bool>& keep, const PassLog& log, const char* which,
                                      std::vector<codegen::CudaKernelSource>* cuda, const std::vector<bool>& child_rows,
-                                     const std::vector<runtime::ForwardedPart>& forwarded_parts = {},
-                                     Kernels kernels = Kernels::Compile) {
+                                     std::vector<ir::FusionGroup>* deferred = nullptr) {
   runtime::FunctionPlan plan;
   plan.function = &function;
   plan.child_rows = child_rows;
-  plan.forwarded = forwarded_parts;
-  std::vector<ValueId> forwarded;
-  for (const runtime::ForwardedPart& part : forwarded_parts) forwarded.push_back(part.value);
   for (ValueId id = 0; id < function.size(); ++id)
     if (function[id].op == ir::Op::Scatter) plan.scatter_value = function[id].args[0];
 
@@ -396,8 +416,8 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   log.print("find_fusion_groups", which, options.tuning.fusion ? ir::to_string(function, groups) : "(off: fusion=off)\n");
 
   std::vector<int> group_of(function.nodes.size(), -1);
-  std::string compiled;
   if (cuda != nullptr) {
+    std::string compiled;
     for (const ir::FusionGroup& group : groups) {
       codegen::CudaKernelSource source = codegen::cuda_fused_kernel(kernel_spec(plan, group));
       int index = int(plan.fused.size());
@@ -413,30 +433,20 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
       for (const codegen::CudaKernelSource& k : *cuda) known = known || k.name == source.name;
       if (!known) cuda->push_back(std::move(source));
     }
-  } else if (!groups.empty()) {
-    codegen::Isa isa = isa_of(options);
-    const std::vector<runtime::GradientPart> gradient_parts =
-        uses_row_tables(options.tuning.row_placement) ? runtime::gradient_parts(function)
-                                                      : std::vector<runtime::GradientPart>{};
-    for (const ir::FusionGroup& group : groups) {
-      int index = int(plan.fused.size());
-      if (kernels == Kernels::Skip) {
-        plan.fused.push_back({{}, group.inputs, group.outputs, plan.row_width(group.nodes[0])});
-        plan.inference_fused.push_back(plan.fused.back());
-      } else {
-        plan.fused.push_back(fused_step(plan, group, isa, options, forwarded));
-        plan.inference_fused.push_back(inference_step(plan, group, plan.fused.back(), isa, options, forwarded));
-        if (!gradient_parts.empty() && plan.phases[size_t(group.nodes[0])] == ir::Phase::Core)
-          add_accumulating_kernel(gradient_parts, isa, options, kernel_spec(plan, group), plan.fused.back());
-        compiled += "  group " + std::to_string(index) + ": " + describe_kernels(plan, size_t(index));
-      }
+    log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);
+  } else {
+    for (const ir::FusionGroup& group : groups) {  // each group's step, its kernels compiled below
+      const int index = int(plan.fused.size());
+      plan.fused.push_back({{}, group.inputs, group.outputs, plan.row_width(group.nodes[0])});
+      plan.inference_fused.push_back(plan.fused.back());
       for (ValueId id : group.nodes) {
         group_of[size_t(id)] = index;
         plan.folded[size_t(id)] = std::find(group.outputs.begin(), group.outputs.end(), id) == group.outputs.end();
       }
     }
+    if (deferred) *deferred = std::move(groups);
+    else compile_fused_kernels(plan, groups, options, log, which);
   }
-  log.print("compile_kernels", which, compiled.empty() ? "  (no groups)\n" : compiled);
   plan.fused_of = group_of;
 
   if (options.tuning.epilogue) {
@@ -531,10 +541,12 @@ LoweredFunctions lower_functions(const ir::Function& program_forward, const Opti
 }  // namespace
 
 // VJIT_ROW_PLACEMENT=tables: once every type is lowered, F without kernels (the
-// parents' gathers decide what is forwarded), the F of each type is lowered
-// again with its kernels, which write the parts to forward a second time.
-// `backward_logs`: each type's ∂F lowering, printed after its F's.
+// parents' gathers decide what is forwarded), the kernels of each type's F
+// are compiled (`forward_groups`), writing the parts to forward a second time.
+// `forward_logs`, `backward_logs`: each type's lowering, printed in order.
 void add_forwarded_parts(const Program& program, const Options& options,
+                         const std::vector<std::vector<ir::FusionGroup>>& forward_groups,
+                         const std::vector<std::ostringstream>& forward_logs,
                          const std::vector<std::ostringstream>& backward_logs, runtime::ExecPlan& plan) {
   std::vector<std::vector<int>> pointers(plan.types.size());
   if (uses_row_tables(options.tuning.row_placement))
@@ -544,12 +556,11 @@ void add_forwarded_parts(const Program& program, const Options& options,
   const std::vector<std::vector<runtime::ForwardedPart>> parts =
       runtime::forwarded_parts(plan, runtime::forward_targets(plan, signatures, pointers));
   for (int t = 0; t < program.num_types(); ++t) {
-    PassLog log(options, program.type_name(t));
-    const ir::Function& forward = *plan.functions[size_t(2 * t)];
-    const ir::Function& backward = *plan.functions[size_t(2 * t + 1)];
-    const std::vector<bool> child_rows = plan.types[size_t(t)].forward.child_rows;
-    plan.types[size_t(t)].forward = lower_function(forward, options, values_read_by_backward(forward, backward), log,
-                                                   "forward", nullptr, child_rows, parts[size_t(t)]);
+    runtime::FunctionPlan& forward = plan.types[size_t(t)].forward;
+    forward.forwarded = parts[size_t(t)];
+    std::cerr << forward_logs[size_t(t)].str();
+    compile_fused_kernels(forward, forward_groups[size_t(t)], options, PassLog(options, program.type_name(t)),
+                          "forward");
     std::cerr << backward_logs[size_t(t)].str();
   }
 }
@@ -584,10 +595,13 @@ runtime::ExecPlan lower_program(const Program& program, const Options& given) {
     codegen::ArrayKernel exp = codegen::compile_exp_kernel(isa, options.perf_map);
     plan.exp = {exp.entry, exp.owner};
   }
-  // VJIT_ROW_PLACEMENT=tables: F is lowered without kernels first; what it forwards
-  // depends on every type's plan (add_forwarded_parts lowers it again).
-  const bool forwarding = uses_row_tables(options.tuning.row_placement);
-  std::vector<std::ostringstream> backward_logs(size_t(forwarding ? program.num_types() : 0));
+  // Forwarding (VJIT_ROW_PLACEMENT=tables): F's kernels are compiled once
+  // every type is planned, when what each forwards is known
+  // (add_forwarded_parts); each type's log is printed then, in order.
+  const bool forwarding = uses_row_tables(options.tuning.row_placement) && cuda == nullptr;
+  const size_t deferred_types = size_t(forwarding ? program.num_types() : 0);
+  std::vector<std::ostringstream> forward_logs(deferred_types), backward_logs(deferred_types);
+  std::vector<std::vector<ir::FusionGroup>> forward_groups(deferred_types);
   for (int t = 0; t < program.num_types(); ++t) {
     PassLog log(options, program.type_name(t));
     LoweredFunctions lowered = lower_functions(program.forward(t), options, log);
@@ -598,14 +612,14 @@ runtime::ExecPlan lower_program(const Program& program, const Options& given) {
     const std::vector<bool> keep = values_read_by_backward(forward, backward);
     const ir::ChildRowValues child_rows = child_rows_of(forward, backward, options, log);
     plan.types.push_back(
-        {forwarding ? lower_function(forward, options, keep, PassLog::off(), "forward", nullptr, child_rows.forward,
-                                     {}, Kernels::Skip)
+        {forwarding ? lower_function(forward, options, keep, log.into(forward_logs[size_t(t)]), "forward", nullptr,
+                                     child_rows.forward, &forward_groups[size_t(t)])
                     : lower_function(forward, options, keep, log, "forward", cuda, child_rows.forward),
          lower_function(backward, options, std::vector<bool>(backward.nodes.size(), false),
                         forwarding ? log.into(backward_logs[size_t(t)]) : log, "backward", cuda,
                         child_rows.backward)});
   }
-  if (forwarding) add_forwarded_parts(program, options, backward_logs, plan);
+  if (forwarding) add_forwarded_parts(program, options, forward_groups, forward_logs, backward_logs, plan);
   plan.placement = std::make_shared<const runtime::RowPlacement>(
       runtime::place_rows(plan, program.signatures(), uses_row_tables(options.tuning.row_placement)));
   if (cuda) {

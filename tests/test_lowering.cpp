@@ -55,35 +55,61 @@ int count(const std::string& text, const std::string& part) {
 
 // --- the pass list ---
 
-TEST(PassList, LogsTheIrAfterEachPassInOrder) {
+// The passes of F and ∂F in the order they run. With row tables
+// (VJIT_ROW_PLACEMENT=tables, the CPU's auto) F's kernels are compiled last,
+// once every type's F is planned and what its kernels forward is known;
+// below that level, in their place.
+std::string pass_log(vjit::Options::RowPlacement placement) {
   models::Bundle bundle = models::make_model("var_lstm_gates", small_config());
   Options options = Options::defaults();
   options.log = vjit::Options::Log::Passes;
+  options.tuning.row_placement = placement;
   ::testing::internal::CaptureStderr();
   Engine engine(*bundle.program, options);
-  const std::string log = ::testing::internal::GetCapturedStderr();
-  const std::vector<std::string> expected = {
-      "merge_matmuls: cell (forward)",      "simplify: cell (forward)",
-      "gather_slices: cell (forward)",      "differentiate: cell (backward)",
-      "join_gather_grads: cell (backward)", "simplify_slices: cell (backward)",
-      "simplify: cell (backward)",          "fold_outer_products: cell (forward)",
-      "classify_phases: cell (forward)",    "sink_elementwise_into_core: cell (forward)",
-      "find_fusion_groups: cell (forward)",
-      "compile_kernels: cell (forward)",    "fold_bias_adds: cell (forward)",
-      "order_steps: cell (forward)",        "fold_outer_products: cell (backward)",
-      "classify_phases: cell (backward)",   "sink_elementwise_into_core: cell (backward)",
-      "find_fusion_groups: cell (backward)",
-      "compile_kernels: cell (backward)",   "fold_bias_adds: cell (backward)",
-      "order_steps: cell (backward)"};
+  return ::testing::internal::GetCapturedStderr();
+}
+
+void expect_passes_in_order(const std::string& log, const std::vector<std::string>& expected) {
   size_t at = 0;
   for (const std::string& pass : expected) {
     size_t found = log.find("[vjit] after " + pass + "\n", at);
     ASSERT_NE(found, std::string::npos) << "no '" << pass << "' after offset " << at << " in\n" << log;
     at = found + 1;
   }
+}
+
+TEST(PassList, LogsTheIrAfterEachPassInOrder) {
+  const std::vector<std::string> ir_passes = {
+      "merge_matmuls: cell (forward)",      "simplify: cell (forward)",
+      "gather_slices: cell (forward)",      "differentiate: cell (backward)",
+      "join_gather_grads: cell (backward)", "simplify_slices: cell (backward)",
+      "simplify: cell (backward)"};
+  const std::vector<std::string> backward = {
+      "fold_outer_products: cell (backward)", "classify_phases: cell (backward)",
+      "sink_elementwise_into_core: cell (backward)", "find_fusion_groups: cell (backward)",
+      "compile_kernels: cell (backward)",   "fold_bias_adds: cell (backward)",
+      "order_steps: cell (backward)"};
+  const std::vector<std::string> planned = {
+      "fold_outer_products: cell (forward)", "classify_phases: cell (forward)",
+      "sink_elementwise_into_core: cell (forward)", "find_fusion_groups: cell (forward)"};
+  auto concat = [](std::initializer_list<std::vector<std::string>> parts) {
+    std::vector<std::string> all;
+    for (const std::vector<std::string>& part : parts) all.insert(all.end(), part.begin(), part.end());
+    return all;
+  };
+  const std::string in_place = pass_log(vjit::Options::RowPlacement::Slices);
+  expect_passes_in_order(in_place, concat({ir_passes, planned,
+                                           {"compile_kernels: cell (forward)", "fold_bias_adds: cell (forward)",
+                                            "order_steps: cell (forward)"},
+                                           backward}));
+  const std::string last = pass_log(vjit::Options::RowPlacement::Tables);
+  expect_passes_in_order(last, concat({ir_passes, planned,
+                                       {"fold_bias_adds: cell (forward)", "order_steps: cell (forward)",
+                                        "compile_kernels: cell (forward)"},
+                                       backward}));
   // The forward function keeps Program's value ids only where nothing changed:
   // merging changed it, so its IR is printed, not "(unchanged)".
-  EXPECT_EQ(section(log, "[vjit] after merge_matmuls: cell (forward)").find("(unchanged)"), std::string::npos);
+  EXPECT_EQ(section(last, "[vjit] after merge_matmuls: cell (forward)").find("(unchanged)"), std::string::npos);
 }
 
 // The four gate products W_k·x become one, and so do the four U_k·h: three
