@@ -1,6 +1,9 @@
 """The docstrings come from the C++ headers' comments, every public name has one, and the
-type stubs (vjit/_vjit.pyi) name what the module has, with the module's parameter names."""
+type stubs (vjit/_vjit.pyi) name what the module has, with the module's parameter names and
+docstrings."""
 import ast
+import difflib
+import importlib.util
 import inspect
 import re
 from pathlib import Path
@@ -177,3 +180,43 @@ def test_the_stubs_take_the_parameters_the_module_takes():
             if module_side != stub_side:
                 differences.append(f"{class_name}.{item.name}: module {module_side}, stubs {stub_side}")
     assert differences == [], "\n".join(differences)
+
+
+def stub_docs():
+    """python/stub_docs.py, which writes the module's docstrings into the stubs."""
+    spec = importlib.util.spec_from_file_location("stub_docs", ROOT / "python" / "stub_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_stubs_carry_the_docstrings_of_the_module():
+    current = STUB.read_text(encoding="utf-8")
+    wanted = stub_docs().render(current, _vjit)
+    diff = list(difflib.unified_diff(current.splitlines(), wanted.splitlines(), "stubs", "module", lineterm="", n=0))
+    assert diff == [], ("the stubs' docstrings are not the module's; PYTHONPATH=build/python python3 "
+                        "python/stub_docs.py writes them:\n" + "\n".join(diff[:40]))
+
+
+def test_a_stub_docstring_is_the_docstring_of_the_module():
+    """Read back from the stubs as Python reads them: the same text as the module's."""
+    stubs = stub_classes()
+    engine_members = {item.name: item for item in stubs["Engine"].body if isinstance(item, ast.FunctionDef)}
+    assert ast.get_docstring(engine_members["infer"]) == own_doc(vjit.Engine.infer)
+    assert ast.get_docstring(stubs["Model"]) == inspect.getdoc(vjit.Model)
+    functions = {node.name: node for node in stub_tree().body if isinstance(node, ast.FunctionDef)}
+    assert ast.get_docstring(functions["save_checkpoint"]) == own_doc(vjit.save_checkpoint)
+    documented = [node for node in ast.walk(stub_tree())
+                  if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and ast.get_docstring(node)]
+    assert len(documented) > 150, "few docstrings in the stubs"
+
+
+def test_a_stub_docstring_that_differs_from_the_module_is_replaced():
+    current = STUB.read_text(encoding="utf-8")
+    first_line = own_doc(vjit.Engine.infer).splitlines()[0]
+    edited = current.replace(first_line, first_line + " (edited)", 1)
+    removed = current.replace('"""' + own_doc(vjit.Model.find) + '"""', "...", 1)
+    assert edited != current and removed != current
+    render = stub_docs().render
+    assert render(edited, _vjit) == current
+    assert render(removed, _vjit) == current
