@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
@@ -336,8 +337,9 @@ struct Engine::Impl {
   [[noreturn]] void throw_naming_the_first_non_finite(const GraphBatch& batch, const RunOptions& run,
                                                       const UserError& failure) {
     const std::string objective = std::to_string(result.objective);
-    throw UserError(std::string(failure.what()) + "; the batch's objective is " + objective + ", and " +
-                    first_non_finite_value(batch, run));
+    // Called while `failure` is handled: it stays nested, with whatever it nests.
+    std::throw_with_nested(UserError(std::string(failure.what()) + "; the batch's objective is " + objective +
+                                     ", and " + first_non_finite_value(batch, run)));
   }
 
   std::string first_non_finite_value(const GraphBatch& batch, const RunOptions& run) {

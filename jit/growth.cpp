@@ -1,5 +1,7 @@
 #include "jit/growth.h"
 
+#include <exception>
+
 #include "vjit/error.h"
 
 namespace vjit {
@@ -58,8 +60,10 @@ void grow_round(const Program& program, const GrowthRules& rules, const PushedVa
       try {
         callback(step);
       } catch (const std::exception& e) {
-        throw UserError(sample_name(sample, index) + " vertex " + std::to_string(v) + " (type '" +
-                        program.type_name(type) + "'): growth callback failed: " + e.what());
+        // The callback's own exception stays inside (std::rethrow_if_nested):
+        // a front end raises it again as it was (Python: its type and object).
+        std::throw_with_nested(UserError(sample_name(sample, index) + " vertex " + std::to_string(v) + " (type '" +
+                                         program.type_name(type) + "'): growth callback failed: " + e.what()));
       }
     }
     first_new[size_t(index)] = evaluated;

@@ -201,6 +201,34 @@ TEST(Growth, DecodingAfterTrainingReadsTheTrainedParameters) {
   EXPECT_GT(changed, 1e-3) << "training did not change the logits";
 }
 
+// A front end (the Python module) raises the callback's own exception again:
+// the UserError carries it nested, as it was thrown.
+TEST(Growth, TheCallbacksExceptionIsNestedInTheUserError) {
+  struct NoNextToken : std::runtime_error {
+    int step;
+    explicit NoNextToken(int s) : std::runtime_error("no next token"), step(s) {}
+  };
+  models::Bundle bundle = small_seq2seq();
+  const Program& program = *bundle.program;
+  Engine engine(program, Options::defaults());
+  engine.set_growth(program.type_index("decoder"), [](GrowthStep& step) { throw NoNextToken(step.vertex()); });
+  const GraphBatch batch = prompts(bundle, 0, 1);
+  int nested_step = -1;
+  try {
+    engine.infer(batch);
+    ADD_FAILURE() << "the callback's exception did not end infer";
+  } catch (const UserError& error) {
+    EXPECT_NE(std::string(error.what()).find("growth callback failed: no next token"), std::string::npos)
+        << error.what();
+    try {
+      std::rethrow_if_nested(error);
+    } catch (const NoNextToken& inner) {
+      nested_step = inner.step;
+    }
+  }
+  EXPECT_EQ(nested_step, int(batch.samples[0].vertices.size()) - 1);
+}
+
 TEST(Growth, BadCallbacksAreUserErrorsAndTheEngineStaysUsable) {
   models::Bundle bundle = small_seq2seq();
   const Program& program = *bundle.program;

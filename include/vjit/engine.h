@@ -168,7 +168,9 @@ class Engine {
   /// forward, `callback` is called for every vertex of `type` that round
   /// evaluated first, and may add vertices to its sample; the rounds go on
   /// until none is added. A null callback makes the type static again.
-  /// UserError for a type outside the program.
+  /// UserError for a type outside the program. An exception the callback
+  /// throws ends the call as a UserError naming the sample, vertex and type,
+  /// with the callback's exception nested in it (std::rethrow_if_nested).
   void set_growth(int type, GrowthCallback callback);
   /// The most vertices growth may bring one sample to (default 4096): an
   /// add_vertex past it is a UserError, so a callback that never stops fails

@@ -23,9 +23,10 @@ struct GrowthStepRef {
   }
 };
 
-// Calls the Python callback with the GIL held (the engine released it); a
-// Python exception becomes the engine's UserError, naming the sample and
-// vertex, with the exception's type and message.
+// Calls the Python callback with the GIL held (the engine released it). A
+// Python exception goes on as py::error_already_set, which the engine nests in
+// the UserError naming the sample and vertex; the module raises it again as
+// it was (module.cpp).
 GrowthCallback python_growth(py::function callback) {
   auto shared = std::shared_ptr<py::function>(new py::function(std::move(callback)), [](py::function* f) {
     py::gil_scoped_acquire gil;  // the engine may drop its callbacks without the GIL
@@ -41,7 +42,8 @@ GrowthCallback python_growth(py::function callback) {
     try {
       (*shared)(ref);
     } catch (py::error_already_set& e) {
-      throw UserError(e.what());
+      e.what();  // its message made now, with the GIL held: the engine reads it without
+      throw;
     }
   };
 }
@@ -173,7 +175,8 @@ void bind_engine_batching(py::class_<Engine>& engine) {
           py::arg("type"), py::arg("callback"),
           (std::string(cpp_doc("vjit::Engine::set_growth")) +
            "\n\n`callback(step)` gets a vjit.GrowthStep; None makes the type static again. The callback runs "
-           "with the GIL held; an exception it raises becomes the UserError.")
+           "with the GIL held; an exception it raises ends the engine's call as that exception itself, "
+           "with a note naming the sample, vertex and type.")
               .c_str())
       .def("set_growth_limit", &Engine::set_growth_limit, py::arg("max_vertices_per_sample"),
            cpp_doc("vjit::Engine::set_growth_limit"))

@@ -2,6 +2,8 @@
 // subclass of vjit.Optimizer whose update() runs on the host, as a C++
 // subclass of vjit::Optimizer does, with the base class's checks, clipping,
 // state, undo log and checkpoints.
+#include <exception>
+
 #include "bindings.h"
 
 namespace vjit::python {
@@ -51,8 +53,10 @@ class PythonRule : public Optimizer {
     try {
       rule(index, begin, view(w + begin, shape, owner), slots, gradient, grad_scale);
     } catch (py::error_already_set& e) {
-      throw UserError(std::string(py::str(py::type::of(py::cast(static_cast<const Optimizer*>(this))).attr("__name__"))) +
-                      ".update of parameter " + std::to_string(index) + " failed: " + e.what());
+      // Nested, the Python exception reaches the caller as it was (module.cpp).
+      std::throw_with_nested(
+          UserError(std::string(py::str(py::type::of(py::cast(static_cast<const Optimizer*>(this))).attr("__name__"))) +
+                    ".update of parameter " + std::to_string(index) + " failed: " + e.what()));
     }
   }
 };
@@ -70,7 +74,9 @@ void bind_optimizers(py::module_& m) {
        "them in place. Optionally state_slot_names() (one name per state slot; their number is the\n"
        "slots kept), kind(), hyper_parameters() and begin_update(t). The base class checks the\n"
        "gradients, clips, keeps the state and undoes a step that leaves a non-finite value. It runs\n"
-       "on the host (on a GPU too), the GIL held for each call: slower than the built-in rules.\n\n" +
+       "on the host (on a GPU too), the GIL held for each call: slower than the built-in rules. An\n"
+       "exception update raises ends the step as that exception itself, with a note naming the rule\n"
+       "and the parameter.\n\n" +
        cpp_doc("vjit::Optimizer::update"))
           .c_str())
       .def(py::init_alias<float, float>(), py::arg("lr"), py::arg("clip_norm") = 0.0f,

@@ -501,7 +501,9 @@ class Optimizer:
     them in place. Optionally state_slot_names() (one name per state slot; their number is the
     slots kept), kind(), hyper_parameters() and begin_update(t). The base class checks the
     gradients, clips, keeps the state and undoes a step that leaves a non-finite value. It runs
-    on the host (on a GPU too), the GIL held for each call: slower than the built-in rules.
+    on the host (on a GPU too), the GIL held for each call: slower than the built-in rules. An
+    exception update raises ends the step as that exception itself, with a note naming the rule
+    and the parameter.
 
     Updates elements [begin, end) of parameter index, whose values are w[0, numel) and whose state slots are state[0..state_slots()), with the gradient g[begin, end) times grad_scale (the clipping factor, 1 when not clipped) — or with a zero gradient when g is null (rows a GradientRows leaves out, under dense_updates()).
 
@@ -942,9 +944,9 @@ class Engine:
     def set_growth(self, type: int, callback: Optional[Callable[[GrowthStep], None]]) -> None:
         """Graphs that grow during execution (vjit/growth.h): after each round of a forward, callback is called for every vertex of type that round evaluated first, and may add vertices to its sample; the rounds go on until none is added.
 
-        A null callback makes the type static again. UserError for a type outside the program.
+        A null callback makes the type static again. UserError for a type outside the program. An exception the callback throws ends the call as a UserError naming the sample, vertex and type, with the callback's exception nested in it (std::rethrow_if_nested).
 
-        `callback(step)` gets a vjit.GrowthStep; None makes the type static again. The callback runs with the GIL held; an exception it raises becomes the UserError.
+        `callback(step)` gets a vjit.GrowthStep; None makes the type static again. The callback runs with the GIL held; an exception it raises ends the engine's call as that exception itself, with a note naming the sample, vertex and type.
         """
     def set_growth_limit(self, max_vertices_per_sample: int) -> None:
         """The most vertices growth may bring one sample to (default 4096): an add_vertex past it is a UserError, so a callback that never stops fails instead of running forever."""
