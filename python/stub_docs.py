@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 STUB = Path(__file__).resolve().parent / "vjit" / "_vjit.pyi"
-SIGNATURE_LINE = re.compile(r"^\w+\(.*\)( -> .*)?$")
+# `name(...) -> T`, or `(self: T) -> U` for a property (the stub has the signature).
+SIGNATURE_LINE = re.compile(r"^\w*\(.*\)( -> .*)?$")
 OVERLOAD_LINE = re.compile(r"^\d+\. \w+\(.*$")
 
 

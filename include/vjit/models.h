@@ -196,6 +196,7 @@ struct Bundle {
 /// tree_rnn. Throws UserError listing them for an
 /// unknown name.
 Bundle make_model(const std::string& name, const Config& config);
+/// The names make_model takes, in the order listed above.
 std::vector<std::string> model_names();
 
 /// The samples at `indices` as one batch; UserError for an index outside `samples`.

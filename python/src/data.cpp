@@ -245,16 +245,24 @@ void bind_treebanks(py::module_& m) {
 
 void bind_zoo(py::module_& m) {
   auto zoo = m.def_submodule("models", "The model zoo of vjit/models.h, built in C++ (the reference for Python models).");
-  py::class_<models::Bundle, std::shared_ptr<models::Bundle>>(zoo, "Bundle", "A model with its data.")
-      .def_readonly("name", &models::Bundle::name)
-      .def_property_readonly("model", [](models::Bundle& b) -> Model& { return *b.model; }, py::return_value_policy::reference_internal)
-      .def_property_readonly("program", [](models::Bundle& b) -> Program& { return *b.program; }, py::return_value_policy::reference_internal)
-      .def_property_readonly("train", [](const models::Bundle& b) { return GraphBatch{b.train, 0}; })
-      .def_property_readonly("test", [](const models::Bundle& b) { return GraphBatch{b.test, 0}; })
-      .def_property_readonly("dev", [](const models::Bundle& b) { return GraphBatch{b.dev, 0}; })
-      .def_readonly("vocab", &models::Bundle::vocab)
-      .def_readonly("classifier_types", &models::Bundle::classifier_types);
-  zoo.def("model_names", &models::model_names);
+  py::class_<models::Bundle, std::shared_ptr<models::Bundle>>(zoo, "Bundle", cpp_doc("vjit::models::Bundle"))
+      .def_readonly("name", &models::Bundle::name, cpp_doc("vjit::models::Bundle::name"))
+      .def_property_readonly(
+          "model", [](models::Bundle& b) -> Model& { return *b.model; }, py::return_value_policy::reference_internal,
+          cpp_doc("vjit::models::Bundle::model"))
+      .def_property_readonly(
+          "program", [](models::Bundle& b) -> Program& { return *b.program; },
+          py::return_value_policy::reference_internal, cpp_doc("vjit::models::Bundle::program"))
+      .def_property_readonly(
+          "train", [](const models::Bundle& b) { return GraphBatch{b.train, 0}; }, cpp_doc("vjit::models::Bundle::train"))
+      .def_property_readonly(
+          "test", [](const models::Bundle& b) { return GraphBatch{b.test, 0}; }, cpp_doc("vjit::models::Bundle::test"))
+      .def_property_readonly(
+          "dev", [](const models::Bundle& b) { return GraphBatch{b.dev, 0}; }, cpp_doc("vjit::models::Bundle::dev"))
+      .def_readonly("vocab", &models::Bundle::vocab, cpp_doc("vjit::models::Bundle::vocab"))
+      .def_readonly("classifier_types", &models::Bundle::classifier_types,
+                    cpp_doc("vjit::models::Bundle::classifier_types"));
+  zoo.def("model_names", &models::model_names, cpp_doc("vjit::models::model_names"));
   zoo.def(
       "make_model",
       [](const std::string& name, int hidden, int embed, double dropout, uint64_t seed, int train_samples,

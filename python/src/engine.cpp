@@ -55,7 +55,8 @@ void bind_evaluation(py::module_& m) {
                     "Evaluation lives.")
                        .c_str())
       .def_readonly("objective", &Eval::objective, cpp_doc("vjit::Evaluation::objective"))
-      .def_property_readonly("num_samples", [](const Eval& e) { return e.pushes.num_samples(); })
+      .def_property_readonly(
+          "num_samples", [](const Eval& e) { return e.pushes.num_samples(); }, cpp_doc("vjit::PushedValues::num_samples"))
       .def(
           "num_vertices", [](const Eval& e, int s) { return e.pushes.num_vertices(s); }, py::arg("sample"),
           "How many vertices sample `sample` has (push_count and push take their indices).")

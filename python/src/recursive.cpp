@@ -115,7 +115,8 @@ void bind_recursive(py::module_& m) {
           py::arg("name"), py::arg("arity"), py::arg("body"),
           "Adds a branch, a vertex type traced from body(f, calls) once; returns its index.")
       .def("vertex_type", &PythonRecursive::vertex_type, py::arg("branch"), cpp_doc("vjit::RecursiveProgram::vertex_type"))
-      .def_property_readonly("num_branches", &PythonRecursive::num_branches)
+      .def_property_readonly("num_branches", &PythonRecursive::num_branches,
+                             cpp_doc("vjit::RecursiveProgram::num_branches"))
       .def("sample", &PythonRecursive::sample, py::arg("roots"), py::arg("name") = "",
            (std::string(cpp_doc("vjit::Recursive::sample", 1)) + " `roots`: a list of nodes; shared nodes become one vertex.")
                .c_str())

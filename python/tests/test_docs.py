@@ -32,7 +32,7 @@ def own_doc(obj):
     if isinstance(obj, property) and not obj.__doc__:
         doc = inspect.getdoc(obj.fget) or ""
     lines = doc.splitlines()
-    while lines and re.match(r"^\w+\(.*\)( -> .*)?$", lines[0]):
+    while lines and re.match(r"^\w*\(.*\)( -> .*)?$", lines[0]):  # a property's: (self: T) -> U
         lines.pop(0)
     return "\n".join(lines).strip()
 
@@ -64,6 +64,12 @@ def test_every_public_name_has_a_docstring():
         obj = getattr(_vjit, name)
         if callable(obj) and not inspect.isclass(obj) and not own_doc(obj):
             missing.append(name)
+    for name in ("model_names", "make_model", "Bundle"):
+        if not own_doc(getattr(vjit.models, name)):
+            missing.append(f"models.{name}")
+    for member in public_names(vjit.models.Bundle):
+        if not own_doc(vars(vjit.models.Bundle)[member]):
+            missing.append(f"models.Bundle.{member}")
     assert missing == [], "without a docstring: " + ", ".join(sorted(missing))
 
 

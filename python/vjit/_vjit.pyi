@@ -331,7 +331,7 @@ class Recursive:
         """The Program's vertex type of a branch (Vertex::type of its nodes)."""
     @property
     def num_branches(self) -> int:
-        """(arg0: vjit._vjit.Recursive) -> int"""
+        """branches added so far"""
     def sample(self, roots: Sequence[object], name: str = "") -> "Sample":
         """The same over several roots, which may share nodes. `roots`: a list of nodes; shared nodes become one vertex."""
     def batch(self, roots: Sequence[object], first_index: int = 0) -> "GraphBatch":
@@ -469,7 +469,7 @@ class Evaluation:
         """Σ of every add_loss over the batch."""
     @property
     def num_samples(self) -> int:
-        """(arg0: vjit._vjit.Evaluation) -> int"""
+        """samples of the batch"""
     def num_vertices(self, sample: int) -> int:
         """How many vertices sample `sample` has (push_count and push take their indices)."""
     def push_count(self, sample: int, vertex: int) -> int:
@@ -980,24 +980,25 @@ def load_parameters(path: str, model: Model) -> None:
 class _Models:
     """The model zoo of vjit/models.h, built in C++ (the reference for Python models)."""
     class Bundle:
-        """A model with its data."""
+        """A model with its data. model outlives program, which points to it."""
         name: str
-        """(self: vjit._vjit.models.Bundle) -> str"""
+        """the model's name, as given to make_model"""
         model: Model
-        """(arg0: vjit._vjit.models.Bundle) -> vjit._vjit.Model"""
+        """the parameters"""
         program: Program
-        """(arg0: vjit._vjit.models.Bundle) -> vjit._vjit.Program"""
+        """the vertex types"""
         train: GraphBatch
-        """(arg0: vjit._vjit.models.Bundle) -> vjit._vjit.GraphBatch"""
+        """training samples"""
         test: GraphBatch
-        """(arg0: vjit._vjit.models.Bundle) -> vjit._vjit.GraphBatch"""
+        """test samples"""
         dev: GraphBatch
-        """(arg0: vjit._vjit.models.Bundle) -> vjit._vjit.GraphBatch"""
+        """from Config::dev_path (tree models), else empty"""
         vocab: Vocabulary
-        """(self: vjit._vjit.models.Bundle) -> vjit._vjit.Vocabulary"""
+        """The words of the token ids (Vertex::token) when the data has words: the tree models' treebanks (the built-in one or SST files; tree_fc only from files) and the text files of var_lstm and bilstm_tagger; empty (no <unk> either) where the data is generated ids with no words."""
         classifier_types: list[int]
-        """(self: vjit._vjit.models.Bundle) -> List[int]"""
-    def model_names(self) -> list[str]: ...
+        """Vertex types whose first push is class logits scored against the label."""
+    def model_names(self) -> list[str]:
+        """The names make_model takes, in the order listed above."""
     def make_model(self, name: str, hidden: int = 64, embed: int = 0, dropout: float = 0.0, seed: int = 1,
                    train_samples: int = 1000, test_samples: int = 200, data_path: str = "", dev_path: str = "",
                    test_path: str = "", vocab_limit: int = 20000) -> "_Models.Bundle":
