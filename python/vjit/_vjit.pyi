@@ -741,7 +741,7 @@ class Options:
     VJIT_DIST_OVERLAP; lever: auto, on, off.
     """
     profile: bool
-    """when an Engine is destroyed, a summary table on stderr (counters since the last `reset_stats`): the wall time inside the engine's calls and the phases within it (schedule+plan, forward, backward, optimizer; gemm, elementwise and copy as parts of forward+backward), tasks issued against the ED-Batch lower bound (on with this option), kernel-cache and FSM-policy-cache hits, and the 20 costliest steps (total ms, calls, rows per call, % of the wall time; pass, vertex type, phase, op or fused kernel, with the kernel an inference pass runs beside it where `VJIT_INFER_KERNELS` makes a smaller one). See docs/guide.md, "Profiling"
+    """when an Engine is destroyed, a summary table on stderr (counters since the last `reset_stats`): the wall time inside the engine's calls and the phases within it (schedule+plan, forward, backward, optimizer; gemm, elementwise and copy as parts of forward+backward), tasks issued against the ED-Batch lower bound (on with this option), kernel-cache and FSM-policy-cache hits, and the 20 costliest steps (total ms, calls, rows per call, % of the wall time; pass, vertex type, phase, op or fused kernel, with the kernel an inference pass runs beside it where `VJIT_INFER_KERNELS` makes a smaller one). CUDA: each step is timed until the GPU has run it (the host waits for the device after every step, so the run is slower and its steps' times are the GPU's plus a launch each); with `VJIT_CUDA_GRAPHS` the passes run as graphs after their steps are issued and the table says that no step was timed. See docs/guide.md, "Profiling"
 
     VJIT_PROFILE; bool.
     """
