@@ -685,6 +685,10 @@ class Options:
     VJIT_CUDA_GRAPHS; lever: auto, on, off.
     """
     cuda_resident_params: str
+    """parameters and the optimizer's state stay on the GPU between steps: an SGD or Adam step is one launch each for Σ g², the preview and the update over every parameter (a table of parameter rows in device memory) instead of one each per parameter group, and the Model's values are copied back only when read (`Engine::download_parameters()`, a checkpoint saved, the engine destroyed, a step run on the host); with `VJIT_CUDA_GRAPHS=on` the step's kernels run as two graph launches; checked only through the driver double, never run on a GPU, so off by default (docs/gpu.md)
+
+    VJIT_CUDA_RESIDENT_PARAMS; lever: auto, on, off.
+    """
     threads: int
     """CPU worker threads (with `VJIT_DEVICE=cuda`, those of the host's optimizer step); a larger value is refused, naming it, before a pool is sized by it (more threads only oversubscribe any machine), and a thread the system cannot start is an error naming it (and the limit hit), not an abort
 
@@ -911,7 +915,11 @@ class Engine:
 
         by load_parameters). On the CPU the engine reads the Model itself and this does nothing; on the GPU it uploads.
         """
-    def download_parameters(self) -> None: ...
+    def download_parameters(self) -> None:
+        """Copies the parameters' values into the Model where the engine keeps newer ones: with VJIT_CUDA_RESIDENT_PARAMS the GPU's values after train_step reach the Model only through this call (one copy from the device), a checkpoint saved (save_checkpoint calls it) or the engine destroyed.
+
+        Call it before reading the Model's values yourself, and before changing a part of them for upload_parameters(). Does nothing where the Model is current (on the CPU; on the GPU without that option; after a call already made).
+        """
     def stats(self) -> dict[str, float]:
         """a copy, taken under the engine's lock"""
     def reset_stats(self) -> None:
