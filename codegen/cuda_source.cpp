@@ -194,6 +194,62 @@ std::string optimizer_update_kernels() {
   return out.str();
 }
 
+// The children-block kernels: ir/interpreter.cpp's meaning of each op, one
+// thread per element of a row's result (`width` floats). Every one takes the
+// same parameters: the operand block is block_rows × block_cols floats per row
+// (x at r·xld), `start` the op's column, g the upstream gradient of
+// MaxChildrenGrad (its block_cols floats per row at r·gld) and children[r] the
+// row's number of variadic children (ChildCount, and MaxChildren's rows past
+// the last child, which take no part).
+struct ChildrenBlockKernel {
+  const char* name;
+  const char* element;  // the body: sets `v` from r and i
+};
+
+constexpr ChildrenBlockKernel kChildrenBlockKernels[] = {
+    {"vjit_slice_cols",  // out [block_rows, width / block_rows] = columns start.. of the block
+     "    const long long cols = width / block_rows, k = i / cols;\n"
+     "    v = x[r * xld + k * block_cols + start + (i - k * cols)];\n"},
+    {"vjit_pad_cols",  // out [block_rows, width / block_rows]: the block at column start, zeros around it
+     "    const long long cols = width / block_rows, k = i / cols, j = i - k * cols - start;\n"
+     "    v = j >= 0 && j < block_cols ? x[r * xld + k * block_cols + j] : 0.0f;\n"},
+    {"vjit_transpose",  // out [block_cols, block_rows]
+     "    const long long j = i / block_rows, k = i - j * block_rows;\n"
+     "    v = x[r * xld + k * block_cols + j];\n"},
+    {"vjit_child_count",  // out [1]
+     "    v = (float)children[r];\n"},
+    {"vjit_max_children",  // out [block_cols]: per column, the first largest of the actual children's rows
+     "    const float* block = x + r * xld;\n"
+     "    const long long n = children[r] < block_rows ? children[r] : block_rows;\n"
+     "    long long best = 0;\n"
+     "    for (long long k = 1; k < n; ++k)\n"
+     "      if (block[k * block_cols + i] > block[best * block_cols + i]) best = k;\n"
+     "    v = n > 0 ? block[best * block_cols + i] : 0.0f;\n"},
+    {"vjit_max_children_grad",  // out [block_rows, block_cols]: g[j] at that row of column j, zeros elsewhere
+     "    const float* block = x + r * xld;\n"
+     "    const long long n = children[r] < block_rows ? children[r] : block_rows;\n"
+     "    const long long k = i / block_cols, j = i - k * block_cols;\n"
+     "    long long best = 0;\n"
+     "    for (long long q = 1; q < n; ++q)\n"
+     "      if (block[q * block_cols + j] > block[best * block_cols + j]) best = q;\n"
+     "    v = n > 0 && k == best ? g[r * gld + j] : 0.0f;\n"},
+};
+
+std::string children_block_kernels() {
+  std::ostringstream out;
+  for (const ChildrenBlockKernel& kernel : kChildrenBlockKernels)
+    out << "extern \"C\" __global__ void " << kernel.name
+        << "(long long rows, long long width, long long block_rows, long long block_cols,\n"
+           "    long long start, const float* __restrict__ x, long long xld, const float* __restrict__ g, "
+           "long long gld,\n"
+           "    const int* __restrict__ children, float* __restrict__ out, long long ld) {\n"
+        << kLoopBegin << "    float v;\n"
+        << kernel.element << "    out[r * ld + i] = v;\n  }\n}\n"
+        << host_entry(kernel.name, {"long long", "long long", "long long", "long long", "long long", "const float*",
+                                    "long long", "const float*", "long long", "const int*", "float*", "long long"});
+  return out.str();
+}
+
 }  // namespace
 
 CudaKernelSource cuda_fused_kernel(const KernelSpec& spec) {
@@ -246,17 +302,16 @@ std::string cuda_index_kernels_source() {
                     {"long long", "long long", "const long long*", "float*", "const float*", "long long"})
       << "extern \"C\" __global__ void vjit_gather_sum(long long rows, long long width, "
          "const int* __restrict__ begin,\n"
-         "    const long long* __restrict__ src, const float* __restrict__ base, float* __restrict__ dst, "
-         "long long ld, int stack) {\n"
+         "    const unsigned long long* __restrict__ src, float* __restrict__ dst, long long ld, int stack) {\n"
       << kLoopBegin
       << "    float sum = 0.0f;\n"
          "    for (int k = begin[r]; k < begin[r + 1]; ++k) {\n"
-         "      const float x = base[src[k] + i];\n"
+         "      const float x = ((const float*)src[k])[i];\n"
          "      if (stack) dst[r * ld + (k - begin[r]) * width + i] = x;\n"
          "      else sum += x;\n"
          "    }\n"
          "    if (!stack) dst[r * ld + i] = sum;\n  }\n}\n"
-      << host_entry("vjit_gather_sum", {"long long", "long long", "const int*", "const long long*", "const float*",
+      << host_entry("vjit_gather_sum", {"long long", "long long", "const int*", "const unsigned long long*",
                                         "float*", "long long", "int"})
       << "extern \"C\" __global__ void vjit_fill_rows(long long rows, long long width, float value, "
          "float* __restrict__ dst, long long ld) {\n"
@@ -415,7 +470,7 @@ std::string cuda_runtime_kernels_source() {
                                         "const float*", "long long", "int", "float*", "long long"});
   for (int op = 0; op < ir::kNumOps; ++op)
     if (const ir::RowOp* row = ir::row_op(Op(op))) out << row_op_kernel(*row, ir::op_info(Op(op)).arity);
-  out << sum_squares_kernels() << optimizer_update_kernels();
+  out << children_block_kernels() << sum_squares_kernels() << optimizer_update_kernels();
   return out.str();
 }
 

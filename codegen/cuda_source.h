@@ -42,7 +42,7 @@ struct CudaKernelSource {
 CudaKernelSource cuda_fused_kernel(const KernelSpec& spec);
 
 // The index-copy kernels every plan uses, one launch per task phase (never one
-// per row). All offsets are in floats from `base`; rows lie at r·ld.
+// per row). Offsets are in floats from `base`; rows lie at r·ld.
 //   vjit_gather_rows(long long rows, long long width, const long long* src,
 //                    const float* base, float* dst, long long ld)
 //       dst[r·ld + i] = base[src[r] + i]                 (gather, pull, embedding)
@@ -50,9 +50,11 @@ CudaKernelSource cuda_fused_kernel(const KernelSpec& spec);
 //                         float* base, const float* src, long long ld)
 //       base[dst[r] + i] += src[r·ld + i]   (atomic: two rows may share a destination;
 //                                            gather gradients, embedding gradients)
-//   vjit_gather_sum(long long rows, long long width, const int* begin, const long long* src,
-//                   const float* base, float* dst, long long ld, int stack)
-//       sources begin[r] .. begin[r+1]: stack = 0 sums them into dst row r (GatherSum);
+//   vjit_gather_sum(long long rows, long long width, const int* begin, const unsigned long long* src,
+//                   float* dst, long long ld, int stack)
+//       a row table: source k is the row at address src[k], wherever it lies (a child's
+//       scattered row, a child row of either pass's arena);
+//       sources begin[r] .. begin[r+1]: stack = 0 sums them into dst row r (GatherSum, SumRows);
 //       stack = 1 writes source k at dst[r·ld + k·width + i] (GatherAll; the caller zeroes
 //       the rows past the last child)
 //   vjit_fill_rows(long long rows, long long width, float value, float* dst, long long ld)
@@ -84,6 +86,12 @@ std::string cuda_index_kernels_source();
 //       one thread per element (CudaRowForm::Element) or per row (Row)
 //   vjit_batched_matmul(rows, m, n, k, a, lda, a_cols, ta, b, ldb, b_cols, tb, out, ld)
 //   vjit_softmax_ce(rows, classes, x, xld, labels, up, uld, gradient, out, ld)
+//   vjit_slice_cols, vjit_pad_cols, vjit_transpose, vjit_child_count, vjit_max_children,
+//   vjit_max_children_grad (rows, width, block_rows, block_cols, start, x, xld, g, gld,
+//                           const int* children, out, ld)
+//       the ops of the children block, as ir/interpreter.cpp defines them, one thread per
+//       element of out row r (width floats): x row r is a block_rows × block_cols block,
+//       g MaxChildrenGrad's upstream gradient, children[r] the row's variadic children
 //   vjit_sum_squares(rows, width, ptrs, double* sum)        *sum += Σ g² (g = ptrs[4r+1])
 //   vjit_optimizer_update(rows, width, ptrs, kind, lr, weight_decay, momentum, beta1, beta2,
 //                         1−beta1, 1−beta2, correction1, correction2, eps, decay, scale,

@@ -227,6 +227,18 @@ Function join_gather_grads(const Function& function) {
   return compact(out, keep, identity_map(out));
 }
 
+namespace {
+
+// Aᵀ·B of two per-vertex matrices with the same rows ([m, k] and [m, n]): its
+// sum over the vertices is GEMMs over the matrices' rows.
+bool is_stacked_product(const Function& f, const Node& product) {
+  const Shape& a = f[product.args[0]].shape;
+  const Shape& b = f[product.args[1]].shape;
+  return product.trans_a && !product.trans_b && a.rank == 2 && b.rank == 2 && a.dims[0] == b.dims[0];
+}
+
+}  // namespace
+
 std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_matmuls) {
   const std::vector<int> readers = reader_counts(backward);
   std::vector<bool> folded(backward.nodes.size(), false);
@@ -234,7 +246,8 @@ std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_
     if (node.op != Op::ParamGrad) continue;
     ValueId term = node.args[0];
     const Node& product = backward[term];
-    bool foldable = product.op == Op::Outer || (per_vertex_matmuls && product.op == Op::MatMul);
+    bool foldable = product.op == Op::Outer ||
+                    (product.op == Op::MatMul && (per_vertex_matmuls || is_stacked_product(backward, product)));
     bool per_vertex_operands = foldable &&
                                !backward[product.args[0]].uniform && !backward[product.args[1]].uniform;
     if (per_vertex_operands && readers[size_t(term)] == 1) folded[size_t(term)] = true;

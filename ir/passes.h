@@ -60,8 +60,10 @@ Function join_gather_grads(const Function& function);
 // ParamGrad accumulates product by product into the gradient (beta = 1)
 // instead of writing every row's product and summing the rows. One flag per
 // node.
-// `per_vertex_matmuls` false folds only the Outer products (for an executor
-// that cannot accumulate per-vertex matrix products in its ParamGrad).
+// `per_vertex_matmuls` false folds, of the MatMuls, only the products Aᵀ·B of
+// per-vertex matrices with the same rows (a children block's weight
+// gradient), whose sum is GEMMs over the matrices' rows (for a device that
+// cannot accumulate other per-vertex matrix products in its ParamGrad).
 std::vector<bool> fold_outer_products(const Function& backward, bool per_vertex_matmuls = true);
 
 // Bias adds a GEMM does itself (the GEMM epilogue): y = p + b where p is a

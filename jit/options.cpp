@@ -147,7 +147,8 @@ const std::array<Spec, 36>& specs() {
           "batched GEMMs: consecutive steps of a vertex function that are products of a weight and per-vertex "
           "vectors of one shape, none reading another's output (a Tree-LSTM's `U_f1·h1` and `U_f2·h2`, and "
           "their gradients), are one primitive (`gemm_batched`) instead of one each; the CPU runs the same "
-          "GEMMs one after another in it, the CUDA device still issues one cuBLASLt call per product"),
+          "GEMMs one after another in it, the CUDA device one strided-batched cuBLASLt call where the "
+          "products' operands lie one stride apart (otherwise one call per product)"),
       documented(spec<&Options::Tuning::epilogue>("epilogue", "VJIT_EPILOGUE"), "cpu, cuda",
           "GEMM epilogue: a bias add that follows a product of a weight and a per-vertex vector (`W·x + b`, "
           "not fused with other work) is done by the GEMM itself (its output rows start as `b`, beta = 1), "
@@ -217,8 +218,8 @@ const std::array<Spec, 36>& specs() {
           "`auto`: each device's best: `tables` on the CPU; `copy` on cuda, the only level the CUDA device "
           "takes (its kernels were never run on a GPU with gathers of slices or row tables: `slices` and "
           "`tables` are refused there, naming the device)"),
-      documented(spec<&Options::Tuning::child_rows>("child_rows", "VJIT_CHILD_ROWS"), "cpu",
-          "CPU: a children block (`gather_all`) whose padding rows change no result (`ir/child_rows.h`: "
+      documented(spec<&Options::Tuning::child_rows>("child_rows", "VJIT_CHILD_ROWS"), "cpu, cuda",
+          "a children block (`gather_all`) whose padding rows change no result (`ir/child_rows.h`: "
           "the Child-Sum Tree-LSTM's, forward and backward) is computed in child row space, one row per "
           "actual child instead of `max_children` rows per vertex: its products are one GEMM over the "
           "children's rows, its fused kernels run over them, `sum_rows` adds each vertex's own, so a "

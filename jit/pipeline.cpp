@@ -393,8 +393,10 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   for (ValueId id = 0; id < function.size(); ++id)
     if (function[id].op == ir::Op::Scatter) plan.scatter_value = function[id].args[0];
 
-  // The CUDA executor sums per-vertex matrix products with a kernel of its
-  // own; only the CPU executor accumulates them inside the ParamGrad.
+  // The CUDA device sums per-vertex matrix products with a kernel of its
+  // own, except those the runner accumulates as GEMMs over the matrices' rows
+  // (Runner::accumulate_stacked_products); only the CPU device accumulates
+  // the others inside the ParamGrad.
   plan.folded = ir::fold_outer_products(function, /*per_vertex_matmuls=*/cuda == nullptr);
   log.print("fold_outer_products", which, flagged_nodes(function, plan.folded));
 
@@ -422,7 +424,7 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
       codegen::CudaKernelSource source = codegen::cuda_fused_kernel(kernel_spec(plan, group));
       int index = int(plan.fused.size());
       plan.fused.push_back({{source.name, runtime::KernelTarget::Cuda, nullptr, nullptr, nullptr},
-                            group.inputs, group.outputs, function[group.nodes[0]].shape.numel()});
+                            group.inputs, group.outputs, plan.row_width(group.nodes[0])});
       plan.inference_fused.push_back(plan.fused.back());  // the CUDA executor runs the full kernel
       for (ValueId id : group.nodes) {
         group_of[size_t(id)] = index;
@@ -567,7 +569,7 @@ void add_forwarded_parts(const Program& program, const Options& options,
 
 // The children-block values the type's steps run in child row space: those
 // whose padding rows change no result (ir/child_rows.h), with
-// VJIT_CHILD_ROWS (the CPU's; the CUDA device runs every block padded).
+// VJIT_CHILD_ROWS.
 // VJIT_LOG=passes lists them.
 ir::ChildRowValues child_rows_of(const ir::Function& forward, const ir::Function& backward, const Options& options,
                                  const PassLog& log) {

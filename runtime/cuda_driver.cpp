@@ -123,6 +123,7 @@ std::string error_text(CUresult result) {
 #define VJIT_CUBLASLT_FUNCTIONS(X)                                                                    \
   X(cublasLtCreate) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)                         \
   X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)     \
+  X(cublasLtMatrixLayoutSetAttribute)                                                                \
   X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                               \
   X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
 
@@ -224,7 +225,7 @@ struct CudaDevice::Impl {
     cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  std::map<std::array<int64_t, 9>, GemmPlan> gemm_plans;
+  std::map<std::array<int64_t, 13>, GemmPlan> gemm_plans;
   GraphStructure* structure = nullptr;  // while a stream is captured (begin_capture)
 };
 
@@ -448,14 +449,16 @@ double CudaDevice::record_stop_ms() {
 // B as its first operand and A as its second, with m and n swapped.
 void CudaDevice::sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, DevicePtr a, int64_t lda,
                        DevicePtr b, int64_t ldb, float beta, DevicePtr c, int64_t ldc, bool tf32, int stream,
-                       DevicePtr c_in) {
+                       DevicePtr c_in, const GemmBatch& batch) {
   const BlasLt& lt = blas_lt();
   VJIT_USER_CHECK(lt.error.empty(), lt.error);
   if (!impl_->lt) {
     VJIT_LT_CHECK(lt.cublasLtCreate(&impl_->lt));
     for (CUdeviceptr& w : impl_->workspace) w = alloc(kWorkspace);
   }
-  const std::array<int64_t, 9> key{int64_t(ta), int64_t(tb), m, n, k, lda, ldb, ldc, int64_t(tf32)};
+  const std::array<int64_t, 13> key{int64_t(ta), int64_t(tb), m,          n,          k,
+                                    lda,         ldb,         ldc,        int64_t(tf32), batch.count,
+                                    batch.stride_a, batch.stride_b, batch.stride_c};
   std::lock_guard<std::mutex> lock(impl_->mutex);
   auto found_plan = impl_->gemm_plans.find(key);
   if (found_plan == impl_->gemm_plans.end()) {
@@ -470,6 +473,16 @@ void CudaDevice::sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
     VJIT_LT_CHECK(
         lt.cublasLtMatrixLayoutCreate(&plan.second, CUDA_R_32F, uint64_t(ta ? m : k), uint64_t(ta ? k : m), lda));
     VJIT_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&plan.out, CUDA_R_32F, uint64_t(n), uint64_t(m), ldc));
+    if (batch.count > 1) {  // cuBLASLt's first operand is our B (column-major: Cᵀ = op(B)ᵀ·op(A)ᵀ)
+      const int32_t count = int32_t(batch.count);
+      for (auto [layout, stride] : {std::pair{plan.first, batch.stride_b}, std::pair{plan.second, batch.stride_a},
+                                    std::pair{plan.out, batch.stride_c}}) {
+        VJIT_LT_CHECK(lt.cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                          sizeof count));
+        VJIT_LT_CHECK(lt.cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                          sizeof stride));
+      }
+    }
     cublasLtMatmulPreference_t preference = nullptr;
     VJIT_LT_CHECK(lt.cublasLtMatmulPreferenceCreate(&preference));
     size_t workspace = kWorkspace;
@@ -542,7 +555,7 @@ void CudaDevice::wait_event(int, void*) {}
 bool CudaDevice::event_done(void*) { return true; }
 void* CudaDevice::stream_handle(int) { return nullptr; }
 void CudaDevice::sgemm(bool, bool, int64_t, int64_t, int64_t, float, DevicePtr, int64_t, DevicePtr, int64_t, float,
-                       DevicePtr, int64_t, bool, int, DevicePtr) {}
+                       DevicePtr, int64_t, bool, int, DevicePtr, const GemmBatch&) {}
 void CudaDevice::begin_capture(int, GraphStructure*) {}
 void* CudaDevice::end_capture(int) { return nullptr; }
 void* CudaDevice::instantiate_graph(void*) { return nullptr; }

@@ -53,6 +53,13 @@ struct CudaProbe {
 };
 const CudaProbe& probe_cuda();
 
+// A strided batch of products (cuBLASLt's CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT
+// and STRIDED_BATCH_OFFSET): product i reads A at a + i·stride_a floats, B at
+// b + i·stride_b, and writes C (and reads C_in) at c + i·stride_c.
+struct GemmBatch {
+  int64_t count = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
 class CudaDevice {
  public:
   // The primary context of device cuda_device_for_local_rank(local rank)
@@ -110,9 +117,11 @@ class CudaDevice {
   // C = alpha·op(A)·op(B) + beta·C, row-major, FP32 (TF32 tensor cores when
   // `tf32`), on `stream`, through cuBLASLt (a workspace per stream). With
   // `c_in` (0: C), the beta term reads that matrix, laid out as C, instead:
-  // C = alpha·op(A)·op(B) + beta·C_in.
+  // C = alpha·op(A)·op(B) + beta·C_in. With `batch`, its count of products in
+  // one call.
   void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, DevicePtr a, int64_t lda, DevicePtr b,
-             int64_t ldb, float beta, DevicePtr c, int64_t ldc, bool tf32 = false, int stream = 0, DevicePtr c_in = 0);
+             int64_t ldb, float beta, DevicePtr c, int64_t ldc, bool tf32 = false, int stream = 0, DevicePtr c_in = 0,
+             const GemmBatch& batch = {});
 
   // CUDA graphs (runtime/cuda_graph.h). Between begin_capture and
   // end_capture the work queued on `stream` is recorded into a graph, not

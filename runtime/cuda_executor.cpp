@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 
@@ -22,25 +23,21 @@ using ir::is_view;
 
 namespace {
 
-// The ops of the children block (SliceCols, PadCols, Transpose, ChildCount,
-// MaxChildren, MaxChildrenGrad) have no CUDA kernels yet: a program using one
-// is rejected before anything runs.
-void check_cuda_supports(const Program& program) {
-  for (int t = 0; t < program.num_types(); ++t)
-    for (const ir::Function* f : {&program.forward(t), &program.backward(t)})
-      for (const Node& n : f->nodes)
-        switch (n.op) {
-          case Op::SliceCols:
-          case Op::PadCols:
-          case Op::Transpose:
-          case Op::ChildCount:
-          case Op::MaxChildren:
-          case Op::MaxChildrenGrad:
-            throw UserError("vertex type '" + program.type_name(t) + "', op " + ir::op_name(n.op) +
-                            ": the CUDA back end cannot run it yet (use VJIT_DEVICE=cpu)");
-          default: break;
-        }
-}
+// The kernel of each op of the children block (codegen/cuda_source.h), and
+// the primitive it counts as (the CPU device's for the op).
+struct ChildrenBlockKernel {
+  Op op;
+  const char* name;
+  Primitive primitive;
+};
+constexpr ChildrenBlockKernel kChildrenBlockKernels[] = {
+    {Op::SliceCols, "vjit_slice_cols", Primitive::MoveRows},
+    {Op::PadCols, "vjit_pad_cols", Primitive::MoveRows},
+    {Op::Transpose, "vjit_transpose", Primitive::MoveRows},
+    {Op::ChildCount, "vjit_child_count", Primitive::Fill},
+    {Op::MaxChildren, "vjit_max_children", Primitive::Reduce},
+    {Op::MaxChildrenGrad, "vjit_max_children_grad", Primitive::Reduce},
+};
 
 constexpr int kMoveCopy = 0, kMoveAdd = 1, kMoveZero = 2;
 
@@ -86,7 +83,6 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
       parallel_(pool_),
       store_(*this, cuda_, program.model(), plan),
       graphs_(cuda_, config.graphs) {
-  check_cuda_supports(program);
   // A captured pass runs after its steps are issued: none can be timed then.
   observe_steps(config.profile && !config.graphs, nullptr);
   VJIT_INTERNAL_CHECK(!plan.cuda.image.empty(), "the CUDA executor needs a plan lowered for VJIT_DEVICE=cuda");
@@ -111,6 +107,7 @@ CudaExecutor::CudaExecutor(const Program& program, const ExecPlan& plan, const C
   optimizer_multi_fn_ = fn("vjit_optimizer_update_multi");
   for (int op = 0; op < ir::kNumOps; ++op)
     if (const ir::RowOp* row = ir::row_op(ir::Op(op))) row_fns_[size_t(op)] = fn(row->cuda_kernel);
+  for (const ChildrenBlockKernel& kernel : kChildrenBlockKernels) children_fns_[size_t(kernel.op)] = fn(kernel.name);
   for (size_t t = 0; t < plan.types.size(); ++t) {
     for (Pass pass : {Pass::Forward, Pass::Backward}) {
       const FunctionPlan& fp = function_plan(pass, int(t));
@@ -659,7 +656,8 @@ void CudaExecutor::zero_gradient_rows(Lane&, int64_t rows, int64_t ld, int64_t, 
   zero(address(data), size_t(bytes_of(rows * ld)));
 }
 
-// Sources in order per row (vjit_gather_sum), as offsets into the forward arena.
+// Sources in order per row (vjit_gather_sum), read through their addresses:
+// a child's scattered row, or a child row of either pass's arena.
 void CudaExecutor::sum_rows(Lane&, int64_t rows, int64_t width, int64_t row_width,
                             std::span<const float* const> sources, std::span<const int> begin, bool stack,
                             const uint8_t* keep, const View& out) {
@@ -669,12 +667,10 @@ void CudaExecutor::sum_rows(Lane&, int64_t rows, int64_t width, int64_t row_widt
     if (!stack) fill_rows(lanes_[stream_], rows, width, 0.0f, out);
     return;
   }
-  const DevicePtr base = arena_[0].data;
-  offsets_.clear();
-  for (const float* source : sources) offsets_.push_back(int64_t((address(source) - base) / sizeof(float)));
+  static_assert(sizeof(const float*) == sizeof(uint64_t), "vjit_gather_sum reads 64-bit row addresses");
   const DevicePtr first = stage(begin.data(), begin.size());
-  const DevicePtr src = stage(offsets_.data(), offsets_.size());
-  launch(Primitive::AddRows, gather_sum_fn_, rows * width, rows, width, first, src, base, address(out.data), out.ld,
+  const DevicePtr src = stage(sources.data(), sources.size());
+  launch(Primitive::AddRows, gather_sum_fn_, rows * width, rows, width, first, src, address(out.data), out.ld,
          int(stack));
 }
 
@@ -785,9 +781,66 @@ void CudaExecutor::gemm(Lane&, const Gemm& g) {
               config_.tf32, stream_, bias_as_c ? address(g.bias) : 0);
 }
 
-// One cuBLASLt call each: a primitive per product (not yet one batched call).
+// One strided-batched cuBLASLt call where the products' operands lie one
+// stride apart, each operand at its own (GemmBatch), every stride
+// at least 0 in some order of the products, and the outputs apart (each
+// product's rows wholly before the next's); otherwise one call each, a
+// primitive per product. cuBLASLt's batches are strided (or, in newer
+// releases, arrays of pointers, which this device does not use): products
+// whose operands lie at no common stride cannot be one call.
 void CudaExecutor::gemm_batched(Lane& lane, std::span<const Gemm> gemms) {
-  for (const Gemm& g : gemms) gemm(lane, g);
+  GemmBatch batch;
+  if (!strided_batch(gemms, batch)) {
+    for (const Gemm& g : gemms) gemm(lane, g);
+    return;
+  }
+  const Gemm& first = batch.stride_c >= 0 ? gemms.front() : gemms.back();
+  batch.stride_a = std::abs(batch.stride_a);
+  batch.stride_b = std::abs(batch.stride_b);
+  batch.stride_c = std::abs(batch.stride_c);
+  const bool bias_as_c = first.bias && first.bias_ld == first.ldc;
+  for (const Gemm& g : gemms)
+    if (g.bias && !bias_as_c) copy_strided(g.m, g.n, address(g.bias), g.bias_ld, address(g.c), g.ldc);
+  stats_.gemm_calls += int64_t(gemms.size());
+  stats_.gemm_flops += 2.0 * double(first.m) * double(first.n) * double(first.k) * double(gemms.size());
+  issue(Primitive::GemmBatched);
+  cuda_.sgemm(first.ta, first.tb, first.m, first.n, first.k, 1.0f, address(first.a), first.lda, address(first.b),
+              first.ldb, first.bias ? 1.0f : first.beta, address(first.c), first.ldc, config_.tf32, stream_,
+              bias_as_c ? address(first.bias) : 0, batch);
+}
+
+// Whether `gemms` are one strided batch: two or more products of one shape
+// and kind (transposes, leading dimensions, beta, a bias read as C or
+// copied), none over no rows or terms, whose A, B, C (and a bias read as C,
+// at C's stride) lie at uniform strides, in floats, in list order: A's and
+// B's of C's sign (the batch runs from the last product when that is
+// negative), C's at least a product's extent.
+bool CudaExecutor::strided_batch(std::span<const Gemm> gemms, GemmBatch& batch) {
+  if (gemms.size() < 2) return false;
+  const Gemm& g0 = gemms[0];
+  // In floats, as device addresses (the views' floats of no one host array).
+  auto stride = [](const float* to, const float* from) {
+    return int64_t(address(to) - address(from)) / int64_t(sizeof(float));
+  };
+  batch = {int64_t(gemms.size()), stride(gemms[1].a, g0.a), stride(gemms[1].b, g0.b), stride(gemms[1].c, g0.c)};
+  const bool bias_as_c = g0.bias && g0.bias_ld == g0.ldc;
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    const Gemm& g = gemms[i];
+    const bool same_kind = g.ta == g0.ta && g.tb == g0.tb && g.m == g0.m && g.n == g0.n && g.k == g0.k &&
+                           g.lda == g0.lda && g.ldb == g0.ldb && g.ldc == g0.ldc && g.beta == g0.beta &&
+                           (g.bias != nullptr) == (g0.bias != nullptr) && g.bias_ld == g0.bias_ld &&
+                           g.c_rows == nullptr && g.m > 0 && g.n > 0 && g.k > 0;
+    const int64_t n = int64_t(i);
+    // (at() wraps modulo 2⁶⁴: a negative stride steps back.)
+    const bool strided = address(g.a) == at(address(g0.a), n * batch.stride_a) &&
+                         address(g.b) == at(address(g0.b), n * batch.stride_b) &&
+                         address(g.c) == at(address(g0.c), n * batch.stride_c) &&
+                         (!bias_as_c || address(g.bias) == at(address(g0.bias), n * batch.stride_c));
+    if (!same_kind || !strided) return false;
+  }
+  const int64_t sign = batch.stride_c < 0 ? -1 : 1;
+  return batch.stride_a * sign >= 0 && batch.stride_b * sign >= 0 &&
+         batch.stride_c * sign >= (g0.m - 1) * g0.ldc + g0.n;
 }
 
 // Per-vertex matrices (MV-RNN): one launch over every row's product.
@@ -812,10 +865,22 @@ void CudaExecutor::reduce_rows(Lane&, int64_t rows, int64_t width, const View& x
   launch(Primitive::Reduce, sum_columns_fn_, width, rows, width, address(x.data), x.ld, address(dst));
 }
 
-// Refused before anything runs (check_cuda_supports).
-void CudaExecutor::children_block(Lane&, const Node& node, int64_t, const Shape&, const View&, const View*,
-                                  std::span<const int>, const View&) {
-  VJIT_INTERNAL_CHECK(false, "the CUDA device cannot run " << ir::op_name(node.op));
+// One launch of the op's kernel over every element of the rows' results, the
+// children counts staged beside it.
+void CudaExecutor::children_block(Lane&, const Node& node, int64_t rows, const Shape& in, const View& x,
+                                  const View* g, std::span<const int> children, const View& out) {
+  const ChildrenBlockKernel* kernel = nullptr;
+  for (const ChildrenBlockKernel& k : kChildrenBlockKernels)
+    if (k.op == node.op) kernel = &k;
+  VJIT_INTERNAL_CHECK(kernel != nullptr, "no CUDA kernel of the children block runs " << ir::op_name(node.op));
+  VJIT_INTERNAL_CHECK(x.pointers == nullptr && (g == nullptr || g->pointers == nullptr) && out.pointers == nullptr,
+                      "the CUDA plan reads no children block through row pointers");
+  const int64_t width = node.shape.numel();
+  if (rows == 0 || width == 0) return;
+  const View up = g ? *g : View{};
+  launch(kernel->primitive, children_fns_[size_t(node.op)], rows * width, rows, width, int64_t(in.rows()),
+         int64_t(in.cols()), int64_t(node.start), address(x.data), x.ld, address(up.data), up.ld,
+         stage(children.data(), children.size()), address(out.data), out.ld);
 }
 
 }  // namespace vjit::runtime

@@ -203,6 +203,7 @@ class CudaExecutor final : public Runner, private Device {
 
   void gemm(Lane& lane, const Gemm& gemm) override;
   void gemm_batched(Lane& lane, std::span<const Gemm> gemms) override;
+  static bool strided_batch(std::span<const Gemm> gemms, GemmBatch& batch);
   void vertex_products(Lane& lane, int64_t rows, const VertexProducts& products) override;
   void accumulate_vertex_products(Lane& lane, int64_t rows, const ir::Node& product, const Shape& a_shape,
                                   const Shape& b_shape, const View& a, const View& b, float* grad) override;
@@ -252,6 +253,7 @@ class CudaExecutor final : public Runner, private Device {
        *softmax_fn_ = nullptr, *gather_sum_fn_ = nullptr, *fill_rows_fn_ = nullptr, *sum_squares_fn_ = nullptr,
        *optimizer_fn_ = nullptr, *sum_squares_multi_fn_ = nullptr, *optimizer_multi_fn_ = nullptr;
   std::array<void*, ir::kNumOps> row_fns_{};  // each row op's kernel (ir::row_op), by op
+  std::array<void*, ir::kNumOps> children_fns_{};  // each children-block op's kernel, by op
   // The optimizer's state slots on the device (two per parameter), live when
   // slots_on_device_; otherwise the host's OptimizerState holds them.
   DeviceBuffer slots_block_;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -507,16 +508,19 @@ TEST(CudaHostShim, IndexKernelsMatchLoops) {
     for (long long i = 0; i < width; ++i) expected[size_t(dst_offsets[size_t(r)] + i)] += dst[size_t(r * ld + i)];
   EXPECT_EQ(grads, expected);
 
-  // GatherSum and GatherAll: row 0 has sources {0, 8}, row 1 none, row 2 {40}.
+  // GatherSum and GatherAll through a row table: row 0 has sources {0, 8},
+  // row 1 none, row 2 {40}, each read at its address.
   std::vector<int> begin{0, 2, 2, 3};
   std::vector<long long> sources{0, 8, 40};
+  std::vector<unsigned long long> addresses;
+  for (long long source : sources) addresses.push_back(reinterpret_cast<uintptr_t>(base.data() + source));
   const int* begin_p = begin.data();
-  const long long* sources_p = sources.data();
+  const unsigned long long* addresses_p = addresses.data();
   for (int stack : {0, 1}) {
     long long out_ld = stack ? 2 * width : width;
     std::vector<float> out(size_t(rows * out_ld), 0.0f);
     float* out_p = out.data();
-    void* params[] = {&rows, &width, &begin_p, &sources_p, &base_p, &out_p, &out_ld, &stack};
+    void* params[] = {&rows, &width, &begin_p, &addresses_p, &out_p, &out_ld, &stack};
     module.entry("vjit_gather_sum")(params, 2, 3);
     for (long long r = 0; r < rows; ++r)
       for (long long i = 0; i < width; ++i) {
@@ -539,6 +543,70 @@ TEST(CudaHostShim, IndexKernelsMatchLoops) {
   module.entry("vjit_fill_rows")(fill, 1, 1);
   for (long long r = 0; r < rows; ++r)
     for (long long i = 0; i < width; ++i) EXPECT_EQ(dst[size_t(r * ld + i)], 2.5f);
+}
+
+// The children-block kernels, built for the host, against the reference
+// interpreter's definitions of the ops (ir/interpreter.cpp, transcribed below
+// per vertex): blocks of K = 3 rows of 4 columns with a leading dimension past
+// their width, rows with 0, 1, 2 and 5 (more than K) variadic children, ties in
+// a column (the first largest row wins: row 3, column 1) and fewer threads than elements.
+TEST(CudaHostShim, ChildrenBlockKernelsMatchTheInterpreter) {
+  HostModule& module = HostModule::get();
+  ASSERT_TRUE(module.error.empty()) << module.error;
+  long long rows = 4, block_rows = 3, block_cols = 4, xld = 13, gld = 6, ld = 21;
+  std::vector<float> x(size_t(rows * xld)), g(size_t(rows * gld));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 7 % 11) - 5) * 0.5f;  // repeats: ties
+  for (size_t i = 0; i < g.size(); ++i) g[i] = float(int(i % 9) + 1) * 0.25f;
+  x[size_t(3 * xld + 0 * block_cols + 1)] = x[size_t(3 * xld + 2 * block_cols + 1)] = 9.0f;  // a tie: row 0 wins
+  const std::vector<int> children{0, 1, 2, 5};
+  // Element (k, j) of row r's block.
+  auto at = [&](long long r, long long k, long long j) { return x[size_t(r * xld + k * block_cols + j)]; };
+  // Per op: its start and width, and the interpreter's value of element i of row r.
+  struct Case {
+    const char* kernel;
+    long long start, width;
+    std::function<float(long long r, long long i)> expected;
+  };
+  auto first_max = [&](long long r, long long j) {
+    const long long n = std::min<long long>(children[size_t(r)], block_rows);
+    long long best = 0;
+    for (long long k = 1; k < n; ++k)
+      if (at(r, k, j) > at(r, best, j)) best = k;
+    return std::pair{n, best};
+  };
+  const Case cases[] = {
+      {"vjit_slice_cols", 1, block_rows * 2, [&](long long r, long long i) { return at(r, i / 2, 1 + i % 2); }},
+      {"vjit_pad_cols", 2, block_rows * 7,
+       [&](long long r, long long i) {
+         const long long j = i % 7 - 2;
+         return j >= 0 && j < block_cols ? at(r, i / 7, j) : 0.0f;
+       }},
+      {"vjit_transpose", 0, block_rows * block_cols,
+       [&](long long r, long long i) { return at(r, i % block_rows, i / block_rows); }},
+      {"vjit_child_count", 0, 1, [&](long long r, long long) { return float(children[size_t(r)]); }},
+      {"vjit_max_children", 0, block_cols,
+       [&](long long r, long long j) {
+         const auto [n, best] = first_max(r, j);
+         return n > 0 ? at(r, best, j) : 0.0f;
+       }},
+      {"vjit_max_children_grad", 0, block_rows * block_cols,
+       [&](long long r, long long i) {
+         const auto [n, best] = first_max(r, i % block_cols);
+         return n > 0 && i / block_cols == best ? g[size_t(r * gld + i % block_cols)] : 0.0f;
+       }},
+  };
+  const float *xp = x.data(), *gp = g.data();
+  const int* cp = children.data();
+  for (const Case& c : cases) {
+    std::vector<float> out(size_t(rows * ld), -7.0f);
+    float* op = out.data();
+    long long start = c.start, width = c.width;
+    void* params[] = {&rows, &width, &block_rows, &block_cols, &start, &xp, &xld, &gp, &gld, &cp, &op, &ld};
+    module.entry(c.kernel)(params, 2, 5);
+    for (long long r = 0; r < rows; ++r)
+      for (long long i = 0; i < ld; ++i)
+        EXPECT_EQ(out[size_t(r * ld + i)], i < width ? c.expected(r, i) : -7.0f) << c.kernel << " " << r << "," << i;
+  }
 }
 
 #define VJIT_SKIP_WITHOUT_NVRTC()                                                             \

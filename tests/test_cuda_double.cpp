@@ -123,7 +123,7 @@ std::string describe(const VjitDoubleCall& call) {
   if (std::strcmp(call.name, "cublasLtMatmul") == 0)
     out << " m " << call.m << " n " << call.n << " k " << call.k << (call.trans_a ? " Aᵀ" : "")
         << (call.trans_b ? " Bᵀ" : "") << " ld " << call.lda << "," << call.ldb << "," << call.ldc << " alpha "
-        << call.alpha << " beta " << call.beta;
+        << call.alpha << " beta " << call.beta << " batch " << call.batch_count;
   return out.str();
 }
 
@@ -465,13 +465,49 @@ TEST(CudaDouble, PrimitivesAreTheirOwnCallsWork) {
   const std::vector<VjitDoubleCall> calls = take_calls();
   const PrimitiveCounts step = engine.stats().primitives;
   EXPECT_EQ(step[Primitive::OptimizerStep], launches_of(calls, "vjit_optimizer_update"));
-  EXPECT_EQ(step[Primitive::Gemm], count_of(calls, "cublasLtMatmul"));
+  const int batched = int(std::count_if(calls.begin(), calls.end(), [](const VjitDoubleCall& c) {
+    return is(c, "cublasLtMatmul") && c.batch_count > 1;
+  }));
+  EXPECT_EQ(step[Primitive::Gemm], count_of(calls, "cublasLtMatmul") - batched);
+  EXPECT_EQ(step[Primitive::GemmBatched], batched);
   int fused = 0;
   for (const VjitDoubleCall& call : calls) fused += is(call, "cuLaunchKernel") && is_fused(call);
   EXPECT_EQ(step[Primitive::Fused], fused);
   engine.reset_stats();
   engine.infer(batch);
   EXPECT_EQ(engine.stats().primitives[Primitive::OptimizerStep], 0) << "the step before's update counted in infer";
+}
+
+// VJIT_BATCH_GEMMS on the CUDA device: the Tree-LSTM's batched products
+// (U_f1·h1 and U_f2·h2, and their gradients) whose operands lie one stride
+// apart are one strided-batched cuBLASLt call; off, each is a call of its
+// own. Either way the step runs the same products.
+TEST(CudaDouble, BatchedProductsAreOneStridedCall) {
+  VJIT_USE_THE_DOUBLE();
+  int64_t products[2] = {}, batched_calls[2] = {}, calls_made[2] = {};
+  for (bool batch_gemms : {false, true}) {
+    models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
+    Options options = cuda_options();
+    options.tuning.batch_gemms = batch_gemms;
+    Engine engine(*bundle.program, options);
+    const GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
+    SGD sgd(0.1f);
+    engine.train_step(batch, sgd);
+    take_calls();
+    engine.reset_stats();
+    engine.train_step(batch, sgd);
+    for (const VjitDoubleCall& call : take_calls()) {
+      if (!is(call, "cublasLtMatmul")) continue;
+      products[batch_gemms] += call.batch_count;
+      batched_calls[batch_gemms] += call.batch_count > 1;
+      ++calls_made[batch_gemms];
+    }
+    EXPECT_EQ(engine.stats().primitives[Primitive::GemmBatched], batched_calls[batch_gemms]);
+  }
+  EXPECT_EQ(batched_calls[0], 0);
+  EXPECT_GT(batched_calls[1], 0);
+  EXPECT_EQ(products[1], products[0]);
+  EXPECT_LT(calls_made[1], calls_made[0]);
 }
 
 // Batches growing past the arenas (the staging buffer's first 4 MiB hold
@@ -541,7 +577,8 @@ TEST_P(CudaDoubleModel, TrainStepsRepeatTheirDeviceWork) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaDoubleModel, ::testing::Values("tree_lstm", "var_lstm", "lattice_lstm"),
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaDoubleModel,
+                         ::testing::Values("tree_lstm", "var_lstm", "lattice_lstm", "child_sum_tree_lstm"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // Engines made and dropped give back what they took: device memory (every
@@ -646,19 +683,6 @@ TEST(CudaDouble, AFailedGrowthLeavesTheBuffersAsTheyWere) {
     EXPECT_NO_THROW(engine.train_step(small, adam)) << call;
   }
   take_calls();  // the book: nothing freed twice, no copy or product past its buffer
-}
-
-// An engine the CUDA back end refuses (ops with no CUDA kernel) gives back
-// what it took before it refused.
-TEST(CudaDouble, ARefusedEngineGivesBackWhatItTook) {
-  VJIT_USE_THE_DOUBLE();
-  models::Bundle bundle = models::make_model("child_sum_tree_lstm", testing::small_config(16));
-  take_calls();
-  const VjitDoubleLive before = double_api().live();
-  EXPECT_THROW(Engine(*bundle.program, cuda_options()), UserError);
-  const std::vector<VjitDoubleCall> calls = take_calls();
-  EXPECT_GT(count_of(calls, "cuMemAlloc"), 0) << "refused before its parameter store was made";
-  expect_nothing_left(before, double_api().live());
 }
 
 // Each way an update runs: Adam on the device, Adam with dense updates on the
@@ -773,8 +797,10 @@ std::string primitive_of(const VjitDoubleCall& call) {
       {"vjit_broadcast", "move_rows"},       {"vjit_sum_mod", "reduce"},            {"vjit_sum_columns_into", "reduce"},
       {"vjit_loss_sum", "reduce"},           {"vjit_outer", "outer"},               {"vjit_batched_matmul", "vertex_products"},
       {"vjit_softmax_ce", "softmax_ce"},     {"vjit_gather_sum", "add_rows"},       {"vjit_fill_rows", "fill"},
-      {"vjit_sum_squares", "reduce"},        {"vjit_optimizer_update", "optimizer_step"}};
-  if (is(call, "cublasLtMatmul")) return "gemm";
+      {"vjit_sum_squares", "reduce"},        {"vjit_optimizer_update", "optimizer_step"},
+      {"vjit_slice_cols", "move_rows"},      {"vjit_pad_cols", "move_rows"},        {"vjit_transpose", "move_rows"},
+      {"vjit_child_count", "fill"},          {"vjit_max_children", "reduce"},       {"vjit_max_children_grad", "reduce"}};
+  if (is(call, "cublasLtMatmul")) return call.batch_count > 1 ? "gemm_batched" : "gemm";
   if (is(call, "cuMemsetD8Async")) return "fill";
   if (is(call, "cuMemcpyHtoDAsync")) return "upload";
   if (is(call, "cuMemcpyDtoHAsync")) return "download";
@@ -791,13 +817,13 @@ std::string primitive_of(const VjitDoubleCall& call) {
   return found == kernels.end() ? std::string("unknown kernel ") + call.function : found->second;
 }
 
-// VJIT_LOG=primitives lists a call's primitives in the order the runner
-// issues them: the same list, kind by kind, as the driver saw the device
-// work queued, and each fused kernel under its own name.
-TEST(CudaDouble, TheLaunchListIsThePrimitiveList) {
-  VJIT_USE_THE_DOUBLE();
-  models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
-  Options options = cuda_options();
+// The primitives the driver saw queued by a second train step of `model`
+// with `options` (VJIT_LOG=primitives added), kind by kind, against the
+// runner's list of them in the log; each fused kernel under its own name.
+// Returns the second step's driver calls.
+std::vector<VjitDoubleCall> expect_launch_list_is_primitive_list(const std::string& model, Options options,
+                                                                  const std::string& what) {
+  models::Bundle bundle = models::make_model(model, testing::small_config(16));
   options.log = vjit::Options::Log::Primitives;
   Engine engine(*bundle.program, options);
   const GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
@@ -827,9 +853,49 @@ TEST(CudaDouble, TheLaunchListIsThePrimitiveList) {
     listed.push_back(match[2]);
     if (match[2] == "fused") listed_fused.push_back(match[6]);
   }
-  ASSERT_FALSE(driver.empty());
-  EXPECT_EQ(listed, driver) << "first difference: " << first_difference(listed, driver);
-  EXPECT_EQ(listed_fused, launched_fused);
+  EXPECT_FALSE(driver.empty()) << what;
+  EXPECT_EQ(listed, driver) << what << ": first difference: " << first_difference(listed, driver);
+  EXPECT_EQ(listed_fused, launched_fused) << what;
+  return calls;
+}
+
+// VJIT_LOG=primitives lists a call's primitives in the order the runner
+// issues them: the same list as the driver saw the device work queued.
+TEST(CudaDouble, TheLaunchListIsThePrimitiveList) {
+  VJIT_USE_THE_DOUBLE();
+  expect_launch_list_is_primitive_list("tree_lstm", cuda_options(), "tree_lstm");
+}
+
+// The multiply-adds of a step's products (m·n·k each).
+int64_t gemm_volume(const std::vector<VjitDoubleCall>& calls) {
+  int64_t volume = 0;
+  for (const VjitDoubleCall& call : calls)
+    if (is(call, "cublasLtMatmul")) volume += call.m * call.n * call.k;
+  return volume;
+}
+
+// The Child-Sum Tree-LSTM (a children block: gather_all, slice_cols, a
+// product per child, sum_rows) trains on the CUDA device with its block
+// padded and in child row space: the launch list is the primitive list either
+// way; padded, the slices run as kernels; in child rows, they are views
+// (no slice kernel), and the products do less work: one row per actual
+// child, not max_children per vertex.
+TEST(CudaDouble, ChildSumTrainsPaddedAndInChildRows) {
+  VJIT_USE_THE_DOUBLE();
+  std::vector<VjitDoubleCall> steps[2];
+  for (Lever child_rows : {Lever::Off, Lever::On}) {
+    Options options = cuda_options();
+    options.tuning.child_rows = child_rows;
+    const std::string what = std::string("child_rows ") + (child_rows == Lever::On ? "on" : "off");
+    steps[child_rows == Lever::On] = expect_launch_list_is_primitive_list("child_sum_tree_lstm", options, what);
+  }
+  const std::vector<VjitDoubleCall>&padded = steps[0], &child_rows = steps[1];
+  EXPECT_GT(launches_of(padded, "vjit_slice_cols"), 0);
+  EXPECT_EQ(launches_of(child_rows, "vjit_slice_cols"), 0);
+  EXPECT_GT(count_of(child_rows, "cublasLtMatmul"), 0);
+  // Padded, the products over the block take max_children rows per vertex;
+  // in child rows, one per actual child: less work.
+  EXPECT_LT(gemm_volume(child_rows), gemm_volume(padded));
 }
 
 // A lever only the CPU device honours, asked on with VJIT_DEVICE=cuda, is

@@ -18,7 +18,6 @@
 #include "engine_check.h"
 #include "jit/nvrtc.h"
 #include "runtime/cuda_driver.h"
-#include "user_error.h"
 #include "vjit/models.h"
 #include "vjit/vjit.h"
 
@@ -58,6 +57,7 @@ TEST_P(CudaEngine, MatchesTheReferenceUnderEveryLowering) {
        }},
       {"streaming=on", [](Options& o) { o.tuning.streaming = true; }},
       {"batch_gemms=off", [](Options& o) { o.tuning.batch_gemms = false; }},
+      {"child_rows=off", [](Options& o) { o.tuning.child_rows = vjit::Lever::Off; }},
   };
   for (const Variant& v : variants) {
     Options options = cuda_options();
@@ -331,26 +331,7 @@ TEST(CudaEngineCheckpoint, ResumedTrainingContinuesTheDevicesState) {
   std::remove(path.c_str());
 }
 
-// The models whose ops the CUDA back end runs: child_sum_tree_lstm's children
-// block ops have no CUDA kernels yet (the executor rejects them; see
-// CudaEngineRejectsTheChildrenBlockOps).
-std::vector<std::string> cuda_model_names() {
-  std::vector<std::string> names = models::model_names();
-  std::erase(names, "child_sum_tree_lstm");
-  return names;
-}
-
-TEST(CudaEngineRejects, TheChildrenBlockOps) {
-  VJIT_SKIP_WITHOUT_CUDA();
-  models::Bundle bundle = models::make_model("child_sum_tree_lstm", testing::small_config());
-  std::string msg = test_util::user_error_of([&] {
-    Engine engine(*bundle.program, cuda_options());
-    engine.forward(models::make_batch(bundle.train, {0, 1}));
-  });
-  EXPECT_NE(msg.find("the CUDA back end cannot run it yet"), std::string::npos) << msg;
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryModel, CudaEngine, ::testing::ValuesIn(cuda_model_names()),
+INSTANTIATE_TEST_SUITE_P(EveryModel, CudaEngine, ::testing::ValuesIn(models::model_names()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

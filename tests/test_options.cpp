@@ -495,7 +495,7 @@ struct CpuOnly {
   bool lever;         // auto, on, off
 };
 const CpuOnly kCpuOnly[] = {
-    {"VJIT_PRETRANSPOSE", "on", true},     {"VJIT_INFER_KERNELS", "on", true},   {"VJIT_CHILD_ROWS", "on", true},
+    {"VJIT_PRETRANSPOSE", "on", true},     {"VJIT_INFER_KERNELS", "on", true},
     {"VJIT_PARAM_LAYOUT", "on", true},     {"VJIT_DIST_OVERLAP", "on", true},    {"VJIT_DETERMINISTIC", "on", true},
     {"VJIT_ISA", "avx2", false},           {"VJIT_GEMM", "openblas", false},     {"VJIT_VERTEX_GEMM", "same", false},
     {"VJIT_INFER_SHARDS", "2", false},     {"VJIT_PERF_MAP", "on", false},       {"VJIT_CHECK_FINITE", "on", false},
@@ -532,12 +532,13 @@ TEST(OptionsResolve, AutoIsWhatEachDeviceDoes) {
 
   options.device = Options::Device::Cuda;
   const Options cuda = options.resolve();
-  for (Lever lever : {cuda.tuning.pretranspose, cuda.tuning.infer_kernels, cuda.tuning.child_rows,
+  for (Lever lever : {cuda.tuning.pretranspose, cuda.tuning.infer_kernels,
                       cuda.tuning.param_layout, cuda.deterministic, cuda.tuning.dist_overlap, cuda.tuning.tf32,
                       cuda.tuning.cuda_graphs, cuda.tuning.cuda_resident_params})
     EXPECT_EQ(lever, Lever::Off);
   EXPECT_EQ(cuda.tuning.row_placement, Options::RowPlacement::Copy);
   EXPECT_EQ(cuda.tuning.dist_nccl, Lever::On);
+  EXPECT_EQ(cuda.tuning.child_rows, Lever::On) << "both devices run children blocks in child rows";
   EXPECT_EQ(cuda.resolve(), cuda) << "resolving twice changes nothing";
   EXPECT_EQ(cpu.resolve(), cpu);
 }

@@ -18,6 +18,8 @@ struct Desc {
 };
 struct Layout {
   int64_t rows = 0, cols = 0, ld = 0;
+  int32_t batch_count = 1;
+  int64_t batch_stride = 0;  // floats
 };
 
 // What lives now, by fake handle; never destroyed (see driver_double.cpp).
@@ -67,10 +69,13 @@ cublasStatus_t destroy(const char* name, const void* handle, Map& map) {
 }
 
 // A column-major rows × cols matrix with leading dimension ld, in floats, lies
-// in one device allocation.
+// in one device allocation; in a strided batch, every matrix of it (the
+// stride not negative).
 bool operand_on_device(uint64_t data, const Layout& layout) {
   if (layout.rows == 0 || layout.cols == 0) return true;
-  const size_t floats = size_t((layout.cols - 1) * layout.ld + layout.rows);
+  if (layout.batch_count < 1 || layout.batch_stride < 0) return false;
+  const size_t floats =
+      size_t((layout.cols - 1) * layout.ld + layout.rows + int64_t(layout.batch_count - 1) * layout.batch_stride);
   return layout.ld >= layout.rows && vjit_double_is_device_range(data, floats * sizeof(float)) != 0;
 }
 
@@ -115,6 +120,24 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
   return destroy("cublasLtMatrixLayoutDestroy", layout, state().layouts);
 }
 
+// The batch attributes (count int32_t, stride int64_t, as cuBLASLt sizes
+// them); any other attribute or size is refused.
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attribute,
+                                                const void* value, size_t bytes) {
+  State& s = state();
+  Lock lock(s.mutex);
+  auto found = s.layouts.find(as_int(layout));
+  bool valid = found != s.layouts.end();
+  if (valid && attribute == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && bytes == sizeof(int32_t))
+    std::memcpy(&found->second.batch_count, value, bytes);
+  else if (valid && attribute == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET && bytes == sizeof(int64_t))
+    std::memcpy(&found->second.batch_stride, value, bytes);
+  else
+    valid = false;
+  return record("cublasLtMatrixLayoutSetAttribute", valid ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE,
+                as_int(layout));
+}
+
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* preference) {
   return create("cublasLtMatmulPreferenceCreate", preference, state().preferences, 0);
 }
@@ -156,7 +179,8 @@ bool shapes_agree(const VjitDoubleCall& call, const Layout& a, const Layout& b, 
   const int64_t a_rows = call.trans_a ? a.cols : a.rows, a_cols = call.trans_a ? a.rows : a.cols;
   const int64_t b_rows = call.trans_b ? b.cols : b.rows, b_cols = call.trans_b ? b.rows : b.cols;
   return a_rows == call.m && a_cols == call.k && b_rows == call.k && b_cols == call.n && c.rows == d.rows &&
-         c.cols == d.cols && c.ld == d.ld;
+         c.cols == d.cols && c.ld == d.ld && a.batch_count == d.batch_count && b.batch_count == d.batch_count &&
+         c.batch_count == d.batch_count;
 }
 
 // The call with its descriptor's transposes and compute type and the layouts'
@@ -179,6 +203,8 @@ bool describe_matmul(State& s, const void* desc, const void* const (&layouts)[4]
   call.lda = shapes[0].ld;
   call.ldb = shapes[1].ld;
   call.ldc = shapes[3].ld;
+  call.batch_count = shapes[3].batch_count;
+  for (int i = 0; i < 4; ++i) call.batch_stride[i] = shapes[i].batch_stride;
   return true;
 }
 
@@ -204,6 +230,9 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmul
                describe_matmul(s, desc, {a_desc, b_desc, c_desc, d_desc}, call, shapes);
   valid = valid && shapes_agree(call, shapes[0], shapes[1], shapes[2], shapes[3]);
   for (int i = 0; i < 4 && valid; ++i) valid = operand_on_device(operands[i], shapes[i]);
+  // A batch's outputs lie apart: each D wholly before the next.
+  const Layout& out = shapes[3];
+  valid = valid && (out.batch_count == 1 || out.batch_stride >= (out.cols - 1) * out.ld + out.rows);
   valid = valid && (workspace_bytes == 0 || vjit_double_is_device_range(as_int(workspace), workspace_bytes));
   call.status = valid ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
   vjit_double_record(&call);

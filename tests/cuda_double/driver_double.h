@@ -53,6 +53,10 @@ typedef struct VjitDoubleCall {
   int64_t m, n, k, lda, ldb, ldc;
   int trans_a, trans_b, compute_type;
   float alpha, beta;
+  // A strided batch: its products (1: none) and each operand's stride in
+  // floats (A, B, C, D as cuBLASLt sees them).
+  int batch_count;
+  int64_t batch_stride[4];
 } VjitDoubleCall;
 
 // The calls recorded since the last reset, oldest first; *count their number.
