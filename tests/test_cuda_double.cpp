@@ -36,6 +36,7 @@
 
 #include "cuda_double/driver_double.h"
 #include "cuda_double/kernel_image.h"
+#include "children_block_cases.h"
 #include "cuda_test_util.h"
 #include "engine_check.h"
 #include "ir/row_op.h"
@@ -817,16 +818,14 @@ std::string primitive_of(const VjitDoubleCall& call) {
   return found == kernels.end() ? std::string("unknown kernel ") + call.function : found->second;
 }
 
-// The primitives the driver saw queued by a second train step of `model`
-// with `options` (VJIT_LOG=primitives added), kind by kind, against the
-// runner's list of them in the log; each fused kernel under its own name.
-// Returns the second step's driver calls.
-std::vector<VjitDoubleCall> expect_launch_list_is_primitive_list(const std::string& model, Options options,
-                                                                  const std::string& what) {
-  models::Bundle bundle = models::make_model(model, testing::small_config(16));
+// The primitives the driver saw queued by a second train step of `program`
+// on `batch` with `options` (VJIT_LOG=primitives added), kind by kind,
+// against the runner's list of them in the log; each fused kernel under its
+// own name. Returns the second step's driver calls.
+std::vector<VjitDoubleCall> expect_launch_list_is_primitive_list(const Program& program, const GraphBatch& batch,
+                                                                  Options options, const std::string& what) {
   options.log = vjit::Options::Log::Primitives;
-  Engine engine(*bundle.program, options);
-  const GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
+  Engine engine(program, options);
   Adam adam(0.01f);
   ::testing::internal::CaptureStderr();
   engine.train_step(batch, adam);
@@ -857,6 +856,14 @@ std::vector<VjitDoubleCall> expect_launch_list_is_primitive_list(const std::stri
   EXPECT_EQ(listed, driver) << what << ": first difference: " << first_difference(listed, driver);
   EXPECT_EQ(listed_fused, launched_fused) << what;
   return calls;
+}
+
+// The same, for an example model on its first 4 samples.
+std::vector<VjitDoubleCall> expect_launch_list_is_primitive_list(const std::string& model, const Options& options,
+                                                                  const std::string& what) {
+  models::Bundle bundle = models::make_model(model, testing::small_config(16));
+  return expect_launch_list_is_primitive_list(*bundle.program, models::make_batch(bundle.train, first_indices(4)),
+                                              options, what);
 }
 
 // VJIT_LOG=primitives lists a call's primitives in the order the runner
@@ -897,6 +904,35 @@ TEST(CudaDouble, ChildSumTrainsPaddedAndInChildRows) {
   // in child rows, one per actual child: less work.
   EXPECT_LT(gemm_volume(child_rows), gemm_volume(padded));
 }
+
+// Every op of the children block trains on the CUDA device (the programs of
+// tests/children_block_cases.h: nodes with 3, 1, 0 and max_children
+// children), padded and in child rows: the launch list is the primitive list,
+// and, padded, the op's own kernels run (forward and gradient), with the
+// argument blocks of their signatures in the module (the double checks).
+class CudaDoubleBlockOp : public ::testing::TestWithParam<testing::BlockCase> {};
+
+TEST_P(CudaDoubleBlockOp, TrainsPaddedAndInChildRows) {
+  VJIT_USE_THE_DOUBLE();
+  const std::map<std::string, std::vector<const char*>> kernels = {
+      {"slice_cols", {"vjit_slice_cols", "vjit_pad_cols"}},
+      {"transpose", {"vjit_transpose"}},
+      {"max_children", {"vjit_max_children", "vjit_max_children_grad"}},
+      {"child_count", {"vjit_child_count"}}};
+  testing::BlockProgram p(GetParam().body);
+  for (Lever child_rows : {Lever::Off, Lever::On}) {
+    Options options = cuda_options();
+    options.tuning.child_rows = child_rows;
+    const std::string what = GetParam().name + (child_rows == Lever::On ? " child_rows on" : " child_rows off");
+    const std::vector<VjitDoubleCall> calls = expect_launch_list_is_primitive_list(p.program, p.batch, options, what);
+    const auto expected = kernels.find(GetParam().name);
+    if (child_rows == Lever::On || expected == kernels.end()) continue;
+    for (const char* kernel : expected->second) EXPECT_GT(launches_of(calls, kernel), 0) << what << ": " << kernel;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryOp, CudaDoubleBlockOp, ::testing::ValuesIn(testing::block_cases()),
+                         [](const ::testing::TestParamInfo<testing::BlockCase>& info) { return info.param.name; });
 
 // A lever only the CPU device honours, asked on with VJIT_DEVICE=cuda, is
 // refused when the engine is built, naming the device and the variable;
