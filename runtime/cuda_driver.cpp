@@ -156,6 +156,19 @@ const BlasLt& blas_lt() {
     VJIT_INTERNAL_CHECK(vjit_status_ == CUBLAS_STATUS_SUCCESS, #call " failed: status " << int(vjit_status_)); \
   } while (0)
 
+// A strided batch on cuBLASLt's layouts of its first operand (our B), its
+// second (our A) and the output.
+void set_batch(const BlasLt& lt, cublasLtMatrixLayout_t first, cublasLtMatrixLayout_t second,
+               cublasLtMatrixLayout_t out, const GemmBatch& batch) {
+  const int32_t count = int32_t(batch.count);
+  for (auto [layout, stride] :
+       {std::pair{first, batch.stride_b}, std::pair{second, batch.stride_a}, std::pair{out, batch.stride_c}}) {
+    VJIT_LT_CHECK(lt.cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    VJIT_LT_CHECK(
+        lt.cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+  }
+}
+
 constexpr size_t kArenaBlock = size_t(256) << 20;  // 256 MiB
 constexpr size_t kWorkspace = size_t(32) << 20;    // cuBLASLt's workspace
 
@@ -473,16 +486,7 @@ void CudaDevice::sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
     VJIT_LT_CHECK(
         lt.cublasLtMatrixLayoutCreate(&plan.second, CUDA_R_32F, uint64_t(ta ? m : k), uint64_t(ta ? k : m), lda));
     VJIT_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&plan.out, CUDA_R_32F, uint64_t(n), uint64_t(m), ldc));
-    if (batch.count > 1) {  // cuBLASLt's first operand is our B (column-major: Cᵀ = op(B)ᵀ·op(A)ᵀ)
-      const int32_t count = int32_t(batch.count);
-      for (auto [layout, stride] : {std::pair{plan.first, batch.stride_b}, std::pair{plan.second, batch.stride_a},
-                                    std::pair{plan.out, batch.stride_c}}) {
-        VJIT_LT_CHECK(lt.cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                                          sizeof count));
-        VJIT_LT_CHECK(lt.cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                                          sizeof stride));
-      }
-    }
+    if (batch.count > 1) set_batch(lt, plan.first, plan.second, plan.out, batch);
     cublasLtMatmulPreference_t preference = nullptr;
     VJIT_LT_CHECK(lt.cublasLtMatmulPreferenceCreate(&preference));
     size_t workspace = kWorkspace;
