@@ -628,7 +628,7 @@ class Options:
     VJIT_INPLACE_CONCAT; bool.
     """
     batch_gemms: bool
-    """batched GEMMs: consecutive steps of a vertex function that are products of a weight and per-vertex vectors of one shape, none reading another's output (a Tree-LSTM's `U_f1·h1` and `U_f2·h2`, and their gradients), are one primitive (`gemm_batched`) instead of one each; the CPU runs the same GEMMs one after another in it, the CUDA device still issues one cuBLASLt call per product
+    """batched GEMMs: consecutive steps of a vertex function that are products of a weight and per-vertex vectors of one shape, none reading another's output (a Tree-LSTM's `U_f1·h1` and `U_f2·h2`, and their gradients), are one primitive (`gemm_batched`) instead of one each; the CPU runs the same GEMMs one after another in it, the CUDA device one strided-batched cuBLASLt call where the products' operands lie one stride apart (otherwise one call per product)
 
     VJIT_BATCH_GEMMS; bool.
     """
@@ -658,7 +658,7 @@ class Options:
     VJIT_ROW_PLACEMENT; choice: copy, slices, tables, auto.
     """
     child_rows: str
-    """CPU: a children block (`gather_all`) whose padding rows change no result (`ir/child_rows.h`: the Child-Sum Tree-LSTM's, forward and backward) is computed in child row space, one row per actual child instead of `max_children` rows per vertex: its products are one GEMM over the children's rows, its fused kernels run over them, `sum_rows` adds each vertex's own, so a vertex pays for the children it has. Off: every block is computed padded
+    """a children block (`gather_all`) whose padding rows change no result (`ir/child_rows.h`: the Child-Sum Tree-LSTM's, forward and backward) is computed in child row space, one row per actual child instead of `max_children` rows per vertex: its products are one GEMM over the children's rows, its fused kernels run over them, `sum_rows` adds each vertex's own, so a vertex pays for the children it has. Off: every block is computed padded
 
     VJIT_CHILD_ROWS; lever: auto, on, off.
     """
