@@ -37,7 +37,9 @@ struct Spec {
   const char* doc = "";
   const char* values = nullptr;
   const char* shown_default = nullptr;
-  bool auto_on = true;  // Kind::Lever: what Auto is on a device that honours it
+  // Kind::Lever: the devices where Auto is on (null: every device that
+  // honours it; "": none). A path never measured on a device stays off there.
+  const char* auto_on = nullptr;
 };
 
 // The field a member pointer names, in Options or in its Tuning.
@@ -111,8 +113,23 @@ Spec documented(Spec spec, const char* devices, const char* doc, const char* val
 
 // A lever whose Auto is off on the devices that honour it.
 Spec auto_off(Spec spec) {
-  spec.auto_on = false;
+  spec.auto_on = "";
   return spec;
+}
+
+// A lever whose Auto is on only on `devices` (off on the others that honour it).
+Spec auto_on_only(Spec spec, const char* devices) {
+  spec.auto_on = devices;
+  return spec;
+}
+
+bool mentions(const char* devices, Options::Device device) {
+  return std::string_view(devices).find(to_string(device)) != std::string_view::npos;
+}
+
+// What Auto resolves to on a device that honours the lever.
+bool auto_means_on(const Spec& spec, Options::Device device) {
+  return spec.auto_on == nullptr || mentions(spec.auto_on, device);
 }
 
 constexpr std::array<std::string_view, 6> kBoolValues{"0", "1", "true", "false", "on", "off"};
@@ -143,12 +160,13 @@ const std::array<Spec, 36>& specs() {
           "scatters), so the concat copies nothing; on the CPU a `concat` may itself lie in another "
           "(Lattice-LSTM's gate gradients inside `[d_gate; d_gates]`, 13 MB a training step at batch 64, "
           "hidden 256) (`runtime/memplan.h`)"),
-      documented(spec<&Options::Tuning::batch_gemms>("batch_gemms", "VJIT_BATCH_GEMMS"), "cpu, cuda",
+      auto_on_only(documented(spec<&Options::Tuning::batch_gemms>("batch_gemms", "VJIT_BATCH_GEMMS"), "cpu, cuda",
           "batched GEMMs: consecutive steps of a vertex function that are products of a weight and per-vertex "
           "vectors of one shape, none reading another's output (a Tree-LSTM's `U_f1·h1` and `U_f2·h2`, and "
           "their gradients), are one primitive (`gemm_batched`) instead of one each; the CPU runs the same "
           "GEMMs one after another in it, the CUDA device one strided-batched cuBLASLt call where the "
-          "products' operands lie one stride apart (otherwise one call per product)"),
+          "products' operands lie one stride apart (otherwise one call per product); that call never ran on a "
+          "GPU, so auto is on for the CPU only"), "cpu"),
       documented(spec<&Options::Tuning::epilogue>("epilogue", "VJIT_EPILOGUE"), "cpu, cuda",
           "GEMM epilogue: a bias add that follows a product of a weight and a per-vertex vector (`W·x + b`, "
           "not fused with other work) is done by the GEMM itself (its output rows start as `b`, beta = 1), "
@@ -218,12 +236,13 @@ const std::array<Spec, 36>& specs() {
           "`auto`: each device's best: `tables` on the CPU; `copy` on cuda, the only level the CUDA device "
           "takes (its kernels were never run on a GPU with gathers of slices or row tables: `slices` and "
           "`tables` are refused there, naming the device)"),
-      documented(spec<&Options::Tuning::child_rows>("child_rows", "VJIT_CHILD_ROWS"), "cpu, cuda",
+      auto_on_only(documented(spec<&Options::Tuning::child_rows>("child_rows", "VJIT_CHILD_ROWS"), "cpu, cuda",
           "a children block (`gather_all`) whose padding rows change no result (`ir/child_rows.h`: "
           "the Child-Sum Tree-LSTM's, forward and backward) is computed in child row space, one row per "
           "actual child instead of `max_children` rows per vertex: its products are one GEMM over the "
           "children's rows, its fused kernels run over them, `sum_rows` adds each vertex's own, so a "
-          "vertex pays for the children it has. Off: every block is computed padded"),
+          "vertex pays for the children it has; never run on a GPU, so auto is on for the CPU only. Off: every "
+          "block is computed padded"), "cpu"),
       documented(spec<&Options::Tuning::param_layout>("param_layout", "VJIT_PARAM_LAYOUT"), "cpu",
           "CPU: when an engine is built, it lays the Model's parameters out in their one block of memory so "
           "that the stacked weights of merged products (`VJIT_MERGE_MATMULS`: `[W_i; W_f; W_o; W_u]`) lie "
@@ -558,7 +577,10 @@ std::string shown_default(const Spec& spec) {
     case Kind::Bool: return on_off(spec.get(defaults) != 0);
     case Kind::Lever: {
       const std::string value = "`" + std::string(spec.choices[size_t(spec.get(defaults))]) + "`";
-      return spec.get(defaults) == int(Lever::Auto) ? value + " (" + on_off(spec.auto_on) + ")" : value;
+      if (spec.get(defaults) != int(Lever::Auto)) return value;
+      if (spec.auto_on == nullptr || std::string_view(spec.auto_on) == spec.devices) return value + " (on)";
+      if (*spec.auto_on == '\0') return value + " (off)";
+      return value + " (on: " + spec.auto_on + "; off elsewhere)";
     }
     case Kind::Choice: return "`" + std::string(spec.choices[size_t(spec.get(defaults))]) + "`";
     case Kind::Int: return std::to_string(spec.get(defaults));
@@ -568,9 +590,7 @@ std::string shown_default(const Spec& spec) {
   return "";
 }
 
-bool honoured_on(const Spec& spec, Options::Device device) {
-  return std::string_view(spec.devices).find(to_string(device)) != std::string_view::npos;
-}
+bool honoured_on(const Spec& spec, Options::Device device) { return mentions(spec.devices, device); }
 
 // VJIT_ROW_PLACEMENT on `device`: auto is the device's best level; the CUDA
 // device takes copy alone (the only level its kernels were checked with).
@@ -670,7 +690,7 @@ Options Options::resolve() const {
       VJIT_USER_CHECK(honoured || lever != Lever::On,
                       spec.env << "=on: the " << to_string(device) << " device does not do it (only " << spec.devices
                                << " does); leave it auto or off there");
-      if (lever == Lever::Auto) spec.set(resolved, int(honoured && spec.auto_on ? Lever::On : Lever::Off));
+      if (lever == Lever::Auto) spec.set(resolved, int(honoured && auto_means_on(spec, device) ? Lever::On : Lever::Off));
       continue;
     }
     if (honoured) continue;

@@ -465,7 +465,7 @@ runtime::FunctionPlan lower_function(const ir::Function& function, const Options
   plan.eager = order_steps(function, plan, ir::Phase::Eager, group_of);
   plan.core = order_steps(function, plan, ir::Phase::Core, group_of);
   plan.lazy = order_steps(function, plan, ir::Phase::Lazy, group_of);
-  if (options.tuning.batch_gemms)
+  if (is_on(options.tuning.batch_gemms))
     for (std::vector<runtime::Step>* steps : {&plan.eager, &plan.core, &plan.lazy}) batch_row_gemms(function, plan, *steps);
   if (log.on()) {
     std::ostringstream text;

@@ -489,7 +489,7 @@ TEST(CudaDouble, BatchedProductsAreOneStridedCall) {
   for (bool batch_gemms : {false, true}) {
     models::Bundle bundle = models::make_model("tree_lstm", testing::small_config(16));
     Options options = cuda_options();
-    options.tuning.batch_gemms = batch_gemms;
+    options.tuning.batch_gemms = vjit::to_lever(batch_gemms);
     Engine engine(*bundle.program, options);
     const GraphBatch batch = models::make_batch(bundle.train, first_indices(4));
     SGD sgd(0.1f);

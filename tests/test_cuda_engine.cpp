@@ -56,7 +56,7 @@ TEST_P(CudaEngine, MatchesTheReferenceUnderEveryLowering) {
          o.tuning.fuse_across_phases = false;
        }},
       {"streaming=on", [](Options& o) { o.tuning.streaming = true; }},
-      {"batch_gemms=off", [](Options& o) { o.tuning.batch_gemms = false; }},
+      {"batch_gemms=off", [](Options& o) { o.tuning.batch_gemms = vjit::Lever::Off; }},
       {"child_rows=off", [](Options& o) { o.tuning.child_rows = vjit::Lever::Off; }},
   };
   for (const Variant& v : variants) {

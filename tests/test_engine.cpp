@@ -656,7 +656,7 @@ TEST(GemmEpilogue, GradientTermsAddedByBatchedGemmsMatchTheReferenceWithSharedCh
                           [&](Options& options, bool on) {
                             tables_or_slices(options, tables);
                             options.tuning.epilogue = on;
-                            options.tuning.batch_gemms = on;
+                            options.tuning.batch_gemms = vjit::to_lever(on);
                           });
   auto primitives = [&](bool epilogue) {
     Options options = Options::defaults();

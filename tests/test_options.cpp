@@ -70,7 +70,7 @@ TEST_F(OptionsEnv, DefaultsWithEmptyEnvironment) {
   EXPECT_TRUE(o.tuning.merge_matmuls);
   EXPECT_TRUE(o.tuning.inplace_concat);
   EXPECT_TRUE(o.tuning.epilogue);
-  EXPECT_TRUE(o.tuning.batch_gemms);
+  EXPECT_EQ(o.tuning.batch_gemms, Lever::Auto);
   EXPECT_TRUE(o.tuning.pad_wide_rows);
   EXPECT_EQ(o.tuning.pretranspose, Lever::Auto);
   EXPECT_EQ(o.tuning.infer_kernels, Lever::Auto);
@@ -143,7 +143,7 @@ TEST_F(OptionsEnv, EveryVariableIsParsed) {
   EXPECT_FALSE(o.tuning.merge_matmuls);
   EXPECT_FALSE(o.tuning.inplace_concat);
   EXPECT_FALSE(o.tuning.epilogue);
-  EXPECT_FALSE(o.tuning.batch_gemms);
+  EXPECT_EQ(o.tuning.batch_gemms, Lever::Off);
   EXPECT_FALSE(o.tuning.pad_wide_rows);
   EXPECT_EQ(o.tuning.pretranspose, Lever::Off);
   EXPECT_EQ(o.tuning.infer_kernels, Lever::Off);
@@ -270,7 +270,7 @@ TEST_F(OptionsEnv, EveryEnumVariableRejectsUnknownValues) {
 
 TEST_F(OptionsEnv, MalformedBoolIsRejected) {
   for (const char* variable : {"VJIT_FUSION", "VJIT_LAZY", "VJIT_STREAMING", "VJIT_MERGE_MATMULS", "VJIT_INPLACE_CONCAT",
-                               "VJIT_EPILOGUE", "VJIT_BATCH_GEMMS", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES",
+                               "VJIT_EPILOGUE", "VJIT_PAD_WIDE_ROWS", "VJIT_FUSE_ACROSS_PHASES",
                                "VJIT_PROFILE",
                                "VJIT_PERF_MAP", "VJIT_CHECK_FINITE"}) {
     set(variable, "yes please");
@@ -523,7 +523,7 @@ TEST(OptionsResolve, AutoIsWhatEachDeviceDoes) {
   Options options;
   const Options cpu = options.resolve();
   for (Lever lever : {cpu.tuning.pretranspose, cpu.tuning.infer_kernels, cpu.tuning.child_rows, cpu.tuning.param_layout,
-                      cpu.deterministic})
+                      cpu.deterministic, cpu.tuning.batch_gemms})
     EXPECT_EQ(lever, Lever::On);
   EXPECT_EQ(cpu.tuning.row_placement, Options::RowPlacement::Tables);
   EXPECT_EQ(cpu.tuning.tf32, Lever::Off);
@@ -536,9 +536,11 @@ TEST(OptionsResolve, AutoIsWhatEachDeviceDoes) {
                       cuda.tuning.param_layout, cuda.deterministic, cuda.tuning.dist_overlap, cuda.tuning.tf32,
                       cuda.tuning.cuda_graphs, cuda.tuning.cuda_resident_params})
     EXPECT_EQ(lever, Lever::Off);
+  // Honoured on the GPU but never run there: auto stays off until measured.
+  EXPECT_EQ(cuda.tuning.child_rows, Lever::Off) << "child rows: auto is the CPU's only";
+  EXPECT_EQ(cuda.tuning.batch_gemms, Lever::Off) << "batched products: auto is the CPU's only";
   EXPECT_EQ(cuda.tuning.row_placement, Options::RowPlacement::Copy);
   EXPECT_EQ(cuda.tuning.dist_nccl, Lever::On);
-  EXPECT_EQ(cuda.tuning.child_rows, Lever::On) << "both devices run children blocks in child rows";
   EXPECT_EQ(cuda.resolve(), cuda) << "resolving twice changes nothing";
   EXPECT_EQ(cpu.resolve(), cpu);
 }

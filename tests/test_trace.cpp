@@ -436,7 +436,7 @@ TEST(Primitives, TreeLstmLevelIsSixPrimitives) {
   auto run = [&](bool batch_gemms) {
     Options options = Options::defaults();
     options.log = vjit::Options::Log::Primitives;
-    options.tuning.batch_gemms = batch_gemms;
+    options.tuning.batch_gemms = vjit::to_lever(batch_gemms);
     options.tuning.pretranspose = vjit::Lever::Off;  // no weight copy at a pass's first product
     Engine engine(*bundle.program, options);
     Run r;

@@ -81,7 +81,7 @@ struct Options {
     bool merge_matmuls = true;                    ///< VJIT_MERGE_MATMULS
     bool inplace_concat = true;                   ///< VJIT_INPLACE_CONCAT
     bool epilogue = true;                         ///< VJIT_EPILOGUE
-    bool batch_gemms = true;                      ///< VJIT_BATCH_GEMMS
+    Lever batch_gemms = Lever::Auto;              ///< VJIT_BATCH_GEMMS
     bool pad_wide_rows = true;                    ///< VJIT_PAD_WIDE_ROWS
     Lever pretranspose = Lever::Auto;             ///< VJIT_PRETRANSPOSE (CPU)
     Lever infer_kernels = Lever::Auto;            ///< VJIT_INFER_KERNELS (CPU)

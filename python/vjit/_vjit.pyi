@@ -627,10 +627,10 @@ class Options:
 
     VJIT_INPLACE_CONCAT; bool.
     """
-    batch_gemms: bool
-    """batched GEMMs: consecutive steps of a vertex function that are products of a weight and per-vertex vectors of one shape, none reading another's output (a Tree-LSTM's `U_f1·h1` and `U_f2·h2`, and their gradients), are one primitive (`gemm_batched`) instead of one each; the CPU runs the same GEMMs one after another in it, the CUDA device one strided-batched cuBLASLt call where the products' operands lie one stride apart (otherwise one call per product)
+    batch_gemms: str
+    """batched GEMMs: consecutive steps of a vertex function that are products of a weight and per-vertex vectors of one shape, none reading another's output (a Tree-LSTM's `U_f1·h1` and `U_f2·h2`, and their gradients), are one primitive (`gemm_batched`) instead of one each; the CPU runs the same GEMMs one after another in it, the CUDA device one strided-batched cuBLASLt call where the products' operands lie one stride apart (otherwise one call per product); that call never ran on a GPU, so auto is on for the CPU only
 
-    VJIT_BATCH_GEMMS; bool.
+    VJIT_BATCH_GEMMS; lever: auto, on, off.
     """
     epilogue: bool
     """GEMM epilogue: a bias add that follows a product of a weight and a per-vertex vector (`W·x + b`, not fused with other work) is done by the GEMM itself (its output rows start as `b`, beta = 1), saving a pass over the product (`ir::fold_bias_adds`); so is the add of a per-vertex value `y` of the product's shape (`W·x + y`, two terms of a gradient such as a Tree-LSTM's dh), no step of its own (the output rows start as `y`'s; on cuda, where `y` is laid out as the output, cuBLASLt reads it as its C operand); on the CPU also an outer product added to a per-vertex matrix (`x + u·vᵀ`, MV-RNN's matrix gradients), done by the add in one pass without writing the outer product, and where `x` is whole rows of a per-vertex matrix product read by nothing else (MV-RNN's W_Mᵀ·dP), the add computes those rows itself (a GEMM into its output, then u·vᵀ added), so the product is never written whole
@@ -658,7 +658,7 @@ class Options:
     VJIT_ROW_PLACEMENT; choice: copy, slices, tables, auto.
     """
     child_rows: str
-    """a children block (`gather_all`) whose padding rows change no result (`ir/child_rows.h`: the Child-Sum Tree-LSTM's, forward and backward) is computed in child row space, one row per actual child instead of `max_children` rows per vertex: its products are one GEMM over the children's rows, its fused kernels run over them, `sum_rows` adds each vertex's own, so a vertex pays for the children it has. Off: every block is computed padded
+    """a children block (`gather_all`) whose padding rows change no result (`ir/child_rows.h`: the Child-Sum Tree-LSTM's, forward and backward) is computed in child row space, one row per actual child instead of `max_children` rows per vertex: its products are one GEMM over the children's rows, its fused kernels run over them, `sum_rows` adds each vertex's own, so a vertex pays for the children it has; never run on a GPU, so auto is on for the CPU only. Off: every block is computed padded
 
     VJIT_CHILD_ROWS; lever: auto, on, off.
     """
