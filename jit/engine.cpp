@@ -951,7 +951,7 @@ struct Engine::Impl {
     constexpr size_t kShown = 20;
     if (!steps.empty()) say("top kernels by time (of %zu steps):", steps.size());
     else if (!on_cpu() && is_on(options.tuning.cuda_graphs))
-      say("steps not timed: VJIT_CUDA_GRAPHS runs each pass as a graph after its steps are issued");
+      say("%s", "steps not timed: VJIT_CUDA_GRAPHS runs each pass as a graph after its steps are issued");
     if (!steps.empty()) say("%12s %8s %10s %9s  %s", "total ms", "calls", "rows/call", "% of wall", "step");
     for (size_t i = 0; i < std::min(steps.size(), kShown); ++i)
       say("%12.3f %8lld %10.1f %8.1f%%  %s", steps[i].seconds * 1e3, static_cast<long long>(steps[i].calls),
