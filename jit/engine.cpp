@@ -1069,7 +1069,10 @@ Engine::~Engine() {
   }
   if (impl_->options.profile) std::fputs(impl_->profile_report().c_str(), stderr);
   try {
-    download_parameters();  // the Model outlives the engine: it keeps the trained values
+    // The Model outlives the engine: it keeps the trained values. On the CPU
+    // they are the Model's memory already, so nothing (not even the Program,
+    // which may be gone) is touched.
+    if (!impl_->on_cpu()) download_parameters();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[vjit] the parameters could not be copied back into the Model: %s\n", e.what());
   }
